@@ -1,0 +1,33 @@
+# valkeytrace: `make setup` installs everything (as root on Debian 12), `make test` runs the suite.
+PY_SYS   ?= /usr/bin/python3
+VENV     := .venv
+PIP      := $(VENV)/bin/pip --disable-pip-version-check -q
+STAMP    := $(VENV)/.installed
+SOURCES  := $(shell find src csrc probes -type f -not -name '*.pyc' -not -path '*/__pycache__/*' 2>/dev/null) setup.py pyproject.toml
+
+.PHONY: setup system test unit demo clean
+
+setup: system $(STAMP)
+	@$(VENV)/bin/valkeytrace doctor --fix --quiet >/dev/null 2>&1 || $(VENV)/bin/valkeytrace doctor --fix --quiet || true
+
+system:
+	@./scripts/setup-system.sh
+
+$(VENV)/bin/python:
+	@$(PY_SYS) -m venv --system-site-packages $(VENV)
+
+# bcc's Python bindings are Debian's (for /usr/bin/python3): hence --system-site-packages.
+$(STAMP): $(VENV)/bin/python $(SOURCES)
+	@echo "setup: installing valkeytrace into $(VENV)"
+	@$(PIP) install '.[test]' >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@rm -rf build
+	@touch $@
+
+test: setup
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+unit: setup
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

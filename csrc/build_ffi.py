@@ -1,0 +1,23 @@
+"""cffi build script for valkeytrace._native (out-of-line API mode).
+
+setup.py names it in ``cffi_modules``; it is not shipped in the wheel. The declarations come
+from csrc/native_api.h, the definitions from csrc/valkeytrace.h and csrc/*.c.
+"""
+from pathlib import Path
+
+from cffi import FFI
+
+CSRC = Path(__file__).resolve().parent
+
+ffibuilder = FFI()
+ffibuilder.cdef((CSRC / "native_api.h").read_text())
+ffibuilder.set_source(
+    "valkeytrace._native",
+    '#include "hist.h"\n',
+    sources=["csrc/hist.c"],  # relative: setup.py runs the build from the project root
+    include_dirs=["csrc"],
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,108 @@
+/*
+ * valkeytrace.h: the layouts every side of valkeytrace shares.
+ *
+ * Included by the native module (csrc/hist.c, through cffi), by the bcc probe programs in
+ * probes/ (compiled by clang to BPF at run time) and by the LD_PRELOAD shim. Keep it free of
+ * libc: BPF programs cannot call it. Everything here is fixed-width and naturally aligned, so
+ * the numpy dtypes in valkeytrace/layout.py can mirror it (a unit test checks sizes and
+ * offsets through cffi).
+ *
+ * Latency histogram: log-linear (HDR style). Values are nanoseconds.
+ *   - values below VT_HIST_SUB_COUNT (128 ns) have a bucket each (exact);
+ *   - above, each power of two [2^k, 2^(k+1)) is split in VT_HIST_HALF (64) equal buckets, so a
+ *     bucket is at most 1/64 of its lower bound wide and its midpoint is within 0.79% of any
+ *     value in it;
+ *   - values at or above 2^VT_HIST_MAX_BITS ns (~18 minutes) land in the last bucket.
+ */
+#ifndef VALKEYTRACE_H
+#define VALKEYTRACE_H
+
+#define VT_HIST_SUB_BITS 7
+#define VT_HIST_SUB_COUNT (1 << VT_HIST_SUB_BITS)
+#define VT_HIST_HALF (VT_HIST_SUB_COUNT / 2)
+#define VT_HIST_MAX_BITS 40
+#define VT_HIST_BUCKETS (VT_HIST_SUB_COUNT + (VT_HIST_MAX_BITS - VT_HIST_SUB_BITS) * VT_HIST_HALF)
+
+/* What a thread was doing: the syscall classes valkeytrace times, and the causes it gives a
+ * main-thread off-CPU interval. Numbers are stored in recordings: append, never renumber. */
+#define VT_CALL_FDATASYNC 0
+#define VT_CALL_FSYNC 1
+#define VT_CALL_AOF_WRITE 2    /* write/pwrite64/writev to a regular file (the AOF) */
+#define VT_CALL_SOCKET_WRITE 3 /* write/writev to anything else (client sockets, pipes) */
+#define VT_CALL_EPOLL_WAIT 4
+#define VT_CALL_LOOP_ITERATION 5 /* main thread: afterSleep -> next afterSleep */
+#define VT_CALL_AOF_FLUSH 6      /* flushAppendOnlyFile */
+#define VT_CALL_OTHER 7
+#define VT_CALL_KINDS 8
+
+/* Off-CPU state classes, from sched_switch's prev_state. */
+#define VT_STATE_RUNNABLE 0 /* preempted: waiting for a CPU */
+#define VT_STATE_SLEEPING 1 /* TASK_INTERRUPTIBLE */
+#define VT_STATE_IO 2       /* TASK_UNINTERRUPTIBLE: blocked in I/O */
+#define VT_STATE_KINDS 3
+
+#ifdef __BPF__
+typedef __u64 vt_u64;
+typedef __u32 vt_u32;
+typedef __u16 vt_u16;
+#else
+#include <stdint.h>
+typedef uint64_t vt_u64;
+typedef uint32_t vt_u32;
+typedef uint16_t vt_u16;
+#endif
+
+/* A latency histogram with its moments. count == sum of buckets. */
+struct vt_hist {
+    vt_u64 count;
+    vt_u64 sum_ns;
+    vt_u64 min_ns;
+    vt_u64 max_ns;
+    vt_u64 buckets[VT_HIST_BUCKETS];
+};
+
+/* One main-thread off-CPU interval longer than the threshold, sent through the ring buffer. */
+struct vt_block_event {
+    vt_u64 start_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+    vt_u64 duration_ns;
+    vt_u32 tid;
+    vt_u16 cause; /* VT_CALL_* the thread was inside, VT_CALL_OTHER when none */
+    vt_u16 state; /* VT_STATE_* it was switched out in */
+};
+
+/* floor(log2(v)) for v > 0, with shifts only: BPF has no count-leading-zeros instruction. */
+static inline vt_u32 vt_log2_u64(vt_u64 v)
+{
+    vt_u32 r, s;
+    r = (v > 0xFFFFFFFFULL) << 5;
+    v >>= r;
+    s = (v > 0xFFFF) << 4;
+    v >>= s;
+    r |= s;
+    s = (v > 0xFF) << 3;
+    v >>= s;
+    r |= s;
+    s = (v > 0xF) << 2;
+    v >>= s;
+    r |= s;
+    s = (v > 0x3) << 1;
+    v >>= s;
+    r |= s;
+    r |= (vt_u32)(v >> 1);
+    return r;
+}
+
+static inline vt_u32 vt_hist_bucket_index(vt_u64 value_ns)
+{
+    vt_u32 msb;
+    if (value_ns < VT_HIST_SUB_COUNT)
+        return (vt_u32)value_ns;
+    msb = vt_log2_u64(value_ns);
+    if (msb >= VT_HIST_MAX_BITS)
+        return VT_HIST_BUCKETS - 1;
+    /* shift so that the value keeps VT_HIST_SUB_BITS significant bits: [64, 128) */
+    return VT_HIST_SUB_COUNT + (msb - VT_HIST_SUB_BITS) * VT_HIST_HALF +
+           (vt_u32)((value_ns >> (msb - VT_HIST_SUB_BITS + 1)) - VT_HIST_HALF);
+}
+
+#endif

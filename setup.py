@@ -1,0 +1,29 @@
+"""Build: the cffi extension valkeytrace._native from csrc/, and probes/ as package data.
+
+Metadata lives in pyproject.toml; this file declares what setuptools cannot read from it: the
+cffi module, probes/ mapped into the package, and the shared layout header copied next to the
+probes (they include it when bcc compiles them at run time).
+"""
+import shutil
+from pathlib import Path
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+
+class build_py_with_header(build_py):
+    def run(self):
+        super().run()
+        target = Path(self.build_lib) / "valkeytrace" / "probes"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2("csrc/valkeytrace.h", target / "valkeytrace.h")
+
+
+setup(
+    package_dir={"": "src", "valkeytrace.probes": "probes"},
+    packages=find_packages("src") + ["valkeytrace.probes"],
+    package_data={"valkeytrace.probes": ["*.bpf.c"]},
+    cffi_modules=["csrc/build_ffi.py:ffibuilder"],
+    cmdclass={"build_py": build_py_with_header},
+    zip_safe=False,
+)

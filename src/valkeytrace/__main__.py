@@ -1,0 +1,3 @@
+from valkeytrace.cli import main
+
+main()

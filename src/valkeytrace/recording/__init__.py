@@ -1,0 +1,1 @@
+"""The capture format: one self-describing, versioned file per `record` run."""

@@ -1,0 +1,1 @@
+"""Renderers of analysed recordings: text (rich), markdown, json, csv."""

@@ -1,0 +1,190 @@
+"""What this host can do for tracing, and the system fixes `doctor --fix` (and make setup) apply.
+
+Pure inspection functions plus two fixers (mount tracefs/debugfs, link the nearest kernel
+headers for bcc). No bcc import here: the eBPF backend does that.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+CAP_PERFMON = 38
+CAP_BPF = 39
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+def effective_caps() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def has_bpf_privileges() -> bool:
+    if os.geteuid() == 0:
+        return True
+    caps = effective_caps()
+    return bool(caps & (1 << CAP_BPF)) and bool(caps & (1 << CAP_PERFMON))
+
+
+def tracefs_dir() -> Path | None:
+    """The mounted tracefs (the one with events/), or None."""
+    for cand in TRACEFS_CANDIDATES:
+        if Path(cand, "events").is_dir():
+            return Path(cand)
+    return None
+
+
+def mount_tracefs() -> list[str]:
+    """Mount tracefs and debugfs where missing; return what was done."""
+    done = []
+    if not Path("/sys/kernel/debug/tracing").exists() and not _mounted("/sys/kernel/debug"):
+        if _mount("debugfs", "/sys/kernel/debug"):
+            done.append("mounted debugfs on /sys/kernel/debug")
+    if tracefs_dir() is None and _mount("tracefs", "/sys/kernel/tracing"):
+        done.append("mounted tracefs on /sys/kernel/tracing")
+    return done
+
+
+def _mounted(path: str) -> bool:
+    try:
+        return any(line.split()[1] == path for line in Path("/proc/mounts").read_text().splitlines())
+    except OSError:
+        return False
+
+
+def _mount(fstype: str, path: str) -> bool:
+    if not Path(path).is_dir():
+        return False
+    res = subprocess.run(["mount", "-t", fstype, fstype, path], capture_output=True, text=True)
+    return res.returncode == 0
+
+
+def tracepoint_exists(category: str, event: str) -> bool:
+    tfs = tracefs_dir()
+    return bool(tfs) and Path(tfs, "events", category, event, "id").exists()
+
+
+def uprobes_supported() -> bool:
+    tfs = tracefs_dir()
+    return bool(tfs) and Path(tfs, "uprobe_events").exists()
+
+
+def kprobes_supported() -> bool:
+    tfs = tracefs_dir()
+    return bool(tfs) and Path(tfs, "kprobe_events").exists()
+
+
+def kernel_release() -> str:
+    return platform.release()
+
+
+def headers_dir() -> Path:
+    return Path("/lib/modules", kernel_release(), "build")
+
+
+def headers_present() -> bool:
+    return Path(headers_dir(), "include").is_dir()
+
+
+def _version_key(text: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:4])
+
+
+def nearest_headers() -> tuple[Path, Path] | None:
+    """The installed Debian linux-headers pair (arch dir, common dir) nearest the running kernel."""
+    arch_suffix = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    cands = []
+    for d in Path("/usr/src").glob(f"linux-headers-*-{arch_suffix}"):
+        common = Path(str(d)[: -len(arch_suffix)] + "common")
+        if Path(d, "include").is_dir() and common.is_dir():
+            cands.append((d, common))
+    if not cands:
+        return None
+    running = _version_key(kernel_release())
+    # nearest by version, the newest on a tie
+    return min(cands, key=lambda pair: (_distance(_version_key(pair[0].name), running),
+                                        [-x for x in _version_key(pair[0].name)]))
+
+
+def _distance(a: tuple, b: tuple) -> tuple:
+    return tuple(abs(x - y) for x, y in zip(a + (0,) * 4, b + (0,) * 4))
+
+
+def link_nearest_headers() -> list[str]:
+    """Where the running kernel has no headers, link the nearest installed ones for bcc."""
+    if headers_present():
+        return []
+    pair = nearest_headers()
+    if pair is None:
+        return []
+    arch_dir, common_dir = pair
+    moddir = Path("/lib/modules", kernel_release())
+    moddir.mkdir(parents=True, exist_ok=True)
+    for name, target in (("build", arch_dir), ("source", common_dir)):
+        link = moddir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
+    return [f"WARNING: no kernel headers for {kernel_release()}; linked {arch_dir.name} as "
+            f"{moddir}/build and {common_dir.name} as {moddir}/source (bcc then works for "
+            "tracepoint and uprobe programs, but kernel struct layouts may differ)"]
+
+
+def headers_are_foreign() -> bool:
+    """True when /lib/modules/<release>/build points at another kernel's headers."""
+    build = headers_dir()
+    try:
+        target = os.path.realpath(build)
+    except OSError:
+        return False
+    return build.is_symlink() and kernel_release() not in target
+
+
+def host_facts(path: str | None = None) -> dict:
+    """CPU, memory, kernel, and the filesystem and device under `path` (for recordings)."""
+    import psutil
+
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    facts = {
+        "hostname": platform.node(),
+        "kernel": kernel_release(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+    }
+    if path:
+        facts["storage"] = storage_of(path)
+    return facts
+
+
+def storage_of(path: str) -> dict:
+    """The mount (device, fstype, mountpoint) that holds path."""
+    import psutil
+
+    real = os.path.realpath(path)
+    best = None
+    for part in psutil.disk_partitions(all=True):
+        mp = part.mountpoint
+        if real == mp or real.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) > len(best.mountpoint):
+                best = part
+    if best is None:
+        return {"path": real}
+    return {"path": real, "device": best.device, "fstype": best.fstype, "mountpoint": best.mountpoint,
+            "options": best.opts}

@@ -1,0 +1,1 @@
+"""The server side: launching or attaching to valkey-server, its threads and configuration."""

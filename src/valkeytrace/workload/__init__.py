@@ -1,0 +1,1 @@
+"""The client side: benchmark clients (valkey-benchmark, redis-benchmark) and their parsers."""

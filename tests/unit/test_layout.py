@@ -1,0 +1,32 @@
+"""The numpy mirrors in valkeytrace.layout agree with the C structs cffi compiled."""
+from valkeytrace._native import ffi, lib
+from valkeytrace import layout
+
+
+def _check(ctype, dtype):
+    assert ffi.sizeof(ctype) == dtype.itemsize
+    for name in dtype.names:
+        assert ffi.offsetof(ctype, name) == dtype.fields[name][1], name
+
+
+def test_hist_layout_matches_c():
+    _check("struct vt_hist", layout.HIST_DTYPE)
+    assert layout.HIST_BUCKETS == lib.VT_HIST_BUCKETS
+
+
+def test_block_event_layout_matches_c():
+    _check("struct vt_block_event", layout.BLOCK_EVENT_DTYPE)
+
+
+def test_call_kind_numbers_match_c():
+    assert len(layout.CALL_NAMES) == lib.VT_CALL_KINDS
+    assert len(layout.STATE_NAMES) == lib.VT_STATE_KINDS
+
+
+def test_bucket_index_is_monotonic_and_matches_bounds():
+    last = -1
+    for v in [0, 1, 127, 128, 129, 255, 256, 1000, 4_000_000, 10**9, 2**40 - 1]:
+        i = lib.vt_hist_bucket_index(v)
+        assert i >= last
+        last = i
+        assert lib.vt_hist_bucket_lower(i) <= v < lib.vt_hist_bucket_upper(i)
