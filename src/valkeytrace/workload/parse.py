@@ -1,0 +1,108 @@
+"""Parsers for valkey-benchmark / redis-benchmark output (the non-quiet, non-CSV form).
+
+Both clients print the same report (redis-benchmark 7.x, valkey-benchmark 8.x/9.x):
+
+    ====== GET ======
+      20000 requests completed in 0.22 seconds
+      50 parallel clients
+      64 bytes payload
+    ...
+    Latency by percentile distribution:
+    50.000% <= 0.287 milliseconds (cumulative count 11886)
+    ...
+    Cumulative distribution of latencies:
+    ...
+    Summary:
+      throughput summary: 89686.09 requests per second
+      latency summary (msec):
+              avg       min       p50       p95       p99       max
+            0.294     0.064     0.287     0.343     0.631     2.391
+
+and, while running, progress lines ended by '\\r' (about 8 per second):
+
+    SET: rps=17154.2 (overall: 17154.2) avg_msec=0.440 (overall: 0.440)
+"""
+from __future__ import annotations
+
+import re
+
+_NUM = r"[-+]?(?:\d+\.?\d*|nan|-nan|inf)"
+_PROGRESS = re.compile(
+    rf"(?P<test>[A-Za-z_][\w ]*): rps=(?P<rps>{_NUM}) \(overall: (?P<overall_rps>{_NUM})\) "
+    rf"avg_msec=(?P<avg_ms>{_NUM}) \(overall: (?P<overall_avg_ms>{_NUM})\)")
+_DIST_LINE = re.compile(r"^\s*([\d.]+)% <= ([\d.]+) milliseconds \(cumulative count (\d+)\)")
+
+
+class ParseError(ValueError):
+    pass
+
+
+def _float(s: str) -> float:
+    return float("nan") if "nan" in s else float(s)
+
+
+def parse_progress(text: str) -> list[dict]:
+    """Every progress line in text (split on \\r or \\n) as a dict of floats, NaNs dropped."""
+    out = []
+    for m in _PROGRESS.finditer(text):
+        rec = {k: _float(m.group(k)) for k in ("rps", "overall_rps", "avg_ms", "overall_avg_ms")}
+        if rec["overall_rps"] == rec["overall_rps"]:  # not NaN: the first line has no data yet
+            rec["test"] = m.group("test").strip()
+            out.append(rec)
+    return out
+
+
+def parse_report(text: str) -> dict:
+    """The final report of one test: throughput, latency summary, both distributions.
+
+    Raises ParseError when the text holds no complete report (e.g. the client was killed)."""
+    text = text.replace("\r", "\n")
+    m = re.search(r"====== (.+?) ======", text)
+    if not m:
+        raise ParseError("no '====== TEST ======' report header in the client output")
+    report: dict = {"test": m.group(1).strip()}
+    body = text[m.end():]
+    for key, pattern, conv in (
+        ("requests", r"(\d+) requests completed in ([\d.]+) seconds", None),
+        ("clients", r"(\d+) parallel clients", int),
+        ("payload_bytes", r"(\d+) bytes payload", int),
+        ("keep_alive", r"keep alive: (\d+)", int),
+        ("threads", r"threads: (\d+)", int),
+    ):
+        mm = re.search(pattern, body)
+        if not mm:
+            continue
+        if key == "requests":
+            report["requests"] = int(mm.group(1))
+            report["seconds"] = float(mm.group(2))
+        else:
+            report[key] = conv(mm.group(1))
+    tp = re.search(r"throughput summary: ([\d.]+) requests per second", body)
+    if not tp:
+        raise ParseError("client output has no 'throughput summary' (did the client finish?)")
+    report["tps"] = float(tp.group(1))
+    lat = re.search(r"latency summary \(msec\):\s*\n\s*avg\s+min\s+p50\s+p95\s+p99\s+max\s*\n\s*"
+                    r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", body)
+    if not lat:
+        raise ParseError("client output has no latency summary")
+    avg, lo, p50, p95, p99, hi = (float(x) for x in lat.groups())
+    report["latency_ms"] = {"avg": avg, "min": lo, "p50": p50, "p95": p95, "p99": p99, "max": hi}
+    report["percentile_distribution"] = _section(body, "Latency by percentile distribution:")
+    report["cumulative_distribution"] = _section(body, "Cumulative distribution of latencies:")
+    return report
+
+
+def _section(body: str, title: str) -> list[list[float]]:
+    """[[percent, latency_ms, cumulative_count], ...] of one distribution section."""
+    start = body.find(title)
+    if start < 0:
+        return []
+    rows = []
+    for line in body[start + len(title):].splitlines()[1:]:
+        mm = _DIST_LINE.match(line)
+        if not mm:
+            if rows:
+                break
+            continue
+        rows.append([float(mm.group(1)), float(mm.group(2)), int(mm.group(3))])
+    return rows
