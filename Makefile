@@ -29,5 +29,13 @@ test: setup
 unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
 
+# the demo: fsync-always vs fsync-everysec on the embedded server, short matrix, then compare
+DEMO_ARGS ?= --sizes 64,256,1024 --repeat 1 --duration 3 --keyspace 20000
+demo: setup
+	@mkdir -p demo
+	$(VENV)/bin/valkeytrace record --appendfsync always $(DEMO_ARGS) -o demo/fsync-always.vtrace
+	$(VENV)/bin/valkeytrace record --appendfsync everysec $(DEMO_ARGS) -o demo/fsync-everysec.vtrace
+	$(VENV)/bin/valkeytrace report --compare demo/fsync-always.vtrace demo/fsync-everysec.vtrace
+
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -37,18 +37,18 @@ def render(inp: ReportInput, out) -> None:
                       + ("" if run.doc.get("complete") else "  [red](incomplete)[/red]"))
     if inp.comparison is None:
         run = inp.baseline
-        t = Table(title="median of repeats (min–max below)", show_lines=True)
+        t = Table(title="median of repeats (min–max below)")
         for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
             t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left")
         for cell in run.cells:
             for op, o in cell.ops.items():
                 t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
-                          *[_cell(o, m) for m in METRICS])
+                          *[_cell(o, m) for m in METRICS], end_section=True)
         console.print(t)
     else:
         cmp = inp.comparison
         t = Table(title=f"{inp.candidate.label} vs {inp.baseline.label}: median of repeats; "
-                        "~ = within noise (ranges overlap or n<2)", show_lines=True)
+                        "~ = within noise (ranges overlap or n<2)")
         for col in ("Workload", "Value", "Op", "System", "n", *HEAD.values()):
             t.add_column(col, justify="right" if col not in ("Workload", "Op", "System") else "left")
         for r in cmp.rows:
@@ -56,7 +56,7 @@ def render(inp: ReportInput, out) -> None:
                       *[_cell(r.base, m) for m in METRICS])
             t.add_row("", "", "", inp.candidate.label, str(r.cand.n), *[_cell(r.cand, m) for m in METRICS])
             t.add_row("", "", "", "[bold]delta[/bold]", "",
-                      *[fmt_pct(r.deltas[m]) + (" ~" if r.noise[m] else "") for m in METRICS])
+                      *[fmt_pct(r.deltas[m]) + (" ~" if r.noise[m] else "") for m in METRICS], end_section=True)
         console.print(t)
         console.print("Delta: candidate vs baseline; TPS/MB/s positive = better, latencies negative = better.")
         if cmp.missing:

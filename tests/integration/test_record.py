@@ -1,0 +1,124 @@
+"""record + report end to end: a real valkey-server (embedded) and a real benchmark client."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from valkeytrace.recording import format as recfmt
+
+pytestmark = pytest.mark.integration
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+SHORT = ["--sizes", "64", "--repeat", "1", "--duration", "2", "--keyspace", "2000", "--backend", "none"]
+
+
+def vt(*args, timeout=120):
+    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two_recordings(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rec")
+    paths = {}
+    for mode in ("always", "everysec"):
+        p = d / f"{mode}.vtrace"
+        res = vt("record", "--workload", "all", "--appendfsync", mode, *SHORT, "-o", str(p))
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert "valkeytrace report" in res.stdout  # prints the report commands
+        paths[mode] = p
+    return paths
+
+
+def test_recording_holds_everything_measured(two_recordings):
+    doc = recfmt.read(two_recordings["always"])
+    assert doc["complete"] and doc["label"] == "fsync-always"
+    assert doc["server"]["appendfsync"] == "always" and doc["server"]["version"]
+    assert doc["host"]["cpus"] >= 1 and doc["host"]["storage"]["fstype"]
+    assert doc["client"]["name"] in ("redis-benchmark", "valkey-benchmark")
+    runs = {r["workload"]: r for r in doc["runs"]}
+    get = runs["read-heavy"]["ops"]["GET"]
+    assert get["tps"] > 0 and get["p50_us"] > 0 and get["percentile_distribution"]
+    assert get["command"][0].endswith("benchmark") and "-c" in get["command"]
+    bg = runs["read-heavy"]["ops"]["SET"]
+    assert bg["role"] == "background" and bg["tps"] > 0  # the background load ran in the window
+    assert runs["write-only"]["ops"]["SET"]["clients"] == 50
+
+
+def test_report_json_fields(two_recordings, tmp_path):
+    out = tmp_path / "r.json"
+    res = vt("report", str(two_recordings["always"]), "--format", "json", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    d = json.loads(out.read_text())
+    assert d["format"] == "valkeytrace-report" and d["version"] == 1
+    run = d["runs"][0]
+    assert set(run["server"]) >= {"version", "appendfsync", "io_threads", "bio_aof_offload"}
+    cell = [c for c in run["cells"] if c["workload"] == "read-heavy"][0]
+    assert cell["value_size"] == 64 and cell["repeats"] == 1
+    assert set(cell["ops"]["GET"]) >= {"tps", "mb_s", "p50_us", "p95_us", "p99_us", "clients"}
+    assert cell["ops"]["GET"]["tps"] > 0
+
+
+def test_compare_markdown_and_json(two_recordings, tmp_path):
+    a, b = str(two_recordings["always"]), str(two_recordings["everysec"])
+    res = vt("report", "--compare", a, b, "--format", "markdown")
+    assert res.returncode == 0, res.stderr
+    assert "| fsync-always | 64 B | GET |" in res.stdout and "| fsync-everysec | 64 B | GET |" in res.stdout
+    assert "| delta | 64 B | SET |" in res.stdout
+    res = vt("report", "--compare", a, b, "--format", "json")
+    rows = json.loads(res.stdout)["compare"]["rows"]
+    assert {(r["workload"], r["op"]) for r in rows} >= {("read-heavy", "GET"), ("write-only", "SET")}
+    res = vt("report", "--compare", a, b, "--format", "csv")
+    assert res.returncode == 0 and res.stdout.startswith("system,workload")
+
+
+def test_server_command_mode_stops_the_server(tmp_path):
+    import psutil
+
+    from valkeytrace.target.binaries import embedded_server
+    from valkeytrace.target.server import free_port
+
+    port = free_port()
+    p = tmp_path / "cmd.vtrace"
+    res = vt("record", "--workload", "write-only", *SHORT, "-o", str(p), "--",
+             embedded_server(), "--port", str(port), "--save", "", "--appendonly", "yes",
+             "--dir", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    doc = recfmt.read(p)
+    # the port was found from the process's listening sockets
+    assert doc["server"]["mode"] == "command" and doc["server"]["port"] == port
+    assert not psutil.pid_exists(doc["server"]["pid"]) or \
+        psutil.Process(doc["server"]["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_attach_mode_never_stops_the_server(tmp_path):
+    from valkeytrace.target.server import EmbeddedServer
+
+    with EmbeddedServer(appendfsync="everysec") as srv:
+        p = tmp_path / "att.vtrace"
+        res = vt("record", "--attach", str(srv.pid), "--workload", "none", "--duration", "1",
+                 "--backend", "none", "-o", str(p))
+        assert res.returncode == 0, res.stderr
+        assert srv.alive() and srv.client().ping()
+        doc = recfmt.read(p)
+        assert doc["server"]["mode"] == "attach" and doc["runs"][0]["workload"] == "none"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--sizes", "0"], "positive"),
+    (["--sizes", "abc"], "positive"),
+    (["--duration", "-1"], "greater than 0"),
+    (["--repeat", "0"], "repeat"),
+    (["--workload", "bogus"], "workload"),
+    (["--backend", "bogus"], "backend"),
+])
+def test_bad_options_exit_2_with_one_line(args, needle):
+    res = vt("record", *args)
+    assert res.returncode == 2
+    assert needle in res.stderr.lower() and "Traceback" not in res.stderr
+
+
+def test_embedded_only_option_with_server_command_is_an_error():
+    res = vt("record", "--appendfsync", "everysec", "--", "valkey-server")
+    assert res.returncode == 2 and "--appendfsync" in res.stderr and "Traceback" not in res.stderr
