@@ -41,7 +41,7 @@
 #define VT_STATE_IO 2       /* TASK_UNINTERRUPTIBLE: blocked in I/O */
 #define VT_STATE_KINDS 3
 
-#ifdef __BPF__
+#if defined(__BPF__) || defined(VT_BPF) /* VT_BPF: set by valkeytrace when bcc compiles a probe */
 typedef __u64 vt_u64;
 typedef __u32 vt_u32;
 typedef __u16 vt_u16;

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-WORKLOADS = ("read-heavy", "write-only")
+from valkeytrace.analysis.server import summarize_server
+
+WORKLOADS = ("read-heavy", "write-only", "none")
 MEASURED_OP = {"read-heavy": "GET", "write-only": "SET"}
-OPS_BY_WORKLOAD = {"read-heavy": ("GET", "SET"), "write-only": ("SET",)}
+OPS_BY_WORKLOAD = {"read-heavy": ("GET", "SET"), "write-only": ("SET",), "none": ()}
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 
@@ -42,6 +44,7 @@ class CellSummary:
     repeats: int         # successful repeats
     failed: int
     ops: dict            # op -> OpSummary
+    server: dict | None = None  # analysis.server.summarize_server of the ok repeats
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -85,7 +88,8 @@ def summarize(doc: dict) -> list[CellSummary]:
                 median={m: float(np.median(v)) if v else None for m, v in values.items()},
                 spread={m: [float(min(v)), float(max(v))] if v else None for m, v in values.items()},
                 values=values)
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops))
+        server = summarize_server([r.get("server") for r in groups[key]])
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server))
     return cells
 
 

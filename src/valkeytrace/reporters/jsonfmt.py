@@ -31,7 +31,8 @@ def build(inp: ReportInput) -> dict:
             "settings": r.doc.get("settings"),
             "warnings": r.doc.get("warnings", []),
             "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
-                       "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()}}
+                       "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
+                       **({"server": c.server} if c.server is not None else {})}
                       for c in r.cells],
         })
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}

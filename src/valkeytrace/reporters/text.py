@@ -62,9 +62,52 @@ def render(inp: ReportInput, out) -> None:
         if cmp.missing:
             console.print("[yellow]not compared:[/yellow] " + "; ".join(cmp.missing))
     for run in inp.runs:
+        for cell in run.cells:
+            if cell.server:
+                server_tables(console, run.label, cell)
+    for run in inp.runs:
         for w in run.doc.get("warnings", []):
             console.print(f"[yellow]warning ({run.label}):[/yellow] {w}")
         for r in run.doc.get("runs", []):
             if r.get("status") != "ok":
                 console.print(f"[red]{run.label}: {r['workload']} {r['value_size']} B #{r.get('repeat')} "
                               f"{r['status']}:[/red] {r.get('error')}")
+
+
+def _num(v, fmt="{:,.0f}"):
+    return "–" if v is None else fmt.format(v)
+
+
+def server_tables(console, label: str, cell) -> None:
+    """Per cell: thread role | call | count | p50 | p99 | max | total ms | % of wall; the main-thread
+    budget; event-loop iterations."""
+    srv = cell.server
+    m = srv["main_thread"]
+    wall_ms = m["wall_ms"] or 0
+    t = Table(title=f"{label} · {cell.workload} {cell.value_size} B · server threads "
+                    f"({srv['backend']}, {srv['windows']} window(s), {wall_ms / 1000:.1f} s)")
+    for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):
+        t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
+    for th in srv["threads"]:
+        rows = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
+        role = f"{th['role']} ×{th['threads']}" if th["threads"] > 1 else th["role"]
+        for i, (call, c) in enumerate(rows):
+            t.add_row(role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
+                      _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
+                      _num(100 * c["total_ms"] / wall_ms if wall_ms else None, "{:.1f}%"))
+        t.add_row(role if not rows else "", "off-CPU", "", "", "", "", _num(th["off_cpu_ms"], "{:,.1f}"),
+                  _num(100 * th["off_cpu_ms"] / wall_ms if wall_ms else None, "{:.1f}%"), end_section=True)
+    console.print(t)
+    parts = [("on CPU", "on_cpu_pct"), ("blocked in fsync", "blocked_in_fsync_pct"),
+             ("blocked in AOF write", "blocked_in_aof_write_pct"), ("waiting for CPU", "waiting_for_cpu_pct"),
+             ("idle (epoll_wait)", "idle_pct"), ("other blocked", "other_blocked_pct")]
+    console.print("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in parts
+                                                    if m[key] is not None))
+    if m["loop_iterations"]:
+        console.print(f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
+                      f"{m['loop_iterations_per_s']:,.0f}/s, p50 {m['loop_iteration_p50_us']:,.0f} µs, "
+                      f"p99 {m['loop_iteration_p99_us']:,.0f} µs"
+                      + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
+    lost = srv["lost_events"]
+    console.print(f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
+                  + ("  [red](events were lost: the timeline is incomplete)[/red]" if lost else ""))

@@ -1,16 +1,35 @@
-"""The eBPF backend: loads the bcc programs of probes/ and reads their maps.
+"""The eBPF backend: loads probes/valkey_threads.bpf.c against one valkey-server and reads it.
 
 This is the only module that imports bcc (Debian's python3-bpfcc, never PyPI's "bcc"). Only
 tracepoints and uprobes are used: the kernels we target may have no kprobes, and their headers
 may come from another kernel version, so no kernel struct is ever read.
+
+Everything is aggregated in kernel maps; a measured window is the difference of two snapshots
+(taken at the window's edges), with off-CPU intervals still open at either edge cut at the edge.
+Main-thread blocked intervals come through a ring buffer polled on a timer (no wakeups).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import tempfile
+import threading
+import time
+from collections import defaultdict
 
 from valkeytrace.errors import VTError
+from valkeytrace._native import lib
+from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.layout import BLOCK_EVENT_DTYPE, CALL_NAMES, STATE_NAMES, HIST_BUCKETS
+from valkeytrace.target import threads as thr
 from valkeytrace.tracers import PROBES_DIR, probe_source
+
+MAIN_PROBE = "valkey_threads"
+POLL_INTERVAL_S = 0.1
+RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
+LOOP_SYMBOL = "beforeSleep"
+FLUSH_SYMBOL = "flushAppendOnlyFile"
+SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
 
 
 def import_bcc():
@@ -24,7 +43,7 @@ def import_bcc():
 
 def cflags(**defines) -> list[str]:
     """-D flags for the probe parameters, plus the include path of the shared layout header."""
-    flags = [f"-I{PROBES_DIR}", "-Wno-visibility", "-Wno-macro-redefined"]
+    flags = [f"-I{PROBES_DIR}", "-DVT_BPF=1", "-Wno-visibility", "-Wno-macro-redefined"]
     flags += [f"-D{k}={int(v)}" for k, v in defines.items()]
     return flags
 
@@ -45,3 +64,233 @@ def selftest(calls: int = 7) -> int:
         return int(bpf[b"fdatasync_calls"][0].value)
     finally:
         bpf.cleanup()
+
+
+def has_symbol(binary: str, symbol: str) -> bool:
+    bcc = import_bcc()
+    try:
+        return bool(bcc.BPF.get_user_functions_and_addresses(binary.encode(), f"^{symbol}$".encode()))
+    except Exception:
+        return False
+
+
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, flush_probe: bool,
+                  shim_probes: bool) -> dict:
+    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
+            "LOOP_FROM_EPOLL": int(loop_from_epoll), "HAVE_FLUSH_PROBE": int(flush_probe),
+            "SHIM_FSYNC_PROBES": int(shim_probes), "RINGBUF_PAGES": RINGBUF_PAGES}
+
+
+def printable_program(defines: dict) -> str:
+    """The exact text and flags `record` would load (for --print-probes)."""
+    flags = " ".join(cflags(**defines))
+    return f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE)
+
+
+class _Snapshot:
+    __slots__ = ("mono_ns", "hist", "stats", "offcpu", "lost")
+
+    def __init__(self, bpf):
+        self.mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
+        self.hist = {(k.tid, k.kind, k.bucket): v.value for k, v in bpf[b"hist"].items()}
+        self.stats = {(k.tid, k.kind): (v.count, v.sum_ns, v.max_ns, v.bytes) for k, v in bpf[b"stats"].items()}
+        offcpu = defaultdict(int)
+        for k, v in bpf[b"offcpu"].items():
+            offcpu[(k.tid, k.cause, k.state)] += v.value
+        # an interval still open counts up to now (the next snapshot subtracts it back)
+        for k, v in bpf[b"offcpu_since"].items():
+            if self.mono_ns > v.start_ns:
+                offcpu[(k.value, v.cause, v.state)] += self.mono_ns - v.start_ns
+        self.offcpu = dict(offcpu)
+        self.lost = bpf[b"lost"][0].value
+
+
+class EbpfTracer:
+    """Per-thread tracing of one valkey-server with bcc; window metrics as recording dicts."""
+
+    name = "ebpf"
+
+    def __init__(self, block_threshold_us: float = 100.0, shim_library: str | None = None):
+        self.block_threshold_ns = int(block_threshold_us * 1000)
+        self.shim_library = shim_library  # the LD_PRELOAD shim loaded for fsync injection
+        self.bpf = None
+        self._events: list[bytes] = []
+        self._events_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._poller = None
+        self.names: dict[int, str] = {}
+        self.info: dict = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self, target):
+        bcc = import_bcc()
+        self.pid = target.pid
+        self.aof_dir = self._aof_dir(target)
+        binary = os.path.realpath(f"/proc/{self.pid}/exe")
+        loop_uprobe = has_symbol(binary, LOOP_SYMBOL)
+        flush_probe = has_symbol(binary, FLUSH_SYMBOL)
+        shim = bool(self.shim_library)
+        defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
+                                loop_from_epoll=not loop_uprobe, flush_probe=flush_probe, shim_probes=shim)
+        t0 = time.monotonic()
+        try:
+            self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**defines))
+            if loop_uprobe:
+                self.bpf.attach_uprobe(name=binary.encode(), sym=LOOP_SYMBOL.encode(),
+                                       fn_name=b"on_before_sleep", pid=self.pid)
+            if flush_probe:
+                self.bpf.attach_uprobe(name=binary.encode(), sym=FLUSH_SYMBOL.encode(),
+                                       fn_name=b"on_flush_enter", pid=self.pid)
+                self.bpf.attach_uretprobe(name=binary.encode(), sym=FLUSH_SYMBOL.encode(),
+                                          fn_name=b"on_flush_return", pid=self.pid)
+            if shim:
+                for sym, fn in SHIM_SYMBOLS.items():
+                    self.bpf.attach_uprobe(name=self.shim_library.encode(), sym=sym.encode(),
+                                           fn_name=fn.encode(), pid=self.pid)
+                    self.bpf.attach_uretprobe(name=self.shim_library.encode(), sym=sym.encode(),
+                                              fn_name=b"on_shim_sync_return", pid=self.pid)
+            self.bpf[b"block_events"].open_ring_buffer(self._on_event)
+        except VTError:
+            self.stop()
+            raise
+        except Exception as exc:  # bcc raises bare Exception on compile/attach failures
+            self.stop()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise VTError(f"eBPF probes failed to load ({first}); run 'valkeytrace doctor'") from exc
+        self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
+                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else "epoll_wait",
+                     "flush_probe": flush_probe, "shim_probes": shim,
+                     "block_threshold_ns": self.block_threshold_ns, "defines": defines}
+        self._refresh()
+        self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
+        self._poller.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=2)
+            self._poller = None
+        if self.bpf is not None:
+            try:
+                self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
+            finally:
+                self.bpf = None
+
+    # -- background work ----------------------------------------------------------------------
+    @staticmethod
+    def _aof_dir(target) -> str:
+        cfg = target.describe()["config"]
+        base = cfg.get("dir") or "."
+        if not os.path.isabs(base):
+            base = os.path.join(os.path.realpath(f"/proc/{target.pid}/cwd"), base)
+        return os.path.join(base, cfg.get("appenddirname") or "")
+
+    def _refresh(self):
+        """Thread names and AOF fds, refreshed as threads appear and files rotate."""
+        self.names.update(thr.list_threads(self.pid))
+        fds = set(thr.aof_fds(self.pid, self.aof_dir))
+        table = self.bpf[b"aof_fds"]
+        known = {k.value for k in table.keys()}
+        for fd in fds - known:
+            table[table.Key(fd)] = table.Leaf(1)
+        for fd in known - fds:
+            try:
+                del table[table.Key(fd)]
+            except KeyError:
+                pass
+
+    def _on_event(self, ctx, data, size):
+        raw = ctypes.string_at(data, size)
+        with self._events_lock:
+            self._events.append(raw)
+
+    def _poll(self):
+        n = 0
+        while not self._stop.wait(POLL_INTERVAL_S):
+            bpf = self.bpf
+            if bpf is None:
+                break
+            try:
+                bpf.ring_buffer_consume()
+                n += 1
+                if n % 5 == 0:
+                    self._refresh()
+            except Exception:
+                if self._stop.is_set():
+                    break
+
+    # -- windows --------------------------------------------------------------------------------
+    def window_begin(self):
+        self._refresh()
+        self.bpf.ring_buffer_consume()
+        with self._events_lock:
+            self._events.clear()
+        self._begin = _Snapshot(self.bpf)
+
+    def window_end(self) -> dict:
+        end = _Snapshot(self.bpf)
+        self.bpf.ring_buffer_consume()
+        self._refresh()
+        with self._events_lock:
+            events, self._events = self._events, []
+        return window_metrics(self._begin, end, self.pid, self.names, events, self.info)
+
+
+def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, events: list[bytes], info: dict) -> dict:
+    """The recording's `server` dict for one window: raw per-thread data, nothing derived."""
+    import numpy as np
+
+    hists: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+    for key, count in b.hist.items():
+        d = count - a.hist.get(key, 0)
+        if d > 0:
+            hists[(key[0], key[1])][key[2]] = d
+    threads: dict[int, dict] = {}
+
+    def entry(tid):
+        if tid not in threads:
+            name = names.get(tid, "?")
+            threads[tid] = {"tid": tid, "name": name, "role": thr.thread_role(tid, pid, name),
+                            "calls": {}, "off_cpu_ns": {}}
+        return threads[tid]
+
+    for tid in names:
+        entry(tid)
+    for (tid, kind), (count, sum_ns, max_ns, nbytes) in b.stats.items():
+        c0, s0, _, b0 = a.stats.get((tid, kind), (0, 0, 0, 0))
+        if count - c0 <= 0:
+            continue
+        buckets = hists.get((tid, kind), {})
+        # the kernel's max is all-time: exact for this window only if it lies in the top bucket
+        exact_max = bool(buckets) and max_ns < lib.vt_hist_bucket_upper(max(buckets))
+        hist = LatencyHistogram.from_bucket_counts(buckets, sum_ns=sum_ns - s0,
+                                                   max_ns=max_ns if exact_max else None)
+        rec = hist.to_dict()
+        rec["bytes"] = int(nbytes - b0)
+        entry(tid)["calls"][CALL_NAMES[kind]] = rec
+    for (tid, cause, state), ns in b.offcpu.items():
+        d = ns - a.offcpu.get((tid, cause, state), 0)
+        if d <= 0:
+            continue
+        per_cause = entry(tid)["off_cpu_ns"].setdefault(CALL_NAMES[cause], {})
+        per_cause[STATE_NAMES[state]] = per_cause.get(STATE_NAMES[state], 0) + int(d)
+    timeline = []
+    if events:
+        arr = np.frombuffer(b"".join(e[:BLOCK_EVENT_DTYPE.itemsize] for e in events), dtype=BLOCK_EVENT_DTYPE)
+        keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
+        arr = arr[keep]
+        timeline = [[int(s) - a.mono_ns, int(d), CALL_NAMES[c], STATE_NAMES[st]]
+                    for s, d, c, st in zip(arr["start_ns"], arr["duration_ns"], arr["cause"], arr["state"])]
+    return {
+        "backend": "ebpf",
+        "window_ns": b.mono_ns - a.mono_ns,
+        "pid": pid,
+        "main_tid": pid,
+        "threads": sorted(threads.values(), key=lambda t: (t["role"] != "main", t["tid"])),
+        "lost_events": int(b.lost - a.lost),
+        "blocked_timeline": {"threshold_ns": info.get("block_threshold_ns"),
+                             "columns": ["start_offset_ns", "duration_ns", "cause", "state"],
+                             "events": timeline},
+        "probe": {k: v for k, v in info.items() if k != "defines"},
+        "hist_buckets": HIST_BUCKETS,
+    }

@@ -1,0 +1,113 @@
+"""Server-side summaries from the tracers' raw window data (pure: no I/O, no bcc).
+
+A cell's server metrics aggregate its successful repeats: histograms are merged, times and
+counts summed, and percentages taken against the summed wall time.
+
+Main-thread time budget (sums to 100% of the measured window by construction):
+  waiting_for_cpu  off-CPU while runnable (preempted), whatever it was doing;
+  blocked_in_fsync off-CPU, not runnable, inside fdatasync/fsync (with the shim: its wrapper,
+                   so an injected delay counts as fsync time);
+  blocked_in_aof_write  off-CPU, not runnable, inside a write to an AOF file;
+  idle             off-CPU, not runnable, inside epoll_wait (nothing to do);
+  other_blocked    off-CPU, not runnable, anywhere else;
+  on_cpu           the rest of the wall time.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.target.threads import ROLES
+
+CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
+BUDGET_KEYS = ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",
+               "waiting_for_cpu_pct", "idle_pct", "other_blocked_pct")
+CAUSE_TO_BUDGET = {"fdatasync": "blocked_in_fsync_pct", "fsync": "blocked_in_fsync_pct",
+                   "aof_write": "blocked_in_aof_write_pct", "epoll_wait": "idle_pct"}
+
+
+def _hist(rec: dict | None) -> LatencyHistogram:
+    return LatencyHistogram.from_dict(rec) if rec else LatencyHistogram()
+
+
+def call_summary(h: LatencyHistogram, nbytes: int = 0) -> dict:
+    if not h.count:
+        return {"count": 0, "p50_us": None, "p99_us": None, "max_us": None, "total_ms": 0.0, "bytes": nbytes}
+    p50, p99 = h.percentiles([50, 99])
+    return {"count": h.count, "p50_us": p50 / 1e3, "p99_us": p99 / 1e3, "max_us": h.max_ns / 1e3,
+            "total_ms": h.sum_ns / 1e6, "bytes": nbytes}
+
+
+def budget(off_cpu_ns: dict, wall_ns: int) -> dict:
+    """The six main-thread percentages from {cause: {state: ns}} over wall_ns."""
+    ns = dict.fromkeys(BUDGET_KEYS, 0.0)
+    for cause, by_state in off_cpu_ns.items():
+        for state, v in by_state.items():
+            if state == "runnable":
+                ns["waiting_for_cpu_pct"] += v
+            else:
+                ns[CAUSE_TO_BUDGET.get(cause, "other_blocked_pct")] += v
+    off = sum(ns.values())
+    if wall_ns <= 0:
+        return {k: None for k in BUDGET_KEYS}
+    if off > wall_ns:  # edge effects: never report more than the wall
+        scale = wall_ns / off
+        ns = {k: v * scale for k, v in ns.items()}
+        off = wall_ns
+    ns["on_cpu_pct"] = wall_ns - off
+    return {k: 100.0 * v / wall_ns for k, v in ns.items()}
+
+
+def summarize_server(raws: list[dict]) -> dict | None:
+    """Merge the raw `server` dicts of a cell's repeats into the report's server section."""
+    raws = [r for r in raws if r]
+    if not raws:
+        return None
+    wall_ns = sum(r["window_ns"] for r in raws)
+    main_calls: dict[str, LatencyHistogram] = defaultdict(LatencyHistogram)
+    main_off: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    roles: dict[str, dict] = {}
+    for raw in raws:
+        for t in raw["threads"]:
+            role = t["role"]
+            r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
+                                        "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float)})
+            r["names"].add(t["name"])
+            r["tids"].add(t["tid"])
+            for call, rec in t.get("calls", {}).items():
+                r["calls"][call].merge(_hist(rec))
+                r["bytes"][call] += rec.get("bytes", 0)
+                if role == "main":
+                    main_calls[call].merge(_hist(rec))
+            for cause, by_state in t.get("off_cpu_ns", {}).items():
+                for state, v in by_state.items():
+                    r["off_cpu_ns"][state] += v
+                    if role == "main":
+                        main_off[cause][state] += v
+    loop = main_calls["loop_iteration"]
+    fds = main_calls["fdatasync"]
+    flush = main_calls["aof_flush"]
+    p = lambda h, q: float(h.percentile(q)) / 1e3 if h.count else None  # noqa: E731
+    main = {"wall_ms": wall_ns / 1e6,
+            "fdatasync_count": fds.count, "fdatasync_p50_us": p(fds, 50), "fdatasync_p99_us": p(fds, 99),
+            "fsync_count": main_calls["fsync"].count,
+            **budget(main_off, wall_ns),
+            "loop_iterations": loop.count, "loop_iteration_p50_us": p(loop, 50),
+            "loop_iteration_p99_us": p(loop, 99),
+            "loop_iterations_per_s": loop.count / (wall_ns / 1e9) if wall_ns else None,
+            "aof_flushes": flush.count, "aof_flush_p50_us": p(flush, 50),
+            "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()}}
+    threads = []
+    for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES)):
+        r = roles[role]
+        entry = {"role": role, "names": sorted(r["names"]), "threads": len(r["tids"])}
+        for call in CALLS:
+            entry[call] = call_summary(r["calls"][call], r["bytes"][call])
+        entry["off_cpu_ms"] = sum(r["off_cpu_ns"].values()) / 1e6
+        entry["off_cpu_ms_by_state"] = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
+        threads.append(entry)
+    events = sum(len(r.get("blocked_timeline", {}).get("events", [])) for r in raws)
+    return {"backend": raws[0].get("backend"), "windows": len(raws), "main_thread": main,
+            "threads": threads, "lost_events": sum(r.get("lost_events", 0) for r in raws),
+            "blocked_events": events,
+            "loop_source": raws[0].get("probe", {}).get("loop_source")}

@@ -1,0 +1,56 @@
+"""Thread roles of a valkey-server, from /proc/PID/task/*/comm.
+
+main (tid == pid), bio_aof, bio_close_file, bio_lazy_free, other bio_* (bio_rdb_save,
+bio_tls_reload, ...), io_thd_* (I/O threads), other.
+"""
+from __future__ import annotations
+
+import os
+
+ROLES = ("main", "bio_aof", "bio_close_file", "bio_lazy_free", "bio_other", "io_thread", "other")
+
+
+def thread_role(tid: int, pid: int, name: str) -> str:
+    if tid == pid:
+        return "main"
+    if name in ("bio_aof", "bio_close_file", "bio_lazy_free"):
+        return name
+    if name.startswith("bio_"):
+        return "bio_other"
+    if name.startswith("io_thd_"):
+        return "io_thread"
+    return "other"
+
+
+def list_threads(pid: int) -> dict[int, str]:
+    """{tid: comm} of the live threads of pid (empty when the process is gone)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                out[int(t)] = f.read().strip()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def aof_fds(pid: int, aof_dir: str) -> list[int]:
+    """The fds of pid open on files under aof_dir (the AOF base/incr files, the manifest)."""
+    prefix = os.path.realpath(aof_dir).rstrip("/") + "/"
+    fds = []
+    try:
+        entries = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return fds
+    for e in entries:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{e}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            fds.append(int(e))
+    return fds
