@@ -1,0 +1,119 @@
+"""The eBPF tracer attached to a real valkey-server under a real benchmark client."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+
+
+def vt(*args, timeout=180):
+    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def report_json(path):
+    res = vt("report", str(path), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ebpf")
+    out = {}
+    for mode in ("always", "everysec"):
+        p = d / f"{mode}.vtrace"
+        res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "3",
+                 "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p))
+        if res.returncode != 0 and "needs root" in res.stderr:
+            pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+        assert res.returncode == 0, res.stderr
+        out[mode] = report_json(p)["runs"][0]["cells"][0]["server"]
+    return out
+
+
+def roles(server):
+    return {t["role"]: t for t in server["threads"]}
+
+
+def test_always_fsyncs_on_the_main_thread_about_once_per_writing_iteration(recordings):
+    s = recordings["always"]
+    m = s["main_thread"]
+    assert m["fdatasync_count"] > 100
+    assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
+    # every fdatasync on the main thread follows an AOF write of the same flush
+    assert roles(s)["main"]["aof_write"]["count"] >= m["fdatasync_count"] * 0.95
+    assert m["loop_iterations"] >= m["fdatasync_count"]
+    assert m["aof_flushes"] > 0
+
+
+def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
+    s = recordings["everysec"]
+    assert s["main_thread"]["fdatasync_count"] == 0
+    bio = roles(s)["bio_aof"]
+    assert 2 <= bio["fdatasync"]["count"] + bio["fsync"]["count"] <= 6  # 3 s window
+
+
+def test_budget_sums_to_100_and_nothing_is_lost(recordings):
+    for s in recordings.values():
+        m = s["main_thread"]
+        total = sum(m[k] for k in ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",
+                                   "waiting_for_cpu_pct", "idle_pct", "other_blocked_pct"))
+        assert abs(total - 100) <= 1
+        assert s["lost_events"] == 0
+    assert recordings["always"]["main_thread"]["blocked_in_fsync_pct"] > 5
+    assert recordings["everysec"]["main_thread"]["blocked_in_fsync_pct"] == 0
+
+
+def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
+    """GIVEN the tracer and a separate minimal BPF counter on the same server, WHEN SETs run
+    under appendfsync always, THEN both count the main thread's fdatasync calls within 2%."""
+    from valkeytrace.target.binaries import embedded_server  # noqa: F401
+    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.tracers import ebpf
+    from valkeytrace.workload.clients import find_client
+
+    with EmbeddedServer(appendfsync="always", io_threads=1) as srv:
+        tracer = ebpf.EbpfTracer()
+        tracer.start(srv)
+        counter = ebpf.compile_probe("selftest", TARGET_TGID=srv.pid)
+        load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
+                                 "-n", "100000000", "-r", "1000"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            c0 = counter[b"fdatasync_calls"][0].value
+            tracer.window_begin()
+            time.sleep(2.0)
+            metrics = tracer.window_end()
+            c1 = counter[b"fdatasync_calls"][0].value
+        finally:
+            load.kill()
+            load.wait()
+            counter.cleanup()
+            tracer.stop()
+    main = [t for t in metrics["threads"] if t["role"] == "main"][0]
+    ours = main["calls"]["fdatasync"]["count"]
+    independent = c1 - c0
+    assert independent > 100
+    assert abs(ours - independent) <= 0.02 * independent, (ours, independent)
+
+
+def test_print_probes_shows_the_program_without_loading_it():
+    res = vt("record", "--print-probes")
+    assert res.returncode == 0
+    assert "TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync)" in res.stdout
+    assert "-DBLOCK_THRESHOLD_NS=100000" in res.stdout and "kprobe" not in res.stdout.split("*/", 1)[1]
+
+
+def test_no_probe_left_behind_after_record(recordings):
+    from valkeytrace import system
+
+    tfs = system.tracefs_dir()
+    if tfs is None:
+        pytest.skip("tracefs not mounted")
+    assert "valkey" not in (tfs / "uprobe_events").read_text()

@@ -1,0 +1,64 @@
+"""Server-side summaries from raw tracer windows: budget arithmetic, role merging."""
+import numpy as np
+import pytest
+
+from valkeytrace.analysis.server import BUDGET_KEYS, budget, summarize_server
+from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.target.threads import thread_role
+
+
+def test_thread_roles():
+    assert thread_role(100, 100, "valkey-server") == "main"
+    assert thread_role(101, 100, "bio_aof") == "bio_aof"
+    assert thread_role(102, 100, "bio_rdb_save") == "bio_other"
+    assert thread_role(103, 100, "io_thd_3") == "io_thread"
+    assert thread_role(104, 100, "jemalloc_bg_thd") == "other"
+
+
+def test_budget_splits_off_cpu_by_cause_and_state_and_sums_to_100():
+    off = {"fdatasync": {"io": 400, "runnable": 50}, "epoll_wait": {"sleeping": 100},
+           "aof_write": {"io": 20}, "other": {"sleeping": 30}}
+    b = budget(off, 1000)
+    assert b["blocked_in_fsync_pct"] == pytest.approx(40.0)
+    assert b["waiting_for_cpu_pct"] == pytest.approx(5.0)  # runnable counts as waiting, whatever the call
+    assert b["idle_pct"] == pytest.approx(10.0)
+    assert b["blocked_in_aof_write_pct"] == pytest.approx(2.0)
+    assert b["other_blocked_pct"] == pytest.approx(3.0)
+    assert b["on_cpu_pct"] == pytest.approx(40.0)
+    assert sum(b[k] for k in BUDGET_KEYS) == pytest.approx(100.0)
+
+
+def test_budget_never_exceeds_wall():
+    b = budget({"fdatasync": {"io": 1500}}, 1000)
+    assert b["blocked_in_fsync_pct"] == pytest.approx(100.0) and b["on_cpu_pct"] == pytest.approx(0.0)
+
+
+def _thread(tid, name, role, fdatasync_ns=(), off=None):
+    calls = {}
+    if len(fdatasync_ns):
+        calls["fdatasync"] = dict(LatencyHistogram.from_values(np.array(fdatasync_ns, dtype=np.uint64)).to_dict(), bytes=0)
+    return {"tid": tid, "name": name, "role": role, "calls": calls, "off_cpu_ns": off or {}}
+
+
+def test_summary_merges_repeats_and_io_threads_by_role():
+    w1 = {"backend": "ebpf", "window_ns": 10**9, "lost_events": 0, "threads": [
+        _thread(1, "valkey-server", "main", [4_000_000] * 100, {"fdatasync": {"io": 4 * 10**8}}),
+        _thread(2, "bio_aof", "bio_aof"),
+        _thread(3, "io_thd_1", "io_thread", off={"other": {"sleeping": 10**6}}),
+        _thread(4, "io_thd_2", "io_thread", off={"other": {"sleeping": 10**6}})]}
+    w2 = {"backend": "ebpf", "window_ns": 10**9, "lost_events": 2, "threads": [
+        _thread(1, "valkey-server", "main", [4_200_000] * 100, {"fdatasync": {"io": 4 * 10**8}})]}
+    s = summarize_server([w1, w2])
+    m = s["main_thread"]
+    assert m["fdatasync_count"] == 200 and m["wall_ms"] == pytest.approx(2000)
+    assert 4000 <= m["fdatasync_p50_us"] <= 4250
+    assert m["blocked_in_fsync_pct"] == pytest.approx(40.0)
+    assert s["lost_events"] == 2
+    roles = {t["role"]: t for t in s["threads"]}
+    assert roles["io_thread"]["threads"] == 2 and roles["io_thread"]["off_cpu_ms"] == pytest.approx(2.0)
+    assert roles["bio_aof"]["fdatasync"]["count"] == 0
+    assert [t["role"] for t in s["threads"]] == ["main", "bio_aof", "io_thread"]
+
+
+def test_no_tracer_data_gives_no_server_section():
+    assert summarize_server([None, None]) is None
