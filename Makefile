@@ -3,7 +3,7 @@ PY_SYS   ?= /usr/bin/python3
 VENV     := .venv
 PIP      := $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP    := $(VENV)/.installed
-SOURCES  := $(shell find src csrc probes -type f -not -name '*.pyc' -not -path '*/__pycache__/*' 2>/dev/null) setup.py pyproject.toml
+SOURCES  := $(shell find src csrc probes -type f -not -name "*.pyc" -not -path "*/__pycache__/*" 2>/dev/null) setup.py pyproject.toml
 
 .PHONY: setup system test unit demo clean
 

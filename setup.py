@@ -7,7 +7,7 @@ probes (they include it when bcc compiles them at run time).
 import shutil
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 
@@ -19,7 +19,19 @@ class build_py_with_header(build_py):
         shutil.copy2("csrc/valkeytrace.h", target / "valkeytrace.h")
 
 
+# The LD_PRELOAD shim: a plain shared library with no Python entry point, built by the package
+# build and found by path next to the _native module (as memray does with its _inject library).
+shim = Extension(
+    "valkeytrace._shim",
+    sources=["csrc/shim.c"],
+    include_dirs=["csrc"],
+    libraries=["m", "dl", "pthread"],
+    extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",
+                        "-Wno-unused-parameter"],
+)
+
 setup(
+    ext_modules=[shim],
     package_dir={"": "src", "valkeytrace.probes": "probes"},
     packages=find_packages("src") + ["valkeytrace.probes"],
     package_data={"valkeytrace.probes": ["*.bpf.c"]},

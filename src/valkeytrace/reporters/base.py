@@ -22,6 +22,12 @@ class AnalysedRun:
     def server(self) -> dict:
         return self.doc.get("server", {})
 
+    @property
+    def emulation(self) -> str:
+        """The sentence every report must show when the fsync latency was emulated, else ''."""
+        emu = self.doc.get("emulation") or {}
+        return emu.get("description") or ""
+
 
 @dataclass
 class ReportInput:

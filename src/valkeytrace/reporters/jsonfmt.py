@@ -30,6 +30,7 @@ def build(inp: ReportInput) -> dict:
             "client": r.doc.get("client"),
             "settings": r.doc.get("settings"),
             "warnings": r.doc.get("warnings", []),
+            "emulation": r.doc.get("emulation"),
             "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
                        "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
                        **({"server": c.server} if c.server is not None else {})}

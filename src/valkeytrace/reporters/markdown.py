@@ -30,6 +30,8 @@ def render(inp: ReportInput, out) -> None:
     if inp.comparison is None:
         run = inp.baseline
         w(f"# valkeytrace: {run.label}\n\n")
+        if run.emulation:
+            w(f"**{run.emulation}** (emulated slow disk).\n\n")
         w(f"Server {run.server.get('version')} ({server_note(run)}), client "
           f"{(run.doc.get('client') or {}).get('name', '?')} {(run.doc.get('client') or {}).get('version', '')}.\n\n")
         for workload in ("read-heavy", "write-only"):
@@ -47,6 +49,9 @@ def render(inp: ReportInput, out) -> None:
 
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
     w(f"# valkeytrace: {cand.label} vs {base.label}\n\n")
+    for run in (base, cand):
+        if run.emulation:
+            w(f"**{run.label}: {run.emulation}** (emulated slow disk).\n\n")
     w(f"- baseline `{base.label}`: server {base.server.get('version')} ({server_note(base)})\n")
     w(f"- candidate `{cand.label}`: server {cand.server.get('version')} ({server_note(cand)})\n\n")
     for workload in ("read-heavy", "write-only"):
@@ -70,6 +75,8 @@ def render(inp: ReportInput, out) -> None:
 
 def _warnings(inp: ReportInput, w):
     for run in inp.runs:
+        if run.emulation:
+            w(f"> **{run.label}: {run.emulation}** (an emulated slow disk, not a measured one).\n")
         if not run.doc.get("complete", False):
             w(f"> **{run.label}**: incomplete recording ({run.path}); tables use the runs that finished.\n")
         for warning in run.doc.get("warnings", []):

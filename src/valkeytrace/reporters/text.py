@@ -35,6 +35,9 @@ def render(inp: ReportInput, out) -> None:
         console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
                       f"client {c.get('name', '?')} {c.get('version', '')}, recording {run.path}"
                       + ("" if run.doc.get("complete") else "  [red](incomplete)[/red]"))
+        if run.emulation:
+            console.print(f"[bold red]{run.label}: {run.emulation.upper()[:1]}{run.emulation[1:]} "
+                          "(emulated slow disk, not a measured one)[/bold red]")
     if inp.comparison is None:
         run = inp.baseline
         t = Table(title="median of repeats (min–max below)")

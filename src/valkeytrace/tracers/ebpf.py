@@ -110,9 +110,14 @@ class EbpfTracer:
 
     name = "ebpf"
 
-    def __init__(self, block_threshold_us: float = 100.0, shim_library: str | None = None):
+    def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None):
         self.block_threshold_ns = int(block_threshold_us * 1000)
-        self.shim_library = shim_library  # the LD_PRELOAD shim loaded for fsync injection
+        self.inject = inject
+        self.shim_library = None
+        if inject:  # the shim is preloaded for the injection only; its wrappers are probed
+            from valkeytrace.tracers.shim import shim_library
+
+            self.shim_library = shim_library()
         self.bpf = None
         self._events: list[bytes] = []
         self._events_lock = threading.Lock()
@@ -122,6 +127,13 @@ class EbpfTracer:
         self.info: dict = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def launch_env(self) -> dict:
+        if not self.inject:
+            return {}
+        from valkeytrace.tracers.shim import preload_env
+
+        return preload_env(self.shim_library, None, self.inject)
+
     def start(self, target):
         bcc = import_bcc()
         self.pid = target.pid
