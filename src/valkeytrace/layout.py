@@ -21,3 +21,15 @@ HIST_DTYPE = np.dtype([
 BLOCK_EVENT_DTYPE = np.dtype([
     ("start_ns", "<u8"), ("duration_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2"),
 ])
+
+CALL_KINDS = len(CALL_NAMES)
+
+SHIM_THREAD_DTYPE = np.dtype([
+    ("tid", "<u4"), ("claimed", "<u4"), ("name", "S16"), ("bytes", "<u8", (CALL_KINDS,)),
+    ("injected_ns", "<u8"), ("hist", HIST_DTYPE, (CALL_KINDS,)),
+])
+
+SHIM_HEADER_DTYPE = np.dtype([
+    ("magic", "<u4"), ("version", "<u4"), ("max_threads", "<u4"), ("nthreads", "<u4"), ("pid", "<u4"),
+    ("hist_buckets", "<u4"), ("thread_size", "<u8"), ("dropped_calls", "<u8"), ("inject_delay_ns", "<u8"),
+])

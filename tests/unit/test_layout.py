@@ -30,3 +30,10 @@ def test_bucket_index_is_monotonic_and_matches_bounds():
         assert i >= last
         last = i
         assert lib.vt_hist_bucket_lower(i) <= v < lib.vt_hist_bucket_upper(i)
+
+
+def test_shim_region_layout_matches_c():
+    _check("struct vt_shim_thread", layout.SHIM_THREAD_DTYPE)
+    _check("struct vt_shim_header", layout.SHIM_HEADER_DTYPE)
+    assert lib.vt_shim_region_size() == layout.SHIM_HEADER_DTYPE.itemsize + \
+        lib.VT_SHIM_MAX_THREADS * layout.SHIM_THREAD_DTYPE.itemsize

@@ -79,9 +79,14 @@ def summarize_server(raws: list[dict]) -> dict | None:
                 r["bytes"][call] += rec.get("bytes", 0)
                 if role == "main":
                     main_calls[call].merge(_hist(rec))
+            sched = t.get("sched")
+            if sched:  # the kernel's own accounting covers intervals that began before the probes
+                r["off_cpu_ns"]["runnable"] += sched["runqueue_ns"]
+                r["off_cpu_ns"]["blocked"] += max(0, raw["window_ns"] - sched["on_cpu_ns"] - sched["runqueue_ns"])
             for cause, by_state in t.get("off_cpu_ns", {}).items():
                 for state, v in by_state.items():
-                    r["off_cpu_ns"][state] += v
+                    if not sched:
+                        r["off_cpu_ns"][state] += v
                     if role == "main":
                         main_off[cause][state] += v
     loop = main_calls["loop_iteration"]

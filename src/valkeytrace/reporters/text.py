@@ -89,17 +89,18 @@ def server_tables(console, label: str, cell) -> None:
     wall_ms = m["wall_ms"] or 0
     t = Table(title=f"{label} · {cell.workload} {cell.value_size} B · server threads "
                     f"({srv['backend']}, {srv['windows']} window(s), {wall_ms / 1000:.1f} s)")
-    for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):
+    for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):  # per thread
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
     for th in srv["threads"]:
         rows = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
         role = f"{th['role']} ×{th['threads']}" if th["threads"] > 1 else th["role"]
+        role_wall = wall_ms * max(1, th["threads"])  # % of the role's thread time
         for i, (call, c) in enumerate(rows):
             t.add_row(role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
                       _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
-                      _num(100 * c["total_ms"] / wall_ms if wall_ms else None, "{:.1f}%"))
+                      _num(100 * c["total_ms"] / role_wall if wall_ms else None, "{:.1f}%"))
         t.add_row(role if not rows else "", "off-CPU", "", "", "", "", _num(th["off_cpu_ms"], "{:,.1f}"),
-                  _num(100 * th["off_cpu_ms"] / wall_ms if wall_ms else None, "{:.1f}%"), end_section=True)
+                  _num(100 * th["off_cpu_ms"] / role_wall if wall_ms else None, "{:.1f}%"), end_section=True)
     console.print(t)
     parts = [("on CPU", "on_cpu_pct"), ("blocked in fsync", "blocked_in_fsync_pct"),
              ("blocked in AOF write", "blocked_in_aof_write_pct"), ("waiting for CPU", "waiting_for_cpu_pct"),

@@ -54,3 +54,25 @@ def aof_fds(pid: int, aof_dir: str) -> list[int]:
         if target.startswith(prefix):
             fds.append(int(e))
     return fds
+
+
+def schedstat(pid: int, tid: int) -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) of a thread from /proc/PID/task/TID/schedstat, or None."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            run, wait, _ = f.read().split()
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return None
+
+
+def schedstats(pid: int, tids) -> dict:
+    return {tid: st for tid in tids if (st := schedstat(pid, tid)) is not None}
+
+
+def sched_delta(a: dict, b: dict, tid: int) -> dict | None:
+    """{"on_cpu_ns", "runqueue_ns"} of tid between two schedstats() readings."""
+    s0, s1 = a.get(tid), b.get(tid)
+    if not s0 or not s1:
+        return None
+    return {"on_cpu_ns": s1[0] - s0[0], "runqueue_ns": s1[1] - s0[1]}

@@ -88,9 +88,10 @@ def printable_program(defines: dict) -> str:
 
 
 class _Snapshot:
-    __slots__ = ("mono_ns", "hist", "stats", "offcpu", "lost")
+    __slots__ = ("mono_ns", "hist", "stats", "offcpu", "lost", "sched")
 
-    def __init__(self, bpf):
+    def __init__(self, bpf, pid: int, tids):
+        self.sched = thr.schedstats(pid, tids)
         self.mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
         self.hist = {(k.tid, k.kind, k.bucket): v.value for k, v in bpf[b"hist"].items()}
         self.stats = {(k.tid, k.kind): (v.count, v.sum_ns, v.max_ns, v.bytes) for k, v in bpf[b"stats"].items()}
@@ -237,10 +238,10 @@ class EbpfTracer:
         self.bpf.ring_buffer_consume()
         with self._events_lock:
             self._events.clear()
-        self._begin = _Snapshot(self.bpf)
+        self._begin = _Snapshot(self.bpf, self.pid, self.names)
 
     def window_end(self) -> dict:
-        end = _Snapshot(self.bpf)
+        end = _Snapshot(self.bpf, self.pid, self.names)
         self.bpf.ring_buffer_consume()
         self._refresh()
         with self._events_lock:
@@ -267,6 +268,9 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, events: li
         return threads[tid]
 
     for tid in names:
+        sched = thr.sched_delta(a.sched, b.sched, tid)
+        if sched:
+            entry(tid)["sched"] = sched  # total on-CPU / run-queue time, even for threads that never switched
         entry(tid)
     for (tid, kind), (count, sum_ns, max_ns, nbytes) in b.stats.items():
         c0, s0, _, b0 = a.stats.get((tid, kind), (0, 0, 0, 0))

@@ -151,16 +151,6 @@ class ShimRegion:
             pass
 
 
-def read_schedstat(pid: int, tid: int) -> tuple[int, int] | None:
-    """(on-CPU ns, run-queue wait ns) of a thread, or None."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            run, wait, _ = f.read().split()
-        return int(run), int(wait)
-    except (OSError, ValueError):
-        return None
-
-
 class ShimTracer:
     """--backend shim: launch-time preload; window metrics in the same raw shape as ebpf."""
 
@@ -188,7 +178,7 @@ class ShimTracer:
 
         names = thr.list_threads(self.pid)
         return {"mono_ns": time.monotonic_ns(), "slots": self.region.snapshot(), "names": names,
-                "sched": {tid: read_schedstat(self.pid, tid) for tid in names},
+                "sched": thr.schedstats(self.pid, names),
                 "dropped": self.region.dropped_calls}
 
     def window_begin(self):
@@ -221,9 +211,10 @@ def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None) -> dict
                 entry["calls"][kind] = rec
                 call_ns[kind] = h.sum_ns
             entry["injected_ns"] = sb["injected_ns"] - sa["injected_ns"]
-        s0, s1 = a["sched"].get(tid), b["sched"].get(tid)
-        if s0 and s1:
-            on_cpu, rq = s1[0] - s0[0], s1[1] - s0[1]
+        sched = thr.sched_delta(a["sched"], b["sched"], tid)
+        if sched:
+            entry["sched"] = sched
+            on_cpu, rq = sched["on_cpu_ns"], sched["runqueue_ns"]
             blocked = max(0, wall - on_cpu - rq)
             off = {"other": {"runnable": rq}}
             # time inside the calls stands in for blocked time by cause, capped by what is left

@@ -1,0 +1,182 @@
+"""The LD_PRELOAD shim in real processes: valkey-server, and small probes of its contract."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from valkeytrace.tracers.shim import ShimRegion, parse_fsync_delay, preload_env, shim_library
+
+pytestmark = pytest.mark.integration
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+
+
+def run_preloaded(code: str, env_extra: dict) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+ERRNO_PROBE = """
+    import errno, os, tempfile
+    out = []
+    for fn in (lambda: os.fdatasync(987), lambda: os.fsync(987), lambda: os.write(987, b"x")):
+        try:
+            fn(); out.append("no error")
+        except OSError as e:
+            out.append(errno.errorcode[e.errno])
+    f = tempfile.TemporaryFile()
+    out.append(str(os.write(f.fileno(), b"hello")))
+    os.fdatasync(f.fileno())
+    print(",".join(out))
+"""
+
+
+@pytest.mark.parametrize("with_region,with_delay", [(False, False), (True, False), (True, True), (False, True)])
+def test_errno_and_return_values_unchanged(with_region, with_delay):
+    region = ShimRegion() if with_region else None
+    try:
+        env = preload_env(shim_library(), region.path if region else None,
+                          parse_fsync_delay("1ms") if with_delay else None)
+        res = run_preloaded(ERRNO_PROBE, env)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "EBADF,EBADF,EBADF,5"
+    finally:
+        if region:
+            region.close()
+
+
+def test_counts_are_exact_and_a_fork_child_writes_nothing_into_them():
+    region = ShimRegion()
+    try:
+        code = """
+            import os, tempfile
+            f = tempfile.TemporaryFile()
+            for _ in range(40):
+                os.write(f.fileno(), b"aof line\\n")
+            for _ in range(7):
+                os.fdatasync(f.fileno())
+            pid = os.fork()
+            if pid == 0:  # like valkey's AOF rewrite child: writes and fsyncs of its own
+                for _ in range(500):
+                    os.write(f.fileno(), b"child\\n")
+                os.fdatasync(f.fileno())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print(os.getpid())
+        """
+        res = run_preloaded(code, preload_env(shim_library(), region.path, None))
+        assert res.returncode == 0, res.stderr
+        pid = int(res.stdout.strip())
+        slots = region.snapshot()
+        assert region.mapped_pid == pid
+        main = slots[pid]
+        aof_writes = int(main["kinds"]["aof_write"][0].sum())
+        # ours, plus at most a few of the interpreter's own (CPython writes a few bytes itself)
+        assert 40 <= aof_writes <= 44
+        assert 0 <= main["bytes"]["aof_write"] - 40 * len(b"aof line\n") < 64
+        assert int(main["kinds"]["fdatasync"][0].sum()) == 7  # the child's fdatasync is not here
+        assert len(slots) == 1  # the child claimed no slot
+    finally:
+        region.close()
+    assert not os.path.exists(region.path)
+
+
+def test_injected_delay_is_added_by_sleeping():
+    code = """
+        import os, tempfile, time, resource
+        f = tempfile.TemporaryFile()
+        t = time.monotonic(); c = time.process_time()
+        for _ in range(20):
+            os.fdatasync(f.fileno())
+        print(time.monotonic() - t, time.process_time() - c)
+    """
+    res = run_preloaded(code, preload_env(shim_library(), None, parse_fsync_delay("5ms")))
+    wall, cpu = map(float, res.stdout.split())
+    assert wall >= 20 * 0.005
+    assert cpu < wall / 4  # slept, did not spin
+
+
+def test_region_file_is_private_to_its_owner():
+    region = ShimRegion()
+    try:
+        assert os.stat(region.path).st_mode & 0o777 == 0o600
+    finally:
+        region.close()
+
+
+def _nobody_can_run_valkeytrace() -> bool:
+    if os.geteuid() != 0:
+        return False
+    res = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "import valkeytrace"],
+                         capture_output=True)
+    return res.returncode == 0
+
+
+def test_shim_backend_as_an_unprivileged_user_sees_main_vs_bio_aof():
+    if not _nobody_can_run_valkeytrace():
+        pytest.skip("needs root to switch to 'nobody', and a checkout 'nobody' can read")
+    outdir = tempfile.mkdtemp()
+    os.chmod(outdir, 0o777)
+    results = {}
+    for mode in ("always", "everysec"):
+        out = os.path.join(outdir, f"{mode}.vtrace")
+        res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "record", "--workload", "read-heavy",
+                              "--sizes", "64", "--repeat", "1", "--duration", "2", "--keyspace", "2000",
+                              "--appendfsync", mode, "--backend", "shim", "-o", out],
+                             capture_output=True, text=True, timeout=120, cwd=outdir)
+        assert res.returncode == 0, res.stderr
+        rep = subprocess.run([VT, "report", out, "--format", "json"], capture_output=True, text=True)
+        results[mode] = json.loads(rep.stdout)["runs"][0]["cells"][0]["server"]
+    roles = {m: {t["role"]: t for t in s["threads"]} for m, s in results.items()}
+    assert results["always"]["main_thread"]["fdatasync_count"] > 50
+    assert roles["always"]["bio_aof"]["fdatasync"]["count"] == 0
+    assert results["everysec"]["main_thread"]["fdatasync_count"] == 0
+    assert roles["everysec"]["bio_aof"]["fdatasync"]["count"] >= 1
+
+
+def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
+    """GIVEN appendfsync always with the shim recording and +2 ms per fsync, WHEN known keys are
+    written (each acknowledged) under a background load and the server is then killed -9,
+    THEN a server restarted on the same AOF has every acknowledged key."""
+    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.workload.clients import find_client
+
+    region = ShimRegion()
+    env = {**os.environ, **preload_env(shim_library(), region.path, parse_fsync_delay("2ms"))}
+    srv = EmbeddedServer(appendfsync="always", env=env, keep_dir=True)
+    workdir = srv.workdir
+    acked = []
+    try:
+        load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
+                                 "-n", "100000000", "-r", "5000"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            conn = srv.client()
+            for i in range(300):
+                if conn.set(f"durable:{i}", f"value-{i}"):
+                    acked.append(i)
+        finally:
+            load.kill()
+            load.wait()
+        slots = region.snapshot()
+        assert slots[srv.pid]["kinds"]["fdatasync"][0].sum() >= 300  # the shim saw every fsync
+        os.kill(srv.pid, 9)
+        srv.proc.wait()
+        srv.proc = None
+        restarted = EmbeddedServer(appendfsync="always", binary=srv.binary, keep_dir=True,
+                                   server_config={"dir": workdir})
+        try:
+            conn = restarted.client()
+            missing = [i for i in acked if conn.get(f"durable:{i}") != f"value-{i}".encode()]
+        finally:
+            restarted.stop()
+    finally:
+        srv.stop()
+        region.close()
+    assert len(acked) == 300 and missing == []
