@@ -180,3 +180,21 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
         srv.stop()
         region.close()
     assert len(acked) == 300 and missing == []
+
+
+def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs_bpf, tmp_path):
+    out = tmp_path / "both.vtrace"
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",
+                          "--duration", "3", "--keyspace", "2000", "--backend", "both",
+                          "--inject-fsync-delay", "4ms", "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True,
+                                    text=True).stdout)
+    server = rep["runs"][0]["cells"][0]["server"]
+    f = server["cross_check"]["fdatasync"]
+    assert f["ebpf_count"] > 100 and f["count_diff_pct"] <= 5
+    for p50 in (f["ebpf_p50_us"], f["shim_p50_us"]):
+        assert 4000 <= p50 <= 4800
+    assert rep["runs"][0]["emulation"]["fsync_delay"]["median_ns"] == 4_000_000
+    text = subprocess.run([VT, "report", str(out)], capture_output=True, text=True).stdout
+    assert "emulated: +4 ms per call" in text

@@ -112,7 +112,22 @@ def summarize_server(raws: list[dict]) -> dict | None:
         entry["off_cpu_ms_by_state"] = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
         threads.append(entry)
     events = sum(len(r.get("blocked_timeline", {}).get("events", [])) for r in raws)
+    cross = None
+    shim_raws = [r["shim"] for r in raws if r.get("shim")]
+    if shim_raws:
+        shim = summarize_server(shim_raws)
+        cross = {"shim": {"main_thread": shim["main_thread"], "threads": shim["threads"]},
+                 "fdatasync": cross_check(main, shim["main_thread"])}
     return {"backend": raws[0].get("backend"), "windows": len(raws), "main_thread": main,
             "threads": threads, "lost_events": sum(r.get("lost_events", 0) for r in raws),
             "blocked_events": events,
-            "loop_source": raws[0].get("probe", {}).get("loop_source")}
+            "loop_source": raws[0].get("probe", {}).get("loop_source"),
+            **({"cross_check": cross} if cross else {})}
+
+
+def cross_check(ebpf_main: dict, shim_main: dict) -> dict:
+    """Main-thread fdatasync as each backend counted it, and how far apart the counts are."""
+    a, b = ebpf_main["fdatasync_count"], shim_main["fdatasync_count"]
+    return {"ebpf_count": a, "shim_count": b, "ebpf_p50_us": ebpf_main["fdatasync_p50_us"],
+            "shim_p50_us": shim_main["fdatasync_p50_us"],
+            "count_diff_pct": 100.0 * abs(a - b) / max(a, b) if max(a, b) else 0.0}

@@ -80,12 +80,12 @@ def resolve_backend(backend: str, attached: bool) -> str:
         click.echo(f"note: eBPF unavailable ({reason}) and the shim cannot preload into a running "
                    "server; recording client-side results only", err=True)
         return "none"
-    if backend == "ebpf":
+    if backend in ("ebpf", "both"):
         reason = ebpf_unusable_reason()
         if reason:
-            raise VTUsageError(f"--backend ebpf: {reason}; run 'valkeytrace doctor', or use --backend shim")
-    if backend == "shim" and attached:
-        raise VTUsageError("--backend shim cannot trace a running server: the shim is loaded with "
+            raise VTUsageError(f"--backend {backend}: {reason}; run 'valkeytrace doctor', or use --backend shim")
+    if backend in ("shim", "both") and attached:
+        raise VTUsageError(f"--backend {backend} cannot trace a running server: the shim is loaded with "
                            "LD_PRELOAD at launch; use --backend ebpf with --attach")
     return backend
 
@@ -93,13 +93,16 @@ def resolve_backend(backend: str, attached: bool) -> str:
 def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
     if backend == "none":
         return NullTracer(inject)
-    if backend == "shim":
-        from valkeytrace.tracers.shim import ShimTracer
+    from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimTracer
 
+    if backend == "shim":
         return ShimTracer(inject)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
-    return EbpfTracer(block_threshold_us=block_threshold_us, inject=inject)
+    ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject)
+    if backend == "both":
+        return EbpfWithShimTracer(ebpf, ShimTracer(inject))
+    return ebpf
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -123,7 +126,9 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
               help="Background SET clients during read-heavy.")
 @click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--benchmark", "benchmark_path", help="Benchmark client [default: valkey-benchmark, else redis-benchmark].")
-@click.option("--backend", type=click.Choice(["auto", "ebpf", "shim", "none"]), default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "ebpf", "shim", "both", "none"]), default="auto",
+              show_default=True, help="Tracer: eBPF (root), the LD_PRELOAD shim (no privileges), both "
+                                      "side by side, or none.")
 @click.option("--label", help="Name of this system in reports [default: from the config, e.g. fsync-always].")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Recording path.")
 @click.option("--block-threshold-us", type=float, default=100.0, callback=positive, show_default=True,

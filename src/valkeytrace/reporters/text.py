@@ -112,6 +112,12 @@ def server_tables(console, label: str, cell) -> None:
                       f"{m['loop_iterations_per_s']:,.0f}/s, p50 {m['loop_iteration_p50_us']:,.0f} µs, "
                       f"p99 {m['loop_iteration_p99_us']:,.0f} µs"
                       + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
+    cc = srv.get("cross_check")
+    if cc:
+        f = cc["fdatasync"]
+        console.print(f"main-thread fdatasync, both backends: ebpf {f['ebpf_count']:,} (p50 {_num(f['ebpf_p50_us'])} µs)"
+                      f" · shim {f['shim_count']:,} (p50 {_num(f['shim_p50_us'])} µs); counts differ by "
+                      f"{f['count_diff_pct']:.1f}%")
     lost = srv["lost_events"]
     console.print(f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
                   + ("  [red](events were lost: the timeline is incomplete)[/red]" if lost else ""))

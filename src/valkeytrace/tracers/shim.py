@@ -232,3 +232,37 @@ def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None) -> dict
             "lost_events": b["dropped"] - a["dropped"],
             "blocked_timeline": {"threshold_ns": None, "events": []},
             "probe": {"loop_source": "shim:epoll_wait", "inject": inject}}
+
+
+class EbpfWithShimTracer:
+    """--backend both: eBPF and the shim on the same server, one window each, side by side.
+
+    The eBPF metrics are the cell's `server`; the shim's ride along under `server["shim"]` so
+    reports can show both counts (a cross-check of the two measurement paths)."""
+
+    name = "both"
+
+    def __init__(self, ebpf_tracer, shim_tracer: ShimTracer):
+        self.ebpf, self.shim = ebpf_tracer, shim_tracer
+
+    def launch_env(self) -> dict:
+        return self.shim.launch_env()  # the region and any injected delay; ebpf probes the wrappers
+
+    def start(self, target):
+        self.shim.start(target)
+        self.ebpf.start(target)
+
+    def window_begin(self):
+        self.shim.window_begin()
+        self.ebpf.window_begin()
+
+    def window_end(self) -> dict:
+        metrics = self.ebpf.window_end()
+        metrics["shim"] = self.shim.window_end()
+        return metrics
+
+    def stop(self):
+        try:
+            self.ebpf.stop()
+        finally:
+            self.shim.stop()
