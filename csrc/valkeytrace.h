@@ -40,6 +40,9 @@
 #define VT_STATE_SLEEPING 1 /* TASK_INTERRUPTIBLE */
 #define VT_STATE_IO 2       /* TASK_UNINTERRUPTIBLE: blocked in I/O */
 #define VT_STATE_KINDS 3
+/* vt_block_event.state of an event that is a whole call (fdatasync/fsync on any thread), not an
+ * off-CPU interval */
+#define VT_EVENT_CALL 3
 
 #if defined(__BPF__) || defined(VT_BPF) /* VT_BPF: set by valkeytrace when bcc compiles a probe */
 typedef __u64 vt_u64;
@@ -61,7 +64,8 @@ struct vt_hist {
     vt_u64 buckets[VT_HIST_BUCKETS];
 };
 
-/* One main-thread off-CPU interval longer than the threshold, sent through the ring buffer. */
+/* One main-thread off-CPU interval longer than the threshold (state = VT_STATE_*), or one
+ * fdatasync/fsync call on any thread (state = VT_EVENT_CALL), sent through the ring buffer. */
 struct vt_block_event {
     vt_u64 start_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
     vt_u64 duration_ns;

@@ -12,9 +12,10 @@
  *   - main-thread event-loop iterations: beforeSleep -> beforeSleep (uprobe), or, without the
  *     symbol (LOOP_FROM_EPOLL=1), epoll_wait return -> return;
  *   - flushAppendOnlyFile calls and durations (uprobe + uretprobe, HAVE_FLUSH_PROBE=1);
- *   - every main-thread off-CPU interval >= BLOCK_THRESHOLD_NS as an event in a ring buffer,
- *     submitted without waking the reader (userspace polls on a timer); failed submissions are
- *     counted in `lost`, never dropped silently.
+ *   - every main-thread off-CPU interval >= BLOCK_THRESHOLD_NS, and every fdatasync/fsync call
+ *     on any thread, as an event in a ring buffer, submitted without waking the reader
+ *     (userspace polls on a timer); failed submissions are counted in `lost`, never dropped
+ *     silently.
  *
  * Only tracepoint arguments and BPF helpers are read: no kprobes, no kernel structs (the kernel
  * headers may belong to another kernel version). Parameters come as -D cflags:
@@ -107,6 +108,22 @@ static __always_inline void account(u32 tid, u32 kind, u64 dur, u64 bytes)
     }
 }
 
+static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
+{
+    struct vt_block_event ev = {};
+    ev.start_ns = start_ns;
+    ev.duration_ns = dur;
+    ev.tid = tid;
+    ev.cause = cause;
+    ev.state = state;
+    if (block_events.ringbuf_output(&ev, sizeof(ev), BPF_RB_NO_WAKEUP) != 0) {
+        int zero = 0;
+        u64 *l = lost.lookup(&zero);
+        if (l)
+            __sync_fetch_and_add(l, 1);
+    }
+}
+
 static __always_inline int call_enter(u32 kind)
 {
     u32 tid = target_tid();
@@ -140,10 +157,13 @@ static __always_inline int call_exit(long ret, int count_bytes)
     struct inflight_call *in = inflight.lookup(&tid);
     if (!in || in->depth)
         return 0;
-    u64 dur = bpf_ktime_get_ns() - in->start_ns;
+    u64 start = in->start_ns;
+    u64 dur = bpf_ktime_get_ns() - start;
     u32 kind = in->kind;
     inflight.delete(&tid);
     account(tid, kind, dur, (count_bytes && ret > 0) ? (u64)ret : 0);
+    if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC)
+        emit(tid, start, dur, kind, VT_EVENT_CALL);
 #if LOOP_FROM_EPOLL
     if (kind == VT_CALL_EPOLL_WAIT && tid == MAIN_TID) {
         int zero = 0;
@@ -202,20 +222,8 @@ TRACEPOINT_PROBE(sched, sched_switch)
         total = offcpu.lookup_or_try_init(&k, &zero);
         if (total)
             __sync_fetch_and_add(total, dur);
-        if (next == MAIN_TID && dur >= BLOCK_THRESHOLD_NS) {
-            struct vt_block_event ev = {};
-            ev.start_ns = since->start_ns;
-            ev.duration_ns = dur;
-            ev.tid = next;
-            ev.cause = since->cause;
-            ev.state = since->state;
-            if (block_events.ringbuf_output(&ev, sizeof(ev), BPF_RB_NO_WAKEUP) != 0) {
-                int zero_idx = 0;
-                u64 *l = lost.lookup(&zero_idx);
-                if (l)
-                    __sync_fetch_and_add(l, 1);
-            }
-        }
+        if (next == MAIN_TID && dur >= BLOCK_THRESHOLD_NS)
+            emit(next, since->start_ns, dur, since->cause, since->state);
         offcpu_since.delete(&next);
     }
     return 0;
@@ -289,10 +297,12 @@ static __always_inline int shim_exit(void)
     struct inflight_call *in = inflight.lookup(&tid);
     if (!in || !in->depth)
         return 0;
-    u64 dur = bpf_ktime_get_ns() - in->start_ns;
+    u64 start = in->start_ns;
+    u64 dur = bpf_ktime_get_ns() - start;
     u32 kind = in->kind;
     inflight.delete(&tid);
     account(tid, kind, dur, 0);
+    emit(tid, start, dur, kind, VT_EVENT_CALL);
     return 0;
 }
 

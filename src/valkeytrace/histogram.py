@@ -13,6 +13,9 @@ from valkeytrace._native import ffi, lib
 from valkeytrace.layout import HIST_BUCKETS
 
 
+_BOUNDS = None
+
+
 class LatencyHistogram:
     """Nanosecond latencies; relative error of any percentile <= 0.79% (bucket midpoints)."""
 
@@ -103,10 +106,25 @@ class LatencyHistogram:
 
     @staticmethod
     def bucket_bounds() -> np.ndarray:
-        """(HIST_BUCKETS, 2) array of [lower, upper) bounds in ns."""
-        idx = range(HIST_BUCKETS)
-        return np.array([(lib.vt_hist_bucket_lower(i), lib.vt_hist_bucket_upper(i)) for i in idx],
-                        dtype=np.uint64)
+        """(HIST_BUCKETS, 2) array of [lower, upper) bounds in ns (computed once)."""
+        global _BOUNDS
+        if _BOUNDS is None:
+            _BOUNDS = np.array([(lib.vt_hist_bucket_lower(i), lib.vt_hist_bucket_upper(i))
+                                for i in range(HIST_BUCKETS)], dtype=np.uint64)
+            _BOUNDS.setflags(write=False)
+        return _BOUNDS
+
+    def time_weighted_percentile(self, pct: float) -> float:
+        """The value v such that pct% of the recorded *time* lies in intervals <= v: the interval
+        length a random instant falls into (e.g. the loop iteration a request arrives during)."""
+        counts = self.bucket_counts.astype(np.float64)
+        if not counts.any():
+            return float("nan")
+        bounds = self.bucket_bounds().astype(np.float64)
+        mid = (bounds[:, 0] + bounds[:, 1] - 1) / 2
+        weight = np.cumsum(counts * mid)
+        i = int(np.searchsorted(weight, weight[-1] * pct / 100.0))
+        return float(min(max(mid[min(i, len(mid) - 1)], self.min_ns), self.max_ns))
 
     def percentiles(self, pcts) -> np.ndarray:
         """Values (ns) at the given percentiles (0-100); NaN for an empty histogram."""

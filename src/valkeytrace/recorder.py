@@ -105,8 +105,9 @@ class Recorder:
 
     # -- one run ---------------------------------------------------------------------------------
     def _window(self, run: dict):
-        """Callbacks marking the measured window for the tracer."""
+        """Callbacks marking the measured window for the tracer and the server's own view."""
         def begin():
+            self._server_view_begin()
             run["window_start"] = time.time()
             self.tracer.window_begin()
 
@@ -115,7 +116,40 @@ class Recorder:
             metrics = self.tracer.window_end()
             if metrics is not None:
                 run["server"] = metrics
+            run["server_view"] = self._server_view_end()
         return begin, end
+
+    def _server_view_begin(self):
+        """Reset the server's statistics at the window's start, on servers we launched only."""
+        self._view_reset = False
+        if self.target.mode != "attach":
+            try:
+                self.target.client().config_resetstat()
+                self._view_reset = True
+            except Exception:
+                pass
+
+    def _server_view_end(self) -> dict:
+        """What the server itself believes: INFO latencystats (command execution time) and
+        LATENCY LATEST (only when the server's latency monitor is enabled)."""
+        view = {"reset_at_window_start": self._view_reset, "latencystats": {}, "latency_latest": []}
+        try:
+            conn = self.target.client()
+            for key, value in conn.info("latencystats").items():
+                if key.startswith("latency_percentiles_usec_"):
+                    view["latencystats"][key[len("latency_percentiles_usec_"):]] = {
+                        k: float(v) for k, v in (value.items() if isinstance(value, dict) else [])}
+            stats = conn.info("commandstats")
+            view["commandstats"] = {k[len("cmdstat_"):]: {"calls": v.get("calls"), "usec_per_call": v.get("usec_per_call")}
+                                    for k, v in stats.items() if k in ("cmdstat_get", "cmdstat_set")}
+            threshold = conn.config_get("latency-monitor-threshold").get("latency-monitor-threshold")
+            view["latency_monitor_threshold_ms"] = int(threshold) if threshold is not None else None
+            if threshold not in (None, "0"):
+                view["latency_latest"] = [[str(e[0]), int(e[1]), int(e[2]), int(e[3])]
+                                          for e in conn.execute_command("LATENCY", "LATEST")]
+        except Exception as exc:  # the view is context, never a reason to lose the run
+            view["error"] = str(exc)
+        return view
 
     def _read_heavy(self, run: dict, size: int):
         s, t = self.settings, self.target

@@ -99,6 +99,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             **budget(main_off, wall_ns),
             "loop_iterations": loop.count, "loop_iteration_p50_us": p(loop, 50),
             "loop_iteration_p99_us": p(loop, 99),
+            "loop_iteration_tw_p50_us": loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
             "loop_iterations_per_s": loop.count / (wall_ns / 1e9) if wall_ns else None,
             "aof_flushes": flush.count, "aof_flush_p50_us": p(flush, 50),
             "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()}}
@@ -111,7 +112,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
         entry["off_cpu_ms"] = sum(r["off_cpu_ns"].values()) / 1e6
         entry["off_cpu_ms_by_state"] = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
         threads.append(entry)
-    events = sum(len(r.get("blocked_timeline", {}).get("events", [])) for r in raws)
+    events = sum(1 for r in raws for e in r.get("blocked_timeline", {}).get("events", []) if e[-1] != "call")
     cross = None
     shim_raws = [r["shim"] for r in raws if r.get("shim")]
     if shim_raws:

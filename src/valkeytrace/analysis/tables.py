@@ -52,7 +52,7 @@ def _op_values(run: dict, op: str, size: int) -> dict | None:
     if not res or res.get("tps") is None:
         return None
     tps = float(res["tps"])
-    return {"tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"),
+    return {"tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
             "p95_us": res.get("p95_us"), "p99_us": res.get("p99_us"),
             "_role": res.get("role", "measured"), "_clients": res.get("clients")}
 
@@ -82,7 +82,7 @@ def summarize(doc: dict) -> list[CellSummary]:
             rows = [v for v in (_op_values(r, op, size) for r in groups[key]) if v]
             if not rows:
                 continue
-            values = {m: [r[m] for r in rows if r.get(m) is not None] for m in METRICS}
+            values = {m: [r[m] for r in rows if r.get(m) is not None] for m in METRICS + ("mean_us",)}
             ops[op] = OpSummary(
                 op=op, role=rows[0]["_role"], clients=rows[0]["_clients"], n=len(rows),
                 median={m: float(np.median(v)) if v else None for m, v in values.items()},

@@ -43,16 +43,18 @@ def main(ctx, debug):
     \b
     record   run the valkey#4029 workloads against a server while tracing its threads
     report   render the tables (and the explanation) from one or two recordings
+    export   a Perfetto timeline of a recording
     doctor   check what this machine needs for recording
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
 
 
-from valkeytrace.cli import doctor, record, report  # noqa: E402  (commands register on the group)
+from valkeytrace.cli import doctor, export, record, report  # noqa: E402  (commands register on the group)
 
 main.add_command(doctor.doctor)
 main.add_command(record.record)
 main.add_command(report.report)
+main.add_command(export.export)
 
 __all__ = ["main", "EXIT_USAGE"]

@@ -11,7 +11,15 @@ from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import format as recfmt
 from valkeytrace.reporters import base, csvfmt, jsonfmt, markdown, text
 
-RENDERERS = {"text": text.render, "markdown": markdown.render, "json": jsonfmt.render, "csv": csvfmt.render}
+
+def _html(inp, out):
+    from valkeytrace.reporters import html  # matplotlib is imported only for plots
+
+    html.render(inp, out)
+
+
+RENDERERS = {"text": text.render, "markdown": markdown.render, "json": jsonfmt.render, "csv": csvfmt.render,
+             "html": _html}
 
 
 @click.command()
@@ -20,7 +28,8 @@ RENDERERS = {"text": text.render, "markdown": markdown.render, "json": jsonfmt.r
               help="Compare two recordings (candidate vs baseline).")
 @click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
-def report(recordings, compare_paths, fmt, output):
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), help="Also write the plots as PNG into DIR.")
+def report(recordings, compare_paths, fmt, output, plot_dir):
     """Render the #4029 tables from RECORDING, or compare two recordings."""
     if compare_paths and recordings:
         raise VTUsageError("give RECORDING or --compare BASELINE CANDIDATE, not both")
@@ -34,6 +43,14 @@ def report(recordings, compare_paths, fmt, output):
     if inp.comparison is not None and not inp.comparison.rows:
         raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "
                       f"({'; '.join(inp.comparison.missing) or 'both empty'})")
+    if plot_dir:
+        from valkeytrace.reporters import plots
+
+        try:
+            written = plots.write_png(inp, plot_dir)
+        except OSError as exc:
+            raise VTError(f"--plot {plot_dir}: {exc.strerror or exc}")
+        click.echo(f"wrote {len(written)} plot(s) to {plot_dir}", err=True)
     if not output and fmt == "text":
         RENDERERS[fmt](inp, sys.stdout)  # straight to the terminal: rich may colour it
         return

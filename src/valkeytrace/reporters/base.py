@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from valkeytrace.analysis import explain
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -13,6 +14,8 @@ class AnalysedRun:
     path: str
     doc: dict
     cells: list[CellSummary]
+    explanation: list = None     # explain.explain_run entries
+    server_views: dict = None    # (workload, size) -> explain.server_view_gap
 
     @property
     def label(self) -> str:
@@ -33,6 +36,7 @@ class AnalysedRun:
 class ReportInput:
     runs: list[AnalysedRun]
     comparison: Comparison | None = None
+    explanation: list | None = None  # explain.explain_compare entries (with --compare)
 
     @property
     def baseline(self):
@@ -44,11 +48,22 @@ class ReportInput:
 
 
 def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
-    runs = [AnalysedRun(p, d, summarize(d)) for p, d in paths_and_docs]
-    comparison = None
+    runs = []
+    for p, d in paths_and_docs:
+        cells = summarize(d)
+        views = {}
+        for c in cells:
+            raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
+                   and r.get("status") == "ok"]
+            gap = explain.server_view_gap(raw, c)
+            if gap:
+                views[(c.workload, c.value_size)] = gap
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d), views))
+    comparison = explanation = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
-    return ReportInput(runs, comparison)
+        explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc)
+    return ReportInput(runs, comparison, explanation)
 
 
 def fmt_pct(value: float | None) -> str:

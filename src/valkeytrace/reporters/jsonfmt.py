@@ -11,6 +11,7 @@ REPORT_VERSION = 1
 
 def _op(o) -> dict:
     d = {m: o.median[m] for m in METRICS}
+    d["mean_us"] = o.median.get("mean_us")
     d.update({"clients": o.clients, "role": o.role, "n": o.n,
               "spread": {m: o.spread[m] for m in METRICS}})
     return d
@@ -33,8 +34,11 @@ def build(inp: ReportInput) -> dict:
             "emulation": r.doc.get("emulation"),
             "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
                        "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
-                       **({"server": c.server} if c.server is not None else {})}
+                       **({"server": c.server} if c.server is not None else {}),
+                       **({"server_view": r.server_views[(c.workload, c.value_size)]}
+                          if (c.workload, c.value_size) in r.server_views else {})}
                       for c in r.cells],
+            "explanation": r.explanation,
         })
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
     if inp.comparison is not None:
@@ -49,6 +53,7 @@ def build(inp: ReportInput) -> dict:
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
             "missing": inp.comparison.missing,
+            "explanation": inp.explanation,
         }
     return out
 

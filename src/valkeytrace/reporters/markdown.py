@@ -73,7 +73,26 @@ def render(inp: ReportInput, out) -> None:
     _warnings(inp, w)
 
 
+def _why(inp: ReportInput, w):
+    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
+    if not entries:
+        return
+    w("## Why\n\n")
+    for e in entries:
+        share = e.get("explained_share")
+        tag = f" (explained share {share:.2f})" if share is not None else ""
+        w(f"- **{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}**{tag}: {e['claim']}\n")
+        for c in e.get("caveats", []):
+            w(f"  - caveat: {c}\n")
+    w("\n")
+    for run in inp.runs:
+        for gap in (run.server_views or {}).values():
+            w(f"- server's view ({run.label}): {gap['claim']}\n")
+    w("\n")
+
+
 def _warnings(inp: ReportInput, w):
+    _why(inp, w)
     for run in inp.runs:
         if run.emulation:
             w(f"> **{run.label}: {run.emulation}** (an emulated slow disk, not a measured one).\n")

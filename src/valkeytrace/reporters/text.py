@@ -68,6 +68,10 @@ def render(inp: ReportInput, out) -> None:
         for cell in run.cells:
             if cell.server:
                 server_tables(console, run.label, cell)
+            gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
+            if gap:
+                console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] {gap['claim']}")
+    explain_section(console, inp)
     for run in inp.runs:
         for w in run.doc.get("warnings", []):
             console.print(f"[yellow]warning ({run.label}):[/yellow] {w}")
@@ -121,3 +125,19 @@ def server_tables(console, label: str, cell) -> None:
     lost = srv["lost_events"]
     console.print(f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
                   + ("  [red](events were lost: the timeline is incomplete)[/red]" if lost else ""))
+
+
+def explain_section(console, inp: ReportInput) -> None:
+    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
+    if not entries:
+        return
+    console.rule("[bold]Why[/bold]")
+    for e in entries:
+        share = e.get("explained_share")
+        head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
+        if share is not None:
+            head += f" [cyan](explained share {share:.2f})[/cyan]"
+        console.print(head)
+        console.print("  " + e["claim"])
+        for c in e.get("caveats", []):
+            console.print(f"  [yellow]caveat:[/yellow] {c}")

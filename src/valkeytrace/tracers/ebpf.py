@@ -20,7 +20,7 @@ from collections import defaultdict
 from valkeytrace.errors import VTError
 from valkeytrace._native import lib
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.layout import BLOCK_EVENT_DTYPE, CALL_NAMES, STATE_NAMES, HIST_BUCKETS
+from valkeytrace.layout import BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS, STATE_NAMES
 from valkeytrace.target import threads as thr
 from valkeytrace.tracers import PROBES_DIR, probe_source
 
@@ -295,8 +295,9 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, events: li
         arr = np.frombuffer(b"".join(e[:BLOCK_EVENT_DTYPE.itemsize] for e in events), dtype=BLOCK_EVENT_DTYPE)
         keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
         arr = arr[keep]
-        timeline = [[int(s) - a.mono_ns, int(d), CALL_NAMES[c], STATE_NAMES[st]]
-                    for s, d, c, st in zip(arr["start_ns"], arr["duration_ns"], arr["cause"], arr["state"])]
+        timeline = [[int(s) - a.mono_ns, int(d), int(tid), CALL_NAMES[c], EVENT_STATE_NAMES[st]]
+                    for s, d, tid, c, st in zip(arr["start_ns"], arr["duration_ns"], arr["tid"], arr["cause"],
+                                                arr["state"])]
     return {
         "backend": "ebpf",
         "window_ns": b.mono_ns - a.mono_ns,
@@ -305,7 +306,7 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, events: li
         "threads": sorted(threads.values(), key=lambda t: (t["role"] != "main", t["tid"])),
         "lost_events": int(b.lost - a.lost),
         "blocked_timeline": {"threshold_ns": info.get("block_threshold_ns"),
-                             "columns": ["start_offset_ns", "duration_ns", "cause", "state"],
+                             "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"],
                              "events": timeline},
         "probe": {k: v for k, v in info.items() if k != "defines"},
         "hist_buckets": HIST_BUCKETS,
