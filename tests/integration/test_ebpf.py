@@ -117,3 +117,24 @@ def test_no_probe_left_behind_after_record(recordings):
     if tfs is None:
         pytest.skip("tracefs not mounted")
     assert "valkey" not in (tfs / "uprobe_events").read_text()
+
+
+def test_export_perfetto_and_html_from_a_real_recording(tmp_path):
+    p = tmp_path / "r.vtrace"
+    res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
+             "--keyspace", "2000", "--appendfsync", "everysec", "--backend", "ebpf", "-o", str(p))
+    if res.returncode != 0 and "needs root" in res.stderr:
+        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "t.json"
+    assert vt("export", str(p), "--perfetto", str(out)).returncode == 0
+    trace = json.loads(out.read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert any(n.startswith("main") for n in names) and any("bio_aof" in n for n in names)
+    assert any(e["ph"] == "X" and e["name"] == "fdatasync" for e in trace["traceEvents"])  # bio_aof's fsyncs
+    html = tmp_path / "r.html"
+    res = vt("report", str(p), "--format", "html", "-o", str(html), "--plot", str(tmp_path / "png"))
+    assert res.returncode == 0, res.stderr
+    text = html.read_text()
+    assert text.count("<svg") >= 3 and "<script" not in text and "http" not in text.split("<svg", 1)[0]
+    assert len(list((tmp_path / "png").glob("*.png"))) >= 3

@@ -70,8 +70,9 @@ def _pct(x: float) -> str:
     return f"{x:+.0f}%".replace("-", "\u2212")
 
 
-def _where(label: str, server: dict) -> str:
-    """One sentence: where the fsyncs ran and what the main thread did."""
+def _where(label: str, server: dict, latency_us: float | None = None) -> str:
+    """One sentence: where the fsyncs ran and what the main thread did (and, given a latency,
+    how many time-weighted loop iterations it spans)."""
     m = server["main_thread"]
     place = fsync_placement(server)
     f_pct = (m["blocked_in_fsync_pct"] or 0)
@@ -88,7 +89,8 @@ def _where(label: str, server: dict) -> str:
     if not place:
         parts.append("no thread called fsync in the window")
     if m.get("loop_iteration_tw_p50_us"):
-        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted)")
+        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted)"
+                     + _iterations(latency_us, server))
     if (m.get("waiting_for_cpu_pct") or 0) >= 10:
         parts.append(f"it waited for a CPU {m['waiting_for_cpu_pct']:.0f}% of the time")
     return f"{label}: " + "; ".join(parts) + "."
@@ -98,7 +100,7 @@ def _iterations(lat_us: float | None, server: dict) -> str:
     it = server["main_thread"].get("loop_iteration_tw_p50_us")
     if not lat_us or not it:
         return ""
-    return f" = {lat_us / it:.1f} loop iterations"
+    return f"; the client latency spans {lat_us / it:.1f} loop iterations"
 
 
 def caveats(cells: list[CellSummary], docs: list[dict], noisy: bool = False) -> list[str]:
@@ -161,9 +163,8 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
             share = explained_share(bl, cl, bm, cm)
             name = metric.replace("_us", "")
             claim = (f"{row.op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * (cl - bl) / bl)}). "
-                     + _where(f"Baseline ({base_doc['label']})", b.server).rstrip(".")
-                     + (_iterations(bl, b.server) if metric == "p50_us" else "") + ". "
-                     + _where(f"Candidate ({cand_doc['label']})", c.server))
+                     + _where(f"Baseline ({base_doc['label']})", b.server, bl if metric == "p50_us" else None)
+                     + " " + _where(f"Candidate ({cand_doc['label']})", c.server))
             claim += (f" Main-thread AOF blocking accounts for {_ms(attributable_us(bl, bm))} of the baseline "
                       f"{name} and {_ms(attributable_us(cl, cm))} of the candidate's: "
                       f"{share * 100:.0f}% of the change.")
@@ -239,8 +240,8 @@ def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
                 continue
             share = durability_fraction(m)
             name = metric.replace("_us", "")
-            claim = (f"{op} {name} {_ms(lat)}" + (_iterations(lat, cell.server) if metric == "p50_us" else "")
-                     + ". " + _where(doc["label"], cell.server)
+            claim = (f"{op} {name} {_ms(lat)}. "
+                     + _where(doc["label"], cell.server, lat if metric == "p50_us" else None)
                      + f" Main-thread AOF blocking accounts for {_ms(attributable_us(lat, m))} of it.")
             entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": metric,
                             "claim": claim,
@@ -265,6 +266,6 @@ def server_view_gap(runs: list[dict], cell: CellSummary) -> dict | None:
     server_p50 = sorted(v["p50"] for v in views)[len(views) // 2]
     client_p50 = cell.ops[op].median["p50_us"]
     return {"op": op, "server_p50_us": server_p50, "client_p50_us": client_p50,
-            "claim": (f"the server's INFO latencystats puts {op} p50 at {server_p50:.1f} µs, clients measured "
+            "claim": (f"the server's INFO latencystats puts {op} p50 at {server_p50:.3g} µs, clients measured "
                       f"{_ms(client_p50)}: latencystats times command execution only, not the wait for the "
                       "event loop (and the fsync in it) before the command runs and before its reply is written")}

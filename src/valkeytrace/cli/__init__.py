@@ -10,7 +10,22 @@ from valkeytrace.errors import EXIT_RUNTIME, EXIT_USAGE, VTError
 
 
 class _Group(click.Group):
-    """Maps VTError (and stray exceptions) to one line on stderr and an exit status."""
+    """Maps VTError, usage errors (and stray exceptions) to one line on stderr and an exit status:
+    2 for usage, 1 for runtime failures, 130 when interrupted (docs/errors.md)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:  # bad option or argument: one line, not click's three
+            click.echo(f"valkeytrace: error: {exc.format_message()} (see --help)", err=True)
+            sys.exit(EXIT_USAGE)
+        except click.Abort:
+            click.echo("valkeytrace: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"valkeytrace: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
         try:

@@ -47,6 +47,9 @@ def write(path: str | os.PathLike, doc: dict) -> None:
     except OSError as exc:
         raise VTError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a recording is an ordinary file
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -129,34 +132,8 @@ def decode(data: bytes, name: str = "recording") -> dict:
     return validate(doc, name)
 
 
-def _expect(cond: bool, name: str, what: str):
-    if not cond:
-        raise RecordingError(f"{name} is corrupt ({what})")
-
-
 def validate(doc, name: str = "recording") -> dict:
-    """Structural checks of everything reports rely on; types, not just presence."""
-    _expect(isinstance(doc, dict), name, "document is not an object")
-    _expect(doc.get("format") == DOCUMENT_FORMAT, name, "format field is not valkeytrace-recording")
-    _expect(isinstance(doc.get("label"), str), name, "label missing")
-    _expect(isinstance(doc.get("server"), dict), name, "server section missing")
-    _expect(isinstance(doc.get("settings"), dict), name, "settings section missing")
-    runs = doc.get("runs")
-    _expect(isinstance(runs, list), name, "runs missing")
-    for i, run in enumerate(runs):
-        _expect(isinstance(run, dict), name, f"run {i} is not an object")
-        _expect(isinstance(run.get("workload"), str), name, f"run {i} has no workload")
-        _expect(isinstance(run.get("value_size"), int) and not isinstance(run.get("value_size"), bool)
-                and 0 < run["value_size"] < 1 << 31, name, f"run {i} has a bad value_size")
-        _expect(isinstance(run.get("status"), str), name, f"run {i} has no status")
-        ops = run.get("ops", {})
-        _expect(isinstance(ops, dict), name, f"run {i} ops is not an object")
-        for op, res in ops.items():
-            _expect(isinstance(res, dict), name, f"run {i} op {op} is not an object")
-            for key in ("tps", "p50_us", "p95_us", "p99_us", "mean_us"):
-                v = res.get(key)
-                _expect(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0),
-                        name, f"run {i} op {op} has a bad {key}")
-        server = run.get("server")
-        _expect(server is None or isinstance(server, dict), name, f"run {i} server metrics malformed")
-    return doc
+    """Every field reports use, type- and range-checked (recording/schema.py)."""
+    from valkeytrace.recording.schema import validate_document
+
+    return validate_document(doc, name)

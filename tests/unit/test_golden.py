@@ -1,0 +1,44 @@
+"""Golden recordings (format 1, made by real runs on this project's reference machine) keep
+loading and rendering in every format as the code moves on."""
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from valkeytrace.recording import format as recfmt
+from valkeytrace.reporters import base, csvfmt, jsonfmt, markdown, perfetto, text
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+ALWAYS = DATA / "golden-v1-both-always.vtrace"
+EVERYSEC = DATA / "golden-v1-ebpf-everysec.vtrace"
+
+
+@pytest.fixture(scope="module")
+def compared():
+    return base.analyse([(str(p), recfmt.read(p)) for p in (ALWAYS, EVERYSEC)])
+
+
+@pytest.mark.parametrize("renderer", [text.render, markdown.render, jsonfmt.render, csvfmt.render])
+def test_every_format_renders(compared, renderer):
+    out = io.StringIO()
+    renderer(compared, out)
+    assert len(out.getvalue()) > 200
+
+
+def test_golden_facts(compared):
+    rep = jsonfmt.build(compared)
+    always = {c["workload"]: c for c in rep["runs"][0]["cells"]}["read-heavy"]["server"]
+    everysec = {c["workload"]: c for c in rep["runs"][1]["cells"]}["read-heavy"]["server"]
+    assert always["main_thread"]["fdatasync_count"] > 0
+    assert always["cross_check"]["fdatasync"]["count_diff_pct"] <= 5
+    assert everysec["main_thread"]["fdatasync_count"] == 0
+    assert rep["runs"][0]["emulation"]["fsync_delay"]["median_ns"] == 1_000_000
+    assert rep["compare"]["explanation"]
+    json.dumps(rep, allow_nan=False)
+
+
+def test_perfetto_from_golden():
+    trace = perfetto.build(recfmt.read(EVERYSEC))
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert any("bio_aof" in n for n in names)
