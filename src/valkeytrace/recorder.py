@@ -6,6 +6,7 @@ measured), and marks failed runs without stopping the session unless the server 
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -91,17 +92,35 @@ def op_result(report: dict, role: str) -> dict:
 
 
 class Recorder:
-    def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict):
+    def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict,
+                 owner: tuple[int, int] | None = None):
         self.target = target
         self.client = client
         self.settings = settings
         self.tracer = tracer
         self.out_path = out_path
+        # checkpoints go beside the output, so a previous file at out_path stays untouched
+        # until the recording is finished (or interrupted); the partial file loads like any other
+        self.partial_path = out_path + ".partial"
+        self.owner = owner  # under sudo: the invoking user owns what we write
         self.doc = doc
         self.doc.setdefault("runs", [])
 
+    def _write(self, path):
+        recfmt.write(path, self.doc)
+        if self.owner:
+            os.chown(path, *self.owner)
+
     def checkpoint(self):
-        recfmt.write(self.out_path, self.doc)
+        self._write(self.partial_path)
+
+    def finish(self):
+        """Write the final recording to out_path and drop the checkpoint."""
+        self._write(self.out_path)
+        try:
+            os.unlink(self.partial_path)
+        except FileNotFoundError:
+            pass
 
     # -- one run ---------------------------------------------------------------------------------
     def _window(self, run: dict):

@@ -76,7 +76,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             r["tids"].add(t["tid"])
             for call, rec in t.get("calls", {}).items():
                 r["calls"][call].merge(_hist(rec))
-                r["bytes"][call] += rec.get("bytes", 0)
+                r["bytes"][call] += rec.get("bytes") or 0
                 if role == "main":
                     main_calls[call].merge(_hist(rec))
             sched = t.get("sched")

@@ -33,6 +33,20 @@ class _Check:
             self.fail(path, "too many items")
         return v
 
+    def sub_obj(self, parent: dict, key: str, path: str) -> dict:
+        """An optional object member: absent or null becomes {} in the document (normalised)."""
+        v = parent.get(key)
+        if v is None:
+            parent[key] = v = {}
+        return self.obj(v, path)
+
+    def sub_lst(self, parent: dict, key: str, path: str) -> list:
+        """An optional list member: absent or null becomes [] in the document (normalised)."""
+        v = parent.get(key)
+        if v is None:
+            parent[key] = v = []
+        return self.lst(v, path)
+
     def num(self, v, path, optional=True, minimum=None):
         if v is None:
             if not optional:
@@ -77,18 +91,18 @@ def validate_document(doc, name: str = "recording") -> dict:
         c.fail("format", "not valkeytrace-recording")
     c.str_(doc.get("label"), "label", optional=False)
     c.bool_(doc.get("complete"), "complete")
-    for w in c.lst(doc.get("warnings"), "warnings", optional=True):
+    for w in c.sub_lst(doc, "warnings", "warnings"):
         c.str_(w, "warnings[]", optional=False)
-    _server_info(c, c.obj(doc.get("server"), "server"))
-    settings = c.obj(doc.get("settings"), "settings")
+    _server_info(c, c.sub_obj(doc, "server", "server"))
+    settings = c.sub_obj(doc, "settings", "settings")
     for key in ("get_clients", "set_clients", "write_clients", "repeat", "keyspace"):
         c.int_(settings.get(key), f"settings.{key}", minimum=0)
-    client = c.obj(doc.get("client"), "client", optional=True)
+    client = c.sub_obj(doc, "client", "client")
     for key in ("name", "version", "path"):
         c.str_(client.get(key), f"client.{key}")
-    emu = c.obj(doc.get("emulation"), "emulation", optional=True)
+    emu = c.sub_obj(doc, "emulation", "emulation")
     c.str_(emu.get("description"), "emulation.description")
-    delay = c.obj(emu.get("fsync_delay"), "emulation.fsync_delay", optional=True)
+    delay = c.sub_obj(emu, "fsync_delay", "emulation.fsync_delay")
     c.num(delay.get("median_ns"), "emulation.fsync_delay.median_ns", minimum=0)
     c.num(delay.get("sigma"), "emulation.fsync_delay.sigma", minimum=0)
     for i, run in enumerate(c.lst(doc.get("runs"), "runs")):
@@ -103,7 +117,7 @@ def _server_info(c: _Check, s: dict):
     c.int_(s.get("pid"), "server.pid", minimum=0)
     c.bool_(s.get("bio_aof_offload"), "server.bio_aof_offload")
     c.bool_(s.get("appendonly"), "server.appendonly")
-    c.obj(s.get("config"), "server.config", optional=True)
+    c.sub_obj(s, "config", "server.config")
 
 
 def _run(c: _Check, run, path: str):
@@ -115,19 +129,19 @@ def _run(c: _Check, run, path: str):
     c.str_(run.get("error"), f"{path}.error")
     for key in ("window_start", "window_end", "started_at", "ended_at"):
         c.num(run.get(key), f"{path}.{key}")
-    for op, res in c.obj(run.get("ops"), f"{path}.ops", optional=True).items():
+    for op, res in c.sub_obj(run, "ops", f"{path}.ops").items():
         p = f"{path}.ops.{op}"
         c.obj(res, p)
         c.str_(res.get("role"), f"{p}.role")
         c.int_(res.get("clients"), f"{p}.clients", minimum=0)
         for key in ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "min_us", "max_us", "started_at"):
             c.num(res.get(key), f"{p}.{key}", minimum=0)
-        for row in c.lst(res.get("percentile_distribution"), f"{p}.percentile_distribution", optional=True):
+        for row in c.sub_lst(res, "percentile_distribution", f"{p}.percentile_distribution"):
             if not isinstance(row, list) or len(row) != 3:
                 c.fail(f"{p}.percentile_distribution", "rows are [percent, ms, count]")
             c.num(row[0], f"{p}.percentile_distribution[]", optional=False, minimum=0)
             c.num(row[1], f"{p}.percentile_distribution[]", optional=False, minimum=0)
-        for row in c.lst(res.get("progress"), f"{p}.progress", optional=True):
+        for row in c.sub_lst(res, "progress", f"{p}.progress"):
             if not isinstance(row, list) or len(row) != 3:
                 c.fail(f"{p}.progress", "rows are [seconds, rps, mean_ms]")
             c.num(row[0], f"{p}.progress[]", optional=False)
@@ -136,8 +150,8 @@ def _run(c: _Check, run, path: str):
     server = run.get("server")
     if server is not None:
         _server_metrics(c, server, f"{path}.server")
-    view = c.obj(run.get("server_view"), f"{path}.server_view", optional=True)
-    for op, pct in c.obj(view.get("latencystats"), f"{path}.server_view.latencystats", optional=True).items():
+    view = c.sub_obj(run, "server_view", f"{path}.server_view")
+    for op, pct in c.sub_obj(view, "latencystats", f"{path}.server_view.latencystats").items():
         for k, v in c.obj(pct, f"{path}.server_view.latencystats.{op}").items():
             c.num(v, f"{path}.server_view.latencystats.{op}.{k}", optional=False)
 
@@ -145,8 +159,9 @@ def _run(c: _Check, run, path: str):
 def _hist(c: _Check, h, path: str):
     c.obj(h, path)
     count = c.int_(h.get("count"), f"{path}.count", optional=False, minimum=0)
-    for key in ("sum_ns", "min_ns", "max_ns", "bytes"):
-        c.int_(h.get(key), f"{path}.{key}", minimum=0)
+    for key in ("sum_ns", "min_ns", "max_ns"):
+        c.int_(h.get(key), f"{path}.{key}", optional=False, minimum=0, maximum=1 << 64)
+    c.int_(h.get("bytes"), f"{path}.bytes", minimum=0, maximum=1 << 64)
     total = 0
     for pair in c.lst(h.get("buckets"), f"{path}.buckets"):
         if not isinstance(pair, list) or len(pair) != 2:
@@ -169,17 +184,17 @@ def _server_metrics(c: _Check, s, path: str, nested: bool = False):
         c.int_(t.get("tid"), f"{tp}.tid", optional=False, minimum=0)
         c.str_(t.get("name"), f"{tp}.name", optional=False)
         c.str_(t.get("role"), f"{tp}.role", optional=False)
-        for call, h in c.obj(t.get("calls"), f"{tp}.calls", optional=True).items():
+        for call, h in c.sub_obj(t, "calls", f"{tp}.calls").items():
             _hist(c, h, f"{tp}.calls.{call}")
-        for cause, by_state in c.obj(t.get("off_cpu_ns"), f"{tp}.off_cpu_ns", optional=True).items():
+        for cause, by_state in c.sub_obj(t, "off_cpu_ns", f"{tp}.off_cpu_ns").items():
             for state, v in c.obj(by_state, f"{tp}.off_cpu_ns.{cause}").items():
                 c.num(v, f"{tp}.off_cpu_ns.{cause}.{state}", optional=False, minimum=0)
-        sched = c.obj(t.get("sched"), f"{tp}.sched", optional=True)
+        sched = c.sub_obj(t, "sched", f"{tp}.sched")
         for key in ("on_cpu_ns", "runqueue_ns"):
             if sched:
                 c.int_(sched.get(key), f"{tp}.sched.{key}", optional=False, minimum=0)
-    timeline = c.obj(s.get("blocked_timeline"), f"{path}.blocked_timeline", optional=True)
-    for ev in c.lst(timeline.get("events"), f"{path}.blocked_timeline.events", optional=True):
+    timeline = c.sub_obj(s, "blocked_timeline", f"{path}.blocked_timeline")
+    for ev in c.sub_lst(timeline, "events", f"{path}.blocked_timeline.events"):
         if not isinstance(ev, list) or len(ev) != 5:
             c.fail(f"{path}.blocked_timeline.events", "events are [start, duration, tid, cause, state]")
         c.int_(ev[0], f"{path}.blocked_timeline.events[]", optional=False)
@@ -187,6 +202,6 @@ def _server_metrics(c: _Check, s, path: str, nested: bool = False):
         c.int_(ev[2], f"{path}.blocked_timeline.events[]", optional=False, minimum=0)
         c.str_(ev[3], f"{path}.blocked_timeline.events[]", optional=False)
         c.str_(ev[4], f"{path}.blocked_timeline.events[]", optional=False)
-    c.obj(s.get("probe"), f"{path}.probe", optional=True)
+    c.sub_obj(s, "probe", f"{path}.probe")
     if s.get("shim") is not None and not nested:
         _server_metrics(c, s["shim"], f"{path}.shim", nested=True)

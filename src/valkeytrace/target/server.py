@@ -119,16 +119,37 @@ class Target:
         self.stop()
 
 
+def invoking_user() -> tuple[int, int] | None:
+    """(uid, gid) of the user behind sudo, when we run as root through sudo; else None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"])
+    except (KeyError, ValueError):
+        return None
+    return None if uid == 0 else (uid, gid)
+
+
 class LaunchedServer(Target):
-    """A server process valkeytrace started; it owns it and stops it."""
+    """A server process valkeytrace started; it owns it and stops it. Under sudo it runs as the
+    invoking user (run_as), unless the caller passes run_as=None (--as-root)."""
+
+    ready_timeout_s = READY_TIMEOUT_S
+    run_as: tuple[int, int] | None = None
 
     def _launch(self, argv: list[str], port_known: int | None, env: dict | None = None):
         self.command = argv
         self._log = deque(maxlen=40)
+        creds = {}
+        if self.run_as:
+            uid, gid = self.run_as
+            creds = {"user": uid, "group": gid, "extra_groups": []}
+            if self.workdir:
+                os.chown(self.workdir, uid, gid)
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir,
-                                         env=env)
+                                         env=env, **creds)
         except FileNotFoundError:
             raise VTUsageError(f"server command not found: {argv[0]}")
         except PermissionError:
@@ -153,7 +174,7 @@ class LaunchedServer(Target):
         return " | ".join(list(self._log)[-n:]) or "(no output)"
 
     def _wait_ready(self, port_known: int | None):
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 time.sleep(0.1)  # let the drain thread catch the last lines
@@ -166,7 +187,7 @@ class LaunchedServer(Target):
                     return
             time.sleep(0.05)
         what = "never answered PING" if listening_ports(self.pid) else "never opened a TCP port"
-        raise ServerError(f"server {what} within {READY_TIMEOUT_S:.0f}s (is it valkey-server?); "
+        raise ServerError(f"server {what} within {self.ready_timeout_s:g}s (is it valkey-server?); "
                           f"last output: {self.last_output()}")
 
     def stop(self) -> None:
@@ -199,8 +220,10 @@ class EmbeddedServer(LaunchedServer):
 
     def __init__(self, appendfsync: str = "always", io_threads: int | None = None,
                  server_config: dict[str, str] | None = None, binary: str | None = None,
-                 env: dict | None = None, keep_dir: bool = False):
+                 env: dict | None = None, keep_dir: bool = False, run_as: tuple[int, int] | None = None,
+                 ready_timeout_s: float = READY_TIMEOUT_S):
         super().__init__()
+        self.run_as, self.ready_timeout_s = run_as, ready_timeout_s
         self.binary = binary or binaries.embedded_server()
         self.workdir = tempfile.mkdtemp(prefix="valkeytrace-server-")
         self._own_workdir = not keep_dir
@@ -220,8 +243,10 @@ class CommandServer(LaunchedServer):
 
     mode = "command"
 
-    def __init__(self, argv: list[str], env: dict | None = None):
+    def __init__(self, argv: list[str], env: dict | None = None, run_as: tuple[int, int] | None = None,
+                 ready_timeout_s: float = READY_TIMEOUT_S):
         super().__init__()
+        self.run_as, self.ready_timeout_s = run_as, ready_timeout_s
         self.binary = shutil.which(argv[0]) or argv[0]
         self._launch(argv, port_known=None, env=env)
 
@@ -241,6 +266,13 @@ class AttachedServer(Target):
             raise VTUsageError(f"--attach {pid}: no such process")
         except psutil.AccessDenied:
             raise VTUsageError(f"--attach {pid}: permission denied (run as its owner or root)")
+        try:
+            owner = proc.uids().real
+        except psutil.AccessDenied:
+            owner = None
+        if os.geteuid() != 0 and owner is not None and owner != os.getuid():
+            raise VTUsageError(f"--attach {pid}: the process belongs to another user (uid {owner}); run "
+                               "valkeytrace as that user or as root")
         self.pid = pid
         try:
             self.binary = proc.exe()

@@ -164,6 +164,9 @@ class ShimTracer:
     def launch_env(self) -> dict:
         return preload_env(self.library, self.region.path, self.inject)
 
+    def chown_region(self, uid: int, gid: int):
+        self.region.chown(uid, gid)
+
     def start(self, target):
         self.pid = target.pid
         if self.region.mapped_pid != target.pid:
@@ -247,6 +250,9 @@ class EbpfWithShimTracer:
 
     def launch_env(self) -> dict:
         return self.shim.launch_env()  # the region and any injected delay; ebpf probes the wrappers
+
+    def chown_region(self, uid: int, gid: int):
+        self.shim.chown_region(uid, gid)
 
     def start(self, target):
         self.shim.start(target)

@@ -153,15 +153,16 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
     if on_start:
         on_start()
     proc = ClientProcess(argv)
-    started_wall = time.time()
-    rc = proc.wait(timeout=duration_s * 4 + 30)
-    ended_mono = time.monotonic()
-    if on_end:
-        on_end()
-    if rc is None:
-        proc.stop()
-        raise BenchmarkError(f"{test} run did not finish within {duration_s * 4 + 30:.0f}s; stopped it")
-    proc.stop()
+    try:
+        started_wall = time.time()
+        rc = proc.wait(timeout=duration_s * 4 + 30)
+        ended_mono = time.monotonic()
+        if on_end:
+            on_end()
+        if rc is None:
+            raise BenchmarkError(f"{test} run did not finish within {duration_s * 4 + 30:.0f}s; stopped it")
+    finally:
+        proc.stop()  # also on Ctrl-C: no client is ever left behind
     try:
         report = parse_report(proc.output)
     except ParseError as exc:

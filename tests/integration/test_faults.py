@@ -1,0 +1,312 @@
+"""Bad input, faults and interruption: one-line errors with the right status, nothing lost,
+nothing left behind (no server, client, uprobe or BPF program)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from valkeytrace.recording import format as recfmt
+
+pytestmark = pytest.mark.integration
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-v1-ebpf-everysec.vtrace"
+QUICK = ["--sizes", "64", "--repeat", "1", "--duration", "1", "--keyspace", "500", "--backend", "none"]
+
+
+def vt(*args, timeout=120, **kw):
+    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def assert_one_line_error(res, status):
+    assert res.returncode == status, (res.returncode, res.stderr)
+    lines = [line for line in res.stderr.splitlines() if line.strip() and not line.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("valkeytrace: error:"), res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# -- bad recordings -----------------------------------------------------------------------------
+def _bad_recordings(tmp: Path) -> dict:
+    good = GOLDEN.read_bytes()
+    files = {"empty": b"", "truncated": good[: len(good) // 2], "corrupt": good[:40] + b"\x00" * 50 + good[90:],
+             "wrong_magic": b"NOTATRACE\n" + good[12:], "newer": b"VALKEYTRACE\nformat 7\n" + good[21:],
+             "json": json.dumps({"format": "valkeytrace-report", "runs": []}).encode()}
+    out = {}
+    for name, data in files.items():
+        p = tmp / f"{name}.vtrace"
+        p.write_bytes(data)
+        out[name] = p
+    unreadable = tmp / "unreadable.vtrace"
+    unreadable.write_bytes(good)
+    unreadable.chmod(0)
+    out["unreadable"] = unreadable
+    out["missing"] = tmp / "missing.vtrace"
+    out["directory"] = tmp
+    return out
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "corrupt", "wrong_magic", "newer", "json", "missing",
+                                  "directory", "unreadable"])
+def test_bad_recording_is_one_line_exit_1(tmp_path, case):
+    path = _bad_recordings(tmp_path)[case]
+    if case == "unreadable" and os.geteuid() == 0:
+        # root reads anything: check it as an unprivileged user instead
+        os.chmod(tmp_path, 0o755)
+        res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "report", str(path)], capture_output=True, text=True)
+        if "cannot execute" in res.stderr or "Permission denied" in res.stderr and "valkeytrace:" not in res.stderr:
+            pytest.skip("'nobody' cannot run this checkout's venv")
+    else:
+        res = vt("report", str(path))
+    assert_one_line_error(res, 1)
+    hint = {"empty": "empty", "truncated": "truncated", "corrupt": "corrupt", "wrong_magic": "not a valkeytrace",
+            "newer": "newer", "json": "JSON file", "missing": "no such file", "directory": "directory",
+            "unreadable": "permission denied"}[case]
+    assert hint in res.stderr
+
+
+def test_compare_needs_two_files_and_shared_cells(tmp_path):
+    res = vt("report", "--compare", str(GOLDEN))
+    assert_one_line_error(res, 2)
+    doc = recfmt.read(GOLDEN)
+    for r in doc["runs"]:
+        r["value_size"] = 999  # no cell in common
+    other = tmp_path / "other.vtrace"
+    recfmt.write(other, doc)
+    res = vt("report", "--compare", str(GOLDEN), str(other))
+    assert_one_line_error(res, 1)
+    assert "share no measured cells" in res.stderr
+
+
+# -- bad options and servers --------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["--sizes", "0"], ["--sizes", "abc"], ["--duration", "0"], ["--duration", "-2"],
+                                  ["--repeat", "0"], ["--workload", "x"], ["--backend", "x"],
+                                  ["--inject-fsync-delay", "4 parsecs"], ["--inject-fsync-delay", "lognormal:4ms"]])
+def test_bad_options_exit_2(args):
+    assert_one_line_error(vt("record", *args), 2)
+
+
+def test_output_in_missing_or_read_only_directory(tmp_path):
+    assert_one_line_error(vt("record", *QUICK, "-o", str(tmp_path / "no" / "x.vtrace")), 2)
+    assert_one_line_error(vt("report", str(GOLDEN), "-o", str(tmp_path / "no" / "x.md")), 2)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() != 0:
+        assert_one_line_error(vt("record", *QUICK, "-o", str(ro / "x.vtrace")), 2)
+
+
+def test_bad_benchmark_client(tmp_path):
+    assert_one_line_error(vt("record", *QUICK, "--benchmark", str(tmp_path / "nope")), 2)
+    fake = tmp_path / "fake-benchmark"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    fake.chmod(0o755)
+    assert_one_line_error(vt("record", *QUICK, "--benchmark", str(fake)), 2)
+    res = vt("record", *QUICK, env={**os.environ, "PATH": "/nonexistent"})
+    assert_one_line_error(res, 1)
+    assert "no benchmark client found" in res.stderr
+
+
+@pytest.mark.parametrize("cmd,needle", [
+    (["/nonexistent/valkey-server"], "not found"),
+    (["NOT_EXECUTABLE"], "not executable"),
+    (["false"], "exited"),
+    (["sleep", "100"], "never opened a TCP port"),
+    ([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], "never answered PING"),
+])
+def test_server_commands_that_are_not_valkey(tmp_path, cmd, needle):
+    if cmd == ["NOT_EXECUTABLE"]:
+        script = tmp_path / "valkey-server"
+        script.write_text("#!/bin/sh\nexit 0\n")
+        script.chmod(0o644)
+        cmd = [str(script)]
+    res = vt("record", *QUICK, "--server-timeout", "3", "--", *cmd)
+    assert res.returncode in (1, 2)
+    assert_one_line_error(res, res.returncode)
+    assert needle in res.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == cmd]  # reaped
+
+
+def test_server_port_already_in_use():
+    from valkeytrace.target.binaries import embedded_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = vt("record", *QUICK, "--", embedded_server(), "--port", str(port), "--save", "")
+    assert_one_line_error(res, 1)
+    assert "Address already in use" in res.stderr or "exited" in res.stderr
+
+
+def test_attach_to_missing_or_non_valkey_process():
+    assert_one_line_error(vt("record", "--attach", "999999", *QUICK), 2)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        res = vt("record", "--attach", str(sleeper.pid), *QUICK)
+        assert_one_line_error(res, 2)
+        assert "is it valkey-server" in res.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_attach_to_another_users_server_without_privileges():
+    from valkeytrace.target.server import EmbeddedServer
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a server as another user than the test")
+    with EmbeddedServer(appendfsync="everysec") as srv:
+        res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "record", "--attach", str(srv.pid), *QUICK],
+                             capture_output=True, text=True, timeout=60)
+        if "valkeytrace: error" not in res.stderr:
+            pytest.skip("'nobody' cannot run this checkout's venv")
+        assert_one_line_error(res, 2)
+        assert "another user" in res.stderr or "permission denied" in res.stderr
+
+
+def test_ebpf_without_privileges_is_a_usage_error():
+    if os.geteuid() != 0:
+        res = vt("record", *QUICK[:-2], "--backend", "ebpf")
+    else:
+        res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "record", *QUICK[:-2], "--backend", "ebpf"],
+                             capture_output=True, text=True, timeout=60)
+        if "valkeytrace: error" not in res.stderr:
+            pytest.skip("'nobody' cannot run this checkout's venv")
+    assert_one_line_error(res, 2)
+    assert "needs root or CAP_BPF" in res.stderr
+
+
+# -- interruption and faults ----------------------------------------------------------------------
+def _leftovers(doc) -> list[str]:
+    problems = []
+    pid = doc["server"].get("pid")
+    if pid and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        problems.append(f"server {pid} still running")
+    port = doc["server"].get("port")
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] and "benchmark" in p.info["name"] and str(port) in (p.info["cmdline"] or []):
+            problems.append(f"client {p.pid} still running")
+    tracefs = Path("/sys/kernel/tracing/uprobe_events")
+    if tracefs.exists() and "valkey" in tracefs.read_text():
+        problems.append("uprobes left in uprobe_events")
+    if shutil.which("bpftool") and os.geteuid() == 0:
+        progs = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
+        if "on_before_sleep" in progs or "tracepoint__sch" in progs:
+            problems.append("BPF programs still loaded")
+    return problems
+
+
+def _wait_for_runs(partial: Path, n: int, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if partial.exists():
+            try:
+                doc = recfmt.read(partial)
+                if sum(r["status"] == "ok" for r in doc["runs"]) >= n:
+                    return doc
+            except Exception:
+                pass
+        time.sleep(0.2)
+    raise AssertionError("the recording never reached the expected number of runs")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_record_keeps_measured_runs_and_leaves_nothing(tmp_path, sig):
+    backend = "ebpf" if os.geteuid() == 0 else "shim"
+    out = tmp_path / "int.vtrace"
+    proc = subprocess.Popen([VT, "record", "--workload", "read-heavy", "--sizes", "64,256", "--repeat", "3",
+                             "--duration", "2", "--keyspace", "500", "--backend", backend, "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_runs(Path(str(out) + ".partial"), 1)
+        time.sleep(0.8)  # in the middle of the next run
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    doc = recfmt.read(out)
+    assert doc["complete"] is False
+    assert sum(r["status"] == "ok" for r in doc["runs"]) >= 1
+    assert doc["runs"][-1]["status"] in ("interrupted", "ok")
+    time.sleep(0.5)
+    assert _leftovers(doc) == []
+    assert not Path(str(out) + ".partial").exists()
+
+
+def _kill_during_second_run(tmp_path, victim: str):
+    out = tmp_path / f"{victim}.vtrace"
+    proc = subprocess.Popen([VT, "record", "--workload", "write-only", "--sizes", "64,256", "--repeat", "2",
+                             "--duration", "3", "--keyspace", "500", "--backend", "none", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        doc = _wait_for_runs(Path(str(out) + ".partial"), 1)
+        time.sleep(2.0)  # calibration done, measured client running
+        if victim == "server":
+            os.kill(doc["server"]["pid"], signal.SIGKILL)
+        else:
+            port = str(doc["server"]["port"])
+            clients = [p for p in psutil.process_iter(["name", "cmdline"])
+                       if p.info["name"] and "benchmark" in p.info["name"] and port in (p.info["cmdline"] or [])]
+            assert clients
+            for c in clients:
+                c.kill()
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err, recfmt.read(out)
+
+
+def test_server_killed_mid_run(tmp_path):
+    rc, err, doc = _kill_during_second_run(tmp_path, "server")
+    assert rc == 1 and "failed" in err
+    assert doc["runs"][0]["status"] == "ok"
+    assert doc["runs"][1]["status"] == "failed" and "died" in doc["runs"][1]["error"]
+    assert any("server died" in w for w in doc["warnings"])
+    assert len(doc["runs"]) == 2  # nothing attempted after the server was gone
+
+
+def test_client_killed_mid_run(tmp_path):
+    rc, err, doc = _kill_during_second_run(tmp_path, "client")
+    assert rc == 1
+    statuses = [r["status"] for r in doc["runs"]]
+    assert statuses[0] == "ok" and statuses[1] == "failed" and statuses.count("ok") == 3  # the rest ran
+    assert _leftovers(doc) == []
+
+
+def test_recording_cannot_be_written_disk_full(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tiny tmpfs")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mnt)], check=True)
+    try:
+        previous = mnt / "x.vtrace"
+        previous.write_bytes(b"previous recording")
+        res = vt("record", "--workload", "write-only", "--sizes", "64", "--repeat", "1", "--duration", "1",
+                 "--keyspace", "500", "--backend", "none", "-o", str(previous))
+        assert_one_line_error(res, 1)
+        assert "No space left on device" in res.stderr
+        assert previous.read_bytes() == b"previous recording"  # untouched
+        assert not [f for f in os.listdir(mnt) if f.endswith(".tmp")]  # temporary file removed
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_sudo_runs_the_server_as_the_invoking_user():
+    from valkeytrace.target.server import EmbeddedServer
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    with EmbeddedServer(appendfsync="everysec", run_as=(65534, 65534)) as srv:
+        assert psutil.Process(srv.pid).uids().real == 65534
+        assert os.stat(srv.workdir).st_uid == 65534
