@@ -241,6 +241,10 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             interrupted = True
             doc.setdefault("warnings", []).append("recording interrupted: runs after the last "
                                                   "completed one were not measured")
+        import resource
+
+        doc["tracer"] = {"backend": backend,
+                         "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}  # KiB on Linux
         doc["complete"] = not interrupted and all(r["status"] == "ok" for r in doc["runs"])
         doc["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         try:

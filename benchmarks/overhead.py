@@ -1,0 +1,89 @@
+"""Tracing overhead, measured side by side: interleaved A/B pairs of one cell (read-heavy, 64 B,
+appendfsync always, embedded server), untraced against --backend ebpf, and untraced against
+--backend shim. Within a pair the order alternates (AB, BA, AB, ...) so drift cancels.
+
+    .venv/bin/python benchmarks/overhead.py [--pairs 5] [--duration 4] [--backends ebpf,shim]
+
+Prints each pair's ratios (traced / untraced) and the medians of GET TPS, GET p99 and SET TPS;
+the last line is one JSON object: ebpf_get_tps_ratio, ebpf_p99_ratio, shim_get_tps_ratio,
+shim_p99_ratio (medians over the pairs), lost_events (summed over every traced pass), plus the
+eBPF probes' attach time and the tracer's peak RSS.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+
+
+def one_pass(backend: str, duration: float, workdir: str, n: int) -> dict:
+    out = os.path.join(workdir, f"{backend}-{n}.vtrace")
+    cmd = [VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", str(duration),
+           "--keyspace", "20000", "--appendfsync", "always", "--backend", backend, "-o", out]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{backend} pass failed: {res.stderr.strip().splitlines()[-1] if res.stderr else res.returncode}")
+    rep = json.loads(subprocess.run([VT, "report", out, "--format", "json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    cell = rep["runs"][0]["cells"][0]
+    from valkeytrace.recording import format as recfmt
+
+    doc = recfmt.read(out)
+    raw = doc["runs"][0].get("server") or {}
+    rss_kb = (doc.get("tracer") or {}).get("peak_rss_kb")
+    return {"get_tps": cell["ops"]["GET"]["tps"], "get_p99_us": cell["ops"]["GET"]["p99_us"],
+            "set_tps": cell["ops"]["SET"]["tps"], "lost": (cell.get("server") or {}).get("lost_events", 0),
+            "attach_ms": (raw.get("probe") or {}).get("attach_ms"), "rss_mb": rss_kb / 1024 if rss_kb else None}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--backends", default="ebpf,shim")
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="vt-overhead-")
+    summary: dict = {"pairs": args.pairs, "duration_s": args.duration}
+    lost = 0
+    for backend in args.backends.split(","):
+        ratios = {"get_tps": [], "get_p99": [], "set_tps": []}
+        attach, rss = [], []
+        for i in range(args.pairs):
+            order = ("none", backend) if i % 2 == 0 else (backend, "none")
+            res = {b: one_pass(b, args.duration, workdir, i) for b in order}
+            base, traced = res["none"], res[backend]
+            lost += traced["lost"] or 0
+            if traced["attach_ms"] is not None:
+                attach.append(traced["attach_ms"])
+            if traced["rss_mb"]:
+                rss.append(traced["rss_mb"])
+            r = {"get_tps": traced["get_tps"] / base["get_tps"], "get_p99": traced["get_p99_us"] / base["get_p99_us"],
+                 "set_tps": traced["set_tps"] / base["set_tps"] if base["set_tps"] else float("nan")}
+            for k, v in r.items():
+                ratios[k].append(v)
+            print(f"{backend} pair {i + 1} ({'/'.join(order)}): GET TPS {base['get_tps']:.0f} -> {traced['get_tps']:.0f} "
+                  f"(x{r['get_tps']:.3f}), GET p99 {base['get_p99_us']:.0f} -> {traced['get_p99_us']:.0f} µs "
+                  f"(x{r['get_p99']:.3f}), SET TPS x{r['set_tps']:.3f}, lost {traced['lost']}", flush=True)
+        med = {k: statistics.median(v) for k, v in ratios.items()}
+        print(f"{backend}: median GET TPS x{med['get_tps']:.3f}, GET p99 x{med['get_p99']:.3f}, "
+              f"SET TPS x{med['set_tps']:.3f} over {args.pairs} pairs", flush=True)
+        summary[f"{backend}_get_tps_ratio"] = round(med["get_tps"], 4)
+        summary[f"{backend}_p99_ratio"] = round(med["get_p99"], 4)
+        summary[f"{backend}_set_tps_ratio"] = round(med["set_tps"], 4)
+        if attach:
+            summary[f"{backend}_attach_ms_median"] = statistics.median(attach)
+        if rss:
+            summary[f"{backend}_tracer_rss_mb_max"] = round(max(rss), 1)
+    summary["lost_events"] = lost
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
