@@ -94,6 +94,13 @@ static void resolve(void)
     real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 }
 
+/* Recording is on: a region is mapped, this is not a fork child, and valkeytrace has not paused
+ * it (it pauses the shim for the untraced half of --measure-overhead). */
+static inline int recording(void)
+{
+    return region != NULL && !recording_disabled && !__atomic_load_n(&region->paused, __ATOMIC_RELAXED);
+}
+
 static inline uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -199,7 +206,7 @@ static inline void record(int kind, uint64_t dur_ns, uint64_t bytes)
 {
     struct vt_shim_thread *s;
     struct vt_hist *h;
-    if (__builtin_expect(region == NULL || recording_disabled, 0))
+    if (__builtin_expect(!recording(), 0))
         return;
     s = slot();
     if (!s) {
@@ -248,7 +255,7 @@ static void inject_delay(void)
     req.tv_nsec = (long)(ns % 1000000000ull);
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem) == EINTR)
         req = rem;
-    if (region && !recording_disabled) {
+    if (recording()) {
         struct vt_shim_thread *s = slot();
         if (s)
             __atomic_fetch_add(&s->injected_ns, ns, __ATOMIC_RELAXED);
@@ -284,7 +291,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 {
     uint64_t t0;
     int ret, saved;
-    if (!region && !delay_kind)
+    if (!delay_kind && !recording())
         return fn(fd);
     t0 = now_ns();
     ret = fn(fd);
@@ -313,7 +320,7 @@ EXPORT ssize_t write(int fd, const void *buf, size_t count)
     ssize_t ret;
     int saved;
     ENSURE(real_write);
-    if (!region || recording_disabled)
+    if (!recording())
         return real_write(fd, buf, count);
     t0 = now_ns();
     ret = real_write(fd, buf, count);
@@ -328,7 +335,7 @@ static ssize_t timed_pwrite(pwrite_fn fn, int fd, const void *buf, size_t count,
     uint64_t t0;
     ssize_t ret;
     int saved;
-    if (!region || recording_disabled)
+    if (!recording())
         return fn(fd, buf, count, off);
     t0 = now_ns();
     ret = fn(fd, buf, count, off);
@@ -356,7 +363,7 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
     ssize_t ret;
     int saved;
     ENSURE(real_writev);
-    if (!region || recording_disabled)
+    if (!recording())
         return real_writev(fd, iov, iovcnt);
     t0 = now_ns();
     ret = real_writev(fd, iov, iovcnt);
@@ -372,7 +379,7 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int t
     uint64_t t0, t1;
     int ret, saved;
     ENSURE(real_epoll_wait);
-    if (!region || recording_disabled)
+    if (!recording())
         return real_epoll_wait(epfd, events, maxevents, timeout);
     t0 = now_ns();
     ret = real_epoll_wait(epfd, events, maxevents, timeout);

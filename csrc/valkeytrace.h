@@ -99,6 +99,8 @@ struct vt_shim_header {
     vt_u32 nthreads;         /* slots claimed (may exceed max_threads: the overflow is dropped) */
     vt_u32 pid;              /* the process that mapped it (the server) */
     vt_u32 hist_buckets;     /* VT_HIST_BUCKETS of the writer: layouts must agree */
+    vt_u32 paused;           /* set by valkeytrace: 1 = pass calls through untimed (overhead baseline) */
+    vt_u32 reserved;
     vt_u64 thread_size;      /* sizeof(struct vt_shim_thread) of the writer */
     vt_u64 dropped_calls;    /* calls not recorded because no slot was free */
     vt_u64 inject_delay_ns;  /* the emulation's median delay (0: none), for the record */

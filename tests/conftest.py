@@ -20,3 +20,40 @@ def needs_bpf():
     reason = _bpf_unavailable_reason()
     if reason:
         pytest.skip(reason)
+
+
+def nobody_can_run_checkout() -> bool:
+    """Whether user 'nobody' can run this checkout's venv (not when it sits under a 0700 dir)."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        return False
+    res = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "import valkeytrace"],
+                         capture_output=True)
+    return res.returncode == 0
+
+
+@pytest.fixture
+def as_nobody():
+    """Run as user 'nobody' against this checkout. A checkout under a directory only root may
+    enter (CI clones into one) gets o+x on those directories for the test, restored after."""
+    import stat
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to user 'nobody'")
+    changed = []
+    for d in reversed(Path(sys.prefix).resolve().parents):
+        mode = d.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(d, stat.S_IMODE(mode) | stat.S_IXOTH)
+            changed.append((d, stat.S_IMODE(mode)))
+    try:
+        if not nobody_can_run_checkout():
+            pytest.skip("user 'nobody' cannot run this checkout's venv")
+        yield
+    finally:
+        for d, mode in changed:
+            os.chmod(d, mode)

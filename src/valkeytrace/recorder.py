@@ -59,6 +59,12 @@ class NullTracer:
     def start(self, target):
         pass
 
+    def start_paused(self, target):
+        pass
+
+    def resume(self, target):
+        pass
+
     def window_begin(self):
         pass
 
@@ -123,16 +129,17 @@ class Recorder:
             pass
 
     # -- one run ---------------------------------------------------------------------------------
-    def _window(self, run: dict):
+    def _window(self, run: dict, traced: bool = True):
         """Callbacks marking the measured window for the tracer and the server's own view."""
         def begin():
             self._server_view_begin()
             run["window_start"] = time.time()
-            self.tracer.window_begin()
+            if traced:
+                self.tracer.window_begin()
 
         def end():
             run["window_end"] = time.time()
-            metrics = self.tracer.window_end()
+            metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
                 run["server"] = metrics
             run["server_view"] = self._server_view_end()
@@ -170,7 +177,7 @@ class Recorder:
             view["error"] = str(exc)
         return view
 
-    def _read_heavy(self, run: dict, size: int):
+    def _read_heavy(self, run: dict, size: int, traced: bool = True, duration_s: float | None = None):
         s, t = self.settings, self.target
         conn = t.client()
         ks.fill(conn, s.keyspace, size)
@@ -181,7 +188,7 @@ class Recorder:
             time.sleep(0.3)  # the background load is running before the measured window opens
             if background.proc.poll() is not None:
                 raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
-            begin, end = self._window(run)
+            begin, end = self._window(run, traced)
             marks = {}
 
             def on_start():
@@ -192,7 +199,7 @@ class Recorder:
                 marks["t1"] = time.monotonic()
                 end()
             report = run_measured(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace,
-                                  s.duration_s, on_start=on_start, on_end=on_end)
+                                  duration_s or s.duration_s, on_start=on_start, on_end=on_end)
             run["ops"]["GET"] = op_result(report, "measured")
             bg = background.window_summary(marks["t0"], marks["t1"])
         finally:
@@ -251,11 +258,40 @@ class Recorder:
             return f"the server (pid {self.target.pid}) died during the run: {exc}"
         return str(exc) or type(exc).__name__
 
-    def run(self, on_progress=None):
+    OVERHEAD_PASS_S = 3.0
+
+    def measure_overhead(self) -> dict:
+        """One untraced and one traced pass of a short read-heavy cell (first size), side by side.
+        The shim is paused for the untraced pass; eBPF probes are attached between the passes."""
+        size = self.settings.sizes[0]
+        seconds = min(self.settings.duration_s, self.OVERHEAD_PASS_S)
+        passes = {}
+        self.tracer.start_paused(self.target)
+        for traced in (False, True):
+            if traced:
+                self.tracer.resume(self.target)
+            run = {"ops": {}}
+            self._read_heavy(run, size, traced=traced, duration_s=seconds)
+            get, bg = run["ops"]["GET"], run["ops"]["SET"]
+            passes["traced" if traced else "untraced"] = {"get_tps": get["tps"], "get_p99_us": get["p99_us"],
+                                                          "set_tps": bg["tps"]}
+        u, t = passes["untraced"], passes["traced"]
+        return {"backend": self.tracer.name, "cell": f"read-heavy {size} B", "duration_s": seconds, **passes,
+                "get_tps_ratio": t["get_tps"] / u["get_tps"] if u["get_tps"] else None,
+                "get_p99_ratio": t["get_p99_us"] / u["get_p99_us"] if u["get_p99_us"] else None,
+                "note": "one pass each: a single pair on a noisy machine; benchmarks/overhead.py takes medians"}
+
+    def run(self, on_progress=None, measure_overhead: bool = False):
         """Run the whole matrix. Stops early (recording kept) when the server dies."""
         matrix = self.settings.matrix()
-        self.tracer.start(self.target)
         try:
+            if measure_overhead:
+                if on_progress:
+                    on_progress(0, len(matrix), "measuring tracer overhead")
+                self.doc["overhead"] = self.measure_overhead()
+                self.checkpoint()
+            else:
+                self.tracer.start(self.target)
             for i, (repeat, workload, size) in enumerate(matrix):
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}")

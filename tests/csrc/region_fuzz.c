@@ -30,8 +30,9 @@ int main(void)
         size_t len = sizes[k];
         unsigned char *buf = malloc(len ? len : 1);
         if (len >= sizeof(struct vt_shim_header)) {
-            struct vt_shim_header h = {VT_SHIM_MAGIC, VT_SHIM_VERSION, VT_SHIM_MAX_THREADS, 1000000, 1,
-                                       VT_HIST_BUCKETS, sizeof(struct vt_shim_thread), 0, 0};
+            struct vt_shim_header h = {.magic = VT_SHIM_MAGIC, .version = VT_SHIM_VERSION,
+                                       .max_threads = VT_SHIM_MAX_THREADS, .nthreads = 1000000, .pid = 1,
+                                       .hist_buckets = VT_HIST_BUCKETS, .thread_size = sizeof(struct vt_shim_thread)};
             memcpy(buf, &h, sizeof(h));
         }
         int n = vt_shim_readable_slots(buf, len);

@@ -110,17 +110,7 @@ def test_region_file_is_private_to_its_owner():
         region.close()
 
 
-def _nobody_can_run_valkeytrace() -> bool:
-    if os.geteuid() != 0:
-        return False
-    res = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "import valkeytrace"],
-                         capture_output=True)
-    return res.returncode == 0
-
-
-def test_shim_backend_as_an_unprivileged_user_sees_main_vs_bio_aof():
-    if not _nobody_can_run_valkeytrace():
-        pytest.skip("needs root to switch to 'nobody', and a checkout 'nobody' can read")
+def test_shim_backend_as_an_unprivileged_user_sees_main_vs_bio_aof(as_nobody):
     outdir = tempfile.mkdtemp()
     os.chmod(outdir, 0o777)
     results = {}

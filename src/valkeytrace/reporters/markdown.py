@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from valkeytrace.analysis.tables import MEASURED_OP
-from valkeytrace.reporters.base import ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, server_note
+from valkeytrace.reporters.base import ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, overhead_line, server_note
 
 TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
 COLUMNS = "| Value | Op | TPS (K req/s) | MB/s | P50 (µs) | P95 (µs) | P99 (µs) | Notes |"
@@ -94,6 +94,8 @@ def _why(inp: ReportInput, w):
 def _warnings(inp: ReportInput, w):
     _why(inp, w)
     for run in inp.runs:
+        if overhead_line(run):
+            w(f"- {run.label}: {overhead_line(run)}\n")
         if run.emulation:
             w(f"> **{run.label}: {run.emulation}** (an emulated slow disk, not a measured one).\n")
         if not run.doc.get("complete", False):

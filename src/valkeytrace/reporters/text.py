@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import ReportInput, fmt_pct, server_note
+from valkeytrace.reporters.base import ReportInput, fmt_pct, overhead_line, server_note
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -35,6 +35,8 @@ def render(inp: ReportInput, out) -> None:
         console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
                       f"client {c.get('name', '?')} {c.get('version', '')}, recording {run.path}"
                       + ("" if run.doc.get("complete") else "  [red](incomplete)[/red]"))
+        if overhead_line(run):
+            console.print(f"{run.label}: {overhead_line(run)}")
         if run.emulation:
             console.print(f"[bold red]{run.label}: {run.emulation.upper()[:1]}{run.emulation[1:]} "
                           "(emulated slow disk, not a measured one)[/bold red]")

@@ -153,6 +153,9 @@ class LaunchedServer(Target):
         except FileNotFoundError:
             raise VTUsageError(f"server command not found: {argv[0]}")
         except PermissionError:
+            if self.run_as:
+                raise VTUsageError(f"the invoking user (uid {self.run_as[0]}) cannot execute {argv[0]} (or enter "
+                                   f"{self.workdir}); use --as-root, or install valkeytrace where that user can read it")
             raise VTUsageError(f"server command is not executable: {argv[0]}")
         except OSError as exc:
             raise VTUsageError(f"cannot run server command {argv[0]}: {exc}")

@@ -135,6 +135,12 @@ class EbpfTracer:
 
         return preload_env(self.shim_library, None, self.inject)
 
+    def start_paused(self, target):
+        pass  # probes attach in resume(): before that the server runs untraced
+
+    def resume(self, target):
+        self.start(target)
+
     def start(self, target):
         bcc = import_bcc()
         self.pid = target.pid

@@ -109,6 +109,9 @@ class ShimRegion:
     def chown(self, uid: int, gid: int):
         os.chown(self.path, uid, gid)
 
+    def set_paused(self, paused: bool):
+        self.header.paused = 1 if paused else 0
+
     @property
     def mapped_pid(self) -> int:
         return int(self.header.pid)
@@ -166,6 +169,13 @@ class ShimTracer:
 
     def chown_region(self, uid: int, gid: int):
         self.region.chown(uid, gid)
+
+    def start_paused(self, target):
+        self.start(target)
+        self.region.set_paused(True)
+
+    def resume(self, target):
+        self.region.set_paused(False)
 
     def start(self, target):
         self.pid = target.pid
@@ -256,6 +266,13 @@ class EbpfWithShimTracer:
 
     def start(self, target):
         self.shim.start(target)
+        self.ebpf.start(target)
+
+    def start_paused(self, target):
+        self.shim.start_paused(target)
+
+    def resume(self, target):
+        self.shim.resume(target)
         self.ebpf.start(target)
 
     def window_begin(self):
