@@ -190,9 +190,14 @@ def _leftovers(doc) -> list[str]:
     if tracefs.exists() and "valkey" in tracefs.read_text():
         problems.append("uprobes left in uprobe_events")
     if shutil.which("bpftool") and os.geteuid() == 0:
-        progs = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
-        if "on_before_sleep" in progs or "tracepoint__sch" in progs:
-            problems.append("BPF programs still loaded")
+        # a program of ours that no process holds any more is a leak (pinned or orphaned); one a
+        # live process holds belongs to another valkeytrace run on this machine
+        progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True).stdout
+                           or "[]")
+        ours = ("on_before_sleep", "on_flush_enter", "on_flush_return", "tracepoint__sch", "tracepoint__sys")
+        leaked = [p for p in progs if str(p.get("name", "")).startswith(ours) and not p.get("pids")]
+        if leaked:
+            problems.append(f"BPF programs still loaded: {[p['name'] for p in leaked]}")
     return problems
 
 

@@ -161,8 +161,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
         pid = attach_pid or 0  # TARGET_TGID/MAIN_TID are the server's pid, known once launched
         click.echo(ebpf.printable_program(ebpf.probe_defines(
-            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False,
-            flush_probe=True, shim_probes=False)))
+            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False)))
         return
     if server_command and attach_pid:
         raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")

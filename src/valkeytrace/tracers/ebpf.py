@@ -15,12 +15,14 @@ import os
 import tempfile
 import threading
 import time
-from collections import defaultdict
 
-from valkeytrace.errors import VTError
+import numpy as np
+
 from valkeytrace._native import lib
+from valkeytrace.errors import VTError
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.layout import BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS, STATE_NAMES
+from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS,
+                               SHIM_THREAD_DTYPE, STATE_NAMES)
 from valkeytrace.target import threads as thr
 from valkeytrace.tracers import PROBES_DIR, probe_source
 
@@ -74,11 +76,9 @@ def has_symbol(binary: str, symbol: str) -> bool:
         return False
 
 
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, flush_probe: bool,
-                  shim_probes: bool) -> dict:
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool) -> dict:
     return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
-            "LOOP_FROM_EPOLL": int(loop_from_epoll), "HAVE_FLUSH_PROBE": int(flush_probe),
-            "SHIM_FSYNC_PROBES": int(shim_probes), "RINGBUF_PAGES": RINGBUF_PAGES}
+            "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES}
 
 
 def printable_program(defines: dict) -> str:
@@ -87,22 +87,43 @@ def printable_program(defines: dict) -> str:
     return f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE)
 
 
-class _Snapshot:
-    __slots__ = ("mono_ns", "hist", "stats", "offcpu", "lost", "sched")
+MAX_SLOTS = lib.VT_SHIM_MAX_THREADS
+OFFCPU_SLOT_BYTES = 8 * len(CALL_NAMES) * len(STATE_NAMES)
+_SINCE_DTYPE = np.dtype([("start_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2")])
 
-    def __init__(self, bpf, pid: int, tids):
-        self.sched = thr.schedstats(pid, tids)
+
+def _lookup(table, key: int, size: int) -> bytes:
+    """One array element as raw bytes (bcc's Python map access is too slow for 140 KB values)."""
+    from bcc import libbcc
+
+    k = ctypes.c_int(key)
+    buf = ctypes.create_string_buffer(size)
+    if libbcc.lib.bpf_lookup_elem(table.map_fd, ctypes.byref(k), buf) < 0:
+        raise VTError(f"cannot read BPF map element {key}")
+    return buf.raw
+
+
+class _Snapshot:
+    """The per-slot arrays at one instant; off-CPU intervals still open count up to that instant
+    (the next snapshot subtracts them back), so a window's difference is exact at its edges."""
+
+    __slots__ = ("mono_ns", "threads", "offcpu", "lost", "sched")
+
+    def __init__(self, tracer: "EbpfTracer"):
+        bpf = tracer.bpf
+        self.sched = thr.schedstats(tracer.pid, tracer.names)
         self.mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
-        self.hist = {(k.tid, k.kind, k.bucket): v.value for k, v in bpf[b"hist"].items()}
-        self.stats = {(k.tid, k.kind): (v.count, v.sum_ns, v.max_ns, v.bytes) for k, v in bpf[b"stats"].items()}
-        offcpu = defaultdict(int)
-        for k, v in bpf[b"offcpu"].items():
-            offcpu[(k.tid, k.cause, k.state)] += v.value
-        # an interval still open counts up to now (the next snapshot subtracts it back)
-        for k, v in bpf[b"offcpu_since"].items():
-            if self.mono_ns > v.start_ns:
-                offcpu[(k.value, v.cause, v.state)] += self.mono_ns - v.start_ns
-        self.offcpu = dict(offcpu)
+        self.threads, self.offcpu = {}, {}
+        for slot in tracer.slot_tids():
+            self.threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
+                                               dtype=SHIM_THREAD_DTYPE)[0].copy()
+            off = np.frombuffer(_lookup(bpf[b"offcpu"], slot, OFFCPU_SLOT_BYTES), dtype="<u8").reshape(
+                len(CALL_NAMES), len(STATE_NAMES)).copy()
+            since = np.frombuffer(_lookup(bpf[b"offcpu_since"], slot, _SINCE_DTYPE.itemsize), dtype=_SINCE_DTYPE)[0]
+            if since["start_ns"] and self.mono_ns > since["start_ns"] and since["cause"] < len(CALL_NAMES) \
+                    and since["state"] < len(STATE_NAMES):
+                off[since["cause"], since["state"]] += self.mono_ns - int(since["start_ns"])
+            self.offcpu[slot] = off
         self.lost = bpf[b"lost"][0].value
 
 
@@ -126,6 +147,9 @@ class EbpfTracer:
         self._poller = None
         self.names: dict[int, str] = {}
         self.info: dict = {}
+        self._aof_fds: set[int] = set()
+        self._extra: dict[int, int] = {}
+        self.untracked_threads: set[int] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:
@@ -150,7 +174,7 @@ class EbpfTracer:
         flush_probe = has_symbol(binary, FLUSH_SYMBOL)
         shim = bool(self.shim_library)
         defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
-                                loop_from_epoll=not loop_uprobe, flush_probe=flush_probe, shim_probes=shim)
+                                loop_from_epoll=not loop_uprobe)
         t0 = time.monotonic()
         try:
             self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**defines))
@@ -205,18 +229,37 @@ class EbpfTracer:
         return os.path.join(base, cfg.get("appenddirname") or "")
 
     def _refresh(self):
-        """Thread names and AOF fds, refreshed as threads appear and files rotate."""
-        self.names.update(thr.list_threads(self.pid))
-        fds = set(thr.aof_fds(self.pid, self.aof_dir))
+        """Thread names, slots and AOF fds, refreshed as threads appear and files rotate."""
+        live = thr.list_threads(self.pid)
+        self.names.update(live)
+        fds = {fd for fd in thr.aof_fds(self.pid, self.aof_dir) if fd < 4096}
         table = self.bpf[b"aof_fds"]
-        known = {k.value for k in table.keys()}
-        for fd in fds - known:
+        for fd in fds - self._aof_fds:
             table[table.Key(fd)] = table.Leaf(1)
-        for fd in known - fds:
-            try:
-                del table[table.Key(fd)]
-            except KeyError:
-                pass
+        for fd in self._aof_fds - fds:
+            table[table.Key(fd)] = table.Leaf(0)
+        self._aof_fds = fds
+        # a thread whose tid - pid falls outside the slot range gets a free slot from the top
+        taken = {tid - self.pid for tid in live if 0 <= tid - self.pid < MAX_SLOTS}
+        extra = self.bpf[b"extra_slots"]
+        for tid in live:
+            if 0 <= tid - self.pid < MAX_SLOTS or tid in self._extra:
+                continue
+            free = [s for s in range(MAX_SLOTS - 1, -1, -1) if s not in taken and s not in self._extra.values()]
+            if not free:
+                self.untracked_threads.add(tid)
+                continue
+            self._extra[tid] = free[0]
+            extra[extra.Key(tid)] = extra.Leaf(free[0])
+        if self._extra:
+            counter = self.bpf[b"extra_count"]
+            counter[counter.Key(0)] = counter.Leaf(len(self._extra))
+
+    def slot_tids(self) -> dict:
+        """{slot: tid} of every thread seen."""
+        out = {tid - self.pid: tid for tid in self.names if 0 <= tid - self.pid < MAX_SLOTS}
+        out.update({slot: tid for tid, slot in self._extra.items()})
+        return out
 
     def _on_event(self, ctx, data, size):
         raw = ctypes.string_at(data, size)
@@ -244,58 +287,51 @@ class EbpfTracer:
         self.bpf.ring_buffer_consume()
         with self._events_lock:
             self._events.clear()
-        self._begin = _Snapshot(self.bpf, self.pid, self.names)
+        self._begin = _Snapshot(self)
 
     def window_end(self) -> dict:
-        end = _Snapshot(self.bpf, self.pid, self.names)
+        end = _Snapshot(self)
         self.bpf.ring_buffer_consume()
         self._refresh()
         with self._events_lock:
             events, self._events = self._events, []
-        return window_metrics(self._begin, end, self.pid, self.names, events, self.info)
+        return window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
 
 
-def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, events: list[bytes], info: dict) -> dict:
+def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dict, events: list[bytes],
+                   info: dict) -> dict:
     """The recording's `server` dict for one window: raw per-thread data, nothing derived."""
-    import numpy as np
-
-    hists: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for key, count in b.hist.items():
-        d = count - a.hist.get(key, 0)
-        if d > 0:
-            hists[(key[0], key[1])][key[2]] = d
     threads: dict[int, dict] = {}
-
-    def entry(tid):
-        if tid not in threads:
-            name = names.get(tid, "?")
-            threads[tid] = {"tid": tid, "name": name, "role": thr.thread_role(tid, pid, name),
-                            "calls": {}, "off_cpu_ns": {}}
-        return threads[tid]
-
-    for tid in names:
+    for slot, tid in slots.items():
+        if slot not in b.threads:
+            continue
+        name = names.get(tid, "?")
+        entry = {"tid": tid, "name": name, "role": thr.thread_role(tid, pid, name), "calls": {}, "off_cpu_ns": {}}
         sched = thr.sched_delta(a.sched, b.sched, tid)
         if sched:
-            entry(tid)["sched"] = sched  # total on-CPU / run-queue time, even for threads that never switched
-        entry(tid)
-    for (tid, kind), (count, sum_ns, max_ns, nbytes) in b.stats.items():
-        c0, s0, _, b0 = a.stats.get((tid, kind), (0, 0, 0, 0))
-        if count - c0 <= 0:
-            continue
-        buckets = hists.get((tid, kind), {})
-        # the kernel's max is all-time: exact for this window only if it lies in the top bucket
-        exact_max = bool(buckets) and max_ns < lib.vt_hist_bucket_upper(max(buckets))
-        hist = LatencyHistogram.from_bucket_counts(buckets, sum_ns=sum_ns - s0,
-                                                   max_ns=max_ns if exact_max else None)
-        rec = hist.to_dict()
-        rec["bytes"] = int(nbytes - b0)
-        entry(tid)["calls"][CALL_NAMES[kind]] = rec
-    for (tid, cause, state), ns in b.offcpu.items():
-        d = ns - a.offcpu.get((tid, cause, state), 0)
-        if d <= 0:
-            continue
-        per_cause = entry(tid)["off_cpu_ns"].setdefault(CALL_NAMES[cause], {})
-        per_cause[STATE_NAMES[state]] = per_cause.get(STATE_NAMES[state], 0) + int(d)
+            entry["sched"] = sched  # total on-CPU / run-queue time, even for threads that never switched
+        tb, ta = b.threads[slot], a.threads.get(slot)
+        if ta is not None and ta["tid"] != tb["tid"]:
+            ta = None  # the slot changed hands within the window: count from zero
+        for kind, call in enumerate(CALL_NAMES):
+            hb = tb["hist"][kind]
+            diff = hb["buckets"] - (ta["hist"][kind]["buckets"] if ta is not None else 0)
+            count = int(hb["count"]) - (int(ta["hist"][kind]["count"]) if ta is not None else 0)
+            if count <= 0 or not diff.any():
+                continue
+            top = int(np.flatnonzero(diff)[-1])
+            max_ns = int(hb["max_ns"])
+            exact_max = max_ns < lib.vt_hist_bucket_upper(top)  # the kernel's max is all-time
+            sum_ns = int(hb["sum_ns"]) - (int(ta["hist"][kind]["sum_ns"]) if ta is not None else 0)
+            rec = LatencyHistogram.from_bucket_counts(diff, sum_ns=sum_ns,
+                                                      max_ns=max_ns if exact_max else None).to_dict()
+            rec["bytes"] = int(tb["bytes"][kind]) - (int(ta["bytes"][kind]) if ta is not None else 0)
+            entry["calls"][call] = rec
+        off = b.offcpu[slot] - (a.offcpu.get(slot, 0))
+        for cause, state in zip(*np.nonzero(off)):
+            if off[cause, state] > 0 and off[cause, state] < 1 << 62:
+                entry["off_cpu_ns"].setdefault(CALL_NAMES[cause], {})[STATE_NAMES[state]] = int(off[cause, state])
+        threads[tid] = entry
     timeline = []
     if events:
         arr = np.frombuffer(b"".join(e[:BLOCK_EVENT_DTYPE.itemsize] for e in events), dtype=BLOCK_EVENT_DTYPE)
