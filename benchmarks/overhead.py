@@ -48,7 +48,10 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--backends", default="ebpf,shim")
+    ap.add_argument("--probes", help="eBPF probe groups to load (writes,epoll,sched,loop,flush); default all")
     args = ap.parse_args()
+    if args.probes:
+        os.environ["VALKEYTRACE_PROBES"] = args.probes
     workdir = tempfile.mkdtemp(prefix="vt-overhead-")
     summary: dict = {"pairs": args.pairs, "duration_s": args.duration}
     lost = 0

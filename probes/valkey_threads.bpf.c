@@ -159,7 +159,8 @@ static __always_inline int call_exit(long ret, int count_bytes)
     in->start_ns = 0;
     now = bpf_ktime_get_ns();
     dur = now - start;
-    account(slot, tid, kind, dur, (count_bytes && ret > 0) ? (u64)ret : 0);
+    count_bytes = count_bytes && ret > 0 && (kind == VT_CALL_AOF_WRITE || kind == VT_CALL_SOCKET_WRITE);
+    account(slot, tid, kind, dur, count_bytes ? (u64)ret : 0);
     if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC)
         emit(tid, start, dur, kind, VT_EVENT_CALL);
 #if LOOP_FROM_EPOLL
@@ -176,21 +177,67 @@ static __always_inline int call_exit(long ret, int count_bytes)
     return 0;
 }
 
+#if RAW_SYSCALLS
+/* One raw tracepoint pair for every syscall instead of one tracepoint per syscall: no trace
+ * record is built, so a call that is not ours costs a few instructions. */
+#include <asm/unistd.h>
+RAW_TRACEPOINT_PROBE(sys_enter)
+{
+    struct pt_regs *regs;
+    long id;
+    unsigned long fd = 0;
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+        return 0;
+    id = (long)ctx->args[1];
+    switch (id) {
+    case __NR_fdatasync:
+        return call_enter(VT_CALL_FDATASYNC);
+    case __NR_fsync:
+        return call_enter(VT_CALL_FSYNC);
+#if TRACE_WRITES
+    case __NR_write:
+    case __NR_pwrite64:
+    case __NR_writev:
+        regs = (struct pt_regs *)ctx->args[0];
+        bpf_probe_read_kernel(&fd, sizeof(fd), &PT_REGS_PARM1(regs));
+        return write_enter((int)fd);
+#endif
+#if TRACE_EPOLL
+    case __NR_epoll_wait:
+        return call_enter(VT_CALL_EPOLL_WAIT);
+#endif
+    }
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_exit)
+{
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
+        return 0;
+    return call_exit((long)ctx->args[1], 1); /* only a call our sys_enter started is completed */
+}
+#else
 TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync) { return call_enter(VT_CALL_FDATASYNC); }
 TRACEPOINT_PROBE(syscalls, sys_exit_fdatasync) { return call_exit(args->ret, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_fsync) { return call_enter(VT_CALL_FSYNC); }
 TRACEPOINT_PROBE(syscalls, sys_exit_fsync) { return call_exit(args->ret, 0); }
+#if TRACE_WRITES
 TRACEPOINT_PROBE(syscalls, sys_enter_write) { return write_enter(args->fd); }
 TRACEPOINT_PROBE(syscalls, sys_exit_write) { return call_exit(args->ret, 1); }
 TRACEPOINT_PROBE(syscalls, sys_enter_pwrite64) { return write_enter(args->fd); }
 TRACEPOINT_PROBE(syscalls, sys_exit_pwrite64) { return call_exit(args->ret, 1); }
 TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return write_enter(args->fd); }
 TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return call_exit(args->ret, 1); }
+#endif
+#if TRACE_EPOLL
 TRACEPOINT_PROBE(syscalls, sys_enter_epoll_wait) { return call_enter(VT_CALL_EPOLL_WAIT); }
 TRACEPOINT_PROBE(syscalls, sys_exit_epoll_wait) { return call_exit(args->ret, 0); }
+#endif
+#endif /* RAW_SYSCALLS */
 /* epoll_pwait is not traced: glibc's epoll_wait uses the epoll_wait syscall where the arch has
  * it (x86_64), and its tracepoint struct needs sigset_t, which bcc cannot resolve here. */
 
+#if TRACE_SCHED
 TRACEPOINT_PROBE(sched, sched_switch)
 {
     u64 now = bpf_ktime_get_ns();
@@ -239,6 +286,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
         emit(next, start, dur, cause, state);
     return 0;
 }
+#endif
 
 /* uprobe on beforeSleep: one event-loop iteration ends where the next begins */
 int on_before_sleep(struct pt_regs *ctx)

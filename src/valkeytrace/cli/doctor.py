@@ -12,7 +12,8 @@ from valkeytrace import system
 OK, WARN, FAIL, NOTE = "OK", "WARN", "FAIL", "NOTE"
 
 TRACEPOINTS = [("syscalls", f"sys_{d}_{c}") for c in ("fdatasync", "fsync", "write", "pwrite64")
-               for d in ("enter", "exit")] + [("sched", "sched_switch")]
+               for d in ("enter", "exit")] + [("sched", "sched_switch"), ("raw_syscalls", "sys_enter"),
+                                              ("raw_syscalls", "sys_exit")]
 
 
 @dataclass
@@ -86,7 +87,7 @@ def run_checks() -> list[Check]:
                   "a kernel with CONFIG_FTRACE_SYSCALLS and sched tracepoints"))
     else:
         add(Check("tracepoints", OK, f"{len(TRACEPOINTS)} present (syscalls fdatasync/fsync/write/pwrite64, "
-                  "sched_switch)"))
+                  "raw_syscalls sys_enter/exit, sched_switch)"))
 
     if system.uprobes_supported():
         add(Check("uprobes", OK, "uprobe_events present (event-loop probes)"))

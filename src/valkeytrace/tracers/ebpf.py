@@ -76,9 +76,24 @@ def has_symbol(binary: str, symbol: str) -> bool:
         return False
 
 
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool) -> dict:
+# Probe groups; all on by default. $VALKEYTRACE_PROBES (e.g. "sched,writes") narrows the set for
+# overhead experiments (benchmarks/overhead.py --probes).
+PROBE_GROUPS = ("writes", "epoll", "sched", "loop", "flush")
+
+
+def probe_groups() -> set[str]:
+    env = os.environ.get("VALKEYTRACE_PROBES")
+    return set(PROBE_GROUPS) if not env else {g for g in env.split(",") if g in PROBE_GROUPS}
+
+
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=PROBE_GROUPS) -> dict:
     return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
-            "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES}
+            "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
+            "TRACE_WRITES": int("writes" in groups), "TRACE_EPOLL": int("epoll" in groups),
+            "TRACE_SCHED": int("sched" in groups),
+            # raw_syscalls:sys_enter/exit: no trace record per call (per-syscall tracepoints cost
+            # ~13% GET TPS here, raw ones ~0: benchmarks/overhead.py); VALKEYTRACE_RAW_SYSCALLS=0 reverts
+            "RAW_SYSCALLS": int(os.environ.get("VALKEYTRACE_RAW_SYSCALLS", "1") == "1")}
 
 
 def printable_program(defines: dict) -> str:
@@ -170,11 +185,12 @@ class EbpfTracer:
         self.pid = target.pid
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
-        loop_uprobe = has_symbol(binary, LOOP_SYMBOL)
-        flush_probe = has_symbol(binary, FLUSH_SYMBOL)
+        groups = probe_groups()
+        loop_uprobe = "loop" in groups and has_symbol(binary, LOOP_SYMBOL)
+        flush_probe = "flush" in groups and has_symbol(binary, FLUSH_SYMBOL)
         shim = bool(self.shim_library)
         defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
-                                loop_from_epoll=not loop_uprobe)
+                                loop_from_epoll=not loop_uprobe and "loop" in groups, groups=groups)
         t0 = time.monotonic()
         try:
             self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**defines))
@@ -202,7 +218,7 @@ class EbpfTracer:
             raise VTError(f"eBPF probes failed to load ({first}); run 'valkeytrace doctor'") from exc
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
                      "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else "epoll_wait",
-                     "flush_probe": flush_probe, "shim_probes": shim,
+                     "flush_probe": flush_probe, "shim_probes": shim, "probe_groups": sorted(groups),
                      "block_threshold_ns": self.block_threshold_ns, "defines": defines}
         self._refresh()
         self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
