@@ -1,6 +1,15 @@
 """Tracing overhead, measured side by side: interleaved A/B pairs of one cell (read-heavy, 64 B,
-appendfsync always, embedded server), untraced against --backend ebpf, and untraced against
---backend shim. Within a pair the order alternates (AB, BA, AB, ...) so drift cancels.
+appendfsync always, embedded server), untraced against the eBPF backend, and untraced against the
+shim. Within a pair the order alternates (AB, BA, AB, ...) so drift cancels.
+
+Two ways to pair (the default is the precise one):
+  same server (default): one embedded server per backend, the SET c=8 background load running
+      throughout; each pass is a measured GET c=50 run (valkeytrace's own runner: calibrated
+      request count, full client report). Untraced = the eBPF probes detached (programs stay
+      loaded) / the shim paused; traced = attached / recording. Launch-to-launch variance
+      (+-10% here) does not enter the ratio.
+  --separate-launches: each pass is a whole `valkeytrace record --backend none|ebpf|shim` run
+      on a fresh server (includes the LD_PRELOAD itself and probe attachment; noisier).
 
     .venv/bin/python benchmarks/overhead.py [--pairs 5] [--duration 4] [--backends ebpf,shim]
 
@@ -43,43 +52,109 @@ def one_pass(backend: str, duration: float, workdir: str, n: int) -> dict:
             "attach_ms": (raw.get("probe") or {}).get("attach_ms"), "rss_mb": rss_kb / 1024 if rss_kb else None}
 
 
+def same_server_pairs(backend: str, pairs: int, duration: float) -> tuple[list, dict]:
+    """[(untraced, traced) results] on one server, toggling the tracer between passes."""
+    import time
+
+    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.tracers.shim import ShimTracer
+    from valkeytrace.workload import keyspace
+    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv, run_measured
+    from valkeytrace.workload.clients import find_client
+
+    if backend == "shim":
+        tracer = ShimTracer()
+        toggle = lambda on: tracer.region.set_paused(not on)  # noqa: E731
+    else:
+        from valkeytrace.tracers.ebpf import EbpfTracer
+
+        tracer = EbpfTracer()
+        toggle = tracer.set_attached
+    client = find_client()
+    srv = EmbeddedServer(appendfsync="always", env={**os.environ, **tracer.launch_env()})
+    info = {}
+    out = []
+    try:
+        t0 = time.monotonic()
+        tracer.start(srv)
+        info["attach_ms"] = round((time.monotonic() - t0) * 1000, 1)
+        keyspace.fill(srv.client(), 20000, 64)
+        bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", 8, 64, 20000, ENDLESS_REQUESTS))
+        try:
+            for i in range(pairs):
+                res = {}
+                for traced in ((False, True) if i % 2 == 0 else (True, False)):
+                    toggle(traced)
+                    if traced:
+                        tracer.window_begin()
+                    rep = run_measured(client, srv.host, srv.port, "GET", 50, 64, 20000, duration)
+                    lost = tracer.window_end()["lost_events"] if traced else 0
+                    res[traced] = {"get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+                                   "set_tps": None, "lost": lost}
+                out.append((res[False], res[True], "untraced/traced" if i % 2 == 0 else "traced/untraced"))
+        finally:
+            bg.stop()
+        import resource
+
+        info["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    finally:
+        tracer.stop()
+        srv.stop()
+    return out, info
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--backends", default="ebpf,shim")
     ap.add_argument("--probes", help="eBPF probe groups to load (writes,epoll,sched,loop,flush); default all")
+    ap.add_argument("--separate-launches", action="store_true",
+                    help="pair whole record runs on fresh servers instead of toggling one server's tracer")
     args = ap.parse_args()
     if args.probes:
         os.environ["VALKEYTRACE_PROBES"] = args.probes
     workdir = tempfile.mkdtemp(prefix="vt-overhead-")
-    summary: dict = {"pairs": args.pairs, "duration_s": args.duration}
+    summary: dict = {"pairs": args.pairs, "duration_s": args.duration,
+                     "method": "separate-launches" if args.separate_launches else "same-server"}
     lost = 0
     for backend in args.backends.split(","):
         ratios = {"get_tps": [], "get_p99": [], "set_tps": []}
         attach, rss = [], []
-        for i in range(args.pairs):
-            order = ("none", backend) if i % 2 == 0 else (backend, "none")
-            res = {b: one_pass(b, args.duration, workdir, i) for b in order}
-            base, traced = res["none"], res[backend]
+        if args.separate_launches:
+            def passes():
+                for i in range(args.pairs):
+                    order = ("none", backend) if i % 2 == 0 else (backend, "none")
+                    res = {b: one_pass(b, args.duration, workdir, i) for b in order}
+                    yield res["none"], res[backend], "/".join(order)
+        else:
+            def passes():
+                results, info = same_server_pairs(backend, args.pairs, args.duration)
+                attach.append(info["attach_ms"])
+                rss.append(info["rss_mb"])
+                yield from results
+        for i, (base, traced, order) in enumerate(passes()):
             lost += traced["lost"] or 0
-            if traced["attach_ms"] is not None:
+            if traced.get("attach_ms") is not None:
                 attach.append(traced["attach_ms"])
-            if traced["rss_mb"]:
+            if traced.get("rss_mb"):
                 rss.append(traced["rss_mb"])
             r = {"get_tps": traced["get_tps"] / base["get_tps"], "get_p99": traced["get_p99_us"] / base["get_p99_us"],
-                 "set_tps": traced["set_tps"] / base["set_tps"] if base["set_tps"] else float("nan")}
+                 "set_tps": traced["set_tps"] / base["set_tps"] if base["set_tps"] and traced["set_tps"] else None}
             for k, v in r.items():
-                ratios[k].append(v)
-            print(f"{backend} pair {i + 1} ({'/'.join(order)}): GET TPS {base['get_tps']:.0f} -> {traced['get_tps']:.0f} "
+                if v is not None:
+                    ratios[k].append(v)
+            set_txt = f", SET TPS x{r['set_tps']:.3f}" if r["set_tps"] else ""
+            print(f"{backend} pair {i + 1} ({order}): GET TPS {base['get_tps']:.0f} -> {traced['get_tps']:.0f} "
                   f"(x{r['get_tps']:.3f}), GET p99 {base['get_p99_us']:.0f} -> {traced['get_p99_us']:.0f} µs "
-                  f"(x{r['get_p99']:.3f}), SET TPS x{r['set_tps']:.3f}, lost {traced['lost']}", flush=True)
-        med = {k: statistics.median(v) for k, v in ratios.items()}
-        print(f"{backend}: median GET TPS x{med['get_tps']:.3f}, GET p99 x{med['get_p99']:.3f}, "
-              f"SET TPS x{med['set_tps']:.3f} over {args.pairs} pairs", flush=True)
+                  f"(x{r['get_p99']:.3f}){set_txt}, lost {traced['lost']}", flush=True)
+        med = {k: statistics.median(v) if v else float("nan") for k, v in ratios.items()}
+        print(f"{backend}: median GET TPS x{med['get_tps']:.3f}, GET p99 x{med['get_p99']:.3f} over {args.pairs} "
+              f"pairs ({'separate launches' if args.separate_launches else 'same server'})", flush=True)
         summary[f"{backend}_get_tps_ratio"] = round(med["get_tps"], 4)
         summary[f"{backend}_p99_ratio"] = round(med["get_p99"], 4)
-        summary[f"{backend}_set_tps_ratio"] = round(med["set_tps"], 4)
+        if med["set_tps"] == med["set_tps"]:
+            summary[f"{backend}_set_tps_ratio"] = round(med["set_tps"], 4)
         if attach:
             summary[f"{backend}_attach_ms_median"] = statistics.median(attach)
         if rss:

@@ -238,10 +238,11 @@ TRACEPOINT_PROBE(syscalls, sys_exit_epoll_wait) { return call_exit(args->ret, 0)
  * it (x86_64), and its tracepoint struct needs sigset_t, which bcc cannot resolve here. */
 
 #if TRACE_SCHED
-TRACEPOINT_PROBE(sched, sched_switch)
+/* A context switch: prev (the current task) goes off-CPU, next comes back on. */
+static __always_inline int on_switch(long ps, u32 next)
 {
     u64 now = bpf_ktime_get_ns();
-    u32 prev_tid = 0, next = args->next_pid, off;
+    u32 prev_tid = 0, off;
     int prev = current_slot(&prev_tid); /* at this tracepoint the current task is still prev */
     int next_slot = -1;
     struct offcpu_since_val *since;
@@ -249,7 +250,6 @@ TRACEPOINT_PROBE(sched, sched_switch)
     if (prev >= 0) {
         since = offcpu_since.lookup(&prev);
         if (since) {
-            long ps = args->prev_state;
             struct inflight_call *in = inflight.lookup(&prev);
             since->start_ns = now;
             since->tid = prev_tid;
@@ -286,6 +286,24 @@ TRACEPOINT_PROBE(sched, sched_switch)
         emit(next, start, dur, cause, state);
     return 0;
 }
+
+#if TASK_PID_OFFSET
+/* Raw sched_switch (no trace record built): TP_PROTO(bool preempt, struct task_struct *prev,
+ * struct task_struct *next, unsigned int prev_state). next's pid is read at the byte offset
+ * userspace took from this kernel's own BTF (/sys/kernel/btf/vmlinux), never from the
+ * (possibly foreign) headers bcc compiles against. */
+RAW_TRACEPOINT_PROBE(sched_switch)
+{
+    u32 next_pid = 0;
+    bpf_probe_read_kernel(&next_pid, sizeof(next_pid), (void *)ctx->args[2] + TASK_PID_OFFSET);
+    return on_switch((long)ctx->args[3], next_pid);
+}
+#else
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    return on_switch(args->prev_state, args->next_pid);
+}
+#endif
 #endif
 
 /* uprobe on beforeSleep: one event-loop iteration ends where the next begins */

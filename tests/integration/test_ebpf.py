@@ -27,8 +27,9 @@ def recordings(tmp_path_factory):
     out = {}
     for mode in ("always", "everysec"):
         p = d / f"{mode}.vtrace"
+        extra = ["--aof-flush-probe"] if mode == "always" else []
         res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "3",
-                 "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p))
+                 "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p), *extra)
         if res.returncode != 0 and "needs root" in res.stderr:
             pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
         assert res.returncode == 0, res.stderr
@@ -48,7 +49,6 @@ def test_always_fsyncs_on_the_main_thread_about_once_per_writing_iteration(recor
     # every fdatasync on the main thread follows an AOF write of the same flush
     assert roles(s)["main"]["aof_write"]["count"] >= m["fdatasync_count"] * 0.95
     assert m["loop_iterations"] >= m["fdatasync_count"]
-    assert m["aof_flushes"] > 0
 
 
 def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
@@ -56,6 +56,12 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
     assert s["main_thread"]["fdatasync_count"] == 0
     bio = roles(s)["bio_aof"]
     assert 2 <= bio["fdatasync"]["count"] + bio["fsync"]["count"] <= 6  # 3 s window
+
+
+def test_aof_flush_probe_counts_one_flush_per_loop_iteration(recordings):
+    m = recordings["always"]["main_thread"]  # recorded with --aof-flush-probe
+    assert m["aof_flushes"] > 0
+    assert abs(m["aof_flushes"] - m["loop_iterations"]) <= 0.02 * m["loop_iterations"] + 2
 
 
 def test_budget_sums_to_100_and_nothing_is_lost(recordings):

