@@ -78,7 +78,6 @@ def test_budget_sums_to_100_and_nothing_is_lost(recordings):
 def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
     """GIVEN the tracer and a separate minimal BPF counter on the same server, WHEN SETs run
     under appendfsync always, THEN both count the main thread's fdatasync calls within 2%."""
-    from valkeytrace.target.binaries import embedded_server  # noqa: F401
     from valkeytrace.target.server import EmbeddedServer
     from valkeytrace.tracers import ebpf
     from valkeytrace.workload.clients import find_client

@@ -1,8 +1,6 @@
 """The foundation on this machine: bcc compiles and counts exactly; doctor passes."""
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest

@@ -1,6 +1,5 @@
 """record + report end to end: a real valkey-server (embedded) and a real benchmark client."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -36,13 +36,14 @@ def run_checks() -> list[Check]:
         add(Check("privileges", FAIL, "neither root nor CAP_BPF+CAP_PERFMON",
                   "run as root (sudo), or use --backend shim"))
 
-    # bcc
-    try:
-        import bcc  # noqa: F401
-        add(Check("bcc", OK, f"python bindings at {os.path.dirname(bcc.__file__)}"))
-        bcc_ok = True
-    except ImportError:
-        bcc_ok = False
+    # bcc (imported only by the eBPF tracer module)
+    from valkeytrace.tracers import ebpf
+
+    bcc_dir = ebpf.bcc_location()
+    bcc_ok = bcc_dir is not None
+    if bcc_ok:
+        add(Check("bcc", OK, f"python bindings at {bcc_dir}"))
+    else:
         add(Check("bcc", FAIL, f"not importable by {sys.executable}",
                   "apt-get install python3-bpfcc; use a venv made with --system-site-packages (make setup)"))
 
@@ -64,8 +65,6 @@ def run_checks() -> list[Check]:
         foreign = " (linked from another kernel's headers: tracepoints and uprobes only)" \
             if system.headers_are_foreign() else ""
         try:
-            from valkeytrace.tracers import ebpf
-
             n = ebpf.selftest(calls=3)
             if n == 3:
                 add(Check("kernel headers", OK, f"bcc compiled and loaded a tracepoint program; "

@@ -54,22 +54,9 @@ def default_label(server: dict) -> str:
     return f"fsync-{server.get('appendfsync') or 'unknown'}"
 
 
-def ebpf_unusable_reason() -> str | None:
-    """Why an eBPF recording cannot run here (None when it can): the checks doctor makes."""
-    if not system.has_bpf_privileges():
-        return "needs root or CAP_BPF+CAP_PERFMON"
-    try:
-        import bcc  # noqa: F401
-    except ImportError:
-        return "bcc (Debian python3-bpfcc) is not importable"
-    if system.tracefs_dir() is None:
-        return "tracefs is not mounted (valkeytrace doctor --fix)"
-    if not system.headers_present():
-        return f"no kernel headers at {system.headers_dir()} (valkeytrace doctor --fix)"
-    return None
-
-
 def resolve_backend(backend: str, attached: bool) -> str:
+    from valkeytrace.tracers.ebpf import unusable_reason as ebpf_unusable_reason
+
     if backend == "auto":
         reason = ebpf_unusable_reason()
         if reason is None:

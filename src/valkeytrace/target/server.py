@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from pathlib import Path
 
 import psutil
 

@@ -43,6 +43,30 @@ def import_bcc():
     return bcc
 
 
+def bcc_location() -> str | None:
+    """Where bcc's Python bindings are, or None when they cannot be imported."""
+    try:
+        bcc = import_bcc()
+    except VTError:
+        return None
+    return os.path.dirname(bcc.__file__)
+
+
+def unusable_reason() -> str | None:
+    """Why an eBPF recording cannot run here (None when it can): the checks doctor makes."""
+    from valkeytrace import system
+
+    if not system.has_bpf_privileges():
+        return "needs root or CAP_BPF+CAP_PERFMON"
+    if bcc_location() is None:
+        return "bcc (Debian python3-bpfcc) is not importable"
+    if system.tracefs_dir() is None:
+        return "tracefs is not mounted (valkeytrace doctor --fix)"
+    if not system.headers_present():
+        return f"no kernel headers at {system.headers_dir()} (valkeytrace doctor --fix)"
+    return None
+
+
 def cflags(**defines) -> list[str]:
     """-D flags for the probe parameters, plus the include path of the shared layout header."""
     flags = [f"-I{PROBES_DIR}", "-DVT_BPF=1", "-Wno-visibility", "-Wno-macro-redefined"]
