@@ -3,12 +3,10 @@
  *
  * Measures, per thread of process TARGET_TGID, aggregated in the kernel:
  *   - fdatasync / fsync latency (log-linear histograms, valkeytrace.h), count, total, max;
- *   - write / pwrite64 / writev latency and bytes, split by fd into AOF writes (fds userspace
- *     marks in aof_fds: the server's open files under its appendonly directory) and all other
- *     writes (client sockets, pipes);
- *   - off-CPU time from sched:sched_switch, by the state the thread was switched out in
- *     (runnable = preempted, waiting for a CPU; sleeping; uninterruptible = I/O) and by the call
- *     it was inside (fdatasync/fsync, AOF write, epoll_wait = idle, other);
+ *   - AOF write(2) latency and bytes;
+ *   - off-CPU time from sched_switch, by the state the thread was switched out in (runnable =
+ *     preempted, waiting for a CPU; sleeping; uninterruptible = I/O) and by the call it was
+ *     inside (fdatasync/fsync, AOF write, epoll_wait = idle, other);
  *   - main-thread event-loop iterations: beforeSleep -> beforeSleep (uprobe), or, without the
  *     symbol (LOOP_FROM_EPOLL=1), epoll_wait return -> return;
  *   - flushAppendOnlyFile calls and durations (uprobe + uretprobe, when attached);
@@ -17,14 +15,28 @@
  *     (userspace polls on a timer); failed submissions are counted in `lost`, never dropped
  *     silently.
  *
+ * Two sources for the calls:
+ *   - call sites (default): uprobes on the server's own code, a pair per site: the `call
+ *     fdatasync/fsync/write` instruction (on_site_*) and the first direct branch after it returns
+ *     (on_site_exit); both instructions are emulated by the kernel, not single-stepped
+ *     (tracers/sites.py finds them). Nothing runs for any other process or syscall.
+ *   - TRACE_SYSCALLS=1: raw_syscalls sys_enter/sys_exit, for binaries without usable call sites,
+ *     and for per-thread socket-write and epoll_wait figures. Enabling any syscall tracepoint
+ *     puts every syscall on the machine on the kernel's slow path (3-5% GET TPS here).
+ * The epoll_wait (idle) cause of an off-CPU interval comes from the syscall number in the
+ * thread's saved user registers (SYSNR_OFFSET bytes past task_struct.stack, the layout taken
+ * from this kernel's BTF and checked against a thread of the tracer itself) when the syscall
+ * source is off.
+ *
  * Cost: filter on the tgid first; no hash map on the hot path. A thread's slot is its tid minus
  * the tgid (valkey starts its threads right after the process), or, for the rare thread outside
  * that range, an entry userspace puts in extra_slots. Per-thread data live in arrays indexed by
  * slot: the histograms in struct vt_shim_thread, the layout the LD_PRELOAD shim uses too.
  *
- * Only tracepoint arguments and BPF helpers are read: no kprobes, no kernel structs (the kernel
- * headers may belong to another kernel version). Parameters come as -D cflags:
- *   TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES.
+ * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
+ * kernel struct from the headers (they may belong to another kernel version). Parameters come as
+ * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
+ * TRACE_SYSCALLS, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"
@@ -34,6 +46,7 @@
 
 struct inflight_call {
     u64 start_ns;
+    u64 bytes; /* requested, for an AOF write timed at its call site */
     u32 kind;
     u32 depth; /* 1 inside a probed shim wrapper: the wrapper is the call, nested syscalls are not */
 };
@@ -117,7 +130,7 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
         __sync_fetch_and_add(&t->bytes[kind], bytes);
 }
 
-static __always_inline int call_enter(u32 kind)
+static __always_inline int call_enter(u32 kind, u64 bytes)
 {
     u32 tid = 0;
     int slot = current_slot(&tid);
@@ -129,6 +142,7 @@ static __always_inline int call_enter(u32 kind)
         return 0; /* inside a probed shim wrapper: the wrapper is the call */
     in->start_ns = bpf_ktime_get_ns();
     in->kind = kind;
+    in->bytes = bytes;
     return 0;
 }
 
@@ -139,15 +153,17 @@ static __always_inline int write_enter(int fd)
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
     is_aof = ufd < MAX_FDS ? aof_fds.lookup(&ufd) : 0;
-    return call_enter(is_aof && *is_aof ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE);
+    return call_enter(is_aof && *is_aof ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE, 0);
 }
 
-static __always_inline int call_exit(long ret, int count_bytes)
+/* ret: the syscall's return value (bytes written) when known, else < 0 and the requested bytes
+ * recorded at the call site count */
+static __always_inline int call_exit(long ret)
 {
     u32 tid = 0;
     int slot = current_slot(&tid);
     struct inflight_call *in;
-    u64 start, dur, now;
+    u64 start, dur, now, bytes;
     u32 kind;
     if (slot < 0)
         return 0;
@@ -156,11 +172,13 @@ static __always_inline int call_exit(long ret, int count_bytes)
         return 0;
     start = in->start_ns;
     kind = in->kind;
+    bytes = ret > 0 ? (u64)ret : in->bytes;
     in->start_ns = 0;
     now = bpf_ktime_get_ns();
     dur = now - start;
-    count_bytes = count_bytes && ret > 0 && (kind == VT_CALL_AOF_WRITE || kind == VT_CALL_SOCKET_WRITE);
-    account(slot, tid, kind, dur, count_bytes ? (u64)ret : 0);
+    if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
+        bytes = 0;
+    account(slot, tid, kind, dur, bytes);
     if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC)
         emit(tid, start, dur, kind, VT_EVENT_CALL);
 #if LOOP_FROM_EPOLL
@@ -177,9 +195,17 @@ static __always_inline int call_exit(long ret, int count_bytes)
     return 0;
 }
 
-#if RAW_SYSCALLS
+/* Call sites (tracers/sites.py): the call instruction, and the first direct branch after the
+ * call returns. The call's arguments are in their registers at the call instruction. */
+int on_site_fdatasync(struct pt_regs *ctx) { return call_enter(VT_CALL_FDATASYNC, 0); }
+int on_site_fsync(struct pt_regs *ctx) { return call_enter(VT_CALL_FSYNC, 0); }
+int on_site_aof_write(struct pt_regs *ctx) { return call_enter(VT_CALL_AOF_WRITE, PT_REGS_PARM3(ctx)); }
+int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
+
+#if TRACE_SYSCALLS
 /* One raw tracepoint pair for every syscall instead of one tracepoint per syscall: no trace
- * record is built, so a call that is not ours costs a few instructions. */
+ * record is built, so a call that is not ours costs a few instructions (plus the slow path every
+ * syscall takes while any syscall tracepoint is enabled). */
 #include <asm/unistd.h>
 RAW_TRACEPOINT_PROBE(sys_enter)
 {
@@ -191,21 +217,17 @@ RAW_TRACEPOINT_PROBE(sys_enter)
     id = (long)ctx->args[1];
     switch (id) {
     case __NR_fdatasync:
-        return call_enter(VT_CALL_FDATASYNC);
+        return call_enter(VT_CALL_FDATASYNC, 0);
     case __NR_fsync:
-        return call_enter(VT_CALL_FSYNC);
-#if TRACE_WRITES
+        return call_enter(VT_CALL_FSYNC, 0);
     case __NR_write:
     case __NR_pwrite64:
     case __NR_writev:
         regs = (struct pt_regs *)ctx->args[0];
         bpf_probe_read_kernel(&fd, sizeof(fd), &PT_REGS_PARM1(regs));
         return write_enter((int)fd);
-#endif
-#if TRACE_EPOLL
     case __NR_epoll_wait:
-        return call_enter(VT_CALL_EPOLL_WAIT);
-#endif
+        return call_enter(VT_CALL_EPOLL_WAIT, 0);
     }
     return 0;
 }
@@ -214,50 +236,80 @@ RAW_TRACEPOINT_PROBE(sys_exit)
 {
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
-    return call_exit((long)ctx->args[1], 1); /* only a call our sys_enter started is completed */
+    return call_exit((long)ctx->args[1]); /* only a call our sys_enter started is completed */
 }
-#else
-TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync) { return call_enter(VT_CALL_FDATASYNC); }
-TRACEPOINT_PROBE(syscalls, sys_exit_fdatasync) { return call_exit(args->ret, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_fsync) { return call_enter(VT_CALL_FSYNC); }
-TRACEPOINT_PROBE(syscalls, sys_exit_fsync) { return call_exit(args->ret, 0); }
-#if TRACE_WRITES
-TRACEPOINT_PROBE(syscalls, sys_enter_write) { return write_enter(args->fd); }
-TRACEPOINT_PROBE(syscalls, sys_exit_write) { return call_exit(args->ret, 1); }
-TRACEPOINT_PROBE(syscalls, sys_enter_pwrite64) { return write_enter(args->fd); }
-TRACEPOINT_PROBE(syscalls, sys_exit_pwrite64) { return call_exit(args->ret, 1); }
-TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return write_enter(args->fd); }
-TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return call_exit(args->ret, 1); }
-#endif
-#if TRACE_EPOLL
-TRACEPOINT_PROBE(syscalls, sys_enter_epoll_wait) { return call_enter(VT_CALL_EPOLL_WAIT); }
-TRACEPOINT_PROBE(syscalls, sys_exit_epoll_wait) { return call_exit(args->ret, 0); }
-#endif
-#endif /* RAW_SYSCALLS */
+#endif /* TRACE_SYSCALLS */
 /* epoll_pwait is not traced: glibc's epoll_wait uses the epoll_wait syscall where the arch has
  * it (x86_64), and its tracepoint struct needs sigset_t, which bcc cannot resolve here. */
 
 #if TRACE_SCHED
-/* A context switch: prev (the current task) goes off-CPU, next comes back on. */
+#if TASK_STACK_OFFSET
+#include <asm/unistd.h>
+/* The byte offset of the saved user orig_ax (the syscall number) past task_struct.stack:
+ * THREAD_SIZE - stack padding - sizeof(struct pt_regs) + offsetof(orig_ax). Userspace checks the
+ * candidates against a thread of its own sleeping in clock_nanosleep (CHECK_TGID, check_tid),
+ * then stores the one that matched in sysnr_offset; 0 until then (no idle cause). */
+#define SYSNR_CANDIDATES 4
+BPF_ARRAY(sysnr_offset, u64, 1);
+BPF_ARRAY(check_tid, u32, 1);
+BPF_ARRAY(check_hits, u64, SYSNR_CANDIDATES);
+
+static __always_inline long task_sysnr(void *task, u64 off)
+{
+    void *stack = 0;
+    long nr = -1;
+    if (bpf_probe_read_kernel(&stack, sizeof(stack), task + TASK_STACK_OFFSET) != 0 || !stack)
+        return -1;
+    if (bpf_probe_read_kernel(&nr, sizeof(nr), stack + off) != 0)
+        return -1;
+    return nr;
+}
+
+static __always_inline void sysnr_check(u32 tid)
+{
+    int zero = 0;
+    u32 *want = check_tid.lookup(&zero);
+    void *task;
+    if (!want || *want != tid)
+        return;
+    task = (void *)bpf_get_current_task();
+    u64 candidates[SYSNR_CANDIDATES] = {16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48};
+#pragma unroll
+    for (int i = 0; i < SYSNR_CANDIDATES; i++) {
+        if (task_sysnr(task, candidates[i]) == __NR_clock_nanosleep) {
+            int k = i;
+            u64 *h = check_hits.lookup(&k);
+            if (h)
+                __sync_fetch_and_add(h, 1);
+        }
+    }
+}
+
+/* VT_CALL_EPOLL_WAIT when the current (sleeping) task is inside epoll_wait, else VT_CALL_OTHER */
+static __always_inline u16 sleep_cause(void)
+{
+    int zero = 0;
+    u64 *off = sysnr_offset.lookup(&zero);
+    long nr;
+    if (!off || !*off)
+        return VT_CALL_OTHER;
+    nr = task_sysnr((void *)bpf_get_current_task(), *off);
+    if (nr == __NR_epoll_wait || nr == __NR_epoll_pwait || nr == __NR_epoll_pwait2)
+        return VT_CALL_EPOLL_WAIT;
+    return VT_CALL_OTHER;
+}
+#endif
+
+/* A context switch: prev (the current task) goes off-CPU, next comes back on. Both are filtered
+ * (tgid, tid range) before anything else: this runs for every switch on the machine. */
 static __always_inline int on_switch(long ps, u32 next)
 {
-    u64 now = bpf_ktime_get_ns();
+    u64 now;
     u32 prev_tid = 0, off;
     int prev = current_slot(&prev_tid); /* at this tracepoint the current task is still prev */
     int next_slot = -1;
     struct offcpu_since_val *since;
 
-    if (prev >= 0) {
-        since = offcpu_since.lookup(&prev);
-        if (since) {
-            struct inflight_call *in = inflight.lookup(&prev);
-            since->start_ns = now;
-            since->tid = prev_tid;
-            /* TASK_INTERRUPTIBLE = 1, TASK_UNINTERRUPTIBLE = 2; running or preempted otherwise */
-            since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
-            since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
-        }
-    }
     off = next - TARGET_TGID;
     if (off < MAX_SLOTS) {
         next_slot = (int)off;
@@ -268,6 +320,30 @@ static __always_inline int on_switch(long ps, u32 next)
             u32 *s = extra_slots.lookup(&next);
             if (s)
                 next_slot = (int)*s;
+        }
+    }
+    if (prev < 0 && next_slot < 0) {
+#if TASK_STACK_OFFSET
+        u64 id = bpf_get_current_pid_tgid();
+        if ((id >> 32) == CHECK_TGID)
+            sysnr_check((u32)id);
+#endif
+        return 0;
+    }
+    now = bpf_ktime_get_ns();
+    if (prev >= 0) {
+        since = offcpu_since.lookup(&prev);
+        if (since) {
+            struct inflight_call *in = inflight.lookup(&prev);
+            since->start_ns = now;
+            since->tid = prev_tid;
+            /* TASK_INTERRUPTIBLE = 1, TASK_UNINTERRUPTIBLE = 2; running or preempted otherwise */
+            since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
+            since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
+#if TASK_STACK_OFFSET
+            if (since->cause == VT_CALL_OTHER && (ps & 1))
+                since->cause = sleep_cause();
+#endif
         }
     }
     if (next_slot < 0)

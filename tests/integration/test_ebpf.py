@@ -58,6 +58,34 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
     assert 2 <= bio["fdatasync"]["count"] + bio["fsync"]["count"] <= 6  # 3 s window
 
 
+def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings, tmp_path):
+    # GIVEN the default probe set: call-site uprobes, sched_switch, sampled beforeSleep
+    for s in recordings.values():
+        assert s["call_source"] == "call sites"
+    # THEN the everysec main thread, mostly waiting for events, is seen idle in epoll_wait (the
+    # syscall number read from its saved registers), and the iteration count is the server's own
+    m = recordings["everysec"]["main_thread"]
+    assert m["idle_pct"] > 1  # without the syscall number it would be 0
+    assert m["loop_iterations"] > m["loop_iterations_sampled"] > 0
+
+
+def test_syscall_source_gives_socket_writes_per_thread(tmp_path):
+    # GIVEN the opt-in syscall source (raw sys_enter/exit)
+    p = tmp_path / "sys.vtrace"
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
+                          "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p)],
+                         capture_output=True, text=True, timeout=180,
+                         env={**__import__("os").environ, "VALKEYTRACE_PROBES": "syscalls,sched,loop"})
+    if res.returncode != 0 and "needs root" in res.stderr:
+        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+    assert res.returncode == 0, res.stderr
+    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
+    assert s["call_source"] == "syscalls"
+    assert s["main_thread"]["fdatasync_count"] > 100
+    assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
+
+
 def test_aof_flush_probe_counts_one_flush_per_loop_iteration(recordings):
     m = recordings["always"]["main_thread"]  # recorded with --aof-flush-probe
     assert m["aof_flushes"] > 0
@@ -111,7 +139,8 @@ def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
 def test_print_probes_shows_the_program_without_loading_it():
     res = vt("record", "--print-probes")
     assert res.returncode == 0
-    assert "TRACEPOINT_PROBE(syscalls, sys_enter_fdatasync)" in res.stdout
+    assert "int on_site_fdatasync(struct pt_regs *ctx)" in res.stdout
+    assert "-DTRACE_SYSCALLS=0" in res.stdout  # no syscall tracepoint by default
     assert "-DBLOCK_THRESHOLD_NS=100000" in res.stdout and "kprobe" not in res.stdout.split("*/", 1)[1]
 
 

@@ -90,6 +90,14 @@ def summarize_server(raws: list[dict]) -> dict | None:
                     if role == "main":
                         main_off[cause][state] += v
     loop = main_calls["loop_iteration"]
+    # the server's own count (INFO eventloop_cycles) when every window has it: the eBPF backend
+    # probes beforeSleep for a sample of the time only, so its histogram is a sample
+    counted = [r["eventloop"] for r in raws if r.get("eventloop")]
+    if len(counted) == len(raws):
+        iterations = sum(e["cycles"] for e in counted)
+        mean_us = sum(e["duration_us"] for e in counted) / iterations if iterations else None
+    else:
+        iterations, mean_us = loop.count, (loop.sum_ns / loop.count / 1e3 if loop.count else None)
     fds = main_calls["fdatasync"]
     flush = main_calls["aof_flush"]
     p = lambda h, q: float(h.percentile(q)) / 1e3 if h.count else None  # noqa: E731
@@ -97,10 +105,11 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "fdatasync_count": fds.count, "fdatasync_p50_us": p(fds, 50), "fdatasync_p99_us": p(fds, 99),
             "fsync_count": main_calls["fsync"].count,
             **budget(main_off, wall_ns),
-            "loop_iterations": loop.count, "loop_iteration_p50_us": p(loop, 50),
-            "loop_iteration_p99_us": p(loop, 99),
+            "loop_iterations": iterations, "loop_iteration_p50_us": p(loop, 50),
+            "loop_iteration_p99_us": p(loop, 99), "loop_iteration_mean_us": mean_us,
+            "loop_iterations_sampled": loop.count,
             "loop_iteration_tw_p50_us": loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
-            "loop_iterations_per_s": loop.count / (wall_ns / 1e9) if wall_ns else None,
+            "loop_iterations_per_s": iterations / (wall_ns / 1e9) if wall_ns else None,
             "aof_flushes": flush.count, "aof_flush_p50_us": p(flush, 50),
             "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()}}
     threads = []
@@ -123,6 +132,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "threads": threads, "lost_events": sum(r.get("lost_events", 0) for r in raws),
             "blocked_events": events,
             "loop_source": raws[0].get("probe", {}).get("loop_source"),
+            "call_source": raws[0].get("probe", {}).get("call_source"),
             **({"cross_check": cross} if cross else {})}
 
 

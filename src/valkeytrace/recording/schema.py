@@ -203,5 +203,8 @@ def _server_metrics(c: _Check, s, path: str, nested: bool = False):
         c.str_(ev[3], f"{path}.blocked_timeline.events[]", optional=False)
         c.str_(ev[4], f"{path}.blocked_timeline.events[]", optional=False)
     c.sub_obj(s, "probe", f"{path}.probe")
+    loop = c.sub_obj(s, "eventloop", f"{path}.eventloop")
+    for key in ("cycles", "duration_us") if loop else ():
+        c.int_(loop.get(key), f"{path}.eventloop.{key}", optional=False, minimum=0)
     if s.get("shim") is not None and not nested:
         _server_metrics(c, s["shim"], f"{path}.shim", nested=True)

@@ -94,7 +94,8 @@ def server_tables(console, label: str, cell) -> None:
     m = srv["main_thread"]
     wall_ms = m["wall_ms"] or 0
     t = Table(title=f"{label} · {cell.workload} {cell.value_size} B · server threads "
-                    f"({srv['backend']}, {srv['windows']} window(s), {wall_ms / 1000:.1f} s)")
+                    f"({srv['backend']}{', calls timed at ' + srv['call_source'] if srv.get('call_source') else ''}, "
+                    f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)")
     for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):  # per thread
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
     for th in srv["threads"]:
@@ -114,9 +115,12 @@ def server_tables(console, label: str, cell) -> None:
     console.print("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in parts
                                                     if m[key] is not None))
     if m["loop_iterations"]:
+        sampled = m.get("loop_iterations_sampled")
+        dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
+                + (f" (of {sampled:,} sampled)" if sampled and sampled < m["loop_iterations"] else ""))
+        mean = f"mean {m['loop_iteration_mean_us']:,.1f} µs, " if m.get("loop_iteration_mean_us") else ""
         console.print(f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
-                      f"{m['loop_iterations_per_s']:,.0f}/s, p50 {m['loop_iteration_p50_us']:,.0f} µs, "
-                      f"p99 {m['loop_iteration_p99_us']:,.0f} µs"
+                      f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"
                       + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
     cc = srv.get("cross_check")
     if cc:

@@ -1,8 +1,12 @@
 """The eBPF backend: loads probes/valkey_threads.bpf.c against one valkey-server and reads it.
 
 This is the only module that imports bcc (Debian's python3-bpfcc, never PyPI's "bcc"). Only
-tracepoints and uprobes are used: the kernels we target may have no kprobes, and their headers
-may come from another kernel version, so no kernel struct is ever read.
+tracepoints and uprobes are used: the kernels we target may have no kprobes. Their headers may
+come from another kernel version, so no kernel struct layout comes from them: the two task_struct
+fields read (pid, stack) are at offsets taken from the running kernel's BTF.
+
+By default no syscall is traced at all: fdatasync/fsync and AOF writes are timed by uprobe pairs
+on their call sites in the server (tracers/sites.py), which cost nothing to any other process.
 
 Everything is aggregated in kernel maps; a measured window is the difference of two snapshots
 (taken at the window's edges), with off-CPU intervals still open at either edge cut at the edge.
@@ -24,13 +28,15 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS,
                                SHIM_THREAD_DTYPE, STATE_NAMES)
 from valkeytrace.target import threads as thr
-from valkeytrace.tracers import PROBES_DIR, probe_source
+from valkeytrace.tracers import PROBES_DIR, probe_source, sites
 
 MAIN_PROBE = "valkey_threads"
 POLL_INTERVAL_S = 0.1
 RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
+LOOP_PERIOD_S = 1.0
+LOOP_DUTY = float(os.environ.get("VALKEYTRACE_LOOP_DUTY", "0.05"))  # fraction of time beforeSleep is probed
 SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
 
 
@@ -100,13 +106,25 @@ def has_symbol(binary: str, symbol: str) -> bool:
         return False
 
 
-# Probe groups. "flush" (uprobe + uretprobe on flushAppendOnlyFile) is off by default: valkey
-# calls it from every beforeSleep, so its count is the loop-iteration count, and its time is the
-# AOF write + fsync already measured; its two extra uprobe hits per iteration cost ~2-3% GET TPS.
-# record --aof-flush-probe turns it on; $VALKEYTRACE_PROBES (e.g. "sched,writes") sets the groups
-# for overhead experiments (benchmarks/overhead.py --probes).
-PROBE_GROUPS = ("writes", "epoll", "sched", "loop", "flush")
-DEFAULT_GROUPS = ("writes", "epoll", "sched", "loop")
+# Probe groups:
+#   calls    fdatasync/fsync and AOF write(2) timed at their call sites in the server's code
+#            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
+#   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
+#   loop     event-loop iterations from a uprobe on beforeSleep;
+#   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
+#            from every beforeSleep, so its count is the loop count and its time the AOF write +
+#            fsync already measured; two more uprobe hits per iteration;
+#   syscalls raw sys_enter/sys_exit: the calls from syscalls instead (used when the binary has no
+#            usable call sites), plus socket writes and epoll_wait per thread. Any syscall
+#            tracepoint sends every syscall on the machine through the kernel's slow path:
+#            3-5% GET TPS here (docs/performance.md), hence not a default.
+# $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
+# (benchmarks/overhead.py --probes).
+PROBE_GROUPS = ("calls", "sched", "loop", "flush", "syscalls")
+DEFAULT_GROUPS = ("calls", "sched", "loop")
+# byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
+# 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
+SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
 
 
 def probe_groups(extra: tuple = ()) -> set[str]:
@@ -116,15 +134,16 @@ def probe_groups(extra: tuple = ()) -> set[str]:
     return set(DEFAULT_GROUPS) | set(extra)
 
 
-_PID_OFFSET: list = []  # memo: [offset or None]
+_TASK_OFFSETS: dict = {}  # memo
 
 
-def task_pid_offset() -> int | None:
-    """Byte offset of task_struct.pid in the running kernel, from its BTF (bpftool), or None.
-    The raw sched_switch probe needs it; without it the regular tracepoint is used."""
-    if _PID_OFFSET:
-        return _PID_OFFSET[0]
-    offset = None
+def task_offsets() -> dict:
+    """{"pid": .., "stack": ..}: byte offsets of those task_struct fields in the running kernel,
+    from its BTF (bpftool), or {} without BTF or bpftool. The raw sched_switch probe needs "pid"
+    (without it the regular tracepoint is used), the idle cause needs "stack"."""
+    if _TASK_OFFSETS:
+        return _TASK_OFFSETS.get("v", {})
+    offsets = {}
     btf = "/sys/kernel/btf/vmlinux"
     if os.path.exists(btf) and os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
         import re
@@ -138,24 +157,25 @@ def task_pid_offset() -> int | None:
                 out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
                                      text=True, timeout=20).stdout
                 m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
-                if m:
-                    pid = re.search(r"^\t'pid' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
-                    if pid and int(pid.group(1)) % 8 == 0:
-                        offset = int(pid.group(1)) // 8
+                for field in ("pid", "stack") if m else ():
+                    f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+                    if f and int(f.group(1)) % 8 == 0:
+                        offsets[field] = int(f.group(1)) // 8
             except (OSError, subprocess.TimeoutExpired):
-                offset = None
-    _PID_OFFSET.append(offset)
-    return offset
+                offsets = {}
+    _TASK_OFFSETS["v"] = offsets
+    return offsets
 
 
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=PROBE_GROUPS) -> dict:
-    return {"TASK_PID_OFFSET": (task_pid_offset() or 0) if "sched" in groups else 0,"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS,
+                  syscalls: bool | None = None) -> dict:
+    sched = "sched" in groups
+    offsets = task_offsets() if sched else {}
+    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
-            "TRACE_WRITES": int("writes" in groups), "TRACE_EPOLL": int("epoll" in groups),
-            "TRACE_SCHED": int("sched" in groups),
-            # raw_syscalls:sys_enter/exit: no trace record per call (per-syscall tracepoints cost
-            # ~13% GET TPS here, raw ones ~0: benchmarks/overhead.py); VALKEYTRACE_RAW_SYSCALLS=0 reverts
-            "RAW_SYSCALLS": int(os.environ.get("VALKEYTRACE_RAW_SYSCALLS", "1") == "1")}
+            "TRACE_SYSCALLS": int("syscalls" in groups if syscalls is None else syscalls),
+            "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
+            "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
 
 
 def printable_program(defines: dict) -> str:
@@ -223,6 +243,8 @@ class EbpfTracer:
         self._events_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller = None
+        self._loop_probe = None
+        self._loop_lock = threading.Lock()
         self.names: dict[int, str] = {}
         self.info: dict = {}
         self._aof_fds: set[int] = set()
@@ -251,21 +273,40 @@ class EbpfTracer:
         groups = probe_groups(self.extra_groups)
         loop_uprobe = "loop" in groups and has_symbol(binary, LOOP_SYMBOL)
         flush_probe = "flush" in groups and has_symbol(binary, FLUSH_SYMBOL)
-        shim = bool(self.shim_library)
-        defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
-                                loop_from_epoll=not loop_uprobe and "loop" in groups, groups=groups)
+        # the call sites are disassembled (objdump, in the background) while the probes compile
+        finder = sites.SiteFinder(binary) if "calls" in groups and "syscalls" not in groups else None
+        syscalls = "syscalls" in groups or ("loop" in groups and not loop_uprobe)
         t0 = time.monotonic()
-        self._uprobes = []  # (ret, binary, symbol, fn) as attached, for set_attached()
-        if loop_uprobe:
-            self._uprobes.append((False, binary, LOOP_SYMBOL, "on_before_sleep"))
-        if flush_probe:
-            self._uprobes += [(False, binary, FLUSH_SYMBOL, "on_flush_enter"),
-                              (True, binary, FLUSH_SYMBOL, "on_flush_return")]
-        if shim:
-            for sym, fn in SHIM_SYMBOLS.items():
-                self._uprobes += [(False, self.shim_library, sym, fn), (True, self.shim_library, sym, "on_shim_sync_return")]
+        call_sites: list = []
+        why_syscalls = None
         try:
-            self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**defines))
+            self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines(groups, loop_uprobe, syscalls)))
+            if finder is not None:
+                call_sites = finder.result()
+                if not sites.usable(call_sites):
+                    why_syscalls = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
+                    call_sites = []
+                    if not syscalls:  # recompile with the syscall source: costlier, but measured
+                        syscalls = True
+                        self.bpf.cleanup()
+                        self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(),
+                                           cflags=cflags(**self._defines(groups, loop_uprobe, syscalls)))
+            self._uprobes = []  # (ret, path, symbol or None, address or None, fn), for set_attached()
+            # beforeSleep runs 80K-500K times a second with I/O threads (valkey 9); one uprobe hit
+            # each is 5-30% of the main thread, so the probe is attached for a fraction of the
+            # time (a sample of iterations: their distribution) and the count comes from the
+            # server's own INFO eventloop_cycles when it has it
+            self._loop_probe = (False, binary, LOOP_SYMBOL, None, "on_before_sleep") if loop_uprobe else None
+            if flush_probe:
+                self._uprobes += [(False, binary, FLUSH_SYMBOL, None, "on_flush_enter"),
+                                  (True, binary, FLUSH_SYMBOL, None, "on_flush_return")]
+            for site in call_sites:
+                self._uprobes += [(False, binary, None, site.call, f"on_site_{site.kind}"),
+                                  (False, binary, None, site.exit, "on_site_exit")]
+            if self.shim_library and syscalls:  # with call sites, the site times the shim's wrapper
+                for sym, fn in SHIM_SYMBOLS.items():
+                    self._uprobes += [(False, self.shim_library, sym, None, fn),
+                                      (True, self.shim_library, sym, None, "on_shim_sync_return")]
             self._attach_uprobes()
             self.bpf[b"block_events"].open_ring_buffer(self._on_event)
         except VTError:
@@ -275,18 +316,112 @@ class EbpfTracer:
             self.stop()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise VTError(f"eBPF probes failed to load ({first}); run 'valkeytrace doctor'") from exc
+        finally:
+            if finder is not None:
+                finder.cancel()
+        idle = self._check_sysnr() if "sched" in groups else None
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
-                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else "epoll_wait",
-                     "flush_probe": flush_probe, "shim_probes": shim, "probe_groups": sorted(groups),
-                     "block_threshold_ns": self.block_threshold_ns, "defines": defines}
+                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups else None),
+                     "call_source": "syscalls" if syscalls else "call sites",
+                     "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
+                                     "exit_emulated": c.exit_emulated} for c in call_sites],
+                     "flush_probe": flush_probe, "shim_probes": bool(self.shim_library) and syscalls,
+                     "probe_groups": sorted(groups | ({"syscalls"} if syscalls else set())),
+                     "idle_cause": idle, "block_threshold_ns": self.block_threshold_ns, "defines": self._last_defines}
+        if why_syscalls:
+            self.info["call_sites_unusable"] = why_syscalls
+        if self._loop_probe:
+            self.info["loop_sample_duty"] = LOOP_DUTY
+        self.target = target
         self._refresh()
         self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
         self._poller.start()
+        if self._loop_probe:
+            self._sampler = threading.Thread(target=self._sample_loop, name="valkeytrace-loop", daemon=True)
+            self._sampler.start()
 
-    def _attach_uprobes(self):
-        for ret, path, sym, fn in self._uprobes:
+    def _defines(self, groups, loop_uprobe: bool, syscalls: bool) -> dict:
+        self._last_defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
+                                           loop_from_epoll=not loop_uprobe and "loop" in groups,
+                                           groups=groups, syscalls=syscalls)
+        return self._last_defines
+
+    def _check_sysnr(self) -> str | None:
+        """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in
+        clock_nanosleep while the probe reads every candidate offset; the one that reads
+        clock_nanosleep's number each time is stored for the probe. None when none holds (no
+        idle cause then: such intervals count as "other")."""
+        if not self._last_defines.get("TASK_STACK_OFFSET"):
+            return None
+        bpf = self.bpf
+        hits, tid_table = bpf[b"check_hits"], bpf[b"check_tid"]
+        rounds = 20
+
+        def sleeper():
+            tid_table[tid_table.Key(0)] = tid_table.Leaf(threading.get_native_id())
+            for _ in range(rounds):
+                time.sleep(0.001)
+            tid_table[tid_table.Key(0)] = tid_table.Leaf(0)
+
+        t = threading.Thread(target=sleeper, name="valkeytrace-sysnr-check")
+        t.start()
+        t.join()
+        counts = [int(hits[hits.Key(i)].value) for i in range(len(SYSNR_CANDIDATES))]
+        good = [i for i, c in enumerate(counts) if c >= rounds // 2]
+        if len(good) != 1:
+            return None
+        off = bpf[b"sysnr_offset"]
+        off[off.Key(0)] = off.Leaf(SYSNR_CANDIDATES[good[0]])
+        return f"syscall number at task stack +{SYSNR_CANDIDATES[good[0]]}"
+
+    def _attach_uprobes(self, probes=None):
+        for ret, path, sym, addr, fn in self._uprobes if probes is None else probes:
             attach = self.bpf.attach_uretprobe if ret else self.bpf.attach_uprobe
-            attach(name=path.encode(), sym=sym.encode(), fn_name=fn.encode(), pid=self.pid)
+            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
+            attach(name=path.encode(), fn_name=fn.encode(), pid=self.pid, **where)
+
+    def _detach_uprobes(self, probes=None):
+        """Detach in parallel: each detach waits for an RCU grace period (~0.1 s here), and a
+        recording has ~30 call-site probes."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def detach(probe):
+            ret, path, sym, addr, _ = probe
+            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
+            (self.bpf.detach_uretprobe if ret else self.bpf.detach_uprobe)(name=path.encode(), pid=self.pid, **where)
+
+        probes = list(self._uprobes if probes is None else probes)
+        if len(probes) <= 1:
+            for probe in probes:
+                detach(probe)
+            return
+        with ThreadPoolExecutor(max_workers=min(32, len(probes)), thread_name_prefix="valkeytrace-detach") as pool:
+            list(pool.map(detach, probes))
+
+    def _sample_loop(self):
+        """The beforeSleep uprobe, attached LOOP_DUTY of each LOOP_PERIOD_S (while attached)."""
+        on_s = LOOP_PERIOD_S * LOOP_DUTY
+        last = self.bpf[b"loop_last"]
+        while not self._stop.is_set():
+            if not getattr(self, "_attached", True):
+                self._stop.wait(on_s)
+                continue
+            with self._loop_lock:
+                last[last.Key(0)] = last.Leaf(0)  # the first hit after attaching only starts an iteration
+                try:
+                    self._attach_uprobes([self._loop_probe])
+                except Exception:
+                    return  # the server is gone; the window reports what was sampled
+            self._stop.wait(on_s)
+            with self._loop_lock:
+                if LOOP_DUTY < 1.0 or self._stop.is_set():
+                    try:
+                        self._detach_uprobes([self._loop_probe])
+                    except Exception:
+                        return
+                else:
+                    return  # continuous: stays attached until cleanup
+            self._stop.wait(LOOP_PERIOD_S - on_s)
 
     def set_attached(self, on: bool):
         """Detach every probe (the programs stay loaded) or attach them again: for measuring the
@@ -302,8 +437,7 @@ class EbpfTracer:
                 bpf.detach_tracepoint(tp)
             for tp in self._raw_tps:
                 bpf.detach_raw_tracepoint(tp)
-            for ret, path, sym, _ in self._uprobes:
-                (bpf.detach_uretprobe if ret else bpf.detach_uprobe)(name=path.encode(), sym=sym.encode(), pid=self.pid)
+            self._detach_uprobes()
         else:
             for tp in getattr(self, "_tps", []):
                 bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
@@ -313,11 +447,20 @@ class EbpfTracer:
 
     def stop(self):
         self._stop.set()
+        sampler = getattr(self, "_sampler", None)
+        if sampler is not None:
+            sampler.join(timeout=5)
+            self._sampler = None
         if self._poller is not None:
             self._poller.join(timeout=2)
             self._poller = None
         if self.bpf is not None:
             try:
+                if getattr(self, "_attached", True) and getattr(self, "_uprobes", None):
+                    try:
+                        self._detach_uprobes()
+                    except Exception:
+                        pass  # cleanup() below detaches whatever is left, one by one
                 self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
             finally:
                 self.bpf = None
@@ -365,9 +508,21 @@ class EbpfTracer:
         return out
 
     def _on_event(self, ctx, data, size):
-        raw = ctypes.string_at(data, size)
-        with self._events_lock:
-            self._events.append(raw)
+        # called from C (ctypes), which would swallow a KeyboardInterrupt raised here: when Ctrl-C
+        # lands in this frame (main thread, window edges), keep it and re-raise after the consume
+        try:
+            raw = ctypes.string_at(data, size)
+            with self._events_lock:
+                self._events.append(raw)
+        except KeyboardInterrupt:
+            self._interrupted = True
+
+    def _consume(self):
+        """Drain the ring buffer from the main thread (window edges); a Ctrl-C during it counts."""
+        self._interrupted = False
+        self.bpf.ring_buffer_consume()
+        if self._interrupted:
+            raise KeyboardInterrupt
 
     def _poll(self):
         n = 0
@@ -385,20 +540,37 @@ class EbpfTracer:
                     break
 
     # -- windows --------------------------------------------------------------------------------
+    def _eventloop(self) -> dict | None:
+        """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
+        try:
+            st = self.target.client().info("stats")
+        except Exception:
+            return None
+        if "eventloop_cycles" not in st:
+            return None
+        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
+
     def window_begin(self):
+        self._loop_begin = self._eventloop()
         self._refresh()
-        self.bpf.ring_buffer_consume()
+        self._consume()
         with self._events_lock:
             self._events.clear()
         self._begin = _Snapshot(self)
 
     def window_end(self) -> dict:
         end = _Snapshot(self)
-        self.bpf.ring_buffer_consume()
+        self._consume()
         self._refresh()
         with self._events_lock:
             events, self._events = self._events, []
-        return window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
+        out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
+        loop_end = self._eventloop()
+        if self._loop_begin and loop_end:
+            out["eventloop"] = {"source": "INFO stats eventloop_cycles",
+                                "cycles": loop_end["cycles"] - self._loop_begin["cycles"],
+                                "duration_us": loop_end["duration_us"] - self._loop_begin["duration_us"]}
+        return out
 
 
 def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dict, events: list[bytes],
