@@ -145,6 +145,19 @@ def task_offsets() -> dict:
         return _TASK_OFFSETS.get("v", {})
     offsets = {}
     btf = "/sys/kernel/btf/vmlinux"
+    cache = None
+    if os.path.exists(btf):  # dumping the BTF takes ~0.25 s: cached per kernel build
+        import json
+
+        st = os.stat(btf)
+        cache = os.path.join(sites.cache_dir(), f"task-offsets-{os.uname().release}-{st.st_size}.json")
+        try:
+            with open(cache) as f:
+                _TASK_OFFSETS["v"] = {k: int(v) for k, v in json.load(f).items()}
+            if os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
+                return _TASK_OFFSETS["v"]
+        except (OSError, ValueError, AttributeError):
+            pass
     if os.path.exists(btf) and os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
         import re
         import shutil
@@ -163,6 +176,8 @@ def task_offsets() -> dict:
                         offsets[field] = int(f.group(1)) // 8
             except (OSError, subprocess.TimeoutExpired):
                 offsets = {}
+        if offsets and cache:
+            sites.write_cache(cache, offsets)
     _TASK_OFFSETS["v"] = offsets
     return offsets
 
@@ -374,29 +389,38 @@ class EbpfTracer:
         off[off.Key(0)] = off.Leaf(SYSNR_CANDIDATES[good[0]])
         return f"syscall number at task stack +{SYSNR_CANDIDATES[good[0]]}"
 
-    def _attach_uprobes(self, probes=None):
-        for ret, path, sym, addr, fn in self._uprobes if probes is None else probes:
-            attach = self.bpf.attach_uretprobe if ret else self.bpf.attach_uprobe
-            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
-            attach(name=path.encode(), fn_name=fn.encode(), pid=self.pid, **where)
-
-    def _detach_uprobes(self, probes=None):
-        """Detach in parallel: each detach waits for an RCU grace period (~0.1 s here), and a
-        recording has ~30 call-site probes."""
+    def _each_uprobe(self, fn, probes):
+        """fn on every probe, in parallel: attaching one waits ~8 ms and detaching one ~0.1 s (an
+        RCU grace period) while using almost no CPU, and a recording has ~30 call-site probes."""
         from concurrent.futures import ThreadPoolExecutor
 
+        probes = list(self._uprobes if probes is None else probes)
+        if len(probes) <= 1:
+            for probe in probes:
+                fn(probe)
+            return
+        with ThreadPoolExecutor(max_workers=min(32, len(probes)), thread_name_prefix="valkeytrace-uprobe") as pool:
+            list(pool.map(fn, probes))
+
+    def _attach_uprobes(self, probes=None):
+        def attach(probe):
+            ret, path, sym, addr, fn = probe
+            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
+            (self.bpf.attach_uretprobe if ret else self.bpf.attach_uprobe)(
+                name=path.encode(), fn_name=fn.encode(), pid=self.pid, **where)
+
+        bcc = import_bcc()
+        for fn in sorted({p[4] for p in (self._uprobes if probes is None else probes)}):
+            self.bpf.load_func(fn.encode(), bcc.BPF.KPROBE)  # once, before the threads share it
+        self._each_uprobe(attach, probes)
+
+    def _detach_uprobes(self, probes=None):
         def detach(probe):
             ret, path, sym, addr, _ = probe
             where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
             (self.bpf.detach_uretprobe if ret else self.bpf.detach_uprobe)(name=path.encode(), pid=self.pid, **where)
 
-        probes = list(self._uprobes if probes is None else probes)
-        if len(probes) <= 1:
-            for probe in probes:
-                detach(probe)
-            return
-        with ThreadPoolExecutor(max_workers=min(32, len(probes)), thread_name_prefix="valkeytrace-detach") as pool:
-            list(pool.map(detach, probes))
+        self._each_uprobe(detach, probes)
 
     def _sample_loop(self):
         """The beforeSleep uprobe, attached LOOP_DUTY of each LOOP_PERIOD_S (while attached)."""

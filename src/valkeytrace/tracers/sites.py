@@ -141,12 +141,28 @@ def scan(disassembly: str, functions: list[tuple[int, int, str]]) -> list[CallSi
     return [CallSite(s.kind, s.call, s.ret, False, s.function, s.ret) if s.exit in calls else s for s in sites]
 
 
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "valkeytrace")
+
+
+def write_cache(path: str, data) -> None:
+    """Atomically; a read-only home means no cache, same result."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def _cache_path(binary: str) -> str:
     st = os.stat(binary)
     key = hashlib.sha256(f"{CACHE_VERSION}:{os.path.realpath(binary)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
                          .encode()).hexdigest()[:24]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "valkeytrace", "sites", key + ".json")
+    return os.path.join(cache_dir(), "sites", key + ".json")
 
 
 class SiteFinder:
@@ -182,14 +198,7 @@ class SiteFinder:
             self._sites = []
             return self._sites
         self._sites = scan(out, _functions(self.binary))
-        try:
-            os.makedirs(os.path.dirname(self._cache), exist_ok=True)
-            tmp = f"{self._cache}.{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump([asdict(s) for s in self._sites], f)
-            os.replace(tmp, self._cache)
-        except OSError:
-            pass  # a read-only home: no cache, same result
+        write_cache(self._cache, [asdict(s) for s in self._sites])
         return self._sites
 
     def cancel(self):
