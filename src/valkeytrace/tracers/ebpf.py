@@ -256,6 +256,8 @@ class EbpfTracer:
         self.bpf = None
         self._events: list[bytes] = []
         self._events_lock = threading.Lock()
+        self._consume_lock = threading.Lock()  # libbpf's ring_buffer__consume is not re-entrant
+        self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller = None
         self._loop_probe = None
@@ -499,7 +501,12 @@ class EbpfTracer:
         return os.path.join(base, cfg.get("appenddirname") or "")
 
     def _refresh(self):
-        """Thread names, slots and AOF fds, refreshed as threads appear and files rotate."""
+        """Thread names, slots and AOF fds, refreshed as threads appear and files rotate (from the
+        poller and at window edges: one at a time)."""
+        with self._refresh_lock:
+            self._refresh_locked()
+
+    def _refresh_locked(self):
         live = thr.list_threads(self.pid)
         self.names.update(live)
         fds = {fd for fd in thr.aof_fds(self.pid, self.aof_dir) if fd < 4096}
@@ -544,7 +551,8 @@ class EbpfTracer:
     def _consume(self):
         """Drain the ring buffer from the main thread (window edges); a Ctrl-C during it counts."""
         self._interrupted = False
-        self.bpf.ring_buffer_consume()
+        with self._consume_lock:
+            self.bpf.ring_buffer_consume()
         if self._interrupted:
             raise KeyboardInterrupt
 
@@ -555,7 +563,8 @@ class EbpfTracer:
             if bpf is None:
                 break
             try:
-                bpf.ring_buffer_consume()
+                with self._consume_lock:
+                    bpf.ring_buffer_consume()
                 n += 1
                 if n % 5 == 0:
                     self._refresh()
