@@ -130,7 +130,9 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
         __sync_fetch_and_add(&t->bytes[kind], bytes);
 }
 
-static __always_inline int call_enter(u32 kind, u64 bytes)
+/* wrapper = 1: the shim's fdatasync/fsync wrapper (real call + injected delay) begins; it is the
+ * call, and the syscall inside it is not timed again */
+static __always_inline int begin_call(u32 kind, u64 bytes, u32 wrapper)
 {
     u32 tid = 0;
     int slot = current_slot(&tid);
@@ -138,13 +140,16 @@ static __always_inline int call_enter(u32 kind, u64 bytes)
     if (slot < 0)
         return 0;
     in = inflight.lookup(&slot);
-    if (!in || in->depth)
+    if (!in || (in->depth && !wrapper))
         return 0; /* inside a probed shim wrapper: the wrapper is the call */
     in->start_ns = bpf_ktime_get_ns();
     in->kind = kind;
     in->bytes = bytes;
+    in->depth = wrapper;
     return 0;
 }
+
+static __always_inline int call_enter(u32 kind, u64 bytes) { return begin_call(kind, bytes, 0); }
 
 static __always_inline int write_enter(int fd)
 {
@@ -157,8 +162,8 @@ static __always_inline int write_enter(int fd)
 }
 
 /* ret: the syscall's return value (bytes written) when known, else < 0 and the requested bytes
- * recorded at the call site count */
-static __always_inline int call_exit(long ret)
+ * recorded at the call site count; wrapper: the end of a shim wrapper (begin_call) */
+static __always_inline int end_call(long ret, u32 wrapper)
 {
     u32 tid = 0;
     int slot = current_slot(&tid);
@@ -168,12 +173,13 @@ static __always_inline int call_exit(long ret)
     if (slot < 0)
         return 0;
     in = inflight.lookup(&slot);
-    if (!in || in->depth || !in->start_ns)
+    if (!in || in->depth != wrapper || !in->start_ns)
         return 0;
     start = in->start_ns;
     kind = in->kind;
     bytes = ret > 0 ? (u64)ret : in->bytes;
     in->start_ns = 0;
+    in->depth = 0;
     now = bpf_ktime_get_ns();
     dur = now - start;
     if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
@@ -194,6 +200,8 @@ static __always_inline int call_exit(long ret)
 #endif
     return 0;
 }
+
+static __always_inline int call_exit(long ret) { return end_call(ret, 0); }
 
 /* Call sites (tracers/sites.py): the call instruction, and the first direct branch after the
  * call returns. The call's arguments are in their registers at the call instruction. */
@@ -430,43 +438,6 @@ int on_flush_return(struct pt_regs *ctx)
 }
 
 /* The shim's fdatasync/fsync wrappers (real call + injected delay): the wrapper is the call. */
-static __always_inline int shim_enter(u32 kind)
-{
-    u32 tid = 0;
-    int slot = current_slot(&tid);
-    struct inflight_call *in;
-    if (slot < 0)
-        return 0;
-    in = inflight.lookup(&slot);
-    if (!in)
-        return 0;
-    in->start_ns = bpf_ktime_get_ns();
-    in->kind = kind;
-    in->depth = 1;
-    return 0;
-}
-
-int on_shim_fdatasync_enter(struct pt_regs *ctx) { return shim_enter(VT_CALL_FDATASYNC); }
-int on_shim_fsync_enter(struct pt_regs *ctx) { return shim_enter(VT_CALL_FSYNC); }
-
-int on_shim_sync_return(struct pt_regs *ctx)
-{
-    u32 tid = 0;
-    int slot = current_slot(&tid);
-    struct inflight_call *in;
-    u64 start, dur;
-    u32 kind;
-    if (slot < 0)
-        return 0;
-    in = inflight.lookup(&slot);
-    if (!in || !in->depth)
-        return 0;
-    start = in->start_ns;
-    kind = in->kind;
-    in->start_ns = 0;
-    in->depth = 0;
-    dur = bpf_ktime_get_ns() - start;
-    account(slot, tid, kind, dur, 0);
-    emit(tid, start, dur, kind, VT_EVENT_CALL);
-    return 0;
-}
+int on_shim_fdatasync_enter(struct pt_regs *ctx) { return begin_call(VT_CALL_FDATASYNC, 0, 1); }
+int on_shim_fsync_enter(struct pt_regs *ctx) { return begin_call(VT_CALL_FSYNC, 0, 1); }
+int on_shim_sync_return(struct pt_regs *ctx) { return end_call(-1, 1); }

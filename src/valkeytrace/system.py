@@ -188,3 +188,23 @@ def storage_of(path: str) -> dict:
         return {"path": real}
     return {"path": real, "device": best.device, "fstype": best.fstype, "mountpoint": best.mountpoint,
             "options": best.opts}
+
+
+def cache_dir() -> str:
+    """Where valkeytrace keeps what it derives from a binary or a kernel ($XDG_CACHE_HOME)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "valkeytrace")
+
+
+def write_json_cache(path: str, data) -> None:
+    """Atomically; a read-only home means no cache, same result."""
+    import json
+
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass

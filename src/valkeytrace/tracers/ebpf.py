@@ -15,13 +15,17 @@ Main-thread blocked intervals come through a ring buffer polled on a timer (no w
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import os
 import tempfile
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 
+from valkeytrace import system
 from valkeytrace._native import lib
 from valkeytrace.errors import VTError
 from valkeytrace.histogram import LatencyHistogram
@@ -60,8 +64,6 @@ def bcc_location() -> str | None:
 
 def unusable_reason() -> str | None:
     """Why an eBPF recording cannot run here (None when it can): the checks doctor makes."""
-    from valkeytrace import system
-
     if not system.has_bpf_privileges():
         return "needs root or CAP_BPF+CAP_PERFMON"
     if bcc_location() is None:
@@ -127,6 +129,17 @@ DEFAULT_GROUPS = ("calls", "sched", "loop")
 SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
 
 
+class Uprobe(NamedTuple):
+    path: str
+    fn: str
+    sym: str | None = None    # a symbol, or
+    addr: int | None = None   # a virtual address in path (a call site)
+    ret: bool = False
+
+    def where(self) -> dict:
+        return {"addr": self.addr} if self.addr is not None else {"sym": self.sym.encode()}
+
+
 def probe_groups(extra: tuple = ()) -> set[str]:
     env = os.environ.get("VALKEYTRACE_PROBES")
     if env:
@@ -134,61 +147,56 @@ def probe_groups(extra: tuple = ()) -> set[str]:
     return set(DEFAULT_GROUPS) | set(extra)
 
 
-_TASK_OFFSETS: dict = {}  # memo
-
-
+@functools.lru_cache(maxsize=1)
 def task_offsets() -> dict:
     """{"pid": .., "stack": ..}: byte offsets of those task_struct fields in the running kernel,
-    from its BTF (bpftool), or {} without BTF or bpftool. The raw sched_switch probe needs "pid"
-    (without it the regular tracepoint is used), the idle cause needs "stack"."""
-    if _TASK_OFFSETS:
-        return _TASK_OFFSETS.get("v", {})
-    offsets = {}
+    from its BTF, or {} without BTF or bpftool. The raw sched_switch probe needs "pid" (without
+    it the regular tracepoint is used), the idle cause needs "stack". Dumping the BTF takes
+    ~0.25 s, so the result is cached per kernel build."""
     btf = "/sys/kernel/btf/vmlinux"
-    cache = None
-    if os.path.exists(btf):  # dumping the BTF takes ~0.25 s: cached per kernel build
-        import json
-
-        st = os.stat(btf)
-        cache = os.path.join(sites.cache_dir(), f"task-offsets-{os.uname().release}-{st.st_size}.json")
-        try:
-            with open(cache) as f:
-                _TASK_OFFSETS["v"] = {k: int(v) for k, v in json.load(f).items()}
-            if os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
-                return _TASK_OFFSETS["v"]
-        except (OSError, ValueError, AttributeError):
-            pass
-    if os.path.exists(btf) and os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1":
-        import re
-        import shutil
-        import subprocess
-
-        tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
-                                                 if os.path.exists(p)), None)
-        if tool:
-            try:
-                out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
-                                     text=True, timeout=20).stdout
-                m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
-                for field in ("pid", "stack") if m else ():
-                    f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
-                    if f and int(f.group(1)) % 8 == 0:
-                        offsets[field] = int(f.group(1)) // 8
-            except (OSError, subprocess.TimeoutExpired):
-                offsets = {}
-        if offsets and cache:
-            sites.write_cache(cache, offsets)
-    _TASK_OFFSETS["v"] = offsets
+    if os.environ.get("VALKEYTRACE_RAW_SCHED", "1") != "1" or not os.path.exists(btf):
+        return {}
+    cache = os.path.join(system.cache_dir(), f"task-offsets-{system.kernel_release()}-{os.stat(btf).st_size}.json")
+    try:
+        with open(cache) as f:
+            return {k: int(v) for k, v in json.load(f).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    offsets = _btf_task_offsets(btf)
+    if offsets:
+        system.write_json_cache(cache, offsets)
     return offsets
 
 
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS,
-                  syscalls: bool | None = None) -> dict:
+def _btf_task_offsets(btf: str) -> dict:
+    import re
+    import shutil
+    import subprocess
+
+    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                             if os.path.exists(p)), None)
+    if not tool:
+        return {}
+    try:
+        out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
+    offsets = {}
+    for field in ("pid", "stack") if m else ():
+        f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+        if f and int(f.group(1)) % 8 == 0:
+            offsets[field] = int(f.group(1)) // 8
+    return offsets
+
+
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
     sched = "sched" in groups
     offsets = task_offsets() if sched else {}
     return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
-            "TRACE_SYSCALLS": int("syscalls" in groups if syscalls is None else syscalls),
+            "TRACE_SYSCALLS": int("syscalls" in groups),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
             "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
 
@@ -261,7 +269,6 @@ class EbpfTracer:
         self._stop = threading.Event()
         self._poller = None
         self._loop_probe = None
-        self._loop_lock = threading.Lock()
         self.names: dict[int, str] = {}
         self.info: dict = {}
         self._aof_fds: set[int] = set()
@@ -283,47 +290,49 @@ class EbpfTracer:
         self.start(target)
 
     def start(self, target):
-        bcc = import_bcc()
+        import_bcc()  # a VTError before anything starts when bcc is missing
         self.pid = target.pid
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
         groups = probe_groups(self.extra_groups)
         loop_uprobe = "loop" in groups and has_symbol(binary, LOOP_SYMBOL)
         flush_probe = "flush" in groups and has_symbol(binary, FLUSH_SYMBOL)
+        if "loop" in groups and not loop_uprobe:
+            groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
         # the call sites are disassembled (objdump, in the background) while the probes compile
         finder = sites.SiteFinder(binary) if "calls" in groups and "syscalls" not in groups else None
-        syscalls = "syscalls" in groups or ("loop" in groups and not loop_uprobe)
         t0 = time.monotonic()
         call_sites: list = []
         why_syscalls = None
         try:
-            self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines(groups, loop_uprobe, syscalls)))
+            self._compile(groups, loop_uprobe)
             if finder is not None:
                 call_sites = finder.result()
                 if not sites.usable(call_sites):
                     why_syscalls = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
                     call_sites = []
-                    if not syscalls:  # recompile with the syscall source: costlier, but measured
-                        syscalls = True
+                    if "syscalls" not in groups:  # recompile with the syscall source: costlier, but measured
+                        groups.add("syscalls")
                         self.bpf.cleanup()
-                        self.bpf = bcc.BPF(text=probe_source(MAIN_PROBE).encode(),
-                                           cflags=cflags(**self._defines(groups, loop_uprobe, syscalls)))
-            self._uprobes = []  # (ret, path, symbol or None, address or None, fn), for set_attached()
-            # beforeSleep runs 80K-500K times a second with I/O threads (valkey 9); one uprobe hit
+                        self._compile(groups, loop_uprobe)
+            syscalls = "syscalls" in groups
+            # beforeSleep runs 80K-850K times a second with I/O threads (valkey 9); one uprobe hit
             # each is 5-30% of the main thread, so the probe is attached for a fraction of the
             # time (a sample of iterations: their distribution) and the count comes from the
             # server's own INFO eventloop_cycles when it has it
-            self._loop_probe = (False, binary, LOOP_SYMBOL, None, "on_before_sleep") if loop_uprobe else None
+            loop = Uprobe(binary, "on_before_sleep", sym=LOOP_SYMBOL) if loop_uprobe else None
+            self._loop_probe = loop if loop and LOOP_DUTY < 1.0 else None
+            self._uprobes = [loop] if loop and not self._loop_probe else []  # attached throughout
             if flush_probe:
-                self._uprobes += [(False, binary, FLUSH_SYMBOL, None, "on_flush_enter"),
-                                  (True, binary, FLUSH_SYMBOL, None, "on_flush_return")]
+                self._uprobes += [Uprobe(binary, "on_flush_enter", sym=FLUSH_SYMBOL),
+                                  Uprobe(binary, "on_flush_return", sym=FLUSH_SYMBOL, ret=True)]
             for site in call_sites:
-                self._uprobes += [(False, binary, None, site.call, f"on_site_{site.kind}"),
-                                  (False, binary, None, site.exit, "on_site_exit")]
+                self._uprobes += [Uprobe(binary, f"on_site_{site.kind}", addr=site.call),
+                                  Uprobe(binary, "on_site_exit", addr=site.exit)]
             if self.shim_library and syscalls:  # with call sites, the site times the shim's wrapper
                 for sym, fn in SHIM_SYMBOLS.items():
-                    self._uprobes += [(False, self.shim_library, sym, None, fn),
-                                      (True, self.shim_library, sym, None, "on_shim_sync_return")]
+                    self._uprobes += [Uprobe(self.shim_library, fn, sym=sym),
+                                      Uprobe(self.shim_library, "on_shim_sync_return", sym=sym, ret=True)]
             self._attach_uprobes()
             self.bpf[b"block_events"].open_ring_buffer(self._on_event)
         except VTError:
@@ -343,8 +352,8 @@ class EbpfTracer:
                      "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
                      "flush_probe": flush_probe, "shim_probes": bool(self.shim_library) and syscalls,
-                     "probe_groups": sorted(groups | ({"syscalls"} if syscalls else set())),
-                     "idle_cause": idle, "block_threshold_ns": self.block_threshold_ns, "defines": self._last_defines}
+                     "probe_groups": sorted(groups), "idle_cause": idle,
+                     "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
         if self._loop_probe:
@@ -357,18 +366,17 @@ class EbpfTracer:
             self._sampler = threading.Thread(target=self._sample_loop, name="valkeytrace-loop", daemon=True)
             self._sampler.start()
 
-    def _defines(self, groups, loop_uprobe: bool, syscalls: bool) -> dict:
-        self._last_defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
-                                           loop_from_epoll=not loop_uprobe and "loop" in groups,
-                                           groups=groups, syscalls=syscalls)
-        return self._last_defines
+    def _compile(self, groups: set, loop_uprobe: bool):
+        self._defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
+                                      loop_from_epoll=not loop_uprobe and "loop" in groups, groups=groups)
+        self.bpf = import_bcc().BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines))
 
     def _check_sysnr(self) -> str | None:
         """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in
         clock_nanosleep while the probe reads every candidate offset; the one that reads
         clock_nanosleep's number each time is stored for the probe. None when none holds (no
         idle cause then: such intervals count as "other")."""
-        if not self._last_defines.get("TASK_STACK_OFFSET"):
+        if not self._defines.get("TASK_STACK_OFFSET"):
             return None
         bpf = self.bpf
         hits, tid_table = bpf[b"check_hits"], bpf[b"check_tid"]
@@ -405,48 +413,31 @@ class EbpfTracer:
             list(pool.map(fn, probes))
 
     def _attach_uprobes(self, probes=None):
-        def attach(probe):
-            ret, path, sym, addr, fn = probe
-            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
-            (self.bpf.attach_uretprobe if ret else self.bpf.attach_uprobe)(
-                name=path.encode(), fn_name=fn.encode(), pid=self.pid, **where)
-
-        bcc = import_bcc()
-        for fn in sorted({p[4] for p in (self._uprobes if probes is None else probes)}):
-            self.bpf.load_func(fn.encode(), bcc.BPF.KPROBE)  # once, before the threads share it
-        self._each_uprobe(attach, probes)
+        probes = self._uprobes if probes is None else probes
+        kprobe = import_bcc().BPF.KPROBE
+        for fn in sorted({p.fn for p in probes}):
+            self.bpf.load_func(fn.encode(), kprobe)  # once, before the threads share it
+        self._each_uprobe(lambda p: (self.bpf.attach_uretprobe if p.ret else self.bpf.attach_uprobe)(
+            name=p.path.encode(), fn_name=p.fn.encode(), pid=self.pid, **p.where()), probes)
 
     def _detach_uprobes(self, probes=None):
-        def detach(probe):
-            ret, path, sym, addr, _ = probe
-            where = {"addr": addr} if addr is not None else {"sym": sym.encode()}
-            (self.bpf.detach_uretprobe if ret else self.bpf.detach_uprobe)(name=path.encode(), pid=self.pid, **where)
-
-        self._each_uprobe(detach, probes)
+        self._each_uprobe(lambda p: (self.bpf.detach_uretprobe if p.ret else self.bpf.detach_uprobe)(
+            name=p.path.encode(), pid=self.pid, **p.where()), probes)
 
     def _sample_loop(self):
         """The beforeSleep uprobe, attached LOOP_DUTY of each LOOP_PERIOD_S (while attached)."""
         on_s = LOOP_PERIOD_S * LOOP_DUTY
         last = self.bpf[b"loop_last"]
+        probe = [self._loop_probe]
         while not self._stop.is_set():
-            if not getattr(self, "_attached", True):
-                self._stop.wait(on_s)
-                continue
-            with self._loop_lock:
+            if getattr(self, "_attached", True):
                 last[last.Key(0)] = last.Leaf(0)  # the first hit after attaching only starts an iteration
                 try:
-                    self._attach_uprobes([self._loop_probe])
+                    self._attach_uprobes(probe)
+                    self._stop.wait(on_s)
+                    self._detach_uprobes(probe)
                 except Exception:
                     return  # the server is gone; the window reports what was sampled
-            self._stop.wait(on_s)
-            with self._loop_lock:
-                if LOOP_DUTY < 1.0 or self._stop.is_set():
-                    try:
-                        self._detach_uprobes([self._loop_probe])
-                    except Exception:
-                        return
-                else:
-                    return  # continuous: stays attached until cleanup
             self._stop.wait(LOOP_PERIOD_S - on_s)
 
     def set_attached(self, on: bool):
@@ -473,6 +464,12 @@ class EbpfTracer:
 
     def stop(self):
         self._stop.set()
+        conn, self._info_conn = getattr(self, "_info_conn", None), None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass  # the server may be gone already
         sampler = getattr(self, "_sampler", None)
         if sampler is not None:
             sampler.join(timeout=5)
@@ -576,29 +573,33 @@ class EbpfTracer:
     def _eventloop(self) -> dict | None:
         """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
         try:
-            st = self.target.client().info("stats")
+            if getattr(self, "_info_conn", None) is None:
+                self._info_conn = self.target.client()
+            st = self._info_conn.info("stats")
         except Exception:
+            self._info_conn = None
             return None
         if "eventloop_cycles" not in st:
             return None
         return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
 
     def window_begin(self):
-        self._loop_begin = self._eventloop()
         self._refresh()
         self._consume()
         with self._events_lock:
             self._events.clear()
+        # INFO right before the snapshot at both edges, so the two windows match
+        self._loop_begin = self._eventloop()
         self._begin = _Snapshot(self)
 
     def window_end(self) -> dict:
+        loop_end = self._eventloop()
         end = _Snapshot(self)
         self._consume()
         self._refresh()
         with self._events_lock:
             events, self._events = self._events, []
         out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
-        loop_end = self._eventloop()
         if self._loop_begin and loop_end:
             out["eventloop"] = {"source": "INFO stats eventloop_cycles",
                                 "cycles": loop_end["cycles"] - self._loop_begin["cycles"],

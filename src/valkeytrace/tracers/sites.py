@@ -27,7 +27,9 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 
-SYNC_CALLEES = {"fdatasync": "fdatasync", "fsync": "fsync"}
+from valkeytrace import system
+
+SYNC_CALLEES = ("fdatasync", "fsync")
 WRITE_CALLEES = ("write",)
 # functions whose write(2) calls are AOF writes (valkey/redis aof.c; aofWrite is often inlined
 # into flushAppendOnlyFile, which then calls write itself)
@@ -48,14 +50,6 @@ class CallSite:
     exit_emulated: bool
     function: str      # the global function containing the site, "" when unknown
     ret: int = 0       # the return address
-
-
-class SiteError(Exception):
-    pass
-
-
-def _objdump() -> str | None:
-    return shutil.which("objdump")
 
 
 def _split(text: str) -> tuple[str, str]:
@@ -119,7 +113,7 @@ def scan(disassembly: str, functions: list[tuple[int, int, str]]) -> list[CallSi
             continue
         callee = _callee(ops)
         if callee in SYNC_CALLEES:
-            kind = SYNC_CALLEES[callee]
+            kind = callee
         elif callee in WRITE_CALLEES and any(s <= addrs[i] < e for s, e in aof_ranges):
             kind = "aof_write"
         else:
@@ -141,28 +135,11 @@ def scan(disassembly: str, functions: list[tuple[int, int, str]]) -> list[CallSi
     return [CallSite(s.kind, s.call, s.ret, False, s.function, s.ret) if s.exit in calls else s for s in sites]
 
 
-def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "valkeytrace")
-
-
-def write_cache(path: str, data) -> None:
-    """Atomically; a read-only home means no cache, same result."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
 def _cache_path(binary: str) -> str:
     st = os.stat(binary)
     key = hashlib.sha256(f"{CACHE_VERSION}:{os.path.realpath(binary)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
                          .encode()).hexdigest()[:24]
-    return os.path.join(cache_dir(), "sites", key + ".json")
+    return os.path.join(system.cache_dir(), "sites", key + ".json")
 
 
 class SiteFinder:
@@ -181,7 +158,7 @@ class SiteFinder:
             return
         except (OSError, ValueError, TypeError):
             pass
-        tool = _objdump()
+        tool = shutil.which("objdump")
         if tool is None:
             self.error = "objdump (binutils) is not installed"
             self._sites = []
@@ -198,7 +175,7 @@ class SiteFinder:
             self._sites = []
             return self._sites
         self._sites = scan(out, _functions(self.binary))
-        write_cache(self._cache, [asdict(s) for s in self._sites])
+        system.write_json_cache(self._cache, [asdict(s) for s in self._sites])
         return self._sites
 
     def cancel(self):
