@@ -1,13 +1,16 @@
 """Tracing overhead, measured side by side: interleaved A/B pairs of one cell (read-heavy, 64 B,
 appendfsync always, embedded server), untraced against the eBPF backend, and untraced against the
-shim. Within a pair the order alternates (AB, BA, AB, ...) so drift cancels.
+shim. Within a pair the order is balanced (A = untraced, B = traced) so drift cancels.
 
 Two ways to pair (the default is the precise one):
   same server (default): one embedded server per backend, the SET c=8 background load running
-      throughout; each pass is a measured GET c=50 run (valkeytrace's own runner: calibrated
-      request count, full client report). Untraced = the eBPF probes detached (programs stay
-      loaded) / the shim paused; traced = attached / recording. Launch-to-launch variance
-      (+-10% here) does not enter the ratio.
+      throughout. Untraced = the eBPF probes detached (programs stay loaded) / the shim paused;
+      traced = attached / recording. Launch-to-launch variance (+-10% here) does not enter the
+      ratio. Each pair gives each side --duration seconds of GET c=50 in --slice second client
+      runs (a fixed request count, calibrated once, full client report), in ABBA order (A B B A
+      A B B A ...): linear drift cancels within every ABBA, and short-term noise (+-9% per 2 s
+      here) averages over the slices. A side's GET TPS and p99 are the means over its slices.
+      With one 4 s run per side, a 5-pair median still moved +-4% between identical runs here.
   --separate-launches: each pass is a whole `valkeytrace record --backend none|ebpf|shim` run
       on a fresh server (includes the LD_PRELOAD itself and probe attachment; noisier).
 
@@ -52,14 +55,23 @@ def one_pass(backend: str, duration: float, workdir: str, n: int) -> dict:
             "attach_ms": (raw.get("probe") or {}).get("attach_ms"), "rss_mb": rss_kb / 1024 if rss_kb else None}
 
 
-def same_server_pairs(backend: str, pairs: int, duration: float) -> tuple[list, dict]:
-    """[(untraced, traced) results] on one server, toggling the tracer between passes."""
+def slice_order(traced_first: bool, slices_per_side: int) -> list[bool]:
+    """ABBA ABBA ...: each side gets slices_per_side slices (traced = True)."""
+    order = []
+    for k in range(slices_per_side):
+        a = traced_first if k % 2 == 0 else not traced_first
+        order += [a, not a]
+    return order
+
+
+def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float) -> tuple[list, dict]:
+    """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
 
     from valkeytrace.target.server import EmbeddedServer
     from valkeytrace.tracers.shim import ShimTracer
     from valkeytrace.workload import keyspace
-    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv, run_measured
+    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, calibrate, client_argv, parse_report
     from valkeytrace.workload.clients import find_client
 
     if backend == "shim":
@@ -81,21 +93,34 @@ def same_server_pairs(backend: str, pairs: int, duration: float) -> tuple[list, 
         keyspace.fill(srv.client(), 20000, 64)
         bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", 8, 64, 20000, ENDLESS_REQUESTS))
         try:
+            toggle(False)
+            requests = int(calibrate(client, srv.host, srv.port, "GET", 50, 64, 20000) * slice_s)
+            per_side = max(1, round(duration / slice_s))
             for i in range(pairs):
-                res = {}
-                for traced in ((False, True) if i % 2 == 0 else (True, False)):
+                slices = {False: [], True: []}
+                order = slice_order(i % 2 == 1, per_side)
+                for traced in order:
                     toggle(traced)
+                    time.sleep(0.2)  # settle
                     if traced:
                         tracer.window_begin()
-                    t0 = time.monotonic()
-                    rep = run_measured(client, srv.host, srv.port, "GET", 50, 64, 20000, duration)
-                    t1 = time.monotonic()
+                    proc = ClientProcess(client_argv(client, srv.host, srv.port, "GET", 50, 64, 20000, requests))
+                    try:
+                        proc.wait(timeout=slice_s * 4 + 30)
+                    finally:
+                        proc.stop()
+                    rep = parse_report(proc.output)
+                    t0, t1 = proc.started_mono, time.monotonic()
                     lost = tracer.window_end()["lost_events"] if traced else 0
-                    # the SET c=8 load's rate over the pass, from its progress lines (4 a second)
+                    # the SET c=8 load's rate over the slice, from its progress lines (4 a second)
                     sets = [rec["rps"] for t, rec in list(bg.progress) if t0 < t <= t1 and rec["rps"] == rec["rps"]]
-                    res[traced] = {"get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
-                                   "set_tps": statistics.fmean(sets) if sets else None, "lost": lost}
-                out.append((res[False], res[True], "untraced/traced" if i % 2 == 0 else "traced/untraced"))
+                    slices[traced].append({"get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+                                           "set_tps": statistics.fmean(sets) if sets else None, "lost": lost})
+                res = {side: {"get_tps": statistics.fmean(s["get_tps"] for s in got),
+                              "get_p99_us": statistics.fmean(s["get_p99_us"] for s in got),
+                              "set_tps": statistics.fmean(s["set_tps"] for s in got) if all(s["set_tps"] for s in got) else None,
+                              "lost": sum(s["lost"] for s in got)} for side, got in slices.items()}
+                out.append((res[False], res[True], "".join("B" if t else "A" for t in order)))
         finally:
             bg.stop()
         import resource
@@ -110,17 +135,19 @@ def same_server_pairs(backend: str, pairs: int, duration: float) -> tuple[list, 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--duration", type=float, default=8.0,
+                    help="seconds of GET load per side per pair (a whole record run each with --separate-launches)")
+    ap.add_argument("--slice", type=float, default=2.0, help="seconds per client run within a pair (same server)")
     ap.add_argument("--backends", default="ebpf,shim")
-    ap.add_argument("--probes", help="eBPF probe groups to load (calls,sched,loop,flush,syscalls); default: record's own "
-                         "(calls,sched,loop)")
+    ap.add_argument("--probes", help="eBPF probe groups to load (calls,fs,sched,loop,flush,syscalls); default: record's own "
+                         "(calls,fs,sched,loop)")
     ap.add_argument("--separate-launches", action="store_true",
                     help="pair whole record runs on fresh servers instead of toggling one server's tracer")
     args = ap.parse_args()
     if args.probes:
         os.environ["VALKEYTRACE_PROBES"] = args.probes
     workdir = tempfile.mkdtemp(prefix="vt-overhead-")
-    summary: dict = {"pairs": args.pairs, "duration_s": args.duration,
+    summary: dict = {"pairs": args.pairs, "duration_s": args.duration, "slice_s": args.slice,
                      "method": "separate-launches" if args.separate_launches else "same-server"}
     lost = 0
     for backend in args.backends.split(","):
@@ -134,7 +161,7 @@ def main():
                     yield res["none"], res[backend], "/".join(order)
         else:
             def passes():
-                results, info = same_server_pairs(backend, args.pairs, args.duration)
+                results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice)
                 attach.append(info["attach_ms"])
                 rss.append(info["rss_mb"])
                 yield from results

@@ -1,6 +1,6 @@
 /* The surface of valkeytrace._native, read by csrc/build_ffi.py into ffi.cdef().
  * Plain declarations only (cffi parses this, not a C compiler); the definitions live in
- * valkeytrace.h and hist.c. `...` lets the compiler fill in the real values. */
+ * valkeytrace.h, hist.c, shim_region.c and events.c. `...` lets the compiler fill in the real values. */
 
 #define VT_HIST_BUCKETS ...
 #define VT_HIST_SUB_COUNT ...
@@ -49,6 +49,19 @@ struct vt_shim_header {
     uint64_t dropped_calls;
     uint64_t inject_delay_ns;
 };
+
+struct vt_event_sink {
+    uint8_t *buf;
+    size_t len;
+    size_t cap;
+    size_t record_size;
+    size_t max_bytes;
+    uint64_t records;
+    uint64_t dropped;
+};
+
+int vt_event_sink_collect(void *ctx, void *data, size_t size);
+void vt_event_sink_free(struct vt_event_sink *sink);
 
 size_t vt_shim_region_size(void);
 int vt_shim_region_init(void *base, size_t len, uint64_t inject_delay_ns);

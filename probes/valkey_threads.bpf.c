@@ -15,11 +15,14 @@
  *     (userspace polls on a timer); failed submissions are counted in `lost`, never dropped
  *     silently.
  *
- * Two sources for the calls:
- *   - call sites (default): uprobes on the server's own code, a pair per site: the `call
- *     fdatasync/fsync/write` instruction (on_site_*) and the first direct branch after it returns
- *     (on_site_exit); both instructions are emulated by the kernel, not single-stepped
- *     (tracers/sites.py finds them). Nothing runs for any other process or syscall.
+ * Sources for the calls:
+ *   - TRACE_FS_SYNC=1 (default when the AOF lives on ext4): fdatasync/fsync from the raw
+ *     ext4_sync_file_enter/exit tracepoints, on every thread;
+ *   - call sites (default for AOF writes, and for fsyncs off ext4): uprobes on the server's own
+ *     code, a pair per site: the `call fdatasync/fsync/write` instruction (on_site_*) and the
+ *     first direct branch after it returns (on_site_exit); both instructions are emulated by the
+ *     kernel, not single-stepped (tracers/sites.py finds them). Nothing runs for any other
+ *     process or syscall.
  *   - TRACE_SYSCALLS=1: raw_syscalls sys_enter/sys_exit, for binaries without usable call sites,
  *     and for per-thread socket-write and epoll_wait figures. Enabling any syscall tracepoint
  *     puts every syscall on the machine on the kernel's slow path (3-5% GET TPS here).
@@ -36,7 +39,7 @@
  * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
  * kernel struct from the headers (they may belong to another kernel version). Parameters come as
  * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_SYSCALLS, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
+ * TRACE_SYSCALLS, TRACE_FS_SYNC, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"
@@ -46,7 +49,8 @@
 
 struct inflight_call {
     u64 start_ns;
-    u64 bytes; /* requested, for an AOF write timed at its call site */
+    u64 bytes;     /* requested, for an AOF write timed at its call site */
+    u64 remaining; /* bytes the filesystem has still to copy (TRACE_FS_SYNC: the write's end) */
     u32 kind;
     u32 depth; /* 1 inside a probed shim wrapper: the wrapper is the call, nested syscalls are not */
 };
@@ -145,6 +149,7 @@ static __always_inline int begin_call(u32 kind, u64 bytes, u32 wrapper)
     in->start_ns = bpf_ktime_get_ns();
     in->kind = kind;
     in->bytes = bytes;
+    in->remaining = bytes;
     in->depth = wrapper;
     return 0;
 }
@@ -209,6 +214,52 @@ int on_site_fdatasync(struct pt_regs *ctx) { return call_enter(VT_CALL_FDATASYNC
 int on_site_fsync(struct pt_regs *ctx) { return call_enter(VT_CALL_FSYNC, 0); }
 int on_site_aof_write(struct pt_regs *ctx) { return call_enter(VT_CALL_AOF_WRITE, PT_REGS_PARM3(ctx)); }
 int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
+
+#if TRACE_FS_SYNC
+/* ext4's own tracepoints, raw (no trace record built); they run only when some process syncs or
+ * writes an ext4 file, never for other syscalls. Each costs ~0.1 us where a uprobe hit inside
+ * valkey-server costs ~2.4 us of the main thread, on its fsync path (docs/performance.md).
+ *
+ * fdatasync/fsync: ext4_sync_file enter/exit, on every thread. The time is the filesystem's sync:
+ * the whole call but the syscall entry and fd lookup (well under a microsecond).
+ * TP_PROTO(struct file *file, int datasync) / TP_PROTO(struct inode *inode, int ret). */
+RAW_TRACEPOINT_PROBE(ext4_sync_file_enter)
+{
+    return call_enter(ctx->args[1] ? VT_CALL_FDATASYNC : VT_CALL_FSYNC, 0);
+}
+
+RAW_TRACEPOINT_PROBE(ext4_sync_file_exit)
+{
+    return call_exit(-1);
+}
+
+/* AOF write(2): begins at its call site (one uprobe, on_site_aof_write: the requested length is
+ * its third argument) and ends when ext4 has copied that many bytes into the page cache: the
+ * write_end of its last folio (one per folio; TP_PROTO(struct inode *inode, loff_t pos,
+ * unsigned int len, unsigned int copied)). Not in the figure: the syscall's return path after
+ * that copy (unlock, fsnotify), under a microsecond. Blocking before the copy (inode lock, the
+ * journal for the mtime update) is in it. */
+static __always_inline int write_copied(u64 copied)
+{
+    u32 tid = 0;
+    int slot = current_slot(&tid);
+    struct inflight_call *in;
+    if (slot < 0)
+        return 0;
+    in = inflight.lookup(&slot);
+    if (!in || !in->start_ns || in->kind != VT_CALL_AOF_WRITE || in->depth)
+        return 0;
+    if (copied < in->remaining) {
+        in->remaining -= copied;
+        return 0;
+    }
+    return call_exit(-1);
+}
+
+RAW_TRACEPOINT_PROBE(ext4_da_write_end) { return write_copied(ctx->args[3]); }
+RAW_TRACEPOINT_PROBE(ext4_write_end) { return write_copied(ctx->args[3]); }
+RAW_TRACEPOINT_PROBE(ext4_journalled_write_end) { return write_copied(ctx->args[3]); }
+#endif
 
 #if TRACE_SYSCALLS
 /* One raw tracepoint pair for every syscall instead of one tracepoint per syscall: no trace
@@ -306,6 +357,20 @@ static __always_inline u16 sleep_cause(void)
         return VT_CALL_EPOLL_WAIT;
     return VT_CALL_OTHER;
 }
+
+/* An AOF write whose end the filesystem never reported (it failed before copying everything:
+ * ENOSPC, EFBIG...) must not make the thread's next sleep an "AOF write": stale when the thread
+ * is now inside another syscall (-1: not in a syscall, e.g. preempted right after the uprobe) */
+static __always_inline int write_is_stale(void)
+{
+    int zero = 0;
+    u64 *off = sysnr_offset.lookup(&zero);
+    long nr;
+    if (!off || !*off)
+        return 0;
+    nr = task_sysnr((void *)bpf_get_current_task(), *off);
+    return nr >= 0 && nr != __NR_write && nr != __NR_writev && nr != __NR_pwrite64;
+}
 #endif
 
 /* A context switch: prev (the current task) goes off-CPU, next comes back on. Both are filtered
@@ -348,6 +413,12 @@ static __always_inline int on_switch(long ps, u32 next)
             /* TASK_INTERRUPTIBLE = 1, TASK_UNINTERRUPTIBLE = 2; running or preempted otherwise */
             since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
             since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
+#if TASK_STACK_OFFSET && TRACE_FS_SYNC
+            if (since->cause == VT_CALL_AOF_WRITE && in && in->remaining && write_is_stale()) {
+                in->start_ns = 0;
+                since->cause = VT_CALL_OTHER;
+            }
+#endif
 #if TASK_STACK_OFFSET
             if (since->cause == VT_CALL_OTHER && (ps & 1))
                 since->cause = sleep_cause();

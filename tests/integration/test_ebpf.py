@@ -59,9 +59,10 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
 
 
 def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings, tmp_path):
-    # GIVEN the default probe set: call-site uprobes, sched_switch, sampled beforeSleep
+    # GIVEN the default probe set: ext4 sync and write_end tracepoints (the AOF is on ext4 here),
+    # AOF-write call-site uprobes (entry only), sched_switch, sampled beforeSleep
     for s in recordings.values():
-        assert s["call_source"] == "call sites"
+        assert s["call_source"] == "ext4 tracepoints + AOF-write call sites"
     # THEN the everysec main thread, mostly waiting for events, is seen idle in epoll_wait (the
     # syscall number read from its saved registers), and the iteration count is the server's own
     m = recordings["everysec"]["main_thread"]
@@ -84,6 +85,44 @@ def test_syscall_source_gives_socket_writes_per_thread(tmp_path):
     assert s["call_source"] == "syscalls"
     assert s["main_thread"]["fdatasync_count"] > 100
     assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
+
+
+def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
+    # GIVEN SET c=50 of 16 KB values, appendfsync always: each AOF write spans several pages
+    p = tmp_path / "big.vtrace"
+    res = vt("record", "--workload", "write-only", "--sizes", "16384", "--repeat", "1", "--duration", "2",
+             "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p))
+    if res.returncode != 0 and "needs root" in res.stderr:
+        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+    assert res.returncode == 0, res.stderr
+    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    assert s["call_source"].startswith("ext4 tracepoints")
+    # THEN every write is closed by ext4's write_end of its last page: one per fdatasync, and
+    # each carries at least one value
+    m, w = s["main_thread"], roles(s)["main"]["aof_write"]
+    assert m["fdatasync_count"] > 50
+    assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
+    assert w["bytes"] >= 16384 * w["count"]
+
+
+def test_call_site_source_times_fsyncs_without_the_fs_tracepoints(tmp_path):
+    # GIVEN the probe set without the ext4 sync tracepoints (as on a filesystem they do not cover)
+    p = tmp_path / "sites.vtrace"
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
+                          "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p)],
+                         capture_output=True, text=True, timeout=180,
+                         env={**__import__("os").environ, "VALKEYTRACE_PROBES": "calls,sched,loop"})
+    if res.returncode != 0 and "needs root" in res.stderr:
+        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+    assert res.returncode == 0, res.stderr
+    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    # THEN the uprobes on the server's fdatasync call sites time every main-thread fdatasync,
+    # one per AOF write, and none on bio_aof
+    assert s["call_source"] == "call sites"
+    m = s["main_thread"]
+    assert m["fdatasync_count"] > 100
+    assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
+    assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
 
 
 def test_aof_flush_probe_counts_one_flush_per_loop_iteration(recordings):

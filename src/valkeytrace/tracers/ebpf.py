@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from valkeytrace import system
-from valkeytrace._native import lib
+from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS,
@@ -37,10 +37,11 @@ from valkeytrace.tracers import PROBES_DIR, probe_source, sites
 MAIN_PROBE = "valkey_threads"
 POLL_INTERVAL_S = 0.1
 RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
+SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
 LOOP_PERIOD_S = 1.0
-LOOP_DUTY = float(os.environ.get("VALKEYTRACE_LOOP_DUTY", "0.05"))  # fraction of time beforeSleep is probed
+LOOP_DUTY = float(os.environ.get("VALKEYTRACE_LOOP_DUTY", "0.01"))  # fraction of time beforeSleep is probed
 SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
 
 
@@ -111,6 +112,11 @@ def has_symbol(binary: str, symbol: str) -> bool:
 # Probe groups:
 #   calls    fdatasync/fsync and AOF write(2) timed at their call sites in the server's code
 #            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
+#   fs       when the AOF directory is on ext4: fdatasync/fsync from the raw ext4_sync_file
+#            enter/exit tracepoints instead of call sites, and the end of an AOF write from
+#            ext4's write_end (its start stays a call-site uprobe): ~0.1 µs per tracepoint where
+#            a uprobe hit costs ~2.4 µs of the main thread (docs/performance.md), so an
+#            `always` iteration carries one uprobe hit instead of four;
 #   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
 #   loop     event-loop iterations from a uprobe on beforeSleep;
 #   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
@@ -122,8 +128,11 @@ def has_symbol(binary: str, symbol: str) -> bool:
 #            3-5% GET TPS here (docs/performance.md), hence not a default.
 # $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
 # (benchmarks/overhead.py --probes).
-PROBE_GROUPS = ("calls", "sched", "loop", "flush", "syscalls")
-DEFAULT_GROUPS = ("calls", "sched", "loop")
+PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
+DEFAULT_GROUPS = ("calls", "fs", "sched", "loop")
+# the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
+FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_end", "ext4_write_end",
+                           "ext4_journalled_write_end")}
 # byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
 # 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
 SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
@@ -197,8 +206,16 @@ def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, g
     return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
             "TRACE_SYSCALLS": int("syscalls" in groups),
+            "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
             "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
+
+
+def call_source(syscalls: bool, fs_sync: bool, fstype: str | None) -> str:
+    """How fsyncs and AOF writes were timed, as recordings and reports name it."""
+    if syscalls:
+        return "syscalls"
+    return f"{fstype} tracepoints + AOF-write call sites" if fs_sync else "call sites"
 
 
 def printable_program(defines: dict) -> str:
@@ -244,7 +261,8 @@ class _Snapshot:
                     and since["state"] < len(STATE_NAMES):
                 off[since["cause"], since["state"]] += self.mono_ns - int(since["start_ns"])
             self.offcpu[slot] = off
-        self.lost = bpf[b"lost"][0].value
+        sink = getattr(tracer, "_sink", None)  # records the kernel kept but the sink could not
+        self.lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
 
 
 class EbpfTracer:
@@ -299,6 +317,11 @@ class EbpfTracer:
         flush_probe = "flush" in groups and has_symbol(binary, FLUSH_SYMBOL)
         if "loop" in groups and not loop_uprobe:
             groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
+        fstype = system.storage_of(self.aof_dir).get("fstype")
+        fs_tps = FS_TRACEPOINTS.get(fstype, ())
+        if "syscalls" in groups or not fs_tps or not all(system.tracepoint_exists(fstype, tp) for tp in fs_tps):
+            groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
+        fs_sync = "fs" in groups
         # the call sites are disassembled (objdump, in the background) while the probes compile
         finder = sites.SiteFinder(binary) if "calls" in groups and "syscalls" not in groups else None
         t0 = time.monotonic()
@@ -308,11 +331,15 @@ class EbpfTracer:
             self._compile(groups, loop_uprobe)
             if finder is not None:
                 call_sites = finder.result()
-                if not sites.usable(call_sites):
+                if fs_sync:
+                    call_sites = [c for c in call_sites if c.kind == "aof_write"]
+                if not sites.usable(call_sites, need_sync=not fs_sync):
                     why_syscalls = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
                     call_sites = []
                     if "syscalls" not in groups:  # recompile with the syscall source: costlier, but measured
                         groups.add("syscalls")
+                        groups.discard("fs")
+                        fs_sync = False
                         self.bpf.cleanup()
                         self._compile(groups, loop_uprobe)
             syscalls = "syscalls" in groups
@@ -327,14 +354,16 @@ class EbpfTracer:
                 self._uprobes += [Uprobe(binary, "on_flush_enter", sym=FLUSH_SYMBOL),
                                   Uprobe(binary, "on_flush_return", sym=FLUSH_SYMBOL, ret=True)]
             for site in call_sites:
-                self._uprobes += [Uprobe(binary, f"on_site_{site.kind}", addr=site.call),
-                                  Uprobe(binary, "on_site_exit", addr=site.exit)]
-            if self.shim_library and syscalls:  # with call sites, the site times the shim's wrapper
+                self._uprobes.append(Uprobe(binary, f"on_site_{site.kind}", addr=site.call))
+                if not fs_sync:  # with the fs tracepoints, ext4's write_end ends an AOF write
+                    self._uprobes.append(Uprobe(binary, "on_site_exit", addr=site.exit))
+            shim_probes = bool(self.shim_library) and (syscalls or fs_sync)
+            if shim_probes:  # with call sites, the site times the shim's wrapper
                 for sym, fn in SHIM_SYMBOLS.items():
                     self._uprobes += [Uprobe(self.shim_library, fn, sym=sym),
                                       Uprobe(self.shim_library, "on_shim_sync_return", sym=sym, ret=True)]
             self._attach_uprobes()
-            self.bpf[b"block_events"].open_ring_buffer(self._on_event)
+            self._open_events()
         except VTError:
             self.stop()
             raise
@@ -348,10 +377,10 @@ class EbpfTracer:
         idle = self._check_sysnr() if "sched" in groups else None
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
                      "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups else None),
-                     "call_source": "syscalls" if syscalls else "call sites",
+                     "call_source": call_source(syscalls, fs_sync, fstype),
                      "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
-                     "flush_probe": flush_probe, "shim_probes": bool(self.shim_library) and syscalls,
+                     "flush_probe": flush_probe, "shim_probes": shim_probes,
                      "probe_groups": sorted(groups), "idle_cause": idle,
                      "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
         if why_syscalls:
@@ -484,9 +513,14 @@ class EbpfTracer:
                         self._detach_uprobes()
                     except Exception:
                         pass  # cleanup() below detaches whatever is left, one by one
-                self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
+                with self._consume_lock:
+                    self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
             finally:
                 self.bpf = None
+                sink, self._sink = getattr(self, "_sink", None), None
+                if sink is not None:
+                    self.sink_dropped = int(sink.dropped)
+                    lib.vt_event_sink_free(sink)
 
     # -- background work ----------------------------------------------------------------------
     @staticmethod
@@ -535,33 +569,37 @@ class EbpfTracer:
         out.update({slot: tid for tid, slot in self._extra.items()})
         return out
 
-    def _on_event(self, ctx, data, size):
-        # called from C (ctypes), which would swallow a KeyboardInterrupt raised here: when Ctrl-C
-        # lands in this frame (main thread, window edges), keep it and re-raise after the consume
-        try:
-            raw = ctypes.string_at(data, size)
-            with self._events_lock:
-                self._events.append(raw)
-        except KeyboardInterrupt:
-            self._interrupted = True
+    def _open_events(self):
+        """The ring buffer, consumed by the native core's C callback (csrc/events.c): a Python
+        callback per record cost several µs each, ~14K records a second under `always`."""
+        from bcc.libbcc import _RINGBUF_CB_TYPE
+
+        self._sink = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize,
+                                                        "max_bytes": SINK_MAX_BYTES})
+        self._sink_cb = _RINGBUF_CB_TYPE(int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))))
+        table = self.bpf[b"block_events"]
+        self.bpf._open_ring_buffer(table.map_fd, self._sink_cb, ctypes.c_void_p(int(ffi.cast("uintptr_t", self._sink))))
 
     def _consume(self):
-        """Drain the ring buffer from the main thread (window edges); a Ctrl-C during it counts."""
-        self._interrupted = False
+        """Move what the ring buffer holds into self._events (one bytes object per drain)."""
         with self._consume_lock:
-            self.bpf.ring_buffer_consume()
-        if self._interrupted:
-            raise KeyboardInterrupt
+            bpf, sink = self.bpf, getattr(self, "_sink", None)
+            if bpf is None or sink is None:
+                return
+            bpf.ring_buffer_consume()
+            if sink.len:
+                blob = ffi.buffer(sink.buf, sink.len)[:]
+                sink.len = 0
+                with self._events_lock:
+                    self._events.append(blob)
 
     def _poll(self):
         n = 0
         while not self._stop.wait(POLL_INTERVAL_S):
-            bpf = self.bpf
-            if bpf is None:
+            if self.bpf is None:
                 break
             try:
-                with self._consume_lock:
-                    bpf.ring_buffer_consume()
+                self._consume()
                 n += 1
                 if n % 5 == 0:
                     self._refresh()
@@ -643,7 +681,7 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dic
         threads[tid] = entry
     timeline = []
     if events:
-        arr = np.frombuffer(b"".join(e[:BLOCK_EVENT_DTYPE.itemsize] for e in events), dtype=BLOCK_EVENT_DTYPE)
+        arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
         keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
         arr = arr[keep]
         timeline = [[int(s) - a.mono_ns, int(d), int(tid), CALL_NAMES[c], EVENT_STATE_NAMES[st]]

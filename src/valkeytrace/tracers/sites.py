@@ -184,7 +184,8 @@ class SiteFinder:
             self._proc.wait()
 
 
-def usable(sites: list[CallSite]) -> bool:
-    """Enough to time the AOF path: at least one fsync-family site and one AOF write site."""
+def usable(sites: list[CallSite], need_sync: bool = True) -> bool:
+    """Enough to time the AOF path: one AOF write site, and one fsync-family site unless the
+    fsyncs are timed elsewhere (need_sync False: the ext4 sync tracepoints)."""
     kinds = {s.kind for s in sites}
-    return bool(kinds & {"fdatasync", "fsync"}) and "aof_write" in kinds
+    return "aof_write" in kinds and (not need_sync or bool(kinds & {"fdatasync", "fsync"}))
