@@ -5,12 +5,15 @@ tracepoints and uprobes are used: the kernels we target may have no kprobes. The
 come from another kernel version, so no kernel struct layout comes from them: the two task_struct
 fields read (pid, stack) are at offsets taken from the running kernel's BTF.
 
-By default no syscall is traced at all: fdatasync/fsync and AOF writes are timed by uprobe pairs
-on their call sites in the server (tracers/sites.py), which cost nothing to any other process.
+By default no syscall is traced at all: fdatasync/fsync come from ext4's own (raw) tracepoints
+when the AOF is on ext4, AOF writes start at a uprobe on their call site in the server
+(tracers/sites.py) and end at ext4's write_end; elsewhere both are timed by uprobe pairs on their
+call sites. None of it runs for other syscalls, and uprobes cost nothing to other processes.
 
 Everything is aggregated in kernel maps; a measured window is the difference of two snapshots
 (taken at the window's edges), with off-CPU intervals still open at either edge cut at the edge.
-Main-thread blocked intervals come through a ring buffer polled on a timer (no wakeups).
+Main-thread blocked intervals come through a ring buffer polled on a timer (no wakeups) and
+drained by a C callback of the native core (csrc/events.c), never a Python call per record.
 """
 from __future__ import annotations
 
@@ -519,7 +522,6 @@ class EbpfTracer:
                 self.bpf = None
                 sink, self._sink = getattr(self, "_sink", None), None
                 if sink is not None:
-                    self.sink_dropped = int(sink.dropped)
                     lib.vt_event_sink_free(sink)
 
     # -- background work ----------------------------------------------------------------------
@@ -571,7 +573,7 @@ class EbpfTracer:
 
     def _open_events(self):
         """The ring buffer, consumed by the native core's C callback (csrc/events.c): a Python
-        callback per record cost several µs each, ~14K records a second under `always`."""
+        callback per record cost several µs each, ~3K records a second under `always`."""
         from bcc.libbcc import _RINGBUF_CB_TYPE
 
         self._sink = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize,
