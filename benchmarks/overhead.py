@@ -106,8 +106,8 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float)
                 for traced in order:
                     toggle(traced)
                     time.sleep(0.2)  # settle
-                    if traced:
-                        tracer.window_begin()
+                    # the same bookkeeping on both sides: window edges read maps, /proc and INFO
+                    tracer.window_begin()
                     proc = ClientProcess(client_argv(client, srv.host, srv.port, "GET", 50, 64, 20000, requests))
                     try:
                         proc.wait(timeout=slice_s * 4 + 30)
@@ -115,7 +115,8 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float)
                         proc.stop()
                     rep = parse_report(proc.output)
                     t0, t1 = proc.started_mono, time.monotonic()
-                    lost = tracer.window_end()["lost_events"] if traced else 0
+                    window = tracer.window_end()
+                    lost = window["lost_events"] if traced else 0
                     # the SET c=8 load's rate over the slice, from its progress lines (4 a second)
                     sets = [rec["rps"] for t, rec in list(bg.progress) if t0 < t <= t1 and rec["rps"] == rec["rps"]]
                     slices[traced].append({"get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
