@@ -134,16 +134,21 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
         __sync_fetch_and_add(&t->bytes[kind], bytes);
 }
 
+/* The current thread's in-flight call (its slot and tid too), or NULL when the current task is
+ * not a thread of the target */
+static __always_inline struct inflight_call *current_inflight(int *slot, u32 *tid)
+{
+    *slot = current_slot(tid);
+    return *slot < 0 ? NULL : inflight.lookup(slot);
+}
+
 /* wrapper = 1: the shim's fdatasync/fsync wrapper (real call + injected delay) begins; it is the
  * call, and the syscall inside it is not timed again */
 static __always_inline int begin_call(u32 kind, u64 bytes, u32 wrapper)
 {
     u32 tid = 0;
-    int slot = current_slot(&tid);
-    struct inflight_call *in;
-    if (slot < 0)
-        return 0;
-    in = inflight.lookup(&slot);
+    int slot;
+    struct inflight_call *in = current_inflight(&slot, &tid);
     if (!in || (in->depth && !wrapper))
         return 0; /* inside a probed shim wrapper: the wrapper is the call */
     in->start_ns = bpf_ktime_get_ns();
@@ -171,13 +176,10 @@ static __always_inline int write_enter(int fd)
 static __always_inline int end_call(long ret, u32 wrapper)
 {
     u32 tid = 0;
-    int slot = current_slot(&tid);
-    struct inflight_call *in;
+    int slot;
+    struct inflight_call *in = current_inflight(&slot, &tid);
     u64 start, dur, now, bytes;
     u32 kind;
-    if (slot < 0)
-        return 0;
-    in = inflight.lookup(&slot);
     if (!in || in->depth != wrapper || !in->start_ns)
         return 0;
     start = in->start_ns;
@@ -242,11 +244,8 @@ RAW_TRACEPOINT_PROBE(ext4_sync_file_exit)
 static __always_inline int write_copied(u64 copied)
 {
     u32 tid = 0;
-    int slot = current_slot(&tid);
-    struct inflight_call *in;
-    if (slot < 0)
-        return 0;
-    in = inflight.lookup(&slot);
+    int slot;
+    struct inflight_call *in = current_inflight(&slot, &tid);
     if (!in || !in->start_ns || in->kind != VT_CALL_AOF_WRITE || in->depth)
         return 0;
     if (copied < in->remaining) {

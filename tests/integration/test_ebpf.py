@@ -1,5 +1,6 @@
 """The eBPF tracer attached to a real valkey-server under a real benchmark client."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -37,6 +38,19 @@ def recordings(tmp_path_factory):
     return out
 
 
+def record_server(path, *args, probes=None):
+    """One ebpf `record` of a 2 s cell, `appendfsync always` (probes: $VALKEYTRACE_PROBES); its
+    first cell's server section. Skips where the machine cannot load eBPF programs."""
+    env = {**os.environ, "VALKEYTRACE_PROBES": probes} if probes else None
+    res = subprocess.run([VT, "record", "--repeat", "1", "--duration", "2", "--keyspace", "2000",
+                          "--appendfsync", "always", "--backend", "ebpf", "-o", str(path), *args],
+                         capture_output=True, text=True, timeout=180, env=env)
+    if res.returncode != 0 and "needs root" in res.stderr:
+        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
+    assert res.returncode == 0, res.stderr
+    return report_json(path)["runs"][0]["cells"][0]["server"]
+
+
 def roles(server):
     return {t["role"]: t for t in server["threads"]}
 
@@ -72,15 +86,8 @@ def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings
 
 def test_syscall_source_gives_socket_writes_per_thread(tmp_path):
     # GIVEN the opt-in syscall source (raw sys_enter/exit)
-    p = tmp_path / "sys.vtrace"
-    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
-                          "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p)],
-                         capture_output=True, text=True, timeout=180,
-                         env={**__import__("os").environ, "VALKEYTRACE_PROBES": "syscalls,sched,loop"})
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
-    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    s = record_server(tmp_path / "sys.vtrace", "--workload", "read-heavy", "--sizes", "64",
+                      probes="syscalls,sched,loop")
     # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
     assert s["call_source"] == "syscalls"
     assert s["main_thread"]["fdatasync_count"] > 100
@@ -89,13 +96,7 @@ def test_syscall_source_gives_socket_writes_per_thread(tmp_path):
 
 def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     # GIVEN SET c=50 of 16 KB values, appendfsync always: each AOF write spans several pages
-    p = tmp_path / "big.vtrace"
-    res = vt("record", "--workload", "write-only", "--sizes", "16384", "--repeat", "1", "--duration", "2",
-             "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p))
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
-    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    s = record_server(tmp_path / "big.vtrace", "--workload", "write-only", "--sizes", "16384")
     assert s["call_source"].startswith("ext4 tracepoints")
     # THEN every write is closed by ext4's write_end of its last page: one per fdatasync, and
     # each carries at least one value
@@ -107,15 +108,8 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
 
 def test_call_site_source_times_fsyncs_without_the_fs_tracepoints(tmp_path):
     # GIVEN the probe set without the ext4 sync tracepoints (as on a filesystem they do not cover)
-    p = tmp_path / "sites.vtrace"
-    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
-                          "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "-o", str(p)],
-                         capture_output=True, text=True, timeout=180,
-                         env={**__import__("os").environ, "VALKEYTRACE_PROBES": "calls,sched,loop"})
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
-    s = report_json(p)["runs"][0]["cells"][0]["server"]
+    s = record_server(tmp_path / "sites.vtrace", "--workload", "read-heavy", "--sizes", "64",
+                      probes="calls,sched,loop")
     # THEN the uprobes on the server's fdatasync call sites time every main-thread fdatasync,
     # one per AOF write, and none on bio_aof
     assert s["call_source"] == "call sites"
