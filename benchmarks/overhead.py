@@ -68,6 +68,13 @@ def slice_order(traced_first: bool, slices_per_side: int) -> list[bool]:
     return order
 
 
+def _slice_index(order):
+    seen = {False: 0, True: 0}
+    for t in order:
+        yield t, seen[t]
+        seen[t] += 1
+
+
 def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float) -> tuple[list, dict]:
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
@@ -126,6 +133,10 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float)
                               "set_tps": statistics.fmean(s["set_tps"] for s in got) if all(s["set_tps"] for s in got) else None,
                               "lost": sum(s["lost"] for s in got)} for side, got in slices.items()}
                 out.append((res[False], res[True], "".join("B" if t else "A" for t in order)))
+                if os.environ.get("VT_DUMP_SLICES"):
+                    with open(os.environ["VT_DUMP_SLICES"], "a") as f:
+                        f.write(json.dumps({"backend": backend, "pair": i, "order": order,
+                                            "slices": [slices[t][k] for t, k in _slice_index(order)]}) + "\n")
         finally:
             bg.stop()
         import resource

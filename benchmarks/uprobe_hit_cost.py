@@ -20,6 +20,10 @@ import time
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--offsets", default="",
+                    help="comma-separated byte offsets into the symbol (hex ok) to probe per task "
+                         "instead of the per task / every process comparison at its entry, e.g. "
+                         "0,0x1,0x11: which instructions the kernel emulates and which it single-steps")
     args = ap.parse_args()
     from valkeytrace.target.server import EmbeddedServer
     from valkeytrace.tracers.ebpf import LOOP_SYMBOL, import_bcc
@@ -32,7 +36,11 @@ def main():
     srv = EmbeddedServer(appendfsync="always")
     binary = os.path.realpath(f"/proc/{srv.pid}/exe").encode()
     loads = []
-    per_iter: dict[str, list[float]] = {"detached": [], "per task": [], "every process": []}
+    if args.offsets:
+        probes = [(f"+{int(o, 0):#x}", int(o, 0), srv.pid) for o in args.offsets.split(",")]
+    else:
+        probes = [("per task", 0, srv.pid), ("every process", 0, -1)]
+    per_iter: dict[str, list[float]] = {"detached": [], **{name: [] for name, _, _ in probes}}
     try:
         keyspace.fill(srv.client(), 20000, 64)
         for test, c in (("SET", 8), ("GET", 50)):
@@ -45,15 +53,15 @@ def main():
 
         time.sleep(2)
         for _ in range(args.rounds):
-            for mode, pid in (("detached", None), ("per task", srv.pid), ("detached", None), ("every process", -1)):
+            for mode, off, pid in [p for probe in probes for p in (("detached", 0, None), probe)]:
                 if pid is not None:
-                    bpf.attach_uprobe(name=binary, sym=LOOP_SYMBOL.encode(), fn_name=b"hit", pid=pid)
+                    bpf.attach_uprobe(name=binary, sym=LOOP_SYMBOL.encode(), sym_off=off, fn_name=b"hit", pid=pid)
                 time.sleep(0.2)
                 c0, d0 = loop_stats()
                 time.sleep(1.0)
                 c1, d1 = loop_stats()
                 if pid is not None:
-                    bpf.detach_uprobe(name=binary, sym=LOOP_SYMBOL.encode(), pid=pid)
+                    bpf.detach_uprobe(name=binary, sym=LOOP_SYMBOL.encode(), sym_off=off, pid=pid)
                 per_iter[mode].append((d1 - d0) / max(1, c1 - c0))
     finally:
         for load in loads:
@@ -61,7 +69,7 @@ def main():
         srv.stop()
         bpf.cleanup()
     base = statistics.median(per_iter["detached"])
-    for mode in ("per task", "every process"):
+    for mode, _, _ in probes:
         med = statistics.median(per_iter[mode])
         print(f"uprobe on {LOOP_SYMBOL}, {mode}: {med:.2f} µs per iteration against {base:.2f} detached: "
               f"~{med - base:.1f} µs per hit (rounds: {', '.join(f'{v:.2f}' for v in per_iter[mode])})")

@@ -17,8 +17,10 @@
  *
  * Sources for the calls:
  *   - TRACE_FS_SYNC=1 (default when the AOF lives on ext4): fdatasync/fsync from the raw
- *     ext4_sync_file_enter/exit tracepoints, on every thread;
- *   - call sites (default for AOF writes, and for fsyncs off ext4): uprobes on the server's own
+ *     ext4_sync_file_enter/exit tracepoints, on every thread; AOF writes from ext4's first step
+ *     for them to the write_end of their last byte, when the saved syscall number and fd say a
+ *     write(2) on an AOF fd is under way (TASK_STACK_OFFSET); no uprobe then;
+ *   - call sites (AOF writes without the syscall number, and fsyncs off ext4): uprobes on the server's own
  *     code, a pair per site: the `call fdatasync/fsync/write` instruction (on_site_*) and the
  *     first direct branch after it returns (on_site_exit); both instructions are emulated by the
  *     kernel, not single-stepped (tracers/sites.py finds them). Nothing runs for any other
@@ -39,7 +41,7 @@
  * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
  * kernel struct from the headers (they may belong to another kernel version). Parameters come as
  * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_SYSCALLS, TRACE_FS_SYNC, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
+ * TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"
@@ -235,12 +237,15 @@ RAW_TRACEPOINT_PROBE(ext4_sync_file_exit)
     return call_exit(-1);
 }
 
-/* AOF write(2): begins at its call site (one uprobe, on_site_aof_write: the requested length is
- * its third argument) and ends when ext4 has copied that many bytes into the page cache: the
- * write_end of its last folio (one per folio; TP_PROTO(struct inode *inode, loff_t pos,
- * unsigned int len, unsigned int copied)). Not in the figure: the syscall's return path after
- * that copy (unlock, fsnotify), under a microsecond. Blocking before the copy (inode lock, the
- * journal for the mtime update) is in it. */
+/* AOF write(2) ends when ext4 has copied the requested bytes into the page cache: the write_end
+ * of its last folio (one per folio; TP_PROTO(struct inode *inode, loff_t pos, unsigned int len,
+ * unsigned int copied)). Not in the figure: the syscall's return path after that copy (unlock,
+ * fsnotify), under a microsecond. It begins (aof_write_from_syscall below, when the syscall
+ * number can be read) at ext4's first step for it: the journal start of the mtime update, or the
+ * write_begin of its first folio, or, when the thread blocks before either (the inode lock, the
+ * journal), at that context switch: every blocked moment is in it, the few on-CPU microseconds
+ * of syscall entry and fd lookup before ext4 is reached are not. Without the syscall number it
+ * begins at its call site (one uprobe, on_site_aof_write, the length in its third argument). */
 static __always_inline int write_copied(u64 copied)
 {
     u32 tid = 0;
@@ -343,33 +348,74 @@ static __always_inline void sysnr_check(u32 tid)
     }
 }
 
-/* VT_CALL_EPOLL_WAIT when the current (sleeping) task is inside epoll_wait, else VT_CALL_OTHER */
-static __always_inline u16 sleep_cause(void)
+/* The saved user registers of the current task's syscall, in struct pt_regs order from dx to
+ * orig_ax (the syscall number; arguments: di, si, dx). -1 until the offset is known. */
+struct user_call {
+    u64 dx, si, di;
+    long nr;
+};
+
+static __always_inline int current_user_call(struct user_call *uc)
 {
     int zero = 0;
     u64 *off = sysnr_offset.lookup(&zero);
-    long nr;
+    void *stack = 0;
     if (!off || !*off)
-        return VT_CALL_OTHER;
-    nr = task_sysnr((void *)bpf_get_current_task(), *off);
-    if (nr == __NR_epoll_wait || nr == __NR_epoll_pwait || nr == __NR_epoll_pwait2)
-        return VT_CALL_EPOLL_WAIT;
-    return VT_CALL_OTHER;
+        return -1;
+    if (bpf_probe_read_kernel(&stack, sizeof(stack), (void *)bpf_get_current_task() + TASK_STACK_OFFSET) != 0
+        || !stack)
+        return -1;
+    return bpf_probe_read_kernel(uc, sizeof(*uc), stack + *off - 3 * sizeof(u64));
 }
 
-/* An AOF write whose end the filesystem never reported (it failed before copying everything:
- * ENOSPC, EFBIG...) must not make the thread's next sleep an "AOF write": stale when the thread
- * is now inside another syscall (-1: not in a syscall, e.g. preempted right after the uprobe) */
-static __always_inline int write_is_stale(void)
+static __always_inline int is_epoll_wait(long nr)
 {
-    int zero = 0;
-    u64 *off = sysnr_offset.lookup(&zero);
-    long nr;
-    if (!off || !*off)
-        return 0;
-    nr = task_sysnr((void *)bpf_get_current_task(), *off);
-    return nr >= 0 && nr != __NR_write && nr != __NR_writev && nr != __NR_pwrite64;
+    return nr == __NR_epoll_wait || nr == __NR_epoll_pwait || nr == __NR_epoll_pwait2;
 }
+
+#if TRACE_FS_SYNC
+/* When the current thread is inside write(2)/pwrite64(2) on an AOF fd and has no call in flight,
+ * its AOF write begins now (the requested length from dx). 1 when it did. */
+static __always_inline int aof_write_from_syscall(struct inflight_call *in, struct user_call *uc)
+{
+    u32 fd;
+    u8 *is_aof;
+    if (in->start_ns || (uc->nr != __NR_write && uc->nr != __NR_pwrite64) || uc->di >= MAX_FDS)
+        return 0;
+    fd = (u32)uc->di;
+    is_aof = aof_fds.lookup(&fd);
+    if (!is_aof || !*is_aof)
+        return 0;
+    in->start_ns = bpf_ktime_get_ns();
+    in->kind = VT_CALL_AOF_WRITE;
+    in->bytes = uc->dx;
+    in->remaining = uc->dx;
+    in->depth = 0;
+    return 1;
+}
+
+/* ext4's first step for a write: begin the AOF write it belongs to, if any */
+static __always_inline int fs_write_step(void)
+{
+    u32 tid = 0;
+    int slot;
+    struct user_call uc = {};
+    struct inflight_call *in = current_inflight(&slot, &tid);
+    if (!in || in->start_ns || current_user_call(&uc) != 0)
+        return 0;
+    aof_write_from_syscall(in, &uc);
+    return 0;
+}
+
+/* TP_PROTO(struct inode *inode, loff_t pos, unsigned int len) */
+RAW_TRACEPOINT_PROBE(ext4_da_write_begin) { return fs_write_step(); }
+RAW_TRACEPOINT_PROBE(ext4_write_begin) { return fs_write_step(); }
+#if FS_JOURNAL_START
+/* the mtime update (file_modified) starts a journal handle before the first write_begin */
+RAW_TRACEPOINT_PROBE(ext4_journal_start_inode) { return fs_write_step(); }
+#endif
+#endif
+
 #endif
 
 /* A context switch: prev (the current task) goes off-CPU, next comes back on. Both are filtered
@@ -412,15 +458,27 @@ static __always_inline int on_switch(long ps, u32 next)
             /* TASK_INTERRUPTIBLE = 1, TASK_UNINTERRUPTIBLE = 2; running or preempted otherwise */
             since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
             since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
-#if TASK_STACK_OFFSET && TRACE_FS_SYNC
-            if (since->cause == VT_CALL_AOF_WRITE && in && in->remaining && write_is_stale()) {
-                in->start_ns = 0;
-                since->cause = VT_CALL_OTHER;
-            }
-#endif
 #if TASK_STACK_OFFSET
-            if (since->cause == VT_CALL_OTHER && (ps & 1))
-                since->cause = sleep_cause();
+            if (in && (since->cause == VT_CALL_OTHER || since->cause == VT_CALL_AOF_WRITE)) {
+                struct user_call uc = {};
+                if (current_user_call(&uc) == 0) {
+#if TRACE_FS_SYNC
+                    /* an AOF write whose end ext4 never reported (it failed before copying
+                     * everything: ENOSPC, EFBIG...) ends when its thread is inside another
+                     * syscall (nr -1: not in a syscall, e.g. preempted right after the uprobe) */
+                    if (since->cause == VT_CALL_AOF_WRITE && in->remaining && uc.nr >= 0
+                        && uc.nr != __NR_write && uc.nr != __NR_writev && uc.nr != __NR_pwrite64) {
+                        in->start_ns = 0;
+                        since->cause = VT_CALL_OTHER;
+                    }
+                    /* blocked inside write(aof) before ext4's first step: the write begins here */
+                    if (since->cause == VT_CALL_OTHER && aof_write_from_syscall(in, &uc))
+                        since->cause = VT_CALL_AOF_WRITE;
+#endif
+                    if (since->cause == VT_CALL_OTHER && (ps & 1) && is_epoll_wait(uc.nr))
+                        since->cause = VT_CALL_EPOLL_WAIT;
+                }
+            }
 #endif
         }
     }

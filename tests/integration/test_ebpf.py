@@ -73,10 +73,11 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
 
 
 def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings, tmp_path):
-    # GIVEN the default probe set: ext4 sync and write_end tracepoints (the AOF is on ext4 here),
-    # AOF-write call-site uprobes (entry only), sched_switch, sampled beforeSleep
+    # GIVEN the default probe set: ext4 sync, journal-start and write_begin/end tracepoints (the
+    # AOF is on ext4 here), sched_switch, sampled beforeSleep: no uprobe on the AOF path, the
+    # AOF writes told from the syscall number and fd in the saved registers
     for s in recordings.values():
-        assert s["call_source"] == "ext4 tracepoints + AOF-write call sites"
+        assert s["call_source"] == "ext4 tracepoints"
     # THEN the everysec main thread, mostly waiting for events, is seen idle in epoll_wait (the
     # syscall number read from its saved registers), and the iteration count is the server's own
     m = recordings["everysec"]["main_thread"]
@@ -104,6 +105,17 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     assert m["fdatasync_count"] > 50
     assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert w["bytes"] >= 16384 * w["count"]
+
+
+def test_aof_writes_begin_at_their_call_sites_without_the_syscall_number(tmp_path):
+    # GIVEN the ext4 tracepoints without sched_switch (so no saved-register offset check)
+    s = record_server(tmp_path / "nosched.vtrace", "--workload", "read-heavy", "--sizes", "64",
+                      probes="calls,fs,loop")
+    # THEN AOF writes begin at their call-site uprobe instead, one per fdatasync still
+    assert s["call_source"] == "ext4 tracepoints + AOF-write call sites"
+    m = s["main_thread"]
+    assert m["fdatasync_count"] > 100
+    assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
 
 
 def test_call_site_source_times_fsyncs_without_the_fs_tracepoints(tmp_path):

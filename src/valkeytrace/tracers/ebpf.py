@@ -116,10 +116,13 @@ def has_symbol(binary: str, symbol: str) -> bool:
 #   calls    fdatasync/fsync and AOF write(2) timed at their call sites in the server's code
 #            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
 #   fs       when the AOF directory is on ext4: fdatasync/fsync from the raw ext4_sync_file
-#            enter/exit tracepoints instead of call sites, and the end of an AOF write from
-#            ext4's write_end (its start stays a call-site uprobe): ~0.1 µs per tracepoint where
-#            a uprobe hit costs ~2.4 µs of the main thread (docs/performance.md), so an
-#            `always` iteration carries one uprobe hit instead of four;
+#            enter/exit tracepoints instead of call sites, and AOF writes from ext4's own steps:
+#            its first (journal start, write_begin, or a context switch inside write(aof fd))
+#            to the write_end that copies its last byte. Telling an AOF write needs the syscall
+#            number and fd from the saved user registers (sched, and the offset check at
+#            start); without them the start stays a call-site uprobe. ~0.1 µs per tracepoint
+#            where a uprobe hit costs ~6 µs of the main thread (docs/performance.md), so an
+#            `always` iteration carries no uprobe hit instead of four;
 #   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
 #   loop     event-loop iterations from a uprobe on beforeSleep;
 #   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
@@ -134,8 +137,10 @@ def has_symbol(binary: str, symbol: str) -> bool:
 PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
 DEFAULT_GROUPS = ("calls", "fs", "sched", "loop")
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
-FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_end", "ext4_write_end",
-                           "ext4_journalled_write_end")}
+FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
+                           "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
+# where an AOF write can begin earlier than its first write_begin, when the kernel has it (6.5+)
+FS_JOURNAL_START = ("ext4", "ext4_journal_start_inode")
 # byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
 # 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
 SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
@@ -210,15 +215,19 @@ def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, g
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
             "TRACE_SYSCALLS": int("syscalls" in groups),
             "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
+            "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
             "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
 
 
-def call_source(syscalls: bool, fs_sync: bool, fstype: str | None) -> str:
-    """How fsyncs and AOF writes were timed, as recordings and reports name it."""
+def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True) -> str:
+    """How fsyncs and AOF writes were timed, as recordings and reports name it. write_sites: with
+    the fs tracepoints, AOF writes begin at their call sites (without the syscall number)."""
     if syscalls:
         return "syscalls"
-    return f"{fstype} tracepoints + AOF-write call sites" if fs_sync else "call sites"
+    if not fs_sync:
+        return "call sites"
+    return f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
 
 
 def printable_program(defines: dict) -> str:
@@ -330,8 +339,15 @@ class EbpfTracer:
         t0 = time.monotonic()
         call_sites: list = []
         why_syscalls = None
+        idle = None
         try:
             self._compile(groups, loop_uprobe)
+            idle = self._check_sysnr() if "sched" in groups else None
+            # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
+            write_sites = not (fs_sync and idle)
+            if finder is not None and not write_sites:
+                finder.cancel()
+                finder = None
             if finder is not None:
                 call_sites = finder.result()
                 if fs_sync:
@@ -345,6 +361,7 @@ class EbpfTracer:
                         fs_sync = False
                         self.bpf.cleanup()
                         self._compile(groups, loop_uprobe)
+                        idle = self._check_sysnr() if "sched" in groups else None
             syscalls = "syscalls" in groups
             # beforeSleep runs 80K-850K times a second with I/O threads (valkey 9); one uprobe hit
             # each is 5-30% of the main thread, so the probe is attached for a fraction of the
@@ -377,10 +394,9 @@ class EbpfTracer:
         finally:
             if finder is not None:
                 finder.cancel()
-        idle = self._check_sysnr() if "sched" in groups else None
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
                      "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups else None),
-                     "call_source": call_source(syscalls, fs_sync, fstype),
+                     "call_source": call_source(syscalls, fs_sync, fstype, write_sites=bool(call_sites)),
                      "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
                      "flush_probe": flush_probe, "shim_probes": shim_probes,
