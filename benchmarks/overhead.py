@@ -11,10 +11,13 @@ Two ways to pair (the default is the precise one):
       A B B A ...): linear drift cancels within every ABBA, and short-term noise (+-9% per 2 s
       here) averages over the slices. A side's GET TPS and p99 are the means over its slices.
       With one 4 s run per side, a 5-pair median still moved +-4% between identical runs here;
-      with 16 s a side (the default) the pair ratios of one run stay within about +-3%.
-      Caution: the control (--probes none: the eBPF tracer loaded, nothing attached) read x1.030
-      with all 5 pairs above 1, and the shim x1.041 with all 5 above 1: this harness seems to
-      favour the traced side by ~3%, for a reason not found (docs/performance.md).
+      with 16 s a side, the 5-pair median of the same code read x0.947-x1.030 in three runs
+      (per-pair sd ~3%); 24 s a side (the default) narrows that by a fifth.
+      Both sides get the same window bookkeeping (map, /proc and INFO reads at the slice edges):
+      with it on the traced side only, the control (--probes none: the eBPF tracer loaded,
+      nothing attached) read x1.030; with it on both, x0.989 and x1.009 (docs/performance.md).
+      --slices FILE appends every slice (order, GET TPS, p99, SET TPS) as JSON lines, for
+      looking at the noise itself.
   --separate-launches: each pass is a whole `valkeytrace record --backend none|ebpf|shim` run
       on a fresh server (includes the LD_PRELOAD itself and probe attachment; noisier).
 
@@ -75,7 +78,8 @@ def _slice_index(order):
         seen[t] += 1
 
 
-def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float) -> tuple[list, dict]:
+def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
+                      slices_file: str | None = None) -> tuple[list, dict]:
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
 
@@ -133,9 +137,9 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float)
                               "set_tps": statistics.fmean(s["set_tps"] for s in got) if all(s["set_tps"] for s in got) else None,
                               "lost": sum(s["lost"] for s in got)} for side, got in slices.items()}
                 out.append((res[False], res[True], "".join("B" if t else "A" for t in order)))
-                if os.environ.get("VT_DUMP_SLICES"):
-                    with open(os.environ["VT_DUMP_SLICES"], "a") as f:
-                        f.write(json.dumps({"backend": backend, "pair": i, "order": order,
+                if slices_file:
+                    with open(slices_file, "a") as f:
+                        f.write(json.dumps({"backend": backend, "pair": i, "order": "".join("B" if t else "A" for t in order),
                                             "slices": [slices[t][k] for t, k in _slice_index(order)]}) + "\n")
         finally:
             bg.stop()
@@ -151,7 +155,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float)
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--duration", type=float, default=16.0,
+    ap.add_argument("--duration", type=float, default=24.0,
                     help="seconds of GET load per side per pair (a whole record run each with --separate-launches)")
     ap.add_argument("--slice", type=float, default=2.0, help="seconds per client run within a pair (same server)")
     ap.add_argument("--backends", default="ebpf,shim")
@@ -159,6 +163,7 @@ def main():
                          "(calls,fs,sched,loop)")
     ap.add_argument("--separate-launches", action="store_true",
                     help="pair whole record runs on fresh servers instead of toggling one server's tracer")
+    ap.add_argument("--slices", metavar="FILE", help="append each pair's slices as JSON lines (same server)")
     args = ap.parse_args()
     if args.probes:
         os.environ["VALKEYTRACE_PROBES"] = args.probes
@@ -177,7 +182,7 @@ def main():
                     yield res["none"], res[backend], "/".join(order)
         else:
             def passes():
-                results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice)
+                results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice, args.slices)
                 attach.append(info["attach_ms"])
                 rss.append(info["rss_mb"])
                 yield from results
