@@ -160,7 +160,7 @@ def main():
     ap.add_argument("--slice", type=float, default=2.0, help="seconds per client run within a pair (same server)")
     ap.add_argument("--backends", default="ebpf,shim")
     ap.add_argument("--probes", help="eBPF probe groups to load (calls,fs,sched,loop,flush,syscalls); default: record's own "
-                         "(calls,fs,sched,loop)")
+                         "(calls,fs,sched)")
     ap.add_argument("--separate-launches", action="store_true",
                     help="pair whole record runs on fresh servers instead of toggling one server's tracer")
     ap.add_argument("--slices", metavar="FILE", help="append each pair's slices as JSON lines (same server)")

@@ -28,7 +28,7 @@ def recordings(tmp_path_factory):
     out = {}
     for mode in ("always", "everysec"):
         p = d / f"{mode}.vtrace"
-        extra = ["--aof-flush-probe"] if mode == "always" else []
+        extra = ["--aof-flush-probe", "--loop-sample"] if mode == "always" else []
         res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "3",
                  "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p), *extra)
         if res.returncode != 0 and "needs root" in res.stderr:
@@ -74,15 +74,28 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
 
 def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings, tmp_path):
     # GIVEN the default probe set: ext4 sync, journal-start and write_begin/end tracepoints (the
-    # AOF is on ext4 here), sched_switch, sampled beforeSleep: no uprobe on the AOF path, the
-    # AOF writes told from the syscall number and fd in the saved registers
+    # AOF is on ext4 here) and sched_switch: no uprobe at all, the AOF writes told from the
+    # syscall number and fd in the saved registers
     for s in recordings.values():
         assert s["call_source"] == "ext4 tracepoints"
     # THEN the everysec main thread, mostly waiting for events, is seen idle in epoll_wait (the
-    # syscall number read from its saved registers), and the iteration count is the server's own
+    # syscall number read from its saved registers), and the iteration count and mean are the
+    # server's own, with no sampled distribution
     m = recordings["everysec"]["main_thread"]
+    assert recordings["everysec"]["loop_source"] == "INFO stats"
     assert m["idle_pct"] > 1  # without the syscall number it would be 0
+    assert m["loop_iterations"] > 0 and m["loop_iteration_mean_us"] > 0
+    assert m["loop_iterations_sampled"] == 0
+
+
+def test_loop_sample_probes_beforesleep_for_a_sample_of_iterations(recordings):
+    # GIVEN record --loop-sample: beforeSleep probed 0.5% of each second
+    s = recordings["always"]
+    assert s["loop_source"] == "uprobe:beforeSleep"
+    # THEN a sample of iterations has durations; the count stays the server's own
+    m = s["main_thread"]
     assert m["loop_iterations"] > m["loop_iterations_sampled"] > 0
+    assert m["loop_iteration_tw_p50_us"] > 0
 
 
 def test_syscall_source_gives_socket_writes_per_thread(tmp_path):

@@ -141,7 +141,10 @@ def lower_priority():
 #            where a uprobe hit costs ~6 µs of the main thread (docs/performance.md), so an
 #            `always` iteration carries no uprobe hit instead of four;
 #   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
-#   loop     event-loop iterations from a uprobe on beforeSleep;
+#   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
+#            each second (record --loop-sample). Not a default: its per-second attach/detach and
+#            hits cost ~3% GET TPS and ~5-10% GET p99 here (docs/performance.md); the iteration
+#            count and mean come from the server's own INFO eventloop counters without it;
 #   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
 #            from every beforeSleep, so its count is the loop count and its time the AOF write +
 #            fsync already measured; two more uprobe hits per iteration;
@@ -152,7 +155,7 @@ def lower_priority():
 # $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
 # (benchmarks/overhead.py --probes).
 PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
-DEFAULT_GROUPS = ("calls", "fs", "sched", "loop")
+DEFAULT_GROUPS = ("calls", "fs", "sched")
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
 FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
                            "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
@@ -299,9 +302,10 @@ class EbpfTracer:
 
     name = "ebpf"
 
-    def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False):
+    def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False,
+                 loop_sample: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
-        self.extra_groups = ("flush",) if aof_flush_probe else ()
+        self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample
         self.inject = inject
         self.shim_library = None
         if inject:  # the shim is preloaded for the injection only; its wrappers are probed
@@ -413,7 +417,8 @@ class EbpfTracer:
             if finder is not None:
                 finder.cancel()
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
-                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups else None),
+                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups
+                                                                                  else "INFO stats"),
                      "call_source": call_source(syscalls, fs_sync, fstype, write_sites=bool(call_sites)),
                      "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
