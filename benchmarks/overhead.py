@@ -12,7 +12,9 @@ Two ways to pair (the default is the precise one):
       here) averages over the slices. A side's GET TPS and p99 are the means over its slices.
       With one 4 s run per side, a 5-pair median still moved +-4% between identical runs here;
       with 16 s a side, the 5-pair median of the same code read x0.947-x1.030 in three runs
-      (per-pair sd ~3%); 24 s a side (the default) narrows that by a fifth.
+      (per-pair sd ~2.5-3% for GET TPS, 6-8% for p99). 40 s a side (the default) narrows that by
+      about 1.6 (~17 min for both backends); with 24 s, two acceptance runs of the same code read
+      x0.977/x0.967 and p99 x1.087/x1.024 against x0.986 and x1.014 over 15 pairs.
       Both sides get the same window bookkeeping (map, /proc and INFO reads at the slice edges):
       with it on the traced side only, the control (--probes none: the eBPF tracer loaded,
       nothing attached) read x1.030; with it on both, x0.989 and x1.009 (docs/performance.md).
@@ -155,7 +157,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--duration", type=float, default=24.0,
+    ap.add_argument("--duration", type=float, default=40.0,
                     help="seconds of GET load per side per pair (a whole record run each with --separate-launches)")
     ap.add_argument("--slice", type=float, default=2.0, help="seconds per client run within a pair (same server)")
     ap.add_argument("--backends", default="ebpf,shim")
