@@ -73,13 +73,6 @@ def slice_order(traced_first: bool, slices_per_side: int) -> list[bool]:
     return order
 
 
-def _slice_index(order):
-    seen = {False: 0, True: 0}
-    for t in order:
-        yield t, seen[t]
-        seen[t] += 1
-
-
 def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                       slices_file: str | None = None) -> tuple[list, dict]:
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
@@ -114,7 +107,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
             requests = int(calibrate(client, srv.host, srv.port, "GET", 50, 64, 20000) * slice_s)
             per_side = max(1, round(duration / slice_s))
             for i in range(pairs):
-                slices = {False: [], True: []}
+                run = []  # the slices in the order they ran
                 order = slice_order(i % 2 == 1, per_side)
                 for traced in order:
                     toggle(traced)
@@ -132,17 +125,18 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                     lost = window["lost_events"] if traced else 0
                     # the SET c=8 load's rate over the slice, from its progress lines (4 a second)
                     sets = [rec["rps"] for t, rec in list(bg.progress) if t0 < t <= t1 and rec["rps"] == rec["rps"]]
-                    slices[traced].append({"get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
-                                           "set_tps": statistics.fmean(sets) if sets else None, "lost": lost})
+                    run.append({"traced": traced, "get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+                                "set_tps": statistics.fmean(sets) if sets else None, "lost": lost})
+                slices = {side: [s for s in run if s["traced"] == side] for side in (False, True)}
+                abba = "".join("B" if t else "A" for t in order)
                 res = {side: {"get_tps": statistics.fmean(s["get_tps"] for s in got),
                               "get_p99_us": statistics.fmean(s["get_p99_us"] for s in got),
                               "set_tps": statistics.fmean(s["set_tps"] for s in got) if all(s["set_tps"] for s in got) else None,
                               "lost": sum(s["lost"] for s in got)} for side, got in slices.items()}
-                out.append((res[False], res[True], "".join("B" if t else "A" for t in order)))
+                out.append((res[False], res[True], abba))
                 if slices_file:
                     with open(slices_file, "a") as f:
-                        f.write(json.dumps({"backend": backend, "pair": i, "order": "".join("B" if t else "A" for t in order),
-                                            "slices": [slices[t][k] for t, k in _slice_index(order)]}) + "\n")
+                        f.write(json.dumps({"backend": backend, "pair": i, "order": abba, "slices": run}) + "\n")
         finally:
             bg.stop()
         import resource

@@ -163,14 +163,19 @@ static __always_inline int begin_call(u32 kind, u64 bytes, u32 wrapper)
 
 static __always_inline int call_enter(u32 kind, u64 bytes) { return begin_call(kind, bytes, 0); }
 
+/* 1 when fd is one of the server's AOF files (userspace keeps aof_fds from /proc/PID/fd) */
+static __always_inline int is_aof_fd(u64 fd)
+{
+    u32 key = (u32)fd;
+    u8 *is_aof = fd < MAX_FDS ? aof_fds.lookup(&key) : 0;
+    return is_aof && *is_aof;
+}
+
 static __always_inline int write_enter(int fd)
 {
-    u32 ufd = (u32)fd;
-    u8 *is_aof;
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
-    is_aof = ufd < MAX_FDS ? aof_fds.lookup(&ufd) : 0;
-    return call_enter(is_aof && *is_aof ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE, 0);
+    return call_enter(is_aof_fd((u32)fd) ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE, 0);
 }
 
 /* ret: the syscall's return value (bytes written) when known, else < 0 and the requested bytes
@@ -221,8 +226,8 @@ int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
 
 #if TRACE_FS_SYNC
 /* ext4's own tracepoints, raw (no trace record built); they run only when some process syncs or
- * writes an ext4 file, never for other syscalls. Each costs ~0.1 us where a uprobe hit inside
- * valkey-server costs ~2.4 us of the main thread, on its fsync path (docs/performance.md).
+ * writes an ext4 file, never for other syscalls. Each costs ~0.2-0.4 us where a uprobe hit inside
+ * valkey-server costs ~6.7 us of the main thread, on its fsync path (docs/performance.md).
  *
  * fdatasync/fsync: ext4_sync_file enter/exit, on every thread. The time is the filesystem's sync:
  * the whole call but the syscall entry and fd lookup (well under a microsecond).
@@ -378,13 +383,7 @@ static __always_inline int is_epoll_wait(long nr)
  * its AOF write begins now (the requested length from dx). 1 when it did. */
 static __always_inline int aof_write_from_syscall(struct inflight_call *in, struct user_call *uc)
 {
-    u32 fd;
-    u8 *is_aof;
-    if (in->start_ns || (uc->nr != __NR_write && uc->nr != __NR_pwrite64) || uc->di >= MAX_FDS)
-        return 0;
-    fd = (u32)uc->di;
-    is_aof = aof_fds.lookup(&fd);
-    if (!is_aof || !*is_aof)
+    if (in->start_ns || (uc->nr != __NR_write && uc->nr != __NR_pwrite64) || !is_aof_fd(uc->di))
         return 0;
     in->start_ns = bpf_ktime_get_ns();
     in->kind = VT_CALL_AOF_WRITE;
@@ -415,6 +414,32 @@ RAW_TRACEPOINT_PROBE(ext4_write_begin) { return fs_write_step(); }
 RAW_TRACEPOINT_PROBE(ext4_journal_start_inode) { return fs_write_step(); }
 #endif
 #endif
+
+/* The cause of an off-CPU interval the current thread begins (cause: from its in-flight call),
+ * refined from its saved registers: a stale AOF write dropped, an AOF write blocked before ext4's
+ * first step begun, an idle sleep in epoll_wait named. */
+static __always_inline u16 switch_cause(struct inflight_call *in, u16 cause, long ps)
+{
+    struct user_call uc = {};
+    if ((cause != VT_CALL_OTHER && cause != VT_CALL_AOF_WRITE) || current_user_call(&uc) != 0)
+        return cause;
+#if TRACE_FS_SYNC
+    /* an AOF write whose end ext4 never reported (it failed before copying everything: ENOSPC,
+     * EFBIG...) ends when its thread is inside another syscall (nr -1: not in a syscall, e.g.
+     * preempted right after the call-site uprobe) */
+    if (cause == VT_CALL_AOF_WRITE && in->remaining && uc.nr >= 0
+        && uc.nr != __NR_write && uc.nr != __NR_writev && uc.nr != __NR_pwrite64) {
+        in->start_ns = 0;
+        cause = VT_CALL_OTHER;
+    }
+    /* blocked inside write(aof) before ext4's first step: the write begins here */
+    if (cause == VT_CALL_OTHER && aof_write_from_syscall(in, &uc))
+        return VT_CALL_AOF_WRITE;
+#endif
+    if (cause == VT_CALL_OTHER && (ps & 1) && is_epoll_wait(uc.nr))
+        return VT_CALL_EPOLL_WAIT;
+    return cause;
+}
 
 #endif
 
@@ -459,26 +484,8 @@ static __always_inline int on_switch(long ps, u32 next)
             since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
             since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
 #if TASK_STACK_OFFSET
-            if (in && (since->cause == VT_CALL_OTHER || since->cause == VT_CALL_AOF_WRITE)) {
-                struct user_call uc = {};
-                if (current_user_call(&uc) == 0) {
-#if TRACE_FS_SYNC
-                    /* an AOF write whose end ext4 never reported (it failed before copying
-                     * everything: ENOSPC, EFBIG...) ends when its thread is inside another
-                     * syscall (nr -1: not in a syscall, e.g. preempted right after the uprobe) */
-                    if (since->cause == VT_CALL_AOF_WRITE && in->remaining && uc.nr >= 0
-                        && uc.nr != __NR_write && uc.nr != __NR_writev && uc.nr != __NR_pwrite64) {
-                        in->start_ns = 0;
-                        since->cause = VT_CALL_OTHER;
-                    }
-                    /* blocked inside write(aof) before ext4's first step: the write begins here */
-                    if (since->cause == VT_CALL_OTHER && aof_write_from_syscall(in, &uc))
-                        since->cause = VT_CALL_AOF_WRITE;
-#endif
-                    if (since->cause == VT_CALL_OTHER && (ps & 1) && is_epoll_wait(uc.nr))
-                        since->cause = VT_CALL_EPOLL_WAIT;
-                }
-            }
+            if (in)
+                since->cause = switch_cause(in, since->cause, ps);
 #endif
         }
     }

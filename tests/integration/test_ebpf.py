@@ -120,24 +120,18 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     assert w["bytes"] >= 16384 * w["count"]
 
 
-def test_aof_writes_begin_at_their_call_sites_without_the_syscall_number(tmp_path):
-    # GIVEN the ext4 tracepoints without sched_switch (so no saved-register offset check)
-    s = record_server(tmp_path / "nosched.vtrace", "--workload", "read-heavy", "--sizes", "64",
-                      probes="calls,fs,loop")
-    # THEN AOF writes begin at their call-site uprobe instead, one per fdatasync still
-    assert s["call_source"] == "ext4 tracepoints + AOF-write call sites"
-    m = s["main_thread"]
-    assert m["fdatasync_count"] > 100
-    assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
-
-
-def test_call_site_source_times_fsyncs_without_the_fs_tracepoints(tmp_path):
-    # GIVEN the probe set without the ext4 sync tracepoints (as on a filesystem they do not cover)
-    s = record_server(tmp_path / "sites.vtrace", "--workload", "read-heavy", "--sizes", "64",
-                      probes="calls,sched,loop")
-    # THEN the uprobes on the server's fdatasync call sites time every main-thread fdatasync,
-    # one per AOF write, and none on bio_aof
-    assert s["call_source"] == "call sites"
+@pytest.mark.parametrize("probes, source", [
+    # the ext4 tracepoints without sched_switch (no saved-register offset check): AOF writes
+    # begin at their call-site uprobe, ext4 still ends them and times the fsyncs
+    ("calls,fs,loop", "ext4 tracepoints + AOF-write call sites"),
+    # no ext4 tracepoints (as on a filesystem they do not cover): uprobe pairs on the server's
+    # fdatasync and AOF-write call sites time everything
+    ("calls,sched,loop", "call sites"),
+])
+def test_call_sites_time_the_aof_path_without_the_default_sources(tmp_path, probes, source):
+    s = record_server(tmp_path / "sites.vtrace", "--workload", "read-heavy", "--sizes", "64", probes=probes)
+    assert s["call_source"] == source
+    # THEN every main-thread fdatasync is timed, one per AOF write, and none on bio_aof
     m = s["main_thread"]
     assert m["fdatasync_count"] > 100
     assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]

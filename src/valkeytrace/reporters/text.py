@@ -116,9 +116,11 @@ def server_tables(console, label: str, cell) -> None:
                                                     if m[key] is not None))
     if m["loop_iterations"]:
         sampled = m.get("loop_iterations_sampled")
-        dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
-                + (f" (of {sampled:,} sampled)" if sampled < m["loop_iterations"] else "")
-                if sampled else "no distribution (record --loop-sample)")
+        if not sampled:
+            dist = "no distribution (record --loop-sample)"
+        else:
+            dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
+                    + (f" (of {sampled:,} sampled)" if sampled < m["loop_iterations"] else ""))
         mean = f"mean {m['loop_iteration_mean_us']:,.1f} µs, " if m.get("loop_iteration_mean_us") else ""
         console.print(f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
                       f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"

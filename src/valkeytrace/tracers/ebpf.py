@@ -5,10 +5,11 @@ tracepoints and uprobes are used: the kernels we target may have no kprobes. The
 come from another kernel version, so no kernel struct layout comes from them: the two task_struct
 fields read (pid, stack) are at offsets taken from the running kernel's BTF.
 
-By default no syscall is traced at all: fdatasync/fsync come from ext4's own (raw) tracepoints
-when the AOF is on ext4, AOF writes start at a uprobe on their call site in the server
-(tracers/sites.py) and end at ext4's write_end; elsewhere both are timed by uprobe pairs on their
-call sites. None of it runs for other syscalls, and uprobes cost nothing to other processes.
+By default no syscall is traced at all: when the AOF is on ext4, fdatasync/fsync and AOF writes
+come from ext4's own (raw) tracepoints, an AOF write told by the syscall number and fd in the
+thread's saved registers; elsewhere both are timed by uprobe pairs on their call sites in the
+server (tracers/sites.py). None of it runs for other syscalls, and uprobes cost nothing to other
+processes.
 
 Everything is aggregated in kernel maps; a measured window is the difference of two snapshots
 (taken at the window's edges), with off-CPU intervals still open at either edge cut at the edge.
@@ -137,8 +138,8 @@ def lower_priority():
 #            its first (journal start, write_begin, or a context switch inside write(aof fd))
 #            to the write_end that copies its last byte. Telling an AOF write needs the syscall
 #            number and fd from the saved user registers (sched, and the offset check at
-#            start); without them the start stays a call-site uprobe. ~0.1 µs per tracepoint
-#            where a uprobe hit costs ~6 µs of the main thread (docs/performance.md), so an
+#            start); without them the start stays a call-site uprobe. ~0.2-0.4 µs per tracepoint
+#            where a uprobe hit costs ~6.7 µs of the main thread (docs/performance.md), so an
 #            `always` iteration carries no uprobe hit instead of four;
 #   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
 #   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
