@@ -74,7 +74,7 @@ def slice_order(traced_first: bool, slices_per_side: int) -> list[bool]:
 
 
 def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
-                      slices_file: str | None = None) -> tuple[list, dict]:
+                      slices_file: str | None = None, socket_writes: bool = False) -> tuple[list, dict]:
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
 
@@ -85,7 +85,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
     from valkeytrace.workload.clients import find_client
 
     if backend == "shim":
-        tracer = ShimTracer()
+        tracer = ShimTracer(socket_writes=socket_writes)
         toggle = lambda on: tracer.region.set_paused(not on)  # noqa: E731
     else:
         from valkeytrace.tracers.ebpf import EbpfTracer
@@ -159,6 +159,8 @@ def main():
                          "(calls,fs,sched)")
     ap.add_argument("--separate-launches", action="store_true",
                     help="pair whole record runs on fresh servers instead of toggling one server's tracer")
+    ap.add_argument("--socket-writes", action="store_true",
+                    help="shim: also time every socket write, as record --socket-writes (same server)")
     ap.add_argument("--slices", metavar="FILE", help="append each pair's slices as JSON lines (same server)")
     args = ap.parse_args()
     if args.probes:
@@ -178,7 +180,8 @@ def main():
                     yield res["none"], res[backend], "/".join(order)
         else:
             def passes():
-                results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice, args.slices)
+                results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice, args.slices,
+                                                  args.socket_writes)
                 attach.append(info["attach_ms"])
                 rss.append(info["rss_mb"])
                 yield from results

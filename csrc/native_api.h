@@ -44,7 +44,7 @@ struct vt_shim_header {
     uint32_t pid;
     uint32_t hist_buckets;
     uint32_t paused;
-    uint32_t reserved;
+    uint32_t untimed;
     uint64_t thread_size;
     uint64_t dropped_calls;
     uint64_t inject_delay_ns;

@@ -80,7 +80,7 @@ struct vt_block_event {
  * slot has one histogram per VT_CALL_* kind (fdatasync, fsync, aof_write, socket_write,
  * epoll_wait, loop_iteration; the others stay empty). */
 #define VT_SHIM_MAGIC 0x31485456u /* "VTH1" little-endian */
-#define VT_SHIM_VERSION 1
+#define VT_SHIM_VERSION 2
 #define VT_SHIM_MAX_THREADS 64
 
 struct vt_shim_thread {
@@ -100,7 +100,7 @@ struct vt_shim_header {
     vt_u32 pid;              /* the process that mapped it (the server) */
     vt_u32 hist_buckets;     /* VT_HIST_BUCKETS of the writer: layouts must agree */
     vt_u32 paused;           /* set by valkeytrace: 1 = pass calls through untimed (overhead baseline) */
-    vt_u32 reserved;
+    vt_u32 untimed;          /* set by valkeytrace: bit (1 << VT_CALL_*) = pass that kind through untimed */
     vt_u64 thread_size;      /* sizeof(struct vt_shim_thread) of the writer */
     vt_u64 dropped_calls;    /* calls not recorded because no slot was free */
     vt_u64 inject_delay_ns;  /* the emulation's median delay (0: none), for the record */

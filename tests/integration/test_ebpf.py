@@ -98,12 +98,12 @@ def test_loop_sample_probes_beforesleep_for_a_sample_of_iterations(recordings):
     assert m["loop_iteration_tw_p50_us"] > 0
 
 
-def test_syscall_source_gives_socket_writes_per_thread(tmp_path):
-    # GIVEN the opt-in syscall source (raw sys_enter/exit)
-    s = record_server(tmp_path / "sys.vtrace", "--workload", "read-heavy", "--sizes", "64",
-                      probes="syscalls,sched,loop")
+def test_socket_writes_on_request_come_from_the_syscall_source(tmp_path):
+    # GIVEN record --socket-writes: the opt-in syscall source (raw sys_enter/exit)
+    s = record_server(tmp_path / "sys.vtrace", "--workload", "read-heavy", "--sizes", "64", "--socket-writes")
     # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
     assert s["call_source"] == "syscalls"
+    assert s["untimed"] == []
     assert s["main_thread"]["fdatasync_count"] > 100
     assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
 
@@ -118,6 +118,9 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     assert m["fdatasync_count"] > 50
     assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert w["bytes"] >= 16384 * w["count"]
+    # and without --socket-writes no syscall is traced: socket writes are not timed, and say so
+    assert s["untimed"] == ["socket_write"]
+    assert sum(t["socket_write"]["count"] for t in s["threads"]) == 0
 
 
 @pytest.mark.parametrize("probes, source", [

@@ -86,6 +86,38 @@ def test_counts_are_exact_and_a_fork_child_writes_nothing_into_them():
     assert not os.path.exists(region.path)
 
 
+@pytest.mark.parametrize("untimed", [(), ("socket_write",), ("socket_write", "aof_write")])
+def test_untimed_kinds_pass_through_and_the_rest_are_still_counted(untimed):
+    # GIVEN the region's untimed mask (record leaves socket writes untimed unless --socket-writes)
+    region = ShimRegion()
+    region.set_untimed(untimed)
+    try:
+        code = """
+            import os, tempfile
+            f = tempfile.TemporaryFile()
+            r, w = os.pipe()  # not a regular file: counted as a socket write
+            for _ in range(30):
+                os.write(f.fileno(), b"aof line\\n")
+                os.write(w, b"reply")
+                os.read(r, 5)
+            os.fdatasync(f.fileno())
+            print(os.getpid())
+        """
+        res = run_preloaded(code, preload_env(shim_library(), region.path, None))
+        assert res.returncode == 0, res.stderr
+        kinds = region.snapshot()[int(res.stdout.strip())]["kinds"]
+        counted = {k: int(kinds[k][0].sum()) if k in kinds else 0 for k in ("socket_write", "aof_write", "fdatasync")}
+        # THEN an untimed kind has no count at all, and the others keep theirs
+        for kind in ("socket_write", "aof_write"):
+            if kind in untimed:
+                assert counted[kind] == 0
+            else:
+                assert counted[kind] >= 30
+        assert counted["fdatasync"] == 1
+    finally:
+        region.close()
+
+
 def test_injected_delay_is_added_by_sleeping():
     code = """
         import os, tempfile, time, resource
@@ -127,6 +159,27 @@ def test_shim_backend_as_an_unprivileged_user_sees_main_vs_bio_aof(as_nobody):
     assert roles["always"]["bio_aof"]["fdatasync"]["count"] == 0
     assert results["everysec"]["main_thread"]["fdatasync_count"] == 0
     assert roles["everysec"]["bio_aof"]["fdatasync"]["count"] >= 1
+    # socket writes are not timed by default (record --socket-writes), and the report says so
+    assert results["always"]["untimed"] == ["socket_write"]
+    assert sum(t["socket_write"]["count"] for t in results["always"]["threads"]) == 0
+    text = subprocess.run([VT, "report", os.path.join(outdir, "always.vtrace")], capture_output=True, text=True).stdout
+    assert "socket writes not timed (record --socket-writes)" in text
+
+
+def test_socket_writes_are_timed_on_request(tmp_path):
+    # GIVEN record --socket-writes with the shim
+    out = tmp_path / "sock.vtrace"
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration",
+                          "2", "--keyspace", "2000", "--backend", "shim", "--socket-writes", "-o", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    srv = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True,
+                                    text=True).stdout)["runs"][0]["cells"][0]["server"]
+    # THEN every GET reply is a socket write some thread made, and none is left untimed
+    assert srv["untimed"] == []
+    assert sum(t["socket_write"]["count"] for t in srv["threads"]) > 1000
+    assert "socket writes not timed" not in subprocess.run([VT, "report", str(out)], capture_output=True,
+                                                           text=True).stdout
 
 
 def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():

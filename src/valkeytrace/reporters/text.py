@@ -95,7 +95,9 @@ def server_tables(console, label: str, cell) -> None:
     wall_ms = m["wall_ms"] or 0
     t = Table(title=f"{label} · {cell.workload} {cell.value_size} B · server threads "
                     f"({srv['backend']}{', calls timed at ' + srv['call_source'] if srv.get('call_source') else ''}, "
-                    f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)")
+                    f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)",
+              caption="socket writes not timed (record --socket-writes)"
+              if "socket_write" in (srv.get("untimed") or []) else None)
     for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):  # per thread
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
     for th in srv["threads"]:

@@ -304,9 +304,9 @@ class EbpfTracer:
     name = "ebpf"
 
     def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False,
-                 loop_sample: bool = False):
+                 loop_sample: bool = False, socket_writes: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
-        self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample
+        self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes
         self.inject = inject
         self.shim_library = None
         if inject:  # the shim is preloaded for the injection only; its wrappers are probed
@@ -425,6 +425,7 @@ class EbpfTracer:
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
                      "flush_probe": flush_probe, "shim_probes": shim_probes,
                      "probe_groups": sorted(groups), "idle_cause": idle,
+                     "untimed": [] if syscalls else ["socket_write"],
                      "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
