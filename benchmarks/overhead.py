@@ -23,7 +23,11 @@ Two ways to pair (the default is the precise one):
   --separate-launches: each pass is a whole `valkeytrace record --backend none|ebpf|shim` run
       on a fresh server (includes the LD_PRELOAD itself and probe attachment; noisier).
 
-    .venv/bin/python benchmarks/overhead.py [--pairs 5] [--duration 4] [--backends ebpf,shim]
+  --backends none: an A/A control on the same harness (no tracer on either side): its ratios
+      are the harness's own noise. --io-threads N and --aof-dir DIR change the cell, to look at
+      where that noise comes from (benchmarks/slice_noise.py reads the --slices dumps).
+
+    .venv/bin/python benchmarks/overhead.py [--pairs 5] [--duration 40] [--backends ebpf,shim]
 
 Prints each pair's ratios (traced / untraced) and the medians of GET TPS, GET p99 and SET TPS;
 the last line is one JSON object: ebpf_get_tps_ratio, ebpf_p99_ratio, shim_get_tps_ratio,
@@ -74,7 +78,8 @@ def slice_order(traced_first: bool, slices_per_side: int) -> list[bool]:
 
 
 def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
-                      slices_file: str | None = None, socket_writes: bool = False) -> tuple[list, dict]:
+                      slices_file: str | None = None, socket_writes: bool = False, io_threads: int | None = None,
+                      aof_dir: str | None = None) -> tuple[list, dict]:
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
 
@@ -84,7 +89,11 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, calibrate, client_argv, parse_report
     from valkeytrace.workload.clients import find_client
 
-    if backend == "shim":
+    if backend == "none":  # A/A: both sides untraced, so the ratios are the harness's own noise
+        from valkeytrace.recorder import NullTracer
+
+        tracer, toggle = NullTracer(), lambda on: None
+    elif backend == "shim":
         tracer = ShimTracer(socket_writes=socket_writes)
         toggle = lambda on: tracer.region.set_paused(not on)  # noqa: E731
     else:
@@ -93,7 +102,8 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
         tracer = EbpfTracer()
         toggle = tracer.set_attached
     client = find_client()
-    srv = EmbeddedServer(appendfsync="always", env={**os.environ, **tracer.launch_env()})
+    srv = EmbeddedServer(appendfsync="always", io_threads=io_threads, server_config={"dir": aof_dir} if aof_dir else None,
+                         env={**os.environ, **tracer.launch_env()})
     info = {}
     out = []
     try:
@@ -122,7 +132,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                     rep = parse_report(proc.output)
                     t0, t1 = proc.started_mono, time.monotonic()
                     window = tracer.window_end()
-                    lost = window["lost_events"] if traced else 0
+                    lost = (window or {}).get("lost_events", 0) if traced else 0
                     # the SET c=8 load's rate over the slice, from its progress lines (4 a second)
                     sets = [rec["rps"] for t, rec in list(bg.progress) if t0 < t <= t1 and rec["rps"] == rec["rps"]]
                     run.append({"traced": traced, "get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
@@ -154,7 +164,10 @@ def main():
     ap.add_argument("--duration", type=float, default=40.0,
                     help="seconds of GET load per side per pair (a whole record run each with --separate-launches)")
     ap.add_argument("--slice", type=float, default=2.0, help="seconds per client run within a pair (same server)")
-    ap.add_argument("--backends", default="ebpf,shim")
+    ap.add_argument("--backends", default="ebpf,shim",
+                    help="ebpf, shim, and none (A/A: no tracer on either side, the harness's own noise)")
+    ap.add_argument("--io-threads", type=int, help="the server's io-threads (same server) [default: record's, min(8, CPUs)]")
+    ap.add_argument("--aof-dir", help="put the server's AOF in this directory (same server), e.g. an ext4 on a ramdisk")
     ap.add_argument("--probes", help="eBPF probe groups to load (calls,fs,sched,loop,flush,syscalls); default: record's own "
                          "(calls,fs,sched)")
     ap.add_argument("--separate-launches", action="store_true",
@@ -181,7 +194,7 @@ def main():
         else:
             def passes():
                 results, info = same_server_pairs(backend, args.pairs, args.duration, args.slice, args.slices,
-                                                  args.socket_writes)
+                                                  args.socket_writes, args.io_threads, args.aof_dir)
                 attach.append(info["attach_ms"])
                 rss.append(info["rss_mb"])
                 yield from results
