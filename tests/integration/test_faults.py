@@ -89,7 +89,10 @@ def test_compare_needs_two_files_and_shared_cells(tmp_path):
 # -- bad options and servers --------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["--sizes", "0"], ["--sizes", "abc"], ["--duration", "0"], ["--duration", "-2"],
                                   ["--repeat", "0"], ["--workload", "x"], ["--backend", "x"],
-                                  ["--inject-fsync-delay", "4 parsecs"], ["--inject-fsync-delay", "lognormal:4ms"]])
+                                  ["--inject-fsync-delay", "4 parsecs"], ["--inject-fsync-delay", "lognormal:4ms"],
+                                  # a flag the chosen backend cannot honour
+                                  ["--backend", "none", "--socket-writes"], ["--backend", "shim", "--loop-sample"],
+                                  ["--backend", "none", "--aof-flush-probe"]])
 def test_bad_options_exit_2(args):
     assert_one_line_error(vt("record", *args), 2)
 

@@ -184,6 +184,11 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                            "the shim); it cannot apply to --attach")
     backend = resolve_backend(backend, attached=bool(attach_pid))
+    ebpf_only = [flag for flag, on in (("--aof-flush-probe", aof_flush_probe), ("--loop-sample", loop_sample)) if on]
+    if ebpf_only and backend not in ("ebpf", "both"):
+        raise VTUsageError(f"{', '.join(ebpf_only)} needs the eBPF backend (this run's backend is {backend})")
+    if socket_writes and backend == "none":
+        raise VTUsageError("--socket-writes needs a tracer: --backend ebpf, shim or both")
     tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample, socket_writes)
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
