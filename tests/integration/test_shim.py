@@ -91,6 +91,7 @@ def test_untimed_kinds_pass_through_and_the_rest_are_still_counted(untimed):
     # GIVEN the region's untimed mask (record leaves socket writes untimed unless --socket-writes)
     region = ShimRegion()
     region.set_untimed(untimed)
+    assert sorted(region.untimed) == sorted(untimed)  # read back from the header
     try:
         code = """
             import os, tempfile

@@ -117,6 +117,11 @@ class ShimRegion:
         self.header.untimed = sum(1 << CALL_NAMES.index(k) for k in kinds)
 
     @property
+    def untimed(self) -> list[str]:
+        mask = int(self.header.untimed)
+        return [kind for i, kind in enumerate(CALL_NAMES) if mask >> i & 1]
+
+    @property
     def mapped_pid(self) -> int:
         return int(self.header.pid)
 
@@ -169,8 +174,7 @@ class ShimTracer:
         self.region = ShimRegion(inject["median_ns"] if inject else 0)
         # socket writes are most of the calls under a GET load (one per reply, ~33K/s here, ~70 ns
         # each timed): timed only when asked, as with the eBPF backend (its syscalls group)
-        self.untimed = () if socket_writes else ("socket_write",)
-        self.region.set_untimed(self.untimed)
+        self.region.set_untimed(() if socket_writes else ("socket_write",))
 
     def launch_env(self) -> dict:
         return preload_env(self.library, self.region.path, self.inject)
@@ -211,7 +215,7 @@ class ShimTracer:
 
     def window_end(self) -> dict:
         return shim_window_metrics(self._begin, self._snap(), self.pid, self.inject,
-                                   loop_reliable=getattr(self, "loop_reliable", True), untimed=self.untimed)
+                                   loop_reliable=getattr(self, "loop_reliable", True), untimed=self.region.untimed)
 
 
 def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None, loop_reliable: bool = True,
