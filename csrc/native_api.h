@@ -48,6 +48,7 @@ struct vt_shim_header {
     uint64_t thread_size;
     uint64_t dropped_calls;
     uint64_t inject_delay_ns;
+    uint64_t extra_delay_ns;
 };
 
 struct vt_event_sink {

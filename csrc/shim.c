@@ -8,6 +8,8 @@
  *     is recorded.
  *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
  *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA". Unset: none.
+ *   The region's header may add a delay of its own while the server runs (extra_delay_ns, set by
+ *   valkeytrace for record --fsync-sensitivity), with or without $VALKEYTRACE_FSYNC_DELAY.
  *   With neither variable set, every wrapper is a pure pass-through.
  *
  * It runs inside a production server, so on the hot path: errno and return values are
@@ -106,6 +108,12 @@ static inline int recording(void)
 static inline int untimed(int kind)
 {
     return (__atomic_load_n(&region->untimed, __ATOMIC_RELAXED) >> kind) & 1;
+}
+
+/* The delay valkeytrace adds at run time (record --fsync-sensitivity), on top of the emulation */
+static inline uint64_t extra_delay(void)
+{
+    return region ? __atomic_load_n(&region->extra_delay_ns, __ATOMIC_RELAXED) : 0;
 }
 
 static inline int timed(int kind)
@@ -251,11 +259,12 @@ static inline double uniform01(void)
 
 static void inject_delay(void)
 {
-    uint64_t ns;
+    uint64_t ns = 0, extra = extra_delay();
     struct timespec req, rem;
-    if (!delay_kind)
+    if (!delay_kind && !extra)
         return;
-    ns = delay_ns;
+    if (delay_kind == 1)
+        ns = delay_ns;
     if (delay_kind == 2) {
         double u1 = uniform01(), u2 = uniform01();
         if (u1 < 1e-300)
@@ -263,6 +272,7 @@ static void inject_delay(void)
         double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         ns = (uint64_t)((double)delay_ns * exp(delay_sigma * z));
     }
+    ns += extra;
     req.tv_sec = (time_t)(ns / 1000000000ull);
     req.tv_nsec = (long)(ns % 1000000000ull);
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem) == EINTR)
@@ -303,7 +313,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 {
     uint64_t t0;
     int ret, saved;
-    if (!delay_kind && !timed(kind))
+    if (!delay_kind && !timed(kind) && !extra_delay())
         return fn(fd);
     t0 = now_ns();
     ret = fn(fd);

@@ -80,7 +80,7 @@ struct vt_block_event {
  * slot has one histogram per VT_CALL_* kind (fdatasync, fsync, aof_write, socket_write,
  * epoll_wait, loop_iteration; the others stay empty). */
 #define VT_SHIM_MAGIC 0x31485456u /* "VTH1" little-endian */
-#define VT_SHIM_VERSION 2
+#define VT_SHIM_VERSION 3
 #define VT_SHIM_MAX_THREADS 64
 
 struct vt_shim_thread {
@@ -104,6 +104,8 @@ struct vt_shim_header {
     vt_u64 thread_size;      /* sizeof(struct vt_shim_thread) of the writer */
     vt_u64 dropped_calls;    /* calls not recorded because no slot was free */
     vt_u64 inject_delay_ns;  /* the emulation's median delay (0: none), for the record */
+    vt_u64 extra_delay_ns;   /* set by valkeytrace while the server runs: added to every fsync/fdatasync
+                                on top of the emulation (record --fsync-sensitivity) */
 };
 
 /* floor(log2(v)) for v > 0, with shifts only: BPF has no count-leading-zeros instruction. */

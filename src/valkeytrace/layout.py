@@ -33,5 +33,5 @@ SHIM_THREAD_DTYPE = np.dtype([
 
 SHIM_HEADER_DTYPE = np.dtype([
     ("magic", "<u4"), ("version", "<u4"), ("max_threads", "<u4"), ("nthreads", "<u4"), ("pid", "<u4"),
-    ("hist_buckets", "<u4"), ("paused", "<u4"), ("untimed", "<u4"), ("thread_size", "<u8"), ("dropped_calls", "<u8"), ("inject_delay_ns", "<u8"),
+    ("hist_buckets", "<u4"), ("paused", "<u4"), ("untimed", "<u4"), ("thread_size", "<u8"), ("dropped_calls", "<u8"), ("inject_delay_ns", "<u8"), ("extra_delay_ns", "<u8"),
 ])

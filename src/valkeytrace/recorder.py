@@ -7,15 +7,22 @@ measured), and marks failed runs without stopping the session unless the server 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass
 
+
+from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import format as recfmt
+from valkeytrace.target import threads as thr
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv, run_measured
+from valkeytrace.workload.parse import parse_report
 
 US_PER_MS = 1000.0
+DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: ~0.7 s at 70K GET/s here
+DEMAND_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -29,14 +36,18 @@ class Settings:
     set_clients: int
     write_clients: int
     backend: str
+    sensitivity: tuple = ()  # added fsync delays (ns) each cell is also run at (--fsync-sensitivity)
 
     def matrix(self):
-        """[(repeat, workload, value_size)] in execution order."""
+        """[(repeat, workload, value_size, added fsync delay ns)] in execution order: each cell,
+        then the same cell at each --fsync-sensitivity level."""
         out = []
         for r in range(1, self.repeat + 1):
             for size in self.sizes:
                 for w in self.workloads:
-                    out.append((r, w, size))
+                    out.append((r, w, size, 0))
+                    if w != "none":
+                        out += [(r, w, size, level) for level in self.sensitivity]
         return out
 
 
@@ -46,15 +57,23 @@ class NullTracer:
 
     name = "none"
 
-    def __init__(self, inject: dict | None = None):
+    def __init__(self, inject: dict | None = None, delay_control=None):
         self.inject = inject
+        self.delay_control = delay_control
 
     def launch_env(self) -> dict:
-        if not self.inject:
+        if not self.inject and not self.delay_control:
             return {}
         from valkeytrace.tracers.shim import preload_env, shim_library
 
-        return preload_env(shim_library(), None, self.inject)
+        return preload_env(shim_library(), self.delay_control and self.delay_control.path, self.inject)
+
+    def chown_region(self, uid: int, gid: int):
+        if self.delay_control:
+            self.delay_control.chown(uid, gid)
+
+    def set_extra_fsync_delay(self, ns: int):
+        self.delay_control.set_extra_delay(ns)
 
     def start(self, target):
         pass
@@ -72,7 +91,9 @@ class NullTracer:
         return None
 
     def stop(self):
-        pass
+        if self.delay_control:
+            self.delay_control.close()
+            self.delay_control = None
 
 
 def op_result(report: dict, role: str) -> dict:
@@ -94,6 +115,7 @@ def op_result(report: dict, role: str) -> dict:
         "progress": report.get("progress", []),
         "command": report.get("command"),
         "calibration_rps": report.get("calibration_rps"),
+        "client_cpu_s": report.get("client_cpu_s"),
     }
 
 
@@ -129,16 +151,19 @@ class Recorder:
             pass
 
     # -- one run ---------------------------------------------------------------------------------
-    def _window(self, run: dict, traced: bool = True):
-        """Callbacks marking the measured window for the tracer and the server's own view."""
+    def _window(self, run: dict, traced: bool = True, client_pids=()):
+        """Callbacks marking the measured window for the tracer, the server's own view and the
+        host's CPU accounting (run["_cpu"]: snapshots; _host_cpu() turns them into cores)."""
         def begin():
             self._server_view_begin()
             run["window_start"] = time.time()
+            run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
             if traced:
                 self.tracer.window_begin()
 
         def end():
             run["window_end"] = time.time()
+            run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
             metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
                 run["server"] = metrics
@@ -177,10 +202,46 @@ class Recorder:
             view["error"] = str(exc)
         return view
 
+    def _demand(self, size: int) -> dict:
+        """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
+        write and no fsync, whatever the appendfsync policy) with the main thread's and the
+        client's CPU time per request. The what-if (analysis/whatif.py) builds on it."""
+        s, t = self.settings, self.target
+        requests = s.get_clients * DEMAND_REQUESTS_PER_CLIENT
+        tids = thr.list_threads(t.pid)
+        before = thr.schedstats(t.pid, tids)
+        child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        proc = ClientProcess(client_argv(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace, requests))
+        try:
+            rc = proc.wait(timeout=DEMAND_TIMEOUT_S)
+        finally:
+            proc.stop()
+        seconds = time.monotonic() - t0
+        child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        after = thr.schedstats(t.pid, tids)
+        if rc is None:
+            raise BenchmarkError(f"the GET-only demand pass did not finish within {DEMAND_TIMEOUT_S:.0f}s")
+        report = op_result(parse_report(proc.output), "demand")
+        main = thr.sched_delta(before, after, t.pid) or {}
+        server_cpu = sum((thr.sched_delta(before, after, tid) or {}).get("on_cpu_ns", 0) for tid in tids)
+        return {"op": "GET", "clients": s.get_clients, "requests": requests, "seconds": round(seconds, 3),
+                "tps": report["tps"], "mean_us": report["mean_us"], "p50_us": report["p50_us"],
+                "p99_us": report["p99_us"],
+                "main_cpu_s": main.get("on_cpu_ns", 0) / 1e9, "main_runqueue_s": main.get("runqueue_ns", 0) / 1e9,
+                "server_cpu_s": server_cpu / 1e9,
+                "client_cpu_s": (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime),
+                "cpus": os.cpu_count()}
+
     def _read_heavy(self, run: dict, size: int, traced: bool = True, duration_s: float | None = None):
         s, t = self.settings, self.target
         conn = t.client()
         ks.fill(conn, s.keyspace, size)
+        if traced and not run.get("fsync_extra_delay_ns"):
+            try:
+                run["demand"] = self._demand(size)
+            except (VTError, OSError) as exc:  # context for the what-if: never a reason to lose the run
+                run["demand"] = {"error": str(exc)}
         bg_argv = client_argv(self.client, t.host, t.port, "SET", s.set_clients, size, s.keyspace,
                               ENDLESS_REQUESTS)
         background = ClientProcess(bg_argv)
@@ -188,7 +249,7 @@ class Recorder:
             time.sleep(0.3)  # the background load is running before the measured window opens
             if background.proc.poll() is not None:
                 raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
-            begin, end = self._window(run, traced)
+            begin, end = self._window(run, traced, client_pids=(background.pid,))
             marks = {}
 
             def on_start():
@@ -201,6 +262,7 @@ class Recorder:
             report = run_measured(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace,
                                   duration_s or s.duration_s, on_start=on_start, on_end=on_end)
             run["ops"]["GET"] = op_result(report, "measured")
+            self._host_cpu(run, report)
             bg = background.window_summary(marks["t0"], marks["t1"])
         finally:
             background.stop()
@@ -213,24 +275,36 @@ class Recorder:
                     "inside the measured GET window (the client prints no percentiles until it ends)",
         }
 
+    @staticmethod
+    def _host_cpu(run: dict, report: dict):
+        snaps = run.pop("_cpu", None)
+        if snaps and len(snaps) == 2:
+            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], report.get("client_cpu_s") or 0.0)
+
     def _write_only(self, run: dict, size: int):
         s, t = self.settings, self.target
         begin, end = self._window(run)
         report = run_measured(self.client, t.host, t.port, "SET", s.write_clients, size, s.keyspace,
                               s.duration_s, on_start=begin, on_end=end)
         run["ops"]["SET"] = op_result(report, "measured")
+        self._host_cpu(run, report)
 
     def _observe(self, run: dict):
         begin, end = self._window(run)
         begin()
         time.sleep(self.settings.duration_s)
         end()
+        self._host_cpu(run, {})
 
-    def run_one(self, repeat: int, workload: str, size: int) -> dict:
+    def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0) -> dict:
         run = {"workload": workload, "value_size": size, "repeat": repeat, "status": "running",
                "error": None, "started_at": time.time(), "ops": {}}
+        if self.settings.sensitivity:
+            run["fsync_extra_delay_ns"] = extra_delay_ns
         self.doc["runs"].append(run)
         try:
+            if self.settings.sensitivity:
+                self.tracer.set_extra_fsync_delay(extra_delay_ns)
             if workload == "read-heavy":
                 self._read_heavy(run, size)
             elif workload == "write-only":
@@ -249,6 +323,12 @@ class Recorder:
             run["status"] = "failed"
             run["error"] = self._failure_reason(exc)
         finally:
+            if extra_delay_ns:
+                try:
+                    self.tracer.set_extra_fsync_delay(0)
+                except Exception:
+                    pass
+            run.pop("_cpu", None)  # snapshots of a window that did not end
             run["ended_at"] = time.time()
             self.checkpoint()
         return run
@@ -292,10 +372,11 @@ class Recorder:
                 self.checkpoint()
             else:
                 self.tracer.start(self.target)
-            for i, (repeat, workload, size) in enumerate(matrix):
+            for i, (repeat, workload, size, extra) in enumerate(matrix):
                 if on_progress:
-                    on_progress(i, len(matrix), f"{workload} {size} B #{repeat}")
-                run = self.run_one(repeat, workload, size)
+                    on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
+                                + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
+                run = self.run_one(repeat, workload, size, extra)
                 if run["status"] == "failed" and not self.target.alive():
                     self.doc.setdefault("warnings", []).append(
                         f"server died during {workload} {size} B repeat {repeat}; "

@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import subprocess
+import time
 from pathlib import Path
 
 CAP_PERFMON = 38
@@ -208,3 +209,40 @@ def write_json_cache(path: str, data) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
+    """Cumulative CPU seconds right now: the host's busy time (all CPUs, /proc/stat), the server
+    process's, valkeytrace's own, and each live client process's (for a window's CPU accounting)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    busy = sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    def proc_cpu(pid):
+        try:
+            c = psutil.Process(pid).cpu_times()
+            return c.user + c.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError, ValueError):
+            return None
+    me = os.times()
+    return {"mono": time.monotonic(), "host_busy_s": busy, "server_s": proc_cpu(server_pid),
+            "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids}}
+
+
+def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0) -> dict:
+    """Cores used over the window between two cpu_snapshot()s: host, server, clients (those alive
+    at both ends, plus extra_client_s measured otherwise), valkeytrace, and everything else."""
+    wall = b["mono"] - a["mono"]
+    if wall <= 0:
+        return {}
+    clients = extra_client_s + sum(b["clients_s"][p] - a["clients_s"][p] for p in a["clients_s"]
+                                   if a["clients_s"][p] is not None and b["clients_s"].get(p) is not None)
+    server = (b["server_s"] - a["server_s"]) if a["server_s"] is not None and b["server_s"] is not None else None
+    host = b["host_busy_s"] - a["host_busy_s"]
+    tracer = b["tracer_s"] - a["tracer_s"]
+    other = host - (server or 0.0) - clients - tracer
+    return {"cpus": os.cpu_count(), "wall_s": round(wall, 3), "host_cores": round(host / wall, 3),
+            "server_cores": None if server is None else round(server / wall, 3),
+            "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
+            "other_cores": round(max(0.0, other) / wall, 3)}

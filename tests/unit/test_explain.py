@@ -1,64 +1,210 @@
-"""The attribution model and the explanation entries, on synthetic cells with known answers."""
+"""The explanation on synthetic recordings whose answer is known: noise, a change fsync did not
+cause, over-prediction, a #3381-shaped candidate, the what-if and the intervention slope.
+
+Each recording is built raw (runs with client results, progress lines and tracer windows), so the
+whole path runs: tables.summarize -> server.summarize_server -> model -> explain."""
+import numpy as np
 import pytest
 
-from valkeytrace.analysis import explain
-from valkeytrace.analysis.tables import compare, summarize
+from valkeytrace.analysis import explain, model, sensitivity, whatif
+from valkeytrace.analysis.tables import compare, significance, summarize
+from valkeytrace.histogram import LatencyHistogram
+
+WALL_NS = 2_000_000_000
+PID = 100
 
 
-def main(fsync_pct, aof_pct=0.0, tw_p50=None, wait_cpu=0.0):
-    on = 100 - fsync_pct - aof_pct - wait_cpu
-    return {"wall_ms": 1000.0, "blocked_in_fsync_pct": fsync_pct, "blocked_in_aof_write_pct": aof_pct,
-            "on_cpu_pct": on, "waiting_for_cpu_pct": wait_cpu, "idle_pct": 0.0, "other_blocked_pct": 0.0,
-            "fdatasync_count": 240 if fsync_pct else 0, "fdatasync_p50_us": 4100.0 if fsync_pct else None,
-            "loop_iteration_tw_p50_us": tw_p50}
+def _hist(values_ns):
+    return dict(LatencyHistogram.from_values(np.array(values_ns, dtype=np.uint64)).to_dict(), bytes=0)
 
 
-def test_share_is_one_when_the_whole_change_is_main_thread_fsync():
-    # baseline: 10 ms of which 90% is main-thread fsync; candidate: 1 ms, none of it
-    assert explain.explained_share(10_000, 1_000, main(90), main(0)) == pytest.approx(1.0)
+def window(iterations, main_fsyncs=0, fsync_us=0.0, on_cpu=0.2, cpu_wait=0.05, idle=0.0, bio_fsyncs=0):
+    """One eBPF-shaped window: the main thread blocked in fdatasync main_fsyncs x fsync_us, on CPU
+    `on_cpu` of the wall, waiting for a CPU `cpu_wait`, idle `idle`; bio_aof makes bio_fsyncs."""
+    fsync_ns = main_fsyncs * fsync_us * 1000
+    main_off = {"other": {"runnable": cpu_wait * WALL_NS}}
+    if idle:
+        main_off["epoll_wait"] = {"sleeping": idle * WALL_NS}
+    calls = {}
+    if main_fsyncs:
+        main_off["fdatasync"] = {"io": fsync_ns}
+        calls["fdatasync"] = _hist([fsync_us * 1000] * main_fsyncs)
+    # whatever is left of the wall is on CPU; on_cpu is informative only (budget() derives it)
+    threads = [{"tid": PID, "name": "valkey-server", "role": "main", "calls": calls, "off_cpu_ns": main_off}]
+    bio_calls = {"fdatasync": _hist([4_000_000] * bio_fsyncs)} if bio_fsyncs else {}
+    threads.append({"tid": PID + 1, "name": "bio_aof", "role": "bio_aof", "calls": bio_calls,
+                    "off_cpu_ns": {"other": {"sleeping": WALL_NS}}})
+    return {"backend": "ebpf", "window_ns": WALL_NS, "pid": PID, "main_tid": PID, "threads": threads,
+            "lost_events": 0, "blocked_timeline": {"events": []}, "probe": {},
+            "eventloop": {"source": "INFO", "cycles": iterations, "duration_us": WALL_NS / 1000}}
 
 
-def test_share_is_partial_when_other_causes_moved_too():
-    # 9 ms of the 10 ms -> 1 ms change is predicted... only 4.5 ms if the baseline was 45% fsync
-    share = explain.explained_share(10_000, 1_000, main(45), main(0))
-    assert share == pytest.approx(4_500 / 9_000)
+def recording(label, cells, appendfsync="always", repeats=3):
+    """cells: [(server window, GET p50 µs per repeat (list), extra run fields)]"""
+    runs = []
+    for win, p50s, extra in cells:
+        for i, p50 in enumerate(p50s[:repeats]):
+            progress = [[0.25 * k, 50 / (p50 / 1e6), p50 / 1000 * (1 + 0.01 * ((k + i) % 3 - 1))] for k in range(9)]
+            runs.append({"workload": "read-heavy", "value_size": 64, "repeat": i + 1, "status": "ok",
+                         "ops": {"GET": {"role": "measured", "clients": 50, "tps": 50 / (p50 / 1e6), "p50_us": p50,
+                                         "p95_us": p50 * 1.1, "p99_us": p50 * 1.3, "mean_us": p50,
+                                         "progress": progress},
+                                 "SET": {"role": "background", "clients": 8, "tps": 1000.0, "mean_us": p50}},
+                         "server": win, **extra})
+    return {"format": "valkeytrace-recording", "label": label, "server": {"appendfsync": appendfsync},
+            "settings": {}, "runs": runs, "complete": True}
 
 
-def test_share_is_zero_when_server_side_moves_the_other_way_or_nothing_changed():
-    assert explain.explained_share(1_000, 10_000, main(50), main(0)) == 0.0
-    assert explain.explained_share(10_000, 10_050, main(90), main(0)) == 0.0
+def entry(base_doc, cand_doc, metric="p50_us"):
+    b, c = summarize(base_doc), summarize(cand_doc)
+    entries = explain.explain_compare(b, c, compare(b, c), base_doc, cand_doc)
+    return next(e for e in entries if e["metric"] == metric and e["op"] == "GET")
 
 
-def test_aof_write_blocking_counts_as_durability_work():
-    assert explain.durability_fraction(main(40, aof_pct=10)) == pytest.approx(0.5)
+def observed(e):
+    return e["evidence"]["candidate"]["p50_us"] - e["evidence"]["baseline"]["p50_us"]
 
 
-def _doc(label, fsync, tps, p50, server_main, roles):
-    threads = [{"role": r, "names": [r], "threads": 1,
-                "fdatasync": {"count": n, "p50_us": 4100.0 if n else None, "p99_us": None, "max_us": None,
-                              "total_ms": 0.0, "bytes": 0},
-                "fsync": {"count": 0, "p50_us": None}} for r, n in roles.items()]
-    run = {"workload": "read-heavy", "value_size": 64, "repeat": 1, "status": "ok",
-           "ops": {"GET": {"role": "measured", "clients": 50, "tps": tps, "p50_us": p50, "p95_us": p50 * 1.1,
-                           "p99_us": p50 * 1.2, "mean_us": p50}}}
-    doc = {"format": "valkeytrace-recording", "label": label, "server": {"appendfsync": fsync},
-           "settings": {}, "runs": [run], "complete": True}
+# a baseline like appendfsync always at +4 ms here: 469 iterations in 2 s, 383 main-thread fsyncs
+ALWAYS = window(469, main_fsyncs=383, fsync_us=4613, cpu_wait=0.02)
+EVERYSEC = window(13188, bio_fsyncs=2, cpu_wait=0.175, idle=0.06)
+
+
+def test_the_model_by_hand():
+    res = model.server_residence(summarize(recording("a", [(ALWAYS, [10_000] * 3, {})]))[0].server)
+    busy_us = WALL_NS / 1000 - 383 * 4613  # everything but the fsync is busy here (no idle)
+    u = busy_us / 469
+    w_f = 383 * (4613 + u) / (383 * (4613 + u) + (469 - 383) * u)
+    assert res["inputs"]["busy_per_iteration_us"] == pytest.approx(u, rel=1e-3)
+    assert res["components"]["fsync"] == pytest.approx(2 * w_f * 4613, rel=1e-3)
+    assert sum(res["components"].values()) == pytest.approx(2 * (u + w_f * 4613), rel=1e-3)
+
+
+def test_a_a_pair_is_not_significant_and_gets_no_share():
+    e = entry(recording("a", [(ALWAYS, [5850, 5800, 5900], {})]), recording("b", [(ALWAYS, [5780, 5700, 5950], {})]))
+    assert e["significant"] is False and e["explained_share"] is None and e["leading_component"] is None
+    assert "no significant change (n=3 vs n=3" in e["claim"]
+
+
+def test_one_repeat_is_unknown_and_asks_for_repeats():
+    e = entry(recording("a", [(ALWAYS, [10_000], {})], repeats=1), recording("b", [(EVERYSEC, [600], {})], repeats=1))
+    assert e["significant"] is None and e["explained_share"] is None
+    assert "--repeat 3" in e["claim"]
+
+
+def test_same_fsync_fraction_latency_changed_by_something_else():
+    # identical server windows; the clients' latency rose 30%: fsync did not do it
+    e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(ALWAYS, [13_000, 12_900, 13_100], {})]))
+    assert e["significant"] is True
+    assert e["explained_share"] == pytest.approx(0.0, abs=1e-6)
+    assert e["leading_component"] == "outside_server"
+    assert "Not fsync" in e["claim"]
+    assert sum(c["delta_us"] for c in e["components"]) == pytest.approx(observed(e), abs=1)
+
+
+def test_cpu_contention_names_cpu():
+    busy = window(13188, bio_fsyncs=2, cpu_wait=0.30, idle=0.0)
+    e = entry(recording("a", [(EVERYSEC, [400, 410, 390], {})]), recording("b", [(busy, [1200, 1150, 1160], {})]))
+    assert e["significant"] is True and abs(e["explained_share"]) <= 0.1
+    assert e["leading_component"] in ("outside_server", "cpu_wait", "on_cpu") and "CPU" in e["claim"]
+
+
+def test_over_prediction_is_said_not_clamped():
+    # the model attributes ~9 ms of fsync to the baseline; the clients saw only 3 ms go
+    e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(EVERYSEC, [7_000, 6_900, 7_100], {})]))
+    assert e["explained_share"] > 1.2
+    assert "over-predicts" in e["claim"]
+
+
+def test_3381_shaped_candidate():
+    # main never blocked, bio_aof ~200 fsync/s, SETs durable: GET 10 ms -> 0.4 ms
+    offload = window(13000, bio_fsyncs=400, cpu_wait=0.17, idle=0.05)
+    base = recording("baseline", [(ALWAYS, [10_300, 10_200, 10_400], {})])
+    cand = recording("bio-offload", [(offload, [400, 410, 390], {})])
+    cand["server"]["bio_aof_offload"] = True
+    e = entry(base, cand)
+    assert e["significant"] is True
+    assert 0.8 <= e["explained_share"] <= 1.2 and e["leading_component"] == "fsync"
+    assert "fdatasync runs on bio_aof (200.0/s" in e["claim"]
+    assert sum(c["delta_us"] for c in e["components"]) == pytest.approx(observed(e), rel=0.01)
+    assert {c["name"] for c in e["components"]} == set(model.COMPONENTS)
+
+
+def test_p99_is_not_modelled():
+    e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(EVERYSEC, [400, 410, 390], {})]), "p99_us")
+    assert e["components"] == [] and e["explained_share"] is None and "not modelled" in e["claim"]
+
+
+def test_significance_needs_a_shift_of_the_interval_samples():
+    a = summarize(recording("a", [(ALWAYS, [1000, 1000, 1000], {})]))[0].ops["GET"]
+    b = summarize(recording("b", [(ALWAYS, [1100, 1100, 1100], {})]))[0].ops["GET"]
+    assert significance(a, b, "p50_us") is True
+    b.intervals["latency_us"] = list(a.intervals["latency_us"])  # medians apart, samples not: noise
+    assert significance(a, b, "p50_us") is False
+
+
+DEMAND = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps": 74_000.0, "mean_us": 352.0,
+          "p50_us": 359.0, "p99_us": 527.0, "main_cpu_s": 0.48, "main_runqueue_s": 0.01, "server_cpu_s": 0.48,
+          "client_cpu_s": 0.68, "cpus": 2}
+
+
+def test_whatif_by_hand():
+    doc = recording("always", [(ALWAYS, [10_000] * 3, {"demand": DEMAND})])
     cells = summarize(doc)
-    cells[0].server = {"main_thread": server_main, "threads": threads}
-    return doc, cells
+    got = {(w["scenario"], w["metric"]): w["predicted"] for w in whatif.predict_run(cells, doc)}
+    z = 50 / 74_000 * 1e6 - 352.0
+    # SETs acknowledged before the fsync: every client cycles alike, the 58 share the pass's rate
+    x_get = 74_000 * 50 / 58
+    lat = 50 / x_get * 1e6 - z
+    assert got[("fsync_off_main_thread_early_ack", "tps")] == pytest.approx(x_get, rel=1e-3)
+    assert got[("fsync_off_main_thread_early_ack", "p50_us")] == pytest.approx(359 + lat - 352, rel=1e-3)
+    # SETs that wait ~4.6 ms for their fsync leave more of the capacity to GETs
+    assert got[("fsync_off_main_thread", "tps")] > x_get
+    assert got[("fsync_off_main_thread", "p50_us")] < got[("fsync_off_main_thread_early_ack", "p50_us")]
 
 
-def test_compare_entry_names_threads_and_calls():
-    bdoc, bcells = _doc("fsync-always", "always", 5000, 10_000, main(88, tw_p50=4200), {"main": 240, "bio_aof": 0})
-    cdoc, ccells = _doc("fsync-everysec", "everysec", 54000, 920, main(0, tw_p50=310), {"main": 0, "bio_aof": 1})
-    cmp = compare(bcells, ccells)
-    entries = explain.explain_compare(bcells, ccells, cmp, bdoc, cdoc)
-    p50 = [e for e in entries if e["metric"] == "p50_us"][0]
-    assert p50["op"] == "GET" and p50["value_size"] == 64
-    assert "main thread spent 88%" in p50["claim"] and "fdatasync runs on bio_aof" in p50["claim"]
-    assert "spans 2.4 loop iterations" in p50["claim"]  # 10 ms / 4.2 ms
-    assert p50["explained_share"] == pytest.approx((10_000 * 0.88) / (10_000 - 920), abs=0.001)
-    assert p50["evidence"]["baseline"]["main_thread"]["blocked_in_fsync_pct"] == 88
+def test_whatif_needs_a_main_thread_fsync_and_a_demand_pass():
+    doc = recording("everysec", [(EVERYSEC, [400] * 3, {"demand": DEMAND})], "everysec")
+    assert whatif.predict_run(summarize(doc), doc) == []
+    doc = recording("always", [(ALWAYS, [10_000] * 3, {})])
+    assert whatif.predict_run(summarize(doc), doc) == []
+
+
+def _levels(make_window, p50_of):
+    cells = []
+    for extra_ms in (0, 1, 2, 4):
+        fsync_us = 250 + extra_ms * 1000
+        cells.append((make_window(fsync_us), [p50_of(fsync_us)], {"fsync_extra_delay_ns": extra_ms * 1_000_000}))
+    return recording("s", cells, repeats=1)
+
+
+def test_sensitivity_slope_and_r2():
+    doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 2.1 * f + 400)
+    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
+    assert s["slope"] == pytest.approx(2.1, rel=0.01) and s["r2"] == pytest.approx(1.0, abs=1e-3)
+    assert len(s["points"]) == 4
+    # the runs at an added delay stay out of the tables
+    assert summarize(doc)[0].repeats == 1
+
+
+def test_sensitivity_off_the_request_path_is_flat():
+    def bio_window(f):
+        w = window(13000, cpu_wait=0.17)
+        w["threads"][1]["calls"]["fdatasync"] = _hist([f * 1000] * 2)
+        return w
+    doc = _levels(bio_window, lambda f: 600.0)
+    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us"]
+    assert [x["thread_role"] for x in s] == ["bio_aof"] and abs(s[0]["slope"]) < 0.01
+
+
+def test_littles_law_flags_a_client_bound_run():
+    doc = recording("x", [(ALWAYS, [10_000] * 3, {})])
+    for r in doc["runs"]:
+        r["ops"]["GET"]["tps"] = 1000.0  # 1000/s x 10 ms = 10 of 50 clients in flight
+    cells = summarize(doc)
+    ll = explain.littles_law(cells[0])["GET"]
+    assert ll["in_flight"] == pytest.approx(10) and ll["ratio"] == pytest.approx(0.2)
+    assert any("of 50 clients in flight" in c for c in explain.caveats(cells, [doc]))
 
 
 def test_durability_note_only_when_ack_semantics_differ():
@@ -66,10 +212,3 @@ def test_durability_note_only_when_ack_semantics_differ():
                                    {"label": "b", "server": {"appendfsync": "everysec"}})
     assert explain.durability_note({"label": "a", "server": {"appendfsync": "always"}},
                                    {"label": "b", "server": {"appendfsync": "everysec", "bio_aof_offload": True}}) is None
-
-
-def test_littles_law_flags_a_client_bound_run():
-    doc, cells = _doc("x", "always", 1000, 10_000, main(50), {"main": 10})  # 1000/s x 10 ms = 10 of 50
-    ll = explain.littles_law(cells[0])["GET"]
-    assert ll["in_flight"] == pytest.approx(10) and ll["ratio"] == pytest.approx(0.2)
-    assert any("client side" in c for c in explain.caveats(cells, [doc]))

@@ -1,39 +1,22 @@
 """The causal account: which thread waited for what, and how much of each client percentile that
 explains. Pure functions over analysed cells (analysis.tables + analysis.server).
 
-The attribution model (docs/explain.md):
-  A request waits for event-loop iterations of the main thread. Whatever fraction f of the main
-  thread's wall time goes to blocking AOF durability work (blocked in fdatasync/fsync, or in an
-  AOF write) is, to first order, the same fraction of every request's wait: a GET arriving at a
-  random instant waits for the iteration in progress, then for its own, and each iteration is
-  f parts durability stall. So the part of a client latency L attributable to main-thread AOF
-  blocking is  A = f x L.
-  For a comparison, the server-side change predicts  dA = A_cand - A_base, the client saw
-  dL = L_cand - L_base, and  explained_share = clamp(dA / dL, 0, 1)  (0 when the two move in
-  opposite directions or dL is within 1%).
+Every entry is a claim that can come out wrong (docs/explain.md):
+  - significance first (tables.significance): no causal claim for a change within noise, and
+    none, only the accounting, when n < 2 on a side;
+  - the accounting (analysis.model): each side's p50 split into main-thread components and what is
+    left outside the server, adding up exactly; the change splits into signed contributions that
+    add up to it; explained_share = the fsync + AOF-write contribution / the observed change,
+    unclamped (> 1: the model over-predicts);
+  - p99 is not modelled (the model is of a typical request); its entries give the tail facts;
+  - the causal test is the intervention (analysis.sensitivity), the prediction analysis.whatif.
 """
 from __future__ import annotations
 
-from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison
+from valkeytrace.analysis import model
+from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, significance
 
-MIN_CHANGE = 0.01  # |dL| below 1% of the baseline: nothing to explain
-
-
-def durability_fraction(main: dict) -> float:
-    return ((main.get("blocked_in_fsync_pct") or 0.0) + (main.get("blocked_in_aof_write_pct") or 0.0)) / 100.0
-
-
-def attributable_us(latency_us: float, main: dict) -> float:
-    return latency_us * durability_fraction(main)
-
-
-def explained_share(base_lat: float, cand_lat: float, base_main: dict, cand_main: dict) -> float:
-    actual = cand_lat - base_lat
-    if base_lat <= 0 or abs(actual) < MIN_CHANGE * base_lat:
-        return 0.0
-    predicted = attributable_us(cand_lat, cand_main) - attributable_us(base_lat, base_main)
-    share = predicted / actual
-    return max(0.0, min(1.0, share))
+PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
 
 def fsync_placement(server: dict) -> list[dict]:
@@ -89,8 +72,10 @@ def _where(label: str, server: dict, latency_us: float | None = None) -> str:
     if not place:
         parts.append("no thread called fsync in the window")
     if m.get("loop_iteration_tw_p50_us"):
-        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted)"
+        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted, sampled)"
                      + _iterations(latency_us, server))
+    elif m.get("loop_iteration_mean_us") and m.get("loop_iterations_per_s"):
+        parts.append(f"{m['loop_iterations_per_s']:.0f} loop iterations/s, mean {_ms(m['loop_iteration_mean_us'])}")
     if (m.get("waiting_for_cpu_pct") or 0) >= 10:
         parts.append(f"it waited for a CPU {m['waiting_for_cpu_pct']:.0f}% of the time")
     return f"{label}: " + "; ".join(parts) + "."
@@ -103,7 +88,7 @@ def _iterations(lat_us: float | None, server: dict) -> str:
     return f"; the client latency spans {lat_us / it:.1f} loop iterations"
 
 
-def caveats(cells: list[CellSummary], docs: list[dict], noisy: bool = False) -> list[str]:
+def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
     out = []
     for doc in docs:
         emu = (doc.get("emulation") or {}).get("description")
@@ -113,25 +98,132 @@ def caveats(cells: list[CellSummary], docs: list[dict], noisy: bool = False) -> 
         for op, ll in littles_law(cell).items():
             if ll["ratio"] < 0.8:
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} of {ll['clients']} "
-                           "clients in flight: the client side (CPU-bound benchmark client?) limits the run")
+                           "clients in flight: the clients spend time of their own between requests "
+                           "(a CPU-bound benchmark client?)")
             elif ll["ratio"] > 1.2:
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} exceeds "
                            f"{ll['clients']} clients: the recording is inconsistent")
         if cell.server and (cell.server["main_thread"].get("waiting_for_cpu_pct") or 0) >= 20:
             out.append(f"{doc['label']}: the main thread waited for a CPU "
                        f"{cell.server['main_thread']['waiting_for_cpu_pct']:.0f}% of the time (CPU-bound host)")
-    if noisy:
-        out.append("the change is within the repeat-to-repeat spread (or n < 2): not significant")
     return out
 
 
+def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
+    if sig is None:
+        return (f"significance unknown (n={n_base} vs n={n_cand}): record with --repeat 3; "
+                "the accounting below is not an explanation")
+    if not sig:
+        return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than 5%, or "
+                "the clients' interval samples are not shifted, rank test): nothing to explain")
+    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 5% or more and the clients' "
+            "interval samples are shifted, rank test p < 0.01)")
+
+
+def _fmt_delta(us: float) -> str:
+    sign = "+" if us >= 0 else "\u2212"
+    return sign + _ms(abs(us))
+
+
+def _accounting_sentence(comps: list[dict]) -> str:
+    parts = [f"{model.LABELS[c['name']]} {_fmt_delta(c['delta_us'])}" for c in comps if abs(c["delta_us"]) >= 0.5]
+    return "Contributions to the change: " + (", ".join(parts) if parts else "none") + "."
+
+
+def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> str:
+    lead = model.leading(comps, observed)
+    top = [c for c in lead[:2] if abs(c["delta_us"]) >= 0.05 * abs(observed)] or lead[:1]
+    named = " and ".join(f"{model.LABELS[c['name']]} ({_fmt_delta(c['delta_us'])})" for c in top)
+    if share is None:
+        return f"Leading: {named}."
+    if lead[0]["name"] in model.DURABILITY and share >= 0.5:
+        verdict = f"fsync: the main thread's AOF durability work accounts for {share * 100:.0f}% of the change"
+        lo, hi = PLAUSIBLE_SHARE
+        if share > hi:
+            verdict += " (the model over-predicts: the server-side terms move more than the clients saw)"
+        elif share < lo:
+            verdict += " (the rest: " + ", ".join(f"{model.LABELS[c['name']]} {_fmt_delta(c['delta_us'])}"
+                                                   for c in lead[1:3]) + ")"
+        return verdict[0].upper() + verdict[1:] + "."
+    return f"Not fsync ({share * 100:.0f}% of the change): {named}."
+
+
+CPU_PARTS = (("server_cores", "the server"), ("clients_cores", "the benchmark clients"),
+             ("tracer_cores", "valkeytrace"), ("other_cores", "other processes"))
+
+
+def host_cpu_sentence(b: CellSummary, c: CellSummary, base_label: str, cand_label: str) -> str:
+    """Where the host's CPUs went on each side, and what took more of them."""
+    hb, hc = b.host_cpu, c.host_cpu
+    if not hb or not hc:
+        return ""
+
+    def side(label, h):
+        parts = ", ".join(f"{name} {h[k]:.2f}" for k, name in CPU_PARTS if h.get(k) is not None)
+        return f"{label} {h['host_cores']:.2f} of {h.get('cpus') or '?'} cores busy ({parts})"
+    moved = [(hc[k] - hb[k], name) for k, name in CPU_PARTS if hb.get(k) is not None and hc.get(k) is not None]
+    grew = [f"{name} +{d:.2f} cores" for d, name in sorted(moved, reverse=True) if d >= 0.1]
+    return (f" Host CPU: {side(base_label, hb)}; {side(cand_label, hc)}"
+            + (f": {', '.join(grew)}." if grew else "."))
+
+
+def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
+                   base_doc: dict, cand_doc: dict) -> dict | None:
+    bl, cl = row_base.median.get(metric), row_cand.median.get(metric)
+    if bl is None or cl is None:
+        return None
+    name = metric.replace("_us", "")
+    sig = significance(row_base, row_cand, metric)
+    observed = cl - bl
+    head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + \
+        significance_sentence(sig, row_base.n, row_cand.n) + "."
+    context = " " + _where(f"Baseline ({base_doc['label']})", b.server) + " " + \
+        _where(f"Candidate ({cand_doc['label']})", c.server)
+    evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
+                             "fsync_by_role": fsync_placement(b.server)},
+                "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(c.server["main_thread"]),
+                              "fsync_by_role": fsync_placement(c.server)},
+                "observed_delta_us": observed}
+    entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None}
+    why_not = model.unmodelled_reason(b.server) or model.unmodelled_reason(c.server)
+    if metric != "p50_us":
+        claim = head + context + (f" The {name} is not modelled: the model is of a typical request (two loop "
+                                  "iterations); the tail follows the fsync and iteration tails "
+                                  f"(main fdatasync p99 {_ms(b.server['main_thread'].get('fdatasync_p99_us'))} -> "
+                                  f"{_ms(c.server['main_thread'].get('fdatasync_p99_us'))}); "
+                                  "record --fsync-sensitivity measures its slope.")
+        evidence["model"] = "not modelled (tail)"
+    elif why_not:
+        claim = head + context + f" Not modelled: {why_not}."
+        evidence["model"] = f"not modelled: {why_not}"
+    else:
+        comps = model.contributions(bl, b.server, cl, c.server)
+        share = model.durability_share(comps, observed)
+        lead = model.leading(comps, observed)
+        entry.update(components=comps, leading_component=lead[0]["name"] if sig else None,
+                     explained_share=round(share, 3) if sig and share is not None else None)
+        evidence["model"] = (f"{model.ITERATIONS_PER_REQUEST:g} time-weighted main-thread iterations per request; "
+                             "the rest outside the server (analysis/model.py)")
+        evidence["model_inputs"] = {"baseline": model.server_residence(b.server)["inputs"],
+                                    "candidate": model.server_residence(c.server)["inputs"]}
+        claim = head
+        if sig:
+            claim += " " + _cause_sentence(comps, observed, share)
+        claim += " " + _accounting_sentence(comps) + context
+        if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
+            claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
+    return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "claim": claim,
+            "evidence": evidence, **entry}
+
+
+def acks_before_fsync(doc: dict) -> bool:
+    """True when the server acknowledges a SET before its fsync (everysec, no): not durable."""
+    s = doc.get("server", {})
+    return not (s.get("bio_aof_offload") or s.get("appendfsync") == "always")
+
+
 def durability_note(base_doc: dict, cand_doc: dict) -> str | None:
-    def acks_after_fsync(doc):
-        s = doc.get("server", {})
-        if s.get("bio_aof_offload"):
-            return True
-        return s.get("appendfsync") == "always"
-    b, c = acks_after_fsync(base_doc), acks_after_fsync(cand_doc)
+    b, c = not acks_before_fsync(base_doc), not acks_before_fsync(cand_doc)
     if b == c:
         return None
     loose = cand_doc if b else base_doc
@@ -153,35 +245,17 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
             entries.append({"workload": row.workload, "op": row.op, "value_size": row.value_size,
                             "metric": "p50_us", "claim": "no server-side trace in one of the recordings "
                             "(--backend none): the client change cannot be attributed",
-                            "evidence": {}, "explained_share": 0.0, "caveats": []})
+                            "evidence": {}, "explained_share": None, "significant": significance(row.base, row.cand, "p50_us"),
+                            "components": [], "leading_component": None, "caveats": []})
             continue
-        bm, cm = b.server["main_thread"], c.server["main_thread"]
         for metric in ("p50_us", "p99_us"):
-            bl, cl = row.base.median[metric], row.cand.median[metric]
-            if bl is None or cl is None:
+            e = explain_metric(row.op, metric, row.base, row.cand, b, c, base_doc, cand_doc)
+            if e is None:
                 continue
-            share = explained_share(bl, cl, bm, cm)
-            name = metric.replace("_us", "")
-            claim = (f"{row.op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * (cl - bl) / bl)}). "
-                     + _where(f"Baseline ({base_doc['label']})", b.server, bl if metric == "p50_us" else None)
-                     + " " + _where(f"Candidate ({cand_doc['label']})", c.server))
-            claim += (f" Main-thread AOF blocking accounts for {_ms(attributable_us(bl, bm))} of the baseline "
-                      f"{name} and {_ms(attributable_us(cl, cm))} of the candidate's: "
-                      f"{share * 100:.0f}% of the change.")
-            evidence = {
-                "baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(bm),
-                             "fsync_by_role": fsync_placement(b.server)},
-                "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(cm),
-                              "fsync_by_role": fsync_placement(c.server)},
-                "attributable_us": {"baseline": attributable_us(bl, bm), "candidate": attributable_us(cl, cm)},
-                "model": "attributable = latency x main-thread AOF-blocked fraction",
-            }
-            cav = caveats([b, c], [base_doc, cand_doc], noisy=row.noise[metric])
+            e["caveats"] = caveats([b, c], [base_doc, cand_doc])
             if row.op == "SET" and dur:
-                cav.append(dur)
-            entries.append({"workload": row.workload, "op": row.op, "value_size": row.value_size, "metric": metric,
-                            "claim": claim, "evidence": evidence, "explained_share": round(share, 3),
-                            "caveats": cav})
+                e["caveats"].append(dur)
+            entries.append(e)
         gc = group_commit_entry(row, b, c, base_doc, cand_doc, dur)
         if gc:
             entries.append(gc)
@@ -222,35 +296,44 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, 
     return {"workload": row.workload, "op": "SET", "value_size": row.value_size, "metric": "sets_per_fsync",
             "claim": claim, "evidence": {"baseline": {"set_tps": tb, "sets_per_fsync": sb},
                                          "candidate": {"set_tps": tc, "sets_per_fsync": sc}},
-            "explained_share": None, "caveats": [dur] if dur else []}
+            "explained_share": None, "significant": significance(b.ops["SET"], c.ops["SET"], "tps"),
+            "components": [], "leading_component": None, "caveats": [dur] if dur else []}
 
 
 def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
-    """Single recording: where each measured op's latency goes."""
+    """Single recording: where each measured op's p50 goes, by component (explained_share: the
+    fsync + AOF-write part of it)."""
     entries = []
     for cell in cells:
         op = MEASURED_OP.get(cell.workload)
         if not op or op not in cell.ops or not cell.server:
             continue
-        o = cell.ops[op]
-        m = cell.server["main_thread"]
-        for metric in ("p50_us", "p99_us"):
-            lat = o.median[metric]
-            if lat is None:
-                continue
-            share = durability_fraction(m)
-            name = metric.replace("_us", "")
-            claim = (f"{op} {name} {_ms(lat)}. "
-                     + _where(doc["label"], cell.server, lat if metric == "p50_us" else None)
-                     + f" Main-thread AOF blocking accounts for {_ms(attributable_us(lat, m))} of it.")
-            entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": metric,
-                            "claim": claim,
-                            "evidence": {metric: lat, "main_thread": _evidence_main(m),
-                                         "fsync_by_role": fsync_placement(cell.server),
-                                         "sets_per_fsync": sets_per_fsync(cell),
-                                         "littles_law": littles_law(cell)},
-                            "explained_share": round(share, 3),
-                            "caveats": caveats([cell], [doc])})
+        lat = cell.ops[op].median["p50_us"]
+        if lat is None:
+            continue
+        why_not = model.unmodelled_reason(cell.server)
+        claim = f"{op} p50 {_ms(lat)}. " + _where(doc["label"], cell.server, lat)
+        comps, share = [], None
+        if why_not:
+            claim += f" Not modelled: {why_not}."
+        else:
+            parts = model.decompose(lat, cell.server)["components"]
+            comps = [{"name": n, "us": round(v, 1)} for n, v in parts.items()]
+            share = (parts["fsync"] + parts["aof_write"]) / lat if lat else None
+            claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"
+                                             for n, v in parts.items() if abs(v) >= 0.5) + ".")
+            if parts["outside_server"] < -0.1 * lat:
+                claim += " (The server-side terms exceed the latency: the model over-predicts here.)"
+        entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": "p50_us",
+                        "claim": claim,
+                        "evidence": {"p50_us": lat, "main_thread": _evidence_main(cell.server["main_thread"]),
+                                     "fsync_by_role": fsync_placement(cell.server),
+                                     "sets_per_fsync": sets_per_fsync(cell),
+                                     "littles_law": littles_law(cell)},
+                        "components": comps, "leading_component": max(comps, key=lambda x: x["us"])["name"] if comps else None,
+                        "explained_share": round(share, 3) if share is not None else None,
+                        "significant": None,
+                        "caveats": caveats([cell], [doc])})
     return entries
 
 

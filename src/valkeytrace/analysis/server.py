@@ -96,8 +96,11 @@ def summarize_server(raws: list[dict]) -> dict | None:
     if len(counted) == len(raws):
         iterations = sum(e["cycles"] for e in counted)
         mean_us = sum(e["duration_us"] for e in counted) / iterations if iterations else None
+        iterations_counted = True
     else:
         iterations, mean_us = loop.count, (loop.sum_ns / loop.count / 1e3 if loop.count else None)
+        # the shim sees every iteration (epoll_wait returns); the eBPF uprobe a sample of them
+        iterations_counted = bool(loop.count) and str(raws[0].get("probe", {}).get("loop_source")).startswith("shim")
     fds = main_calls["fdatasync"]
     flush = main_calls["aof_flush"]
     p = lambda h, q: float(h.percentile(q)) / 1e3 if h.count else None  # noqa: E731
@@ -105,7 +108,8 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "fdatasync_count": fds.count, "fdatasync_p50_us": p(fds, 50), "fdatasync_p99_us": p(fds, 99),
             "fsync_count": main_calls["fsync"].count,
             **budget(main_off, wall_ns),
-            "loop_iterations": iterations, "loop_iteration_p50_us": p(loop, 50),
+            "loop_iterations": iterations, "loop_iterations_counted": iterations_counted,
+            "loop_iteration_p50_us": p(loop, 50),
             "loop_iteration_p99_us": p(loop, 99), "loop_iteration_mean_us": mean_us,
             "loop_iterations_sampled": loop.count,
             "loop_iteration_tw_p50_us": loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
@@ -129,7 +133,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
         cross = {"shim": {"main_thread": shim["main_thread"], "threads": shim["threads"]},
                  "fdatasync": cross_check(main, shim["main_thread"])}
     return {"backend": raws[0].get("backend"), "windows": len(raws), "main_thread": main,
-            "threads": threads, "lost_events": sum(r.get("lost_events", 0) for r in raws),
+            "threads": threads, "lost_events": sum(r.get("lost_events") or 0 for r in raws),
             "blocked_events": events,
             "loop_source": raws[0].get("probe", {}).get("loop_source"),
             "call_source": raws[0].get("probe", {}).get("call_source"),

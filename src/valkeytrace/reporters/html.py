@@ -48,6 +48,8 @@ def _md_tables_to_html(md: str) -> str:
             out.append(f"<h1>{html.escape(line[2:])}</h1>")
         elif line.startswith("## "):
             out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("### "):
+            out.append(f"<h3>{html.escape(line[4:])}</h3>")
         elif line.startswith("> "):
             out.append(f"<p class='emu'>{html.escape(line[2:]).replace('**', '')}</p>")
         elif line.startswith("**") and "emulated" in line:

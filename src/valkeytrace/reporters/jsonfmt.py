@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from valkeytrace.analysis.tables import METRICS
+from valkeytrace.analysis.tables import METRICS, significance
 from valkeytrace.reporters.base import ReportInput
 
 REPORT_VERSION = 1
@@ -40,6 +40,8 @@ def build(inp: ReportInput) -> dict:
                           if (c.workload, c.value_size) in r.server_views else {})}
                       for c in r.cells],
             "explanation": r.explanation,
+            "whatif": r.whatif or [],
+            "sensitivity": r.sensitivity or [],
         })
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
     if inp.comparison is not None:
@@ -51,10 +53,12 @@ def build(inp: ReportInput) -> dict:
                       "p50_delta_pct": row.deltas["p50_us"], "p95_delta_pct": row.deltas["p95_us"],
                       "p99_delta_pct": row.deltas["p99_us"],
                       "within_noise": {m: row.noise[m] for m in METRICS},
+                      "significant": {m: significance(row.base, row.cand, m) for m in METRICS},
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
             "missing": inp.comparison.missing,
             "explanation": inp.explanation,
+            "whatif": inp.whatif or [],
         }
     return out
 

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from valkeytrace.analysis.tables import MEASURED_OP
-from valkeytrace.reporters.base import ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, overhead_line, server_note
+from valkeytrace.reporters.base import (ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, model_sections, overhead_line,
+                                        server_note)
 
 TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
 COLUMNS = "| Value | Op | TPS (K req/s) | MB/s | P50 (µs) | P95 (µs) | P99 (µs) | Notes |"
@@ -85,6 +86,8 @@ def _why(inp: ReportInput, w):
         for c in e.get("caveats", []):
             w(f"  - caveat: {c}\n")
     w("\n")
+    for title, lines in model_sections(inp):
+        w(f"### {title}\n\n" + "".join(f"- {line}\n" for line in lines) + "\n")
     for run in inp.runs:
         for gap in (run.server_views or {}).values():
             w(f"- server's view ({run.label}): {gap['claim']}\n")

@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import ReportInput, fmt_pct, overhead_line, server_note
+from valkeytrace.reporters.base import ReportInput, fmt_pct, model_sections, overhead_line, server_note
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -152,3 +152,7 @@ def explain_section(console, inp: ReportInput) -> None:
         console.print("  " + e["claim"])
         for c in e.get("caveats", []):
             console.print(f"  [yellow]caveat:[/yellow] {c}")
+    for title, lines in model_sections(inp):
+        console.rule(f"[bold]{title}[/bold]")
+        for line in lines:
+            console.print("  " + line)

@@ -147,7 +147,7 @@ class LaunchedServer(Target):
                 os.chown(self.workdir, uid, gid)
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir,
+                                         stdin=subprocess.DEVNULL, process_group=0, cwd=self.workdir,
                                          env=env, **creds)
         except FileNotFoundError:
             raise VTUsageError(f"server command not found: {argv[0]}")

@@ -304,12 +304,13 @@ class EbpfTracer:
     name = "ebpf"
 
     def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False,
-                 loop_sample: bool = False, socket_writes: bool = False):
+                 loop_sample: bool = False, socket_writes: bool = False, delay_control=None):
         self.block_threshold_ns = int(block_threshold_us * 1000)
         self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes
         self.inject = inject
+        self.delay_control = delay_control  # shim.DelayControl: an fsync delay added at run time
         self.shim_library = None
-        if inject:  # the shim is preloaded for the injection only; its wrappers are probed
+        if inject or delay_control:  # the shim is preloaded for the injection only; its wrappers are probed
             from valkeytrace.tracers.shim import shim_library
 
             self.shim_library = shim_library()
@@ -329,11 +330,18 @@ class EbpfTracer:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:
-        if not self.inject:
+        if not self.shim_library:
             return {}
         from valkeytrace.tracers.shim import preload_env
 
-        return preload_env(self.shim_library, None, self.inject)
+        return preload_env(self.shim_library, self.delay_control and self.delay_control.path, self.inject)
+
+    def chown_region(self, uid: int, gid: int):
+        if self.delay_control:
+            self.delay_control.chown(uid, gid)
+
+    def set_extra_fsync_delay(self, ns: int):
+        self.delay_control.set_extra_delay(ns)
 
     def start_paused(self, target):
         pass  # probes attach in resume(): before that the server runs untraced
@@ -536,6 +544,8 @@ class EbpfTracer:
             self._attach_uprobes()
 
     def stop(self):
+        if self.delay_control:
+            self.delay_control.close()
         self._stop.set()
         conn, self._info_conn = getattr(self, "_info_conn", None), None
         if conn is not None:

@@ -76,6 +76,27 @@ def describe_delay(inject: dict | None) -> str:
     return f"fsync latency emulated: +lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) per call"
 
 
+def parse_sensitivity(spec: str) -> tuple:
+    """'1ms,2ms,4ms' -> (1000000, 2000000, 4000000): the added fsync delays, ascending."""
+    try:
+        levels = sorted({_duration_ns(part) for part in spec.split(",") if part.strip()})
+    except ValueError:
+        levels = []
+    if not levels or levels[0] <= 0:
+        raise VTUsageError(f"--fsync-sensitivity {spec!r}: expected added delays like 1ms,2ms,4ms")
+    return tuple(levels)
+
+
+def describe_sensitivity(inject: dict | None, levels: tuple) -> str:
+    """describe_delay, plus the added delays of --fsync-sensitivity runs."""
+    base = describe_delay(inject)
+    if not levels:
+        return base
+    added = ", ".join(f"+{ns / 1e6:g} ms" for ns in levels)
+    extra = f"sensitivity runs add {added} per fsync/fdatasync (intervention, not a measured disk)"
+    return f"{base}; {extra}" if base else f"fsync latency: {extra}"
+
+
 def preload_env(library: str, shm_path: str | None, inject: dict | None) -> dict:
     env = {"LD_PRELOAD": library}
     if shm_path:
@@ -83,6 +104,28 @@ def preload_env(library: str, shm_path: str | None, inject: dict | None) -> dict
     if inject:
         env["VALKEYTRACE_FSYNC_DELAY"] = inject["env"]
     return env
+
+
+class DelayControl:
+    """A shim region used only to add an fsync delay while the server runs (record
+    --fsync-sensitivity) under a backend other than the shim: paused, so it records nothing."""
+
+    def __init__(self):
+        self.region = ShimRegion(0)
+        self.region.set_paused(True)
+
+    @property
+    def path(self) -> str:
+        return self.region.path
+
+    def chown(self, uid: int, gid: int):
+        self.region.chown(uid, gid)
+
+    def set_extra_delay(self, ns: int):
+        self.region.set_extra_delay(ns)
+
+    def close(self):
+        self.region.close()
 
 
 class ShimRegion:
@@ -111,6 +154,10 @@ class ShimRegion:
 
     def set_paused(self, paused: bool):
         self.header.paused = 1 if paused else 0
+
+    def set_extra_delay(self, ns: int):
+        """Add ns to every fsync/fdatasync from now on (the shim reads it on every call)."""
+        self.header.extra_delay_ns = int(ns)
 
     def set_untimed(self, kinds):
         """Pass these call kinds through untimed (the shim reads the mask on every call)."""
@@ -181,6 +228,9 @@ class ShimTracer:
 
     def chown_region(self, uid: int, gid: int):
         self.region.chown(uid, gid)
+
+    def set_extra_fsync_delay(self, ns: int):
+        self.region.set_extra_delay(ns)
 
     def start_paused(self, target):
         self.start(target)
@@ -286,6 +336,9 @@ class EbpfWithShimTracer:
 
     def chown_region(self, uid: int, gid: int):
         self.shim.chown_region(uid, gid)
+
+    def set_extra_fsync_delay(self, ns: int):
+        self.shim.set_extra_fsync_delay(ns)
 
     def start(self, target):
         self.shim.start(target)

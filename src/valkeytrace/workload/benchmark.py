@@ -9,6 +9,7 @@ progress lines (rate and mean latency, ~8 per second), restricted to the measure
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -39,7 +40,7 @@ class ClientProcess:
         self.argv = argv
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, process_group=0)
         except OSError as exc:
             raise BenchmarkError(f"cannot start the benchmark client {argv[0]}: {exc}") from exc
         self.started_mono = time.monotonic()
@@ -152,10 +153,12 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
     argv = client_argv(client, host, port, test, clients, value_size, keyspace, requests)
     if on_start:
         on_start()
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = ClientProcess(argv)
     try:
         started_wall = time.time()
         rc = proc.wait(timeout=duration_s * 4 + 30)
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the measured client, reaped by wait()
         ended_mono = time.monotonic()
         if on_end:
             on_end()
@@ -173,6 +176,7 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
         "calibration_rps": rate,
         "started_at": started_wall,
         "window_s": round(ended_mono - proc.started_mono, 3),
+        "client_cpu_s": round((children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime), 4),
         "progress": proc.progress_series(proc.started_mono),
     })
     return report

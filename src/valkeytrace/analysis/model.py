@@ -1,0 +1,108 @@
+"""The latency model: what part of a client latency the server's main thread accounts for, by
+cause, and what is left outside the server (docs/explain.md). Pure functions over analysed cells.
+
+A request waits for the main thread's event loop: it waits out the iteration in progress when it
+arrives, then its own, which reads and executes it and ends in beforeSleep, where the AOF is
+written (and, with appendfsync always, fdatasync'd on the main thread) before the replies are.
+With closed-loop clients, who send their next request right after a reply burst, the iteration
+in progress is nearly whole: a request spends ITERATIONS_PER_REQUEST = 2 iterations in the server.
+
+The iteration a request waits in is a time-weighted one: long iterations (those with a main-thread
+fsync) hold most of the time. From the window's measured totals:
+  I   iterations (INFO eventloop_cycles, or the shim's count of epoll_wait returns)
+  n_f main-thread fdatasync/fsync calls (n_f <= I), F their mean blocked time
+  u   the main thread's busy time that is not fsync (on CPU, waiting for a CPU, blocked in an AOF
+      write, other blocked), per iteration: every iteration does some
+  w_f the share of the busy time spent in iterations that carry an fsync
+  per request:  fsync = 2 w_f F;  each other busy cause c = 2 u (c's share of u)
+The main thread's idle time (epoll_wait with nothing to do) is no request's wait: while it idles
+every request in flight is outside the server. So for a client latency L:
+  outside_server = L - (fsync + aof_write + cpu_wait + on_cpu + other_blocked)
+the client, the network, and the host's CPU taken by the clients. It is negative when the
+server-side terms over-predict L. Components add up to L exactly, on each side, so the
+contributions to a change add up to the change.
+"""
+from __future__ import annotations
+
+ITERATIONS_PER_REQUEST = 2.0
+COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "outside_server")
+SERVER_COMPONENTS = COMPONENTS[:-1]
+DURABILITY = ("fsync", "aof_write")
+LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blocked in an AOF write",
+          "cpu_wait": "waiting for a CPU", "on_cpu": "main thread on CPU", "idle": "main thread idle",
+          "other_blocked": "main thread blocked elsewhere",
+          "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
+_BUDGET = {"aof_write": "blocked_in_aof_write_pct", "cpu_wait": "waiting_for_cpu_pct",
+           "on_cpu": "on_cpu_pct", "other_blocked": "other_blocked_pct"}
+
+
+def unmodelled_reason(server: dict | None) -> str | None:
+    """Why a cell's server side cannot be modelled (None when it can)."""
+    if not server:
+        return "no server-side trace (--backend none)"
+    m = server["main_thread"]
+    if not m.get("wall_ms"):
+        return "no measured window"
+    if not m.get("loop_iterations") or not m.get("loop_iterations_counted", True):
+        return ("no count of the main thread's event-loop iterations (the server's INFO has no "
+                "eventloop_cycles, and only a sample of iterations was seen)")
+    if m.get("on_cpu_pct") is None:
+        return "no main-thread time budget"
+    return None
+
+
+def server_residence(server: dict) -> dict:
+    """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS),
+    and the inputs used, under the model above."""
+    m = server["main_thread"]
+    wall_us = m["wall_ms"] * 1000.0
+    iters = float(m["loop_iterations"])
+    n_f = float(min((m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0), iters))
+    fsync_total = wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0
+    busy = {c: wall_us * (m.get(k) or 0) / 100.0 for c, k in _BUDGET.items()}
+    u_total = sum(busy.values())
+    u = u_total / iters
+    f_mean = fsync_total / n_f if n_f else 0.0
+    long_time = n_f * (f_mean + u)
+    denom = long_time + (iters - n_f) * u
+    w_f = long_time / denom if denom > 0 else 0.0
+    k = ITERATIONS_PER_REQUEST
+    comps = {"fsync": k * w_f * f_mean}
+    for c, total in busy.items():
+        comps[c] = k * u * (total / u_total) if u_total else 0.0
+    return {"components": comps,
+            "inputs": {"iterations": iters, "main_fsyncs": n_f, "fsync_mean_blocked_us": f_mean,
+                       "busy_per_iteration_us": u, "fsync_iteration_time_share": w_f,
+                       "iterations_per_request": k, "wall_ms": m["wall_ms"]}}
+
+
+def decompose(latency_us: float, server: dict) -> dict:
+    """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
+    res = server_residence(server)
+    comps = dict(res["components"])
+    comps["outside_server"] = latency_us - sum(comps.values())
+    return {"components": comps, "inputs": res["inputs"]}
+
+
+def contributions(base_us: float, base_server: dict, cand_us: float, cand_server: dict) -> list[dict]:
+    """[{"name", "base_us", "cand_us", "delta_us"}]: each component on each side and its
+    contribution to the change (the deltas sum to cand_us - base_us)."""
+    b = decompose(base_us, base_server)["components"]
+    c = decompose(cand_us, cand_server)["components"]
+    return [{"name": n, "base_us": round(b[n], 1), "cand_us": round(c[n], 1), "delta_us": round(c[n] - b[n], 1)}
+            for n in COMPONENTS]
+
+
+def durability_share(comps: list[dict], observed_us: float) -> float | None:
+    """(fsync + AOF-write contribution) / observed change: unclamped; None when nothing changed."""
+    if not observed_us:
+        return None
+    return sum(c["delta_us"] for c in comps if c["name"] in DURABILITY) / observed_us
+
+
+def leading(comps: list[dict], observed_us: float) -> list[dict]:
+    """The components that drove the change: those moving with it, largest first (all of them,
+    by size, when none does)."""
+    sign = 1 if observed_us >= 0 else -1
+    along = [c for c in comps if c["delta_us"] * sign > 0]
+    return sorted(along or comps, key=lambda c: -abs(c["delta_us"]))

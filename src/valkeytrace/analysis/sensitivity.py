@@ -1,0 +1,68 @@
+"""Causal sensitivity by intervention (record --fsync-sensitivity): each cell is also run with a
+known delay added to every fsync/fdatasync; the slope of each measured op's latency against the
+measured fsync time of each thread that carries the fsync says how much of the fsync reaches the
+client (a Coz-style virtual slowdown, done for real). Pure: from a recording's runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from valkeytrace.analysis.tables import MEASURED_OP, extra_delays, summarize
+
+MIN_POINTS = 3
+
+
+def _fsync_p50(server: dict | None, role: str) -> float | None:
+    for t in (server or {}).get("threads", []):
+        if t["role"] == role:
+            call = t["fdatasync"] if t["fdatasync"]["count"] else t["fsync"]
+            return call["p50_us"] if call["count"] else None
+    return None
+
+
+def fit(points: list[tuple[float, float]]) -> dict:
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = y - (slope * x + intercept)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
+    return {"slope": round(float(slope), 4), "intercept_us": round(float(intercept), 1), "r2": round(r2, 4)}
+
+
+def sensitivity(doc: dict) -> list[dict]:
+    """runs[].sensitivity entries (docs/report-json.md): per cell, measured op, metric and
+    fsync-carrying thread role, the least-squares line of the op's latency on that role's fsync p50."""
+    levels = extra_delays(doc)
+    if len(levels) < 2:
+        return []
+    by_level = {lvl: {(c.workload, c.value_size): c for c in summarize(doc, lvl)} for lvl in levels}
+    out = []
+    for key, base in by_level[0].items():
+        op = MEASURED_OP.get(key[0])
+        if not op or op not in base.ops:
+            continue
+        cells = [by_level[lvl].get(key) for lvl in levels]
+        cells = [c for c in cells if c is not None and op in c.ops and c.server]
+        roles = sorted({t["role"] for c in cells for t in c.server["threads"]
+                        if t["fdatasync"]["count"] or t["fsync"]["count"]})
+        for role in roles:
+            for metric in ("p50_us", "p99_us"):
+                pts = [(_fsync_p50(c.server, role), c.ops[op].get(metric)) for c in cells]
+                pts = [(round(x, 1), round(y, 1)) for x, y in pts if x is not None and y is not None]
+                if len(pts) < MIN_POINTS:
+                    continue
+                out.append({"workload": key[0], "op": op, "value_size": key[1], "metric": metric,
+                            "thread_role": role, **fit(pts), "points": pts,
+                            "added_delays_ns": levels})
+    return out
+
+
+def describe(entries: list[dict]) -> list[str]:
+    out = []
+    for e in entries:
+        out.append(f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}: each extra "
+                   f"1 ms of {e['thread_role']} fsync (p50) adds {e['slope']:.2f} ms (R² {e['r2']:.2f}, "
+                   f"{len(e['points'])} points: added delays "
+                   + ", ".join(f"+{ns / 1e6:g} ms" for ns in e["added_delays_ns"]) + ")")
+    return out
