@@ -187,6 +187,17 @@ def test_sensitivity_slope_and_r2():
     assert summarize(doc)[0].repeats == 1
 
 
+def test_the_intervention_checks_the_model():
+    # 3 ms of GET p50 per ms of fsync: requests span three fsyncs, the model assumes two
+    doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 3.0 * f + 400)
+    (e,) = explain.explain_run(summarize(doc), doc)
+    assert "the intervention measured 3.00 ms of get p50" in e["claim"].lower() and "under-states" in e["claim"]
+    doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 2.05 * f + 400)
+    assert "agrees" in explain.explain_run(summarize(doc), doc)[0]["claim"]
+    doc["server"]["io_threads"] = 2
+    assert "2 I/O threads" in explain.explain_run(summarize(doc), doc)[0]["claim"]
+
+
 def test_sensitivity_off_the_request_path_is_flat():
     def bio_window(f):
         w = window(13000, cpu_wait=0.17)

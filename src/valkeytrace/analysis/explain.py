@@ -13,7 +13,7 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 """
 from __future__ import annotations
 
-from valkeytrace.analysis import model
+from valkeytrace.analysis import model, sensitivity
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
@@ -148,6 +148,28 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
     return f"Not fsync ({share * 100:.0f}% of the change): {named}."
 
 
+def model_check(doc: dict, cell: CellSummary, op: str) -> str:
+    """The model's assumptions against what the recording measured: I/O threads (outside the
+    model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
+    measured against the model's ITERATIONS_PER_REQUEST. '' when nothing to say."""
+    out = []
+    io = (doc.get("server") or {}).get("io_threads") or 1
+    if io > 1:
+        out.append(f"with {io} I/O threads the main thread hands reads and replies off and polls between "
+                   "iterations: the two-iterations model is rougher there")
+    for s in sensitivity.sensitivity(doc):
+        if (s["workload"], s["value_size"], s["op"], s["metric"], s["thread_role"]) == \
+                (cell.workload, cell.value_size, op, "p50_us", "main") and s["r2"] >= 0.9:
+            k = model.ITERATIONS_PER_REQUEST
+            verdict = ("agrees" if abs(s["slope"] - k) <= 0.25 * k else
+                       "so the model under-states the fsync's part" if s["slope"] > k else
+                       "so the model over-states the fsync's part")
+            out.append(f"the intervention measured {s['slope']:.2f} ms of {op} p50 per extra ms of main-thread "
+                       f"fsync (R² {s['r2']:.2f}) against the model's {k:g} fsync-carrying iterations per "
+                       f"request: {verdict}")
+    return "; ".join(out) + "." if out else ""
+
+
 CPU_PARTS = (("server_cores", "the server"), ("clients_cores", "the benchmark clients"),
              ("tracer_cores", "valkeytrace"), ("other_cores", "other processes"))
 
@@ -209,6 +231,10 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
+        for label, doc, cell in ((base_doc["label"], base_doc, b), (cand_doc["label"], cand_doc, c)):
+            check = model_check(doc, cell, op)
+            if check:
+                claim += f" {label}: {check}"
         claim += " " + _accounting_sentence(comps) + context
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
@@ -324,6 +350,9 @@ def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
                                              for n, v in parts.items() if abs(v) >= 0.5) + ".")
             if parts["outside_server"] < -0.1 * lat:
                 claim += " (The server-side terms exceed the latency: the model over-predicts here.)"
+            check = model_check(doc, cell, op)
+            if check:
+                claim += " " + check[0].upper() + check[1:]
         entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": "p50_us",
                         "claim": claim,
                         "evidence": {"p50_us": lat, "main_thread": _evidence_main(cell.server["main_thread"]),
