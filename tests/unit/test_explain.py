@@ -88,8 +88,10 @@ def test_a_a_pair_is_not_significant_and_gets_no_share():
 
 def test_one_repeat_is_unknown_and_asks_for_repeats():
     e = entry(recording("a", [(ALWAYS, [10_000], {})], repeats=1), recording("b", [(EVERYSEC, [600], {})], repeats=1))
-    assert e["significant"] is None and e["explained_share"] is None
-    assert "--repeat 3" in e["claim"]
+    assert e["significant"] is None and "--repeat 3" in e["claim"]
+    assert "not an explanation" in e["claim"] and "accounts for" not in e["claim"]
+    # the accounting's share stays in the JSON, qualified by significant: null
+    assert 0.8 <= e["explained_share"] <= 1.2
 
 
 def test_same_fsync_fraction_latency_changed_by_something_else():
@@ -194,8 +196,18 @@ def test_the_intervention_checks_the_model():
     assert "the intervention measured 3.00 ms of get p50" in e["claim"].lower() and "under-states" in e["claim"]
     doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 2.05 * f + 400)
     assert "agrees" in explain.explain_run(summarize(doc), doc)[0]["claim"]
+    doc["server"]["io_threads"] = 2  # one hop more: the model counts 3 iterations, the slope says 2
+    claim = explain.explain_run(summarize(doc), doc)[0]["claim"]
+    assert "2 I/O threads" in claim and "over-states" in claim
+
+
+def test_io_threads_add_an_iteration():
+    doc = recording("a", [(ALWAYS, [10_000] * 3, {})])
+    server = summarize(doc)[0].server
+    two = model.server_residence(server, model.iterations_per_request(doc))["components"]["fsync"]
     doc["server"]["io_threads"] = 2
-    assert "2 I/O threads" in explain.explain_run(summarize(doc), doc)[0]["claim"]
+    three = model.server_residence(server, model.iterations_per_request(doc))["components"]["fsync"]
+    assert three == pytest.approx(1.5 * two)
 
 
 def test_sensitivity_off_the_request_path_is_flat():

@@ -151,16 +151,17 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
 def model_check(doc: dict, cell: CellSummary, op: str) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
-    measured against the model's ITERATIONS_PER_REQUEST. '' when nothing to say."""
+    measured against the model's iterations per request. '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
+    k = model.iterations_per_request(doc)
     if io > 1:
-        out.append(f"with {io} I/O threads the main thread hands reads and replies off and polls between "
-                   "iterations: the two-iterations model is rougher there")
+        out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
+                   f"(the model counts {k:g} per request) and the main thread polls in between: the model "
+                   "is rougher there")
     for s in sensitivity.sensitivity(doc):
         if (s["workload"], s["value_size"], s["op"], s["metric"], s["thread_role"]) == \
                 (cell.workload, cell.value_size, op, "p50_us", "main") and s["r2"] >= 0.9:
-            k = model.ITERATIONS_PER_REQUEST
             verdict = ("agrees" if abs(s["slope"] - k) <= 0.25 * k else
                        "so the model under-states the fsync's part" if s["slope"] > k else
                        "so the model over-states the fsync's part")
@@ -209,7 +210,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None}
     why_not = model.unmodelled_reason(b.server) or model.unmodelled_reason(c.server)
     if metric != "p50_us":
-        claim = head + context + (f" The {name} is not modelled: the model is of a typical request (two loop "
+        claim = head + context + (f" The {name} is not modelled: the model is of a typical request (two or three loop "
                                   "iterations); the tail follows the fsync and iteration tails "
                                   f"(main fdatasync p99 {_ms(b.server['main_thread'].get('fdatasync_p99_us'))} -> "
                                   f"{_ms(c.server['main_thread'].get('fdatasync_p99_us'))}); "
@@ -219,15 +220,19 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head + context + f" Not modelled: {why_not}."
         evidence["model"] = f"not modelled: {why_not}"
     else:
-        comps = model.contributions(bl, b.server, cl, c.server)
+        kb, kc = model.iterations_per_request(base_doc), model.iterations_per_request(cand_doc)
+        comps = model.contributions(bl, b.server, cl, c.server, kb, kc)
         share = model.durability_share(comps, observed)
         lead = model.leading(comps, observed)
-        entry.update(components=comps, leading_component=lead[0]["name"] if sig else None,
-                     explained_share=round(share, 3) if sig and share is not None else None)
-        evidence["model"] = (f"{model.ITERATIONS_PER_REQUEST:g} time-weighted main-thread iterations per request; "
-                             "the rest outside the server (analysis/model.py)")
-        evidence["model_inputs"] = {"baseline": model.server_residence(b.server)["inputs"],
-                                    "candidate": model.server_residence(c.server)["inputs"]}
+        # a change within noise gets no share; with n < 2 (unknown) the JSON keeps the accounting's
+        # share beside significant: null, and the claim says it is no explanation
+        keep = sig is not False
+        entry.update(components=comps, leading_component=lead[0]["name"] if keep else None,
+                     explained_share=round(share, 3) if keep and share is not None else None)
+        evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) time-weighted main-thread iterations "
+                             "per request; the rest outside the server (analysis/model.py)")
+        evidence["model_inputs"] = {"baseline": model.server_residence(b.server, kb)["inputs"],
+                                    "candidate": model.server_residence(c.server, kc)["inputs"]}
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
@@ -343,7 +348,7 @@ def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
         if why_not:
             claim += f" Not modelled: {why_not}."
         else:
-            parts = model.decompose(lat, cell.server)["components"]
+            parts = model.decompose(lat, cell.server, model.iterations_per_request(doc))["components"]
             comps = [{"name": n, "us": round(v, 1)} for n, v in parts.items()]
             share = (parts["fsync"] + parts["aof_write"]) / lat if lat else None
             claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"

@@ -6,6 +6,10 @@ arrives, then its own, which reads and executes it and ends in beforeSleep, wher
 written (and, with appendfsync always, fdatasync'd on the main thread) before the replies are.
 With closed-loop clients, who send their next request right after a reply burst, the iteration
 in progress is nearly whole: a request spends ITERATIONS_PER_REQUEST = 2 iterations in the server.
+With I/O threads there is one hop more: the main thread's epoll_wait hands the readable client to
+an I/O thread, which reads the query while the main thread goes on, and the main thread executes
+it at the start of a later beforeSleep (processIOThreadsReadDone, before that beforeSleep's AOF
+flush): 3 iterations (iterations_per_request()).
 
 The iteration a request waits in is a time-weighted one: long iterations (those with a main-thread
 fsync) hold most of the time. From the window's measured totals:
@@ -25,6 +29,7 @@ contributions to a change add up to the change.
 from __future__ import annotations
 
 ITERATIONS_PER_REQUEST = 2.0
+ITERATIONS_PER_REQUEST_IO_THREADS = 3.0
 COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "outside_server")
 SERVER_COMPONENTS = COMPONENTS[:-1]
 DURABILITY = ("fsync", "aof_write")
@@ -51,7 +56,13 @@ def unmodelled_reason(server: dict | None) -> str | None:
     return None
 
 
-def server_residence(server: dict) -> dict:
+def iterations_per_request(doc: dict) -> float:
+    """The model's iterations per request for the recording's server (I/O threads: one more)."""
+    io = (doc.get("server") or {}).get("io_threads") or 1
+    return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
+
+
+def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
     """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS),
     and the inputs used, under the model above."""
     m = server["main_thread"]
@@ -66,7 +77,6 @@ def server_residence(server: dict) -> dict:
     long_time = n_f * (f_mean + u)
     denom = long_time + (iters - n_f) * u
     w_f = long_time / denom if denom > 0 else 0.0
-    k = ITERATIONS_PER_REQUEST
     comps = {"fsync": k * w_f * f_mean}
     for c, total in busy.items():
         comps[c] = k * u * (total / u_total) if u_total else 0.0
@@ -76,19 +86,20 @@ def server_residence(server: dict) -> dict:
                        "iterations_per_request": k, "wall_ms": m["wall_ms"]}}
 
 
-def decompose(latency_us: float, server: dict) -> dict:
+def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
     """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
-    res = server_residence(server)
+    res = server_residence(server, k)
     comps = dict(res["components"])
     comps["outside_server"] = latency_us - sum(comps.values())
     return {"components": comps, "inputs": res["inputs"]}
 
 
-def contributions(base_us: float, base_server: dict, cand_us: float, cand_server: dict) -> list[dict]:
+def contributions(base_us: float, base_server: dict, cand_us: float, cand_server: dict,
+                  k_base: float = ITERATIONS_PER_REQUEST, k_cand: float = ITERATIONS_PER_REQUEST) -> list[dict]:
     """[{"name", "base_us", "cand_us", "delta_us"}]: each component on each side and its
     contribution to the change (the deltas sum to cand_us - base_us)."""
-    b = decompose(base_us, base_server)["components"]
-    c = decompose(cand_us, cand_server)["components"]
+    b = decompose(base_us, base_server, k_base)["components"]
+    c = decompose(cand_us, cand_server, k_cand)["components"]
     return [{"name": n, "base_us": round(b[n], 1), "cand_us": round(c[n], 1), "delta_us": round(c[n] - b[n], 1)}
             for n in COMPONENTS]
 

@@ -89,6 +89,19 @@ def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     return out
 
 
+def share_tag(entry: dict, compared: bool) -> str:
+    """What an explanation's heading says of its share: 'explained share 0.92' for a significant
+    change, 'significance unknown' when n < 2, 'fsync + AOF write: 0.87 of it' for one recording."""
+    share = entry.get("explained_share")
+    if not compared:
+        return f"fsync + AOF write: {share:.2f} of it" if share is not None else ""
+    if entry.get("significant") and share is not None:
+        return f"explained share {share:.2f}"
+    if entry.get("significant") is None and entry.get("components"):
+        return "significance unknown"
+    return ""
+
+
 def overhead_line(run: AnalysedRun) -> str:
     """The --measure-overhead result, as one sentence ('' when not measured)."""
     o = run.doc.get("overhead")

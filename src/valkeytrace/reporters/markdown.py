@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from valkeytrace.analysis.tables import MEASURED_OP
 from valkeytrace.reporters.base import (ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, model_sections, overhead_line,
-                                        server_note)
+                                        server_note, share_tag)
 
 TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
 COLUMNS = "| Value | Op | TPS (K req/s) | MB/s | P50 (µs) | P95 (µs) | P99 (µs) | Notes |"
@@ -80,8 +80,8 @@ def _why(inp: ReportInput, w):
         return
     w("## Why\n\n")
     for e in entries:
-        share = e.get("explained_share")
-        tag = f" (explained share {share:.2f})" if share is not None else ""
+        tag = share_tag(e, inp.comparison is not None)
+        tag = f" ({tag})" if tag else ""
         w(f"- **{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}**{tag}: {e['claim']}\n")
         for c in e.get("caveats", []):
             w(f"  - caveat: {c}\n")

@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import ReportInput, fmt_pct, model_sections, overhead_line, server_note
+from valkeytrace.reporters.base import ReportInput, fmt_pct, model_sections, overhead_line, server_note, share_tag
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -144,10 +144,10 @@ def explain_section(console, inp: ReportInput) -> None:
         return
     console.rule("[bold]Why[/bold]")
     for e in entries:
-        share = e.get("explained_share")
         head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
-        if share is not None:
-            head += f" [cyan](explained share {share:.2f})[/cyan]"
+        tag = share_tag(e, inp.comparison is not None)
+        if tag:
+            head += f" [cyan]({tag})[/cyan]"
         console.print(head)
         console.print("  " + e["claim"])
         for c in e.get("caveats", []):
