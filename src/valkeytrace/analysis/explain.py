@@ -115,9 +115,9 @@ def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
                 "the accounting below is not an explanation")
     if not sig:
         return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than 5%, or "
-                "the clients' interval samples are not shifted, rank test): nothing to explain")
-    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 5% or more and the clients' "
-            "interval samples are shifted, rank test p < 0.01)")
+                "the repeats' ranges overlap and the clients' interval samples are not shifted): nothing to explain")
+    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 5% or more, and the repeats' "
+            "ranges are disjoint or the clients' interval samples are shifted, rank test p < 0.01)")
 
 
 def _fmt_delta(us: float) -> str:

@@ -6,12 +6,13 @@ Conventions (those of valkey#4029):
   - delta = (candidate - baseline) / baseline x 100; TPS and MB/s positive = better,
     latencies negative = better;
   - significance (significance()), with n >= 2 repeats on each side (else unknown): the medians
-    differ by at least MIN_EFFECT (5%: above this host's A/A movement of ~3%), AND the clients'
-    own interval samples (the benchmark's progress lines, ~4 a second: interval rate for TPS and
-    MB/s, interval mean latency for the percentiles) of all repeats of one side are shifted from
-    the other's, by a two-sided Mann-Whitney rank test at p < 0.01 (strict: neighbouring intervals
-    are correlated), in the same direction as the metric. With fewer than MIN_SAMPLES intervals a
-    side, the repeats' ranges must be disjoint instead. "Within noise" is its negation (unknown
+    differ by at least MIN_EFFECT (5%: above this host's A/A movement of ~3%), AND either the
+    repeats' min-max ranges are disjoint (every repeat of one side beyond every repeat of the
+    other: p = 0.1 by permutation at 3 vs 3) or the clients' own interval samples (the
+    benchmark's progress lines, ~4 a second: interval rate for TPS and MB/s, interval mean latency
+    for the percentiles) of one side are shifted from the other's in the direction of the metric,
+    by a two-sided Mann-Whitney rank test at p < 0.01 (strict: neighbouring intervals are
+    correlated; needs MIN_SAMPLES intervals a side). "Within noise" is its negation (unknown
     counts as within noise).
   - runs made at an added fsync delay (record --fsync-sensitivity) are not part of the tables:
     summarize() takes the runs at one added delay, 0 by default.
@@ -166,12 +167,14 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
         return None
     if va == 0 or abs(vb - va) < MIN_EFFECT * abs(va):
         return False
+    if ra[1] < rb[0] or rb[1] < ra[0]:
+        return True
     key = "rps" if metric in ("tps", "mb_s") else "latency_us"
     xa, xb = a.intervals.get(key) or [], b.intervals.get(key) or []
     if len(xa) >= MIN_SAMPLES and len(xb) >= MIN_SAMPLES:
         same_direction = (np.median(xb) - np.median(xa)) * (vb - va) > 0
         return bool(same_direction and rank_test(xa, xb) < ALPHA)
-    return bool(ra[1] < rb[0] or rb[1] < ra[0])
+    return False
 
 
 def within_noise(a: OpSummary, b: OpSummary, metric: str) -> bool:
