@@ -246,3 +246,14 @@ def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0) -> dict:
             "server_cores": None if server is None else round(server / wall, 3),
             "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
             "other_cores": round(max(0.0, other) / wall, 3)}
+
+
+def own_process_group() -> dict:
+    """Popen keyword arguments that put a child (server, benchmark client) in a process group of
+    its own, so that Ctrl-C at the terminal reaches valkeytrace only and it stops the child itself,
+    while the child stays in valkeytrace's session: the scheduler's autogroup then weighs it
+    against the user's other processes (a CPU hog started beside it, say) task for task, as it
+    would a server and client started by hand. Before Python 3.11: a session of its own."""
+    import sys
+
+    return {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}

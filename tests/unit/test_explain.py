@@ -139,11 +139,11 @@ def test_p99_is_not_modelled():
 
 def test_significance_needs_a_shift_of_the_interval_samples():
     a = summarize(recording("a", [(ALWAYS, [1000, 1000, 1000], {})]))[0].ops["GET"]
-    b = summarize(recording("b", [(ALWAYS, [1100, 1100, 1100], {})]))[0].ops["GET"]
+    b = summarize(recording("b", [(ALWAYS, [1200, 1200, 1200], {})]))[0].ops["GET"]
     assert significance(a, b, "p50_us") is True
     b.intervals["latency_us"] = list(a.intervals["latency_us"])  # repeats disjoint: still a change
     assert significance(a, b, "p50_us") is True
-    b.spread["p50_us"] = [950.0, 1200.0]  # ranges overlap and the samples are not shifted: noise
+    b.spread["p50_us"] = [950.0, 1300.0]  # ranges overlap and the samples are not shifted: noise
     assert significance(a, b, "p50_us") is False
     b.intervals["latency_us"] = [x * 1.5 for x in a.intervals["latency_us"]]  # the samples shifted
     assert significance(a, b, "p50_us") is True

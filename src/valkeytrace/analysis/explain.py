@@ -114,9 +114,9 @@ def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
         return (f"significance unknown (n={n_base} vs n={n_cand}): record with --repeat 3; "
                 "the accounting below is not an explanation")
     if not sig:
-        return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than 5%, or "
+        return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than 10%, or "
                 "the repeats' ranges overlap and the clients' interval samples are not shifted): nothing to explain")
-    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 5% or more, and the repeats' "
+    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 10% or more, and the repeats' "
             "ranges are disjoint or the clients' interval samples are shifted, rank test p < 0.01)")
 
 

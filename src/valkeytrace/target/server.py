@@ -17,6 +17,7 @@ from collections import deque
 
 import psutil
 
+from valkeytrace import system
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.target import binaries
 
@@ -147,7 +148,7 @@ class LaunchedServer(Target):
                 os.chown(self.workdir, uid, gid)
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, process_group=0, cwd=self.workdir,
+                                         stdin=subprocess.DEVNULL, **system.own_process_group(), cwd=self.workdir,
                                          env=env, **creds)
         except FileNotFoundError:
             raise VTUsageError(f"server command not found: {argv[0]}")

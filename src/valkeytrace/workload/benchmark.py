@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 
+from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.parse import ParseError, parse_progress, parse_report
@@ -40,7 +41,7 @@ class ClientProcess:
         self.argv = argv
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, process_group=0)
+                                         stdin=subprocess.DEVNULL, **system.own_process_group())
         except OSError as exc:
             raise BenchmarkError(f"cannot start the benchmark client {argv[0]}: {exc}") from exc
         self.started_mono = time.monotonic()
