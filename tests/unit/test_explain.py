@@ -86,6 +86,23 @@ def test_a_a_pair_is_not_significant_and_gets_no_share():
     assert "no significant change (n=3 vs n=3" in e["claim"]
 
 
+def test_latency_flat_throughput_down_says_so():
+    # the clients were starved: same latency, half the rate (a busy loop beside the clients)
+    base = recording("a", [(EVERYSEC, [450, 455, 445], {})])
+    cand = recording("b", [(EVERYSEC, [455, 450, 460], {})])
+    for r in cand["runs"]:
+        r["ops"]["GET"]["tps"] /= 2
+        r["ops"]["GET"]["progress"] = [[t, rps / 2, ms] for t, rps, ms in r["ops"]["GET"]["progress"]]
+        r["host_cpu"] = {"cpus": 2, "host_cores": 2.0, "server_cores": 0.6, "clients_cores": 0.8,
+                         "tracer_cores": 0.0, "other_cores": 0.6}
+    for r in base["runs"]:
+        r["host_cpu"] = {"cpus": 2, "host_cores": 1.9, "server_cores": 0.8, "clients_cores": 1.1,
+                         "tracer_cores": 0.0, "other_cores": 0.0}
+    e = entry(base, cand)
+    assert e["significant"] is False and e["explained_share"] is None
+    assert "GET TPS moved significantly" in e["claim"] and "other processes +0.60 cores" in e["claim"]
+
+
 def test_one_repeat_is_unknown_and_asks_for_repeats():
     e = entry(recording("a", [(ALWAYS, [10_000], {})], repeats=1), recording("b", [(EVERYSEC, [600], {})], repeats=1))
     assert e["significant"] is None and "--repeat 3" in e["claim"]

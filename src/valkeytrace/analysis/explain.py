@@ -190,6 +190,25 @@ def host_cpu_sentence(b: CellSummary, c: CellSummary, base_label: str, cand_labe
             + (f": {', '.join(grew)}." if grew else "."))
 
 
+def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSummary,
+                        base_doc: dict, cand_doc: dict) -> str:
+    """When the latency did not move but the op's throughput did: where the requests went (the
+    clients in flight, by Little's law) and who took the host's CPU. '' otherwise."""
+    if significance(row_base, row_cand, "tps") is not True:
+        return ""
+    tb, tc = row_base.median["tps"], row_cand.median["tps"]
+    out = (f" But {op} TPS moved significantly, {tb / 1000:.1f}K/s -> {tc / 1000:.1f}K/s "
+           f"({_pct(100 * (tc - tb) / tb)})")
+    mb, mc = row_base.median.get("mean_us"), row_cand.median.get("mean_us")
+    if mb and mc:
+        out += f", and the mean latency {_ms(mb)} -> {_ms(mc)} ({_pct(100 * (mc - mb) / mb)}): not the median request"
+    lb, lc = littles_law(b).get(op), littles_law(c).get(op)
+    if lb and lc:
+        out += (f"; the clients kept {lb['in_flight']:.0f} -> {lc['in_flight']:.0f} of {lc['clients']} requests "
+                "in flight (TPS x mean latency): the rest of the time is the clients' own")
+    return out + "." + host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
+
+
 def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
                    base_doc: dict, cand_doc: dict) -> dict | None:
     bl, cl = row_base.median.get(metric), row_cand.median.get(metric)
@@ -200,6 +219,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     observed = cl - bl
     head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + \
         significance_sentence(sig, row_base.n, row_cand.n) + "."
+    if sig is False:
+        head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
     context = " " + _where(f"Baseline ({base_doc['label']})", b.server) + " " + \
         _where(f"Candidate ({cand_doc['label']})", c.server)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
