@@ -110,3 +110,13 @@ def test_fsync_sensitivity_moves_get_under_always_not_everysec(tmp_path):
     everysec = record(tmp_path / "se.vtrace", "--repeat", "1", "--appendfsync", "everysec", "--fsync-sensitivity", "2ms,4ms")
     s, _ = _slope(everysec)
     assert s["thread_role"] == "bio_aof" and abs(s["slope"]) < 0.2, s
+
+
+@pytest.mark.parametrize("backend", ["shim", "both"])
+def test_fsync_sensitivity_under_the_other_backends(tmp_path, backend):
+    # the added delay must be in the measured fsync time whichever backend times it (with both,
+    # eBPF times the shim's wrappers, as with --inject-fsync-delay)
+    path = record(tmp_path / "s.vtrace", "--repeat", "1", "--appendfsync", "always", "--fsync-sensitivity", "2ms,4ms",
+                  "--backend", backend)
+    s, _ = _slope(path, "main")
+    assert 0.5 <= s["slope"] <= 3.0 and s["points"][-1][0] > 4000, s

@@ -91,7 +91,8 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
     from valkeytrace.tracers.ebpf import EbpfTracer
 
     ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
-                       loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control)
+                       loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control,
+                       shim_delays=delay_control)
     if backend == "both":
         return EbpfWithShimTracer(ebpf, ShimTracer(inject, socket_writes=socket_writes))
     return ebpf

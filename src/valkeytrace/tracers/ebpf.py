@@ -304,13 +304,16 @@ class EbpfTracer:
     name = "ebpf"
 
     def __init__(self, block_threshold_us: float = 100.0, inject: dict | None = None, aof_flush_probe: bool = False,
-                 loop_sample: bool = False, socket_writes: bool = False, delay_control=None):
+                 loop_sample: bool = False, socket_writes: bool = False, delay_control=None,
+                 shim_delays: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
         self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes
         self.inject = inject
         self.delay_control = delay_control  # shim.DelayControl: an fsync delay added at run time
         self.shim_library = None
-        if inject or delay_control:  # the shim is preloaded for the injection only; its wrappers are probed
+        # the shim adds fsync delays (preloaded for that alone, or as the other backend of
+        # --backend both): its wrappers are probed, so the delay is in the fsync time
+        if inject or delay_control or shim_delays:
             from valkeytrace.tracers.shim import shim_library
 
             self.shim_library = shim_library()
