@@ -45,6 +45,8 @@ class Settings:
         for r in range(1, self.repeat + 1):
             for size in self.sizes:
                 for w in self.workloads:
+                    if w == "none" and size != self.sizes[0]:
+                        continue  # observing only: value sizes mean nothing, one window a repeat
                     out.append((r, w, size, 0))
                     if w != "none":
                         out += [(r, w, size, level) for level in self.sensitivity]

@@ -323,3 +323,14 @@ def test_sudo_runs_the_server_as_the_invoking_user(tmp_path):
         assert psutil.Process(srv.pid).uids().real == 65534
         assert os.stat(srv.workdir).st_uid == 65534
     shutil.rmtree(bindir)
+
+
+def test_print_probes_follows_the_probe_options():
+    outs = {}
+    for opt in ("", "--socket-writes", "--loop-sample", "--aof-flush-probe"):
+        res = vt("record", "--print-probes", *([opt] if opt else []))
+        assert res.returncode == 0, res.stderr
+        outs[opt] = res.stdout
+    assert len(set(outs.values())) == 4
+    assert "-DTRACE_SYSCALLS=1" in outs["--socket-writes"] and "-DTRACE_SYSCALLS=0" in outs[""]
+    assert "probe groups: calls, fs, sched, loop" in outs["--loop-sample"]

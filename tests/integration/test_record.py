@@ -97,11 +97,12 @@ def test_attach_mode_never_stops_the_server(tmp_path):
     with EmbeddedServer(appendfsync="everysec") as srv:
         p = tmp_path / "att.vtrace"
         res = vt("record", "--attach", str(srv.pid), "--workload", "none", "--duration", "1",
-                 "--backend", "none", "-o", str(p))
+                 "--backend", "none", "--repeat", "2", "-o", str(p))
         assert res.returncode == 0, res.stderr
         assert srv.alive() and srv.client().ping()
         doc = recfmt.read(p)
         assert doc["server"]["mode"] == "attach" and doc["runs"][0]["workload"] == "none"
+        assert len(doc["runs"]) == 2  # one window a repeat: the three default sizes mean nothing here
 
 
 @pytest.mark.parametrize("args,needle", [

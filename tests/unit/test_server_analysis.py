@@ -7,12 +7,37 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.target.threads import thread_role
 
 
-def test_thread_roles():
-    assert thread_role(100, 100, "valkey-server") == "main"
-    assert thread_role(101, 100, "bio_aof") == "bio_aof"
-    assert thread_role(102, 100, "bio_rdb_save") == "bio_other"
-    assert thread_role(103, 100, "io_thd_3") == "io_thread"
-    assert thread_role(104, 100, "jemalloc_bg_thd") == "other"
+# thread names as each family's /proc/PID/task/*/comm shows them (the main thread is tid == pid)
+FAMILIES = {
+    "valkey 9.x": {"bio_close_file": "bio_close_file", "bio_aof": "bio_aof", "bio_lazy_free": "bio_lazy_free",
+                   "bio_rdb_save": "bio_other", "bio_tls_reload": "bio_other", "io_thd_1": "io_thread"},
+    "valkey 7.2-8.x": {"bio_close_file": "bio_close_file", "bio_aof": "bio_aof", "bio_lazy_free": "bio_lazy_free",
+                       "io_thd_7": "io_thread", "jemalloc_bg_thd": "jemalloc"},
+    "redis 6.x-7.0": {"bio_close_file": "bio_close_file", "bio_aof_fsync": "bio_aof", "bio_lazy_free": "bio_lazy_free",
+                      "io_thd_1": "io_thread", "jemalloc_bg_thd": "jemalloc"},
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_thread_roles_by_family(family):
+    assert thread_role(100, 100, "redis-server" if "redis" in family else "valkey-server") == "main"
+    for tid, (name, role) in enumerate(FAMILIES[family].items(), start=101):
+        assert thread_role(tid, 100, name) == role, name
+
+
+def test_only_an_unlisted_name_is_unknown():
+    assert thread_role(101, 100, "my-module-worker") == "unknown"
+    assert thread_role(101, 100, "bio_new_job") == "bio_other"  # a bio thread, of a job not listed
+
+
+def test_roles_are_recomputed_from_names_on_analysis():
+    # a recording made before bio_aof_fsync had a role of its own
+    raw = {"window_ns": 10**9, "pid": 100, "main_tid": 100,
+           "threads": [{"tid": 101, "name": "bio_aof_fsync", "role": "bio_other", "off_cpu_ns": {},
+                        "calls": {"fdatasync": dict(LatencyHistogram.from_values(np.array([10**6], np.uint64)).to_dict(),
+                                                    bytes=0)}}]}
+    s = summarize_server([raw])
+    assert [t["role"] for t in s["threads"]] == ["bio_aof"]
 
 
 def test_budget_splits_off_cpu_by_cause_and_state_and_sums_to_100():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.target.threads import ROLES
+from valkeytrace.target.threads import ROLES, thread_role
 
 CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
 BUDGET_KEYS = ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",
@@ -69,7 +69,9 @@ def summarize_server(raws: list[dict]) -> dict | None:
     roles: dict[str, dict] = {}
     for raw in raws:
         for t in raw["threads"]:
-            role = t["role"]
+            # from the name, by today's table (recordings keep the role they were made with)
+            main_tid = raw.get("main_tid") or raw.get("pid")
+            role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
             r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
                                         "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float)})
             r["names"].add(t["name"])

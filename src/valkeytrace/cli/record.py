@@ -165,8 +165,10 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         from valkeytrace.tracers import ebpf  # bcc itself is imported only when probes load
 
         pid = attach_pid or 0  # TARGET_TGID/MAIN_TID are the server's pid, known once launched
+        # the groups the options ask for, as the tracer plans them (EbpfTracer.extra_groups)
+        groups = ebpf.probe_groups(("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes)
         click.echo(ebpf.printable_program(ebpf.probe_defines(
-            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False)))
+            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False, groups=groups), groups))
         return
     if server_command and attach_pid:
         raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")

@@ -251,10 +251,11 @@ def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: 
     return f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
 
 
-def printable_program(defines: dict) -> str:
-    """The exact text and flags `record` would load (for --print-probes)."""
+def printable_program(defines: dict, groups=DEFAULT_GROUPS) -> str:
+    """The exact text and flags `record` would load, and its probe groups (for --print-probes)."""
     flags = " ".join(cflags(**defines))
-    return f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE)
+    return (f"// probe groups: {', '.join(g for g in PROBE_GROUPS if g in groups)}\n"
+            f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE))
 
 
 MAX_SLOTS = lib.VT_SHIM_MAX_THREADS
