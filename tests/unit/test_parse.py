@@ -1,11 +1,14 @@
-"""Benchmark-client output parsers, on outputs captured from real runs (tests/data)."""
+"""Benchmark-client output parsers, on outputs captured from real runs (tests/data; the
+valkey-benchmark ones, with how they were made, in tests/data/valkey-benchmark-unstable-2025-01)."""
 from pathlib import Path
 
 import pytest
 
+from valkeytrace.analysis.tables import latency_cdf
 from valkeytrace.workload.parse import ParseError, parse_progress, parse_report
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+VALKEY = DATA / "valkey-benchmark-unstable-2025-01"
 
 
 def test_redis_benchmark_get_report():
@@ -28,8 +31,38 @@ def test_redis_benchmark_set_report():
 
 
 def test_valkey_benchmark_threads_line():
-    rep = parse_report((DATA / "valkey-benchmark-9-format-get-threads.txt").read_text())
-    assert rep["threads"] == 2 and rep["tps"] == pytest.approx(89686.09)
+    rep = parse_report((VALKEY / "get-c50-d64-threads2.txt").read_text())
+    assert rep["threads"] == 2 and rep["tps"] == pytest.approx(39840.64)
+    assert rep["latency_ms"] == {"avg": 0.750, "min": 0.048, "p50": 0.503, "p95": 2.671, "p99": 4.351, "max": 19.295}
+
+
+@pytest.mark.parametrize("name,test,requests,size,tps", [
+    ("set-c50-d64.txt", "SET", 20000, 64, 39603.96),
+    ("get-c50-d1024-under-set.txt", "GET", 30000, 1024, 37313.43),
+])
+def test_valkey_benchmark_reports(name, test, requests, size, tps):
+    rep = parse_report((VALKEY / name).read_text())
+    assert (rep["test"], rep["requests"], rep["clients"], rep["payload_bytes"]) == (test, requests, 50, size)
+    assert rep["tps"] == pytest.approx(tps)
+    assert rep["cumulative_distribution"][-1][2] == requests == rep["percentile_distribution"][-1][2]
+
+
+def test_latency_cdf_merges_both_distributions():
+    rep = parse_report((VALKEY / "get-c50-d64-threads2.txt").read_text())
+    cdf = latency_cdf(rep)
+    # 17 halving percentiles alone; with the cumulative section every ~0.1 ms up to 2 ms
+    assert len(rep["percentile_distribution"]) == 17 and len(cdf) > 40
+    assert [p for _, p in cdf] == sorted(p for _, p in cdf) and cdf[-1][1] == 100.0
+    assert (503.0, 50.645) in cdf  # a cumulative-section point: 50.645% <= 0.503 ms
+
+
+def test_valkey_benchmark_interrupted_and_csv():
+    text = (VALKEY / "set-c8-background-interrupted.txt").read_text(errors="replace")
+    assert len(parse_progress(text)) >= 10
+    with pytest.raises(ParseError):
+        parse_report(text)
+    with pytest.raises(ParseError, match="CSV"):
+        parse_report((VALKEY / "get-c50-d64.csv").read_text())
 
 
 def test_progress_lines_of_an_interrupted_client():

@@ -79,6 +79,14 @@ def _op_values(run: dict, op: str, size: int) -> dict | None:
             "_role": res.get("role", "measured"), "_clients": res.get("clients")}
 
 
+def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
+    """[(latency µs, percent of requests at or below it)] of one client result: the client's
+    percentile distribution (the halving percentiles 50, 75, 87.5, ...) merged with its cumulative
+    distribution (every ~0.1 ms up to 2 ms, then every ms), sorted by latency."""
+    rows = (op_result.get("percentile_distribution") or []) + (op_result.get("cumulative_distribution") or [])
+    return sorted({(float(r[1]) * 1000, float(r[0])) for r in rows if len(r) >= 2})
+
+
 def extra_delays(doc: dict) -> list[int]:
     """The added fsync delays (ns) the recording's runs were made at: [0] without sensitivity runs."""
     return sorted({int(r.get("fsync_extra_delay_ns") or 0) for r in doc.get("runs", [])} | {0})

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from valkeytrace.analysis.tables import MEASURED_OP  # noqa: E402
+from valkeytrace.analysis.tables import latency_cdf as cdf_points  # noqa: E402
 from valkeytrace.histogram import LatencyHistogram  # noqa: E402
 from valkeytrace.reporters.base import ReportInput  # noqa: E402
 
@@ -39,11 +40,12 @@ def latency_cdf(inp: ReportInput):
     for ax, (workload, size) in zip(axes[0], cells):
         op = MEASURED_OP[workload]
         for style, run in zip(SYSTEM_STYLES, inp.runs):
-            dists = [r["ops"].get(op, {}).get("percentile_distribution") for r in run.doc["runs"]
-                     if r["workload"] == workload and r["value_size"] == size and r.get("status") == "ok"]
+            dists = [cdf_points(r["ops"].get(op, {})) for r in run.doc["runs"]
+                     if r["workload"] == workload and r["value_size"] == size and r.get("status") == "ok"
+                     and not r.get("fsync_extra_delay_ns")]
             for i, dist in enumerate(d for d in dists if d):
-                pct = np.array([row[0] for row in dist])
-                lat_us = np.array([row[1] for row in dist]) * 1000
+                lat_us = np.array([row[0] for row in dist])
+                pct = np.array([row[1] for row in dist])
                 ax.step(lat_us, pct, where="post", linestyle=style, alpha=0.85,
                         label=run.label if i == 0 else None)
         ax.set_xscale("log")
@@ -83,7 +85,8 @@ def budget(inp: ReportInput):
 def _role_sync_hists(run, workload, size) -> dict:
     out: dict[str, LatencyHistogram] = {}
     for r in run.doc["runs"]:
-        if r["workload"] != workload or r["value_size"] != size or r.get("status") != "ok" or not r.get("server"):
+        if r["workload"] != workload or r["value_size"] != size or r.get("status") != "ok" or not r.get("server") \
+                or r.get("fsync_extra_delay_ns"):  # the intervention's runs are not the cell's
             continue
         for t in r["server"]["threads"]:
             for call in ("fdatasync", "fsync"):

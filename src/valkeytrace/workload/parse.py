@@ -59,6 +59,9 @@ def parse_report(text: str) -> dict:
     text = text.replace("\r", "\n")
     m = re.search(r"====== (.+?) ======", text)
     if not m:
+        if text.lstrip().startswith('"test","rps"'):
+            raise ParseError("the client printed CSV (--csv): valkeytrace reads its plain report, with the "
+                             "latency distributions")
         raise ParseError("no '====== TEST ======' report header in the client output")
     report: dict = {"test": m.group(1).strip()}
     body = text[m.end():]
