@@ -90,9 +90,14 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
         return ShimTracer(inject, socket_writes=socket_writes)
     from valkeytrace.tracers.ebpf import EbpfTracer
 
-    ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
-                       loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control,
-                       shim_delays=delay_control)
+    try:
+        ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
+                          loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control,
+                          shim_delays=delay_control)
+    except BaseException:
+        if control:
+            control.close()  # its /dev/shm file
+        raise
     if backend == "both":
         return EbpfWithShimTracer(ebpf, ShimTracer(inject, socket_writes=socket_writes))
     return ebpf
