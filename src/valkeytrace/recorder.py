@@ -59,23 +59,15 @@ class NullTracer:
 
     name = "none"
 
-    def __init__(self, inject: dict | None = None, delay_control=None):
+    def __init__(self, inject: dict | None = None):
         self.inject = inject
-        self.delay_control = delay_control
 
     def launch_env(self) -> dict:
-        if not self.inject and not self.delay_control:
+        if not self.inject:
             return {}
         from valkeytrace.tracers.shim import preload_env, shim_library
 
-        return preload_env(shim_library(), self.delay_control and self.delay_control.path, self.inject)
-
-    def chown_region(self, uid: int, gid: int):
-        if self.delay_control:
-            self.delay_control.chown(uid, gid)
-
-    def set_extra_fsync_delay(self, ns: int):
-        self.delay_control.set_extra_delay(ns)
+        return preload_env(shim_library(), None, self.inject)
 
     def start(self, target):
         pass
@@ -93,9 +85,7 @@ class NullTracer:
         return None
 
     def stop(self):
-        if self.delay_control:
-            self.delay_control.close()
-            self.delay_control = None
+        pass
 
 
 def op_result(report: dict, role: str) -> dict:

@@ -96,6 +96,7 @@ def test_compare_needs_two_files_and_shared_cells(tmp_path):
                                   # the intervention needs a launched server, delays and a workload
                                   ["--fsync-sensitivity", "fast"], ["--fsync-sensitivity", "0ms"],
                                   ["--fsync-sensitivity", "2ms", "--workload", "none"],
+                                  ["--fsync-sensitivity", "2ms", "--backend", "none"],
                                   ["--fsync-sensitivity", "2ms", "--attach", str(os.getpid())]])
 def test_bad_options_exit_2(args):
     assert_one_line_error(vt("record", *args), 2)

@@ -79,13 +79,14 @@ def resolve_backend(backend: str, attached: bool) -> str:
 
 def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, aof_flush_probe: bool = False,
                 loop_sample: bool = False, socket_writes: bool = False, delay_control: bool = False):
-    """The tracer; with delay_control, one whose fsync delay can be raised while the server runs
-    (set_extra_fsync_delay): the shim's own region, or a paused one loaded for that alone."""
+    """The tracer; with delay_control (not for backend none), one whose fsync delay can be raised
+    while the server runs (set_extra_fsync_delay): the shim's own region, or, under eBPF, a paused
+    one loaded for that alone."""
     from valkeytrace.tracers.shim import DelayControl, EbpfWithShimTracer, ShimTracer
 
-    control = DelayControl() if delay_control and backend in ("none", "ebpf") else None
+    control = DelayControl() if delay_control and backend == "ebpf" else None
     if backend == "none":
-        return NullTracer(inject, control)
+        return NullTracer(inject)
     if backend == "shim":
         return ShimTracer(inject, socket_writes=socket_writes)
     from valkeytrace.tracers.ebpf import EbpfTracer
@@ -211,6 +212,9 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         raise VTUsageError(f"{', '.join(ebpf_only)} needs the eBPF backend (this run's backend is {backend})")
     if socket_writes and backend == "none":
         raise VTUsageError("--socket-writes needs a tracer: --backend ebpf, shim or both")
+    if sensitivity and backend == "none":
+        raise VTUsageError("--fsync-sensitivity needs a tracer to measure the fsync time it moves: "
+                           "--backend ebpf, shim or both")
     tracer = make_tracer(backend, block_threshold_us, inject, aof_flush_probe, loop_sample, socket_writes,
                          delay_control=bool(sensitivity))
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
