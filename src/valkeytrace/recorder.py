@@ -7,18 +7,15 @@ measured), and marks failed runs without stopping the session unless the server 
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass
-
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import format as recfmt
-from valkeytrace.target import threads as thr
 from valkeytrace.workload import keyspace as ks
-from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv, run_measured
-from valkeytrace.workload.parse import parse_report
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv, run_measured,
+                                            run_requests)
 
 US_PER_MS = 1000.0
 DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: ~0.7 s at 70K GET/s here
@@ -196,34 +193,18 @@ class Recorder:
 
     def _demand(self, size: int) -> dict:
         """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
-        write and no fsync, whatever the appendfsync policy) with the main thread's and the
-        client's CPU time per request. The what-if (analysis/whatif.py) builds on it."""
+        write and no fsync, whatever the appendfsync policy), with the CPU the server and the
+        client took (host_cpu, as for a measured window). The what-if (analysis/whatif.py) builds
+        on it."""
         s, t = self.settings, self.target
         requests = s.get_clients * DEMAND_REQUESTS_PER_CLIENT
-        tids = thr.list_threads(t.pid)
-        before = thr.schedstats(t.pid, tids)
-        child0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.monotonic()
-        proc = ClientProcess(client_argv(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace, requests))
-        try:
-            rc = proc.wait(timeout=DEMAND_TIMEOUT_S)
-        finally:
-            proc.stop()
-        seconds = time.monotonic() - t0
-        child1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        after = thr.schedstats(t.pid, tids)
-        if rc is None:
-            raise BenchmarkError(f"the GET-only demand pass did not finish within {DEMAND_TIMEOUT_S:.0f}s")
-        report = op_result(parse_report(proc.output), "demand")
-        main = thr.sched_delta(before, after, t.pid) or {}
-        server_cpu = sum((thr.sched_delta(before, after, tid) or {}).get("on_cpu_ns", 0) for tid in tids)
-        return {"op": "GET", "clients": s.get_clients, "requests": requests, "seconds": round(seconds, 3),
-                "tps": report["tps"], "mean_us": report["mean_us"], "p50_us": report["p50_us"],
-                "p99_us": report["p99_us"],
-                "main_cpu_s": main.get("on_cpu_ns", 0) / 1e9, "main_runqueue_s": main.get("runqueue_ns", 0) / 1e9,
-                "server_cpu_s": server_cpu / 1e9,
-                "client_cpu_s": (child1.ru_utime + child1.ru_stime) - (child0.ru_utime + child0.ru_stime),
-                "cpus": os.cpu_count()}
+        snaps = [system.cpu_snapshot(t.pid)]
+        report = run_requests(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace, requests,
+                              timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(t.pid)))
+        r = op_result(report, "demand")
+        return {"op": "GET", "clients": s.get_clients, "requests": requests, "seconds": report["window_s"],
+                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
+                "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
 
     def _read_heavy(self, run: dict, size: int, traced: bool = True, duration_s: float | None = None):
         s, t = self.settings, self.target

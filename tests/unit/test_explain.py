@@ -169,8 +169,9 @@ def test_significance_needs_a_shift_of_the_interval_samples():
 
 
 DEMAND = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps": 74_000.0, "mean_us": 352.0,
-          "p50_us": 359.0, "p99_us": 527.0, "main_cpu_s": 0.48, "main_runqueue_s": 0.01, "server_cpu_s": 0.48,
-          "client_cpu_s": 0.68, "cpus": 2}
+          "p50_us": 359.0, "p99_us": 527.0,
+          "host_cpu": {"cpus": 2, "wall_s": 0.7, "host_cores": 1.7, "server_cores": 0.69, "clients_cores": 0.97,
+                       "tracer_cores": 0.0, "other_cores": 0.04}}
 
 
 def test_whatif_by_hand():
@@ -215,12 +216,12 @@ def test_sensitivity_slope_and_r2():
 def test_the_intervention_checks_the_model():
     # 3 ms of GET p50 per ms of fsync: requests span three fsyncs, the model assumes two
     doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 3.0 * f + 400)
-    (e,) = explain.explain_run(summarize(doc), doc)
+    (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
     assert "the intervention measured 3.00 ms of get p50" in e["claim"].lower() and "under-states" in e["claim"]
     doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 2.05 * f + 400)
-    assert "agrees" in explain.explain_run(summarize(doc), doc)[0]["claim"]
+    assert "agrees" in explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))[0]["claim"]
     doc["server"]["io_threads"] = 2  # one hop more: the model counts 3 iterations, the slope says 2
-    claim = explain.explain_run(summarize(doc), doc)[0]["claim"]
+    claim = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))[0]["claim"]
     assert "2 I/O threads" in claim and "over-states" in claim
 
 

@@ -13,7 +13,7 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 """
 from __future__ import annotations
 
-from valkeytrace.analysis import model, sensitivity
+from valkeytrace.analysis import model
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
@@ -148,10 +148,11 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
     return f"Not fsync ({share * 100:.0f}% of the change): {named}."
 
 
-def model_check(doc: dict, cell: CellSummary, op: str) -> str:
+def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
-    measured against the model's iterations per request. '' when nothing to say."""
+    measured against the model's iterations per request (sens: sensitivity.sensitivity(doc)).
+    '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
     k = model.iterations_per_request(doc)
@@ -159,7 +160,7 @@ def model_check(doc: dict, cell: CellSummary, op: str) -> str:
         out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
                    f"(the model counts {k:g} per request) and the main thread polls in between: the model "
                    "is rougher there")
-    for s in sensitivity.sensitivity(doc):
+    for s in sens:
         if (s["workload"], s["value_size"], s["op"], s["metric"], s["thread_role"]) == \
                 (cell.workload, cell.value_size, op, "p50_us", "main") and s["r2"] >= 0.9:
             verdict = ("agrees" if abs(s["slope"] - k) <= 0.25 * k else
@@ -210,7 +211,7 @@ def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSumm
 
 
 def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
-                   base_doc: dict, cand_doc: dict) -> dict | None:
+                   base_doc: dict, cand_doc: dict, sens: tuple = ((), ())) -> dict | None:
     bl, cl = row_base.median.get(metric), row_cand.median.get(metric)
     if bl is None or cl is None:
         return None
@@ -257,8 +258,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
-        for label, doc, cell in ((base_doc["label"], base_doc, b), (cand_doc["label"], cand_doc, c)):
-            check = model_check(doc, cell, op)
+        for label, doc, cell, side_sens in ((base_doc["label"], base_doc, b, sens[0]),
+                                            (cand_doc["label"], cand_doc, c, sens[1])):
+            check = model_check(doc, cell, op, side_sens)
             if check:
                 claim += f" {label}: {check}"
         claim += " " + _accounting_sentence(comps) + context
@@ -284,7 +286,9 @@ def durability_note(base_doc: dict, cand_doc: dict) -> str | None:
             "offload do): SET rows are not comparable for durability")
 
 
-def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, cand_doc: dict) -> list[dict]:
+def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, cand_doc: dict,
+                    sens: tuple = ((), ())) -> list[dict]:
+    """sens: each recording's sensitivity.sensitivity entries (for the model's self-check)."""
     bmap = {(c.workload, c.value_size): c for c in base_cells}
     cmap = {(c.workload, c.value_size): c for c in cand_cells}
     entries = []
@@ -301,7 +305,7 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
                             "components": [], "leading_component": None, "caveats": []})
             continue
         for metric in ("p50_us", "p99_us"):
-            e = explain_metric(row.op, metric, row.base, row.cand, b, c, base_doc, cand_doc)
+            e = explain_metric(row.op, metric, row.base, row.cand, b, c, base_doc, cand_doc, sens)
             if e is None:
                 continue
             e["caveats"] = caveats([b, c], [base_doc, cand_doc])
@@ -352,9 +356,9 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, 
             "components": [], "leading_component": None, "caveats": [dur] if dur else []}
 
 
-def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
+def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> list[dict]:
     """Single recording: where each measured op's p50 goes, by component (explained_share: the
-    fsync + AOF-write part of it)."""
+    fsync + AOF-write part of it). sens: the recording's sensitivity.sensitivity entries."""
     entries = []
     for cell in cells:
         op = MEASURED_OP.get(cell.workload)
@@ -376,7 +380,7 @@ def explain_run(cells: list[CellSummary], doc: dict) -> list[dict]:
                                              for n, v in parts.items() if abs(v) >= 0.5) + ".")
             if parts["outside_server"] < -0.1 * lat:
                 claim += " (The server-side terms exceed the latency: the model over-predicts here.)"
-            check = model_check(doc, cell, op)
+            check = model_check(doc, cell, op, sens)
             if check:
                 claim += " " + check[0].upper() + check[1:]
         entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": "p50_us",

@@ -34,7 +34,7 @@ COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "outs
 SERVER_COMPONENTS = COMPONENTS[:-1]
 DURABILITY = ("fsync", "aof_write")
 LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blocked in an AOF write",
-          "cpu_wait": "waiting for a CPU", "on_cpu": "main thread on CPU", "idle": "main thread idle",
+          "cpu_wait": "waiting for a CPU", "on_cpu": "main thread on CPU",
           "other_blocked": "main thread blocked elsewhere",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
 _BUDGET = {"aof_write": "blocked_in_aof_write_pct", "cpu_wait": "waiting_for_cpu_pct",

@@ -68,9 +68,9 @@ def summarize_server(raws: list[dict]) -> dict | None:
     main_off: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     roles: dict[str, dict] = {}
     for raw in raws:
+        main_tid = raw.get("main_tid") or raw.get("pid")
         for t in raw["threads"]:
             # from the name, by today's table (recordings keep the role they were made with)
-            main_tid = raw.get("main_tid") or raw.get("pid")
             role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
             r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
                                         "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float)})

@@ -7,8 +7,7 @@ Conventions (those of valkey#4029):
     latencies negative = better;
   - significance (significance()), with n >= 2 repeats on each side (else unknown): the medians
     differ by at least MIN_EFFECT (10%: three SDs of this host's launch-to-launch A/A spread), AND
-    either the
-    repeats' min-max ranges are disjoint (every repeat of one side beyond every repeat of the
+    either the repeats' min-max ranges are disjoint (every repeat of one side beyond every repeat of the
     other: p = 0.1 by permutation at 3 vs 3) or the clients' own interval samples (the
     benchmark's progress lines, ~4 a second: interval rate for TPS and MB/s, interval mean latency
     for the percentiles) of one side are shifted from the other's in the direction of the metric,
@@ -20,10 +19,10 @@ Conventions (those of valkey#4029):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 from valkeytrace.analysis.server import summarize_server
 
@@ -143,31 +142,6 @@ def delta_pct(base: float | None, cand: float | None) -> float | None:
     return (cand - base) / base * 100.0
 
 
-def rank_test(x: list[float], y: list[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected)."""
-    xs, ys = np.asarray(x, float), np.asarray(y, float)
-    n1, n2 = len(xs), len(ys)
-    allv = np.concatenate([xs, ys])
-    order = allv.argsort(kind="mergesort")
-    ranks = np.empty(len(allv))
-    sorted_v = allv[order]
-    i = 0
-    while i < len(allv):  # average ranks over ties
-        j = i
-        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
-    _, counts = np.unique(allv, return_counts=True)
-    n = n1 + n2
-    var = n1 * n2 / 12 * ((n + 1) - ((counts ** 3 - counts).sum()) / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)
-    return float(math.erfc(max(z, 0.0) / math.sqrt(2)))
-
-
 def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
     """True: a significant change of metric from a to b; False: within noise; None: unknown
     (fewer than 2 repeats on a side, or the metric missing)."""
@@ -185,7 +159,7 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
     xa, xb = a.intervals.get(key) or [], b.intervals.get(key) or []
     if len(xa) >= MIN_SAMPLES and len(xb) >= MIN_SAMPLES:
         same_direction = (np.median(xb) - np.median(xa)) * (vb - va) > 0
-        return bool(same_direction and rank_test(xa, xb) < ALPHA)
+        return bool(same_direction and mannwhitneyu(xa, xb, alternative="two-sided").pvalue < ALPHA)
     return False
 
 

@@ -3,8 +3,8 @@
 
 Operational laws for the closed-loop clients, on what one read-heavy cell measured:
   - the GET-only demand pass (record runs it before each read-heavy cell: no SET, so no AOF write
-    and no fsync whatever the policy): GET rate X_d, mean latency L_d, p50/p99, and the CPU time
-    the main thread and the client took per GET;
+    and no fsync whatever the policy): GET rate X_d, mean latency L_d, p50/p99 (and, as context
+    the prediction does not use, the server's and the client's CPU per GET);
   - the window: the main thread's fsyncs (mean blocked time F), the SET and GET client counts.
 Each client cycles through its latency and its own time between requests, Z = N_get / X_d - L_d
 (Little's law on the pass). Off the main thread, the fsync no longer stalls the loop: the GET path
@@ -30,10 +30,14 @@ def demand(runs: list[dict]) -> dict | None:
         return None
     passes.sort(key=lambda d: d["tps"])
     d = dict(passes[len(passes) // 2])
-    d["main_cpu_us_per_req"] = d["main_cpu_s"] * 1e6 / d["requests"]
-    d["client_cpu_us_per_req"] = d["client_cpu_s"] * 1e6 / d["requests"]
     d["think_us"] = max(0.0, d["clients"] / d["tps"] * 1e6 - d["mean_us"])
     return d
+
+
+def _cpu_per_request(d: dict, key: str) -> float | None:
+    """µs of CPU per GET in the demand pass, from its host_cpu (cores x seconds / requests)."""
+    cores = (d.get("host_cpu") or {}).get(key)
+    return None if cores is None or not d.get("seconds") else round(cores * d["seconds"] * 1e6 / d["requests"], 2)
 
 
 def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
@@ -62,11 +66,12 @@ def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
     shift = lat - d["mean_us"]
     inputs = {"get_clients": n_get, "set_clients": n_set, "demand_get_tps": x_d, "demand_mean_us": d["mean_us"],
               "demand_p50_us": d["p50_us"], "demand_p99_us": d["p99_us"],
-              "client_time_between_requests_us": round(z, 1),
-              "main_cpu_us_per_request": round(d["main_cpu_us_per_req"], 2),
-              "client_cpu_us_per_request": round(d["client_cpu_us_per_req"], 2),
-              "main_fsync_mean_blocked_us": round(fsync_us, 1), "sets_wait_for_fsync": bool(wait),
-              "predicted_set_tps": round(x_set, 1)}
+              "client_time_between_requests_us": round(z, 1), "sets_wait_for_fsync": bool(wait),
+              **({"main_fsync_mean_blocked_us": round(fsync_us, 1)} if wait else {}),
+              "predicted_set_tps": round(x_set, 1),
+              # context, not used by the laws above (each request is taken to cost the same)
+              "context": {"server_cpu_us_per_get": _cpu_per_request(d, "server_cores"),
+                          "client_cpu_us_per_get": _cpu_per_request(d, "clients_cores")}}
     base = {"scenario": scenario, "workload": cell.workload, "op": "GET", "value_size": cell.value_size}
     return [{**base, "metric": "tps", "predicted": round(x_get, 1), "inputs": inputs},
             {**base, "metric": "p50_us", "predicted": round(d["p50_us"] + shift, 1), "inputs": inputs},
@@ -112,10 +117,10 @@ def describe(entries: list[dict]) -> list[str]:
         out.append(f"{workload} {size} B, {SCENARIOS[scenario]}: GET {g['tps']['predicted'] / 1000:.1f}K/s, "
                    f"p50 {_us(g['p50_us']['predicted'])}, p99 {_us(g['p99_us']['predicted'])} "
                    f"(inputs: GET-only pass {i['demand_get_tps'] / 1000:.1f}K/s, mean {_us(i['demand_mean_us'])}; "
-                   f"client time between requests {_us(i['client_time_between_requests_us'])}; main-thread CPU "
-                   f"{i['main_cpu_us_per_request']:.1f} µs and client CPU {i['client_cpu_us_per_request']:.1f} µs "
-                   f"per GET; main-thread fsync {_us(i['main_fsync_mean_blocked_us'])}; {i['get_clients']} GET + "
-                   f"{i['set_clients']} SET clients, SETs at {i['predicted_set_tps'] / 1000:.1f}K/s)")
+                   f"client time between requests {_us(i['client_time_between_requests_us'])}; "
+                   + (f"main-thread fsync {_us(i['main_fsync_mean_blocked_us'])}; " if i["sets_wait_for_fsync"] else "")
+                   + f"{i['get_clients']} GET + {i['set_clients']} SET clients, SETs at "
+                   f"{i['predicted_set_tps'] / 1000:.1f}K/s)")
     return out
 
 

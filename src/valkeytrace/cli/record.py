@@ -82,9 +82,9 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
     """The tracer; with delay_control (not for backend none), one whose fsync delay can be raised
     while the server runs (set_extra_fsync_delay): the shim's own region, or, under eBPF, a paused
     one loaded for that alone."""
-    from valkeytrace.tracers.shim import DelayControl, EbpfWithShimTracer, ShimTracer
+    from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimRegion, ShimTracer
 
-    control = DelayControl() if delay_control and backend == "ebpf" else None
+    control = ShimRegion.delay_control() if delay_control and backend == "ebpf" else None
     if backend == "none":
         return NullTracer(inject)
     if backend == "shim":

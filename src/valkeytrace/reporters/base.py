@@ -61,12 +61,14 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
             gap = explain.server_view_gap(raw, c)
             if gap:
                 views[(c.workload, c.value_size)] = gap
-        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d), views,
-                                whatif.predict_run(cells, d), sensitivity.sensitivity(d)))
+        sens = sensitivity.sensitivity(d)
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views,
+                                whatif.predict_run(cells, d), sens))
     comparison = explanation = checked = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
-        explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc)
+        explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
+                                              (runs[0].sensitivity, runs[1].sensitivity))
         # the scenario whose durability semantics the candidate has
         early = explain.acks_before_fsync(runs[1].doc)
         checked = whatif.check(runs[0].whatif, runs[1].cells,

@@ -310,7 +310,7 @@ class EbpfTracer:
         self.block_threshold_ns = int(block_threshold_us * 1000)
         self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes
         self.inject = inject
-        self.delay_control = delay_control  # shim.DelayControl: an fsync delay added at run time
+        self.delay_control = delay_control  # shim.ShimRegion.delay_control(): an fsync delay added at run time
         self.shim_library = None
         # the shim adds fsync delays (preloaded for that alone, or as the other backend of
         # --backend both): its wrappers are probed, so the delay is in the fsync time

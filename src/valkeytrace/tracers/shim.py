@@ -106,28 +106,6 @@ def preload_env(library: str, shm_path: str | None, inject: dict | None) -> dict
     return env
 
 
-class DelayControl:
-    """A shim region used only to add an fsync delay while the server runs (record
-    --fsync-sensitivity) under a backend other than the shim: paused, so it records nothing."""
-
-    def __init__(self):
-        self.region = ShimRegion(0)
-        self.region.set_paused(True)
-
-    @property
-    def path(self) -> str:
-        return self.region.path
-
-    def chown(self, uid: int, gid: int):
-        self.region.chown(uid, gid)
-
-    def set_extra_delay(self, ns: int):
-        self.region.set_extra_delay(ns)
-
-    def close(self):
-        self.region.close()
-
-
 class ShimRegion:
     """The shared-memory file: created 0600 and exclusive, read through _native, removed on close."""
 
@@ -197,6 +175,14 @@ class ShimRegion:
                                "bytes": {kind: int(s.bytes[CALL_NAMES.index(kind)]) for kind in RECORDED_KINDS},
                                "injected_ns": int(s.injected_ns)}
         return out
+
+    @classmethod
+    def delay_control(cls) -> "ShimRegion":
+        """A region for adding an fsync delay while the server runs (record --fsync-sensitivity)
+        under a backend other than the shim: paused, so the shim records nothing into it."""
+        region = cls(0)
+        region.set_paused(True)
+        return region
 
     def close(self):
         try:

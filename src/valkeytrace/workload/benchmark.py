@@ -142,15 +142,11 @@ def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients:
     return rates[-1]
 
 
-def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
-                 value_size: int, keyspace: int, duration_s: float,
-                 on_start=None, on_end=None) -> dict:
-    """Calibrate, then run `test` for about duration_s; return its parsed report.
-
-    on_start/on_end are called right when the measured client starts and ends (the measured
-    window, for the tracers)."""
-    rate = calibrate(client, host, port, test, clients, value_size, keyspace)
-    requests = max(int(rate * duration_s), clients * 20)
+def run_requests(client: BenchmarkClient, host: str, port: int, test: str, clients: int, value_size: int,
+                 keyspace: int, requests: int, timeout_s: float, on_start=None, on_end=None) -> dict:
+    """Run `test` for a fixed number of requests; its parsed report, with the client's CPU time
+    (its rusage: it is the only child reaped meanwhile). on_start/on_end are called right when the
+    client starts and ends (the measured window, for the tracers)."""
     argv = client_argv(client, host, port, test, clients, value_size, keyspace, requests)
     if on_start:
         on_start()
@@ -158,13 +154,13 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
     proc = ClientProcess(argv)
     try:
         started_wall = time.time()
-        rc = proc.wait(timeout=duration_s * 4 + 30)
-        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the measured client, reaped by wait()
+        rc = proc.wait(timeout=timeout_s)
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         ended_mono = time.monotonic()
         if on_end:
             on_end()
         if rc is None:
-            raise BenchmarkError(f"{test} run did not finish within {duration_s * 4 + 30:.0f}s; stopped it")
+            raise BenchmarkError(f"{test} run did not finish within {timeout_s:.0f}s; stopped it")
     finally:
         proc.stop()  # also on Ctrl-C: no client is ever left behind
     try:
@@ -174,10 +170,24 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
                              f"{proc.output.strip()[-200:]!r}") from exc
     report.update({
         "command": argv,
-        "calibration_rps": rate,
         "started_at": started_wall,
         "window_s": round(ended_mono - proc.started_mono, 3),
         "client_cpu_s": round((children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime), 4),
         "progress": proc.progress_series(proc.started_mono),
     })
+    return report
+
+
+def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
+                 value_size: int, keyspace: int, duration_s: float,
+                 on_start=None, on_end=None) -> dict:
+    """Calibrate, then run `test` for about duration_s; return its parsed report.
+
+    on_start/on_end are called right when the measured client starts and ends (the measured
+    window, for the tracers)."""
+    rate = calibrate(client, host, port, test, clients, value_size, keyspace)
+    requests = max(int(rate * duration_s), clients * 20)
+    report = run_requests(client, host, port, test, clients, value_size, keyspace, requests,
+                          timeout_s=duration_s * 4 + 30, on_start=on_start, on_end=on_end)
+    report["calibration_rps"] = rate
     return report
