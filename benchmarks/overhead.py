@@ -181,6 +181,12 @@ def main():
     workdir = tempfile.mkdtemp(prefix="vt-overhead-")
     summary: dict = {"pairs": args.pairs, "duration_s": args.duration, "slice_s": args.slice,
                      "method": "separate-launches" if args.separate_launches else "same-server"}
+    # what the untraced side is: this harness toggles a loaded tracer; benchmarks/peers.py
+    # measures against nothing loaded at all
+    summary["untraced_side"] = ("a separate record --backend none run (no tracer)" if args.separate_launches else
+                                {"ebpf": "the probes detached, the programs loaded, the poller running",
+                                 "shim": "the shim preloaded and paused", "none": "no tracer (A/A)"})
+    print(f"untraced side: {summary['untraced_side']} (benchmarks/peers.py: against nothing loaded)", flush=True)
     lost = 0
     for backend in args.backends.split(","):
         ratios = {"get_tps": [], "get_p99": [], "set_tps": []}

@@ -75,6 +75,9 @@ class NullTracer:
     def resume(self, target):
         pass
 
+    def pause(self, target):
+        pass
+
     def window_begin(self):
         pass
 
@@ -122,9 +125,14 @@ class Recorder:
         self.owner = owner  # under sudo: the invoking user owns what we write
         self.doc = doc
         self.doc.setdefault("runs", [])
+        self._encoder = recfmt.GrowingDocument()
 
     def _write(self, path):
-        recfmt.write(path, self.doc)
+        # the runs before the first running one are final: run_one() checkpoints when a run ends
+        runs = self.doc["runs"]
+        final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
+        recfmt.write(path, self.doc, self._encoder.encode(self.doc, final))
+        system.release_free_memory()  # the encoded copy of the whole document is garbage now
         if self.owner:
             os.chown(path, *self.owner)
 
@@ -313,23 +321,41 @@ class Recorder:
 
     OVERHEAD_PASS_S = 3.0
 
-    def measure_overhead(self) -> dict:
-        """One untraced and one traced pass of a short read-heavy cell (first size), side by side.
-        The shim is paused for the untraced pass; eBPF probes are attached between the passes."""
+    UNTRACED = {"none": "no tracer", "shim": "the shim preloaded, paused (not recording)",
+                "ebpf": ("nothing loaded (the probes not yet compiled)", "the probes detached, the programs still loaded"),
+                "both": ("the shim paused, no eBPF program loaded", "the shim paused, the eBPF probes detached")}
+
+    def measure_overhead(self, traced_first: bool | None = None) -> dict:
+        """One untraced and one traced pass of a short read-heavy cell (first size), side by side,
+        in random order (traced_first). Untraced: the shim paused; eBPF nothing loaded when
+        untraced comes first, the probes detached (programs loaded) when it comes second."""
+        import random
+
         size = self.settings.sizes[0]
         seconds = min(self.settings.duration_s, self.OVERHEAD_PASS_S)
+        if traced_first is None:
+            traced_first = random.random() < 0.5
+        order = (True, False) if traced_first else (False, True)
+        untraced = self.UNTRACED.get(self.tracer.name, "")
+        if isinstance(untraced, tuple):
+            untraced = untraced[1] if traced_first else untraced[0]
         passes = {}
         self.tracer.start_paused(self.target)
-        for traced in (False, True):
+        for traced in order:
             if traced:
                 self.tracer.resume(self.target)
+            elif traced_first:
+                self.tracer.pause(self.target)
             run = {"ops": {}}
             self._read_heavy(run, size, traced=traced, duration_s=seconds)
             get, bg = run["ops"]["GET"], run["ops"]["SET"]
             passes["traced" if traced else "untraced"] = {"get_tps": get["tps"], "get_p99_us": get["p99_us"],
                                                           "set_tps": bg["tps"]}
+        if traced_first:
+            self.tracer.resume(self.target)  # the matrix is traced
         u, t = passes["untraced"], passes["traced"]
         return {"backend": self.tracer.name, "cell": f"read-heavy {size} B", "duration_s": seconds, **passes,
+                "order": "traced first" if traced_first else "untraced first", "untraced_side": untraced,
                 "get_tps_ratio": t["get_tps"] / u["get_tps"] if u["get_tps"] else None,
                 "get_p99_ratio": t["get_p99_us"] / u["get_p99_us"] if u["get_p99_us"] else None,
                 "note": "one pass each: a single pair on a noisy machine; benchmarks/overhead.py takes medians"}

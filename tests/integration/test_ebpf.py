@@ -231,3 +231,72 @@ def test_export_perfetto_and_html_from_a_real_recording(tmp_path):
     text = html.read_text()
     assert text.count("<svg") >= 3 and "<script" not in text and "http" not in text.split("<svg", 1)[0]
     assert len(list((tmp_path / "png").glob("*.png"))) >= 3
+
+
+@pytest.mark.parametrize("traced_first", [True, False])
+def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(tmp_path, traced_first):
+    """record --measure-overhead picks its order at random; both orders say what the untraced
+    side was, and the runs after it are traced (the probes attached again after a traced-first
+    pair detached them)."""
+    from valkeytrace.analysis.server import summarize_server
+    from valkeytrace.recorder import Recorder, Settings
+    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.tracers.ebpf import EbpfTracer, unusable_reason
+    from valkeytrace.workload.clients import find_client
+
+    if unusable_reason():
+        pytest.skip(f"no eBPF here: {unusable_reason()}")
+    settings = Settings(workloads=("read-heavy",), sizes=(64,), repeat=1, duration_s=1.5, keyspace=2000,
+                        get_clients=50, set_clients=8, write_clients=50, backend="ebpf")
+    tracer = EbpfTracer()
+    srv = EmbeddedServer(appendfsync="always", io_threads=1)
+    try:
+        rec = Recorder(srv, find_client(), settings, tracer, str(tmp_path / "o.vtrace"), {"runs": []})
+        o = rec.measure_overhead(traced_first=traced_first)
+        assert o["order"] == ("traced first" if traced_first else "untraced first")
+        assert o["untraced_side"] == ("the probes detached, the programs still loaded" if traced_first
+                                      else "nothing loaded (the probes not yet compiled)")
+        assert o["get_tps_ratio"] > 0
+        run = rec.run_one(1, "read-heavy", 64)
+        assert run["status"] == "ok", run["error"]
+        main = summarize_server([run["server"]])["main_thread"]
+        assert main["fdatasync_count"] > 100  # appendfsync always: traced after the pair
+    finally:
+        tracer.stop()
+        srv.stop()
+
+
+def test_attached_under_load_the_probes_still_find_the_syscall_number():
+    """The start-up check of the saved-register offset sleeps a thread of ours; under load the
+    CPU it leaves goes to the server, and a check that ignored such switches failed (2-9 hits of
+    20): attached to a busy server, the tracer lost the idle cause and fell back to call-site
+    uprobes for AOF writes (a costlier probe set). Three starts under a saturating load."""
+    from valkeytrace.target.server import AttachedServer, EmbeddedServer
+    from valkeytrace.tracers.ebpf import EbpfTracer, unusable_reason
+    from valkeytrace.workload import keyspace
+    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
+    from valkeytrace.workload.clients import find_client
+
+    if unusable_reason():
+        pytest.skip(f"no eBPF here: {unusable_reason()}")
+    srv = EmbeddedServer(appendfsync="always", io_threads=2)
+    loads = []
+    try:
+        keyspace.fill(srv.client(), 2000, 64)
+        client = find_client()
+        loads = [ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 2000, ENDLESS_REQUESTS))
+                 for test, c in (("SET", 8), ("GET", 50))]
+        time.sleep(1.0)
+        for _ in range(3):
+            t = EbpfTracer()
+            t.start(AttachedServer(srv.pid))
+            try:
+                assert t.info["idle_cause"], t.info
+                if t.info["call_source"].startswith("ext4"):  # the AOF on ext4: no uprobe at all
+                    assert t.info["call_source"] == "ext4 tracepoints", t.info["call_source"]
+            finally:
+                t.stop()
+    finally:
+        for p in loads:
+            p.stop()
+        srv.stop()

@@ -30,18 +30,59 @@ MAX_FILE_BYTES = 1 << 30          # refuse absurd files before reading them
 MAX_DOCUMENT_BYTES = 4 << 30      # bound on the decompressed JSON (zip-bomb guard)
 
 
+def _json(obj) -> str:
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):  # a NaN, an infinity or a tuple key: only then walk it all
+        return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
+
+
+def _preamble() -> bytes:
+    return MAGIC + f"format {FORMAT_VERSION}\n".encode()
+
+
 def encode(doc: dict) -> bytes:
-    payload = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    return MAGIC + f"format {FORMAT_VERSION}\n".encode() + zlib.compress(payload, 6)
+    return _preamble() + zlib.compress(_json(doc).encode("utf-8"), 6)
 
 
-def write(path: str | os.PathLike, doc: dict) -> None:
-    """Atomically write doc to path: the old file, if any, survives any failure."""
+class GrowingDocument:
+    """Encodes one document again and again as its runs grow (a recording's checkpoints), in
+    time proportional to what changed: each run that is final is serialised and compressed once,
+    into a compressor whose state is kept; a checkpoint copies that state and adds only the rest
+    of the document. The document is written as {"runs": [...], <the other keys>}: the same JSON
+    object as encode() gives (key order aside), one zlib stream, read by read() like any other.
+    Rewriting the whole recording at every window edge cost 50-120 ms of CPU a window, growing
+    with the recording (docs/performance.md, the tracer's own cost)."""
+
+    def __init__(self):
+        self._z = zlib.compressobj(6)
+        self._out = [self._z.compress(b'{"runs":[')]
+        self._final = 0
+
+    def encode(self, doc: dict, final_runs: int) -> bytes:
+        """doc's runs[:final_runs] will not change again; the rest may."""
+        runs = doc.get("runs") or []
+        if final_runs > len(runs) or final_runs < self._final:
+            raise ValueError("final_runs must not shrink or exceed the runs")
+        for i in range(self._final, final_runs):
+            self._out.append(self._z.compress(((b"," if i else b"") + _json(runs[i]).encode("utf-8"))))
+        self._final = final_runs
+        z = self._z.copy()
+        open_runs = "".join(("," if i else "") + _json(runs[i]) for i in range(final_runs, len(runs)))
+        rest = _json({k: v for k, v in doc.items() if k != "runs"})
+        tail = open_runs + "]" + ("}" if rest == "{}" else "," + rest[1:])
+        return _preamble() + b"".join(self._out) + z.compress(tail.encode("utf-8")) + z.flush()
+
+
+def write(path: str | os.PathLike, doc: dict, data: bytes | None = None) -> None:
+    """Atomically write doc (or its encoding, data, e.g. from GrowingDocument) to path: the old
+    file, if any, survives any failure."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise VTError(f"cannot write {path}: directory {directory} does not exist")
-    data = encode(_clean(doc))
+    if data is None:
+        data = encode(doc)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:

@@ -110,8 +110,11 @@ def overhead_line(run: AnalysedRun) -> str:
     if not o or not o.get("get_tps_ratio"):
         return ""
     p99 = f", GET p99 x{o['get_p99_ratio']:.3f}" if o.get("get_p99_ratio") else ""
+    order = f", {o['order']}" if o.get("order") else ""
+    untraced = f"; untraced = {o['untraced_side']}" if o.get("untraced_side") else ""
     return (f"tracer overhead ({o.get('backend')}, {o.get('cell')}, one untraced/traced pair of "
-            f"{o.get('duration_s')} s): GET TPS x{o['get_tps_ratio']:.3f}{p99}")
+            f"{o.get('duration_s')} s{order}{untraced}): GET TPS x{o['get_tps_ratio']:.3f}{p99} "
+            "(one pair: an indication; benchmarks/peers.py measures it)")
 
 
 def fmt_pct(value: float | None) -> str:

@@ -351,7 +351,14 @@ class EbpfTracer:
         pass  # probes attach in resume(): before that the server runs untraced
 
     def resume(self, target):
-        self.start(target)
+        if self.bpf is None:
+            self.start(target)
+        else:
+            self.set_attached(True)
+
+    def pause(self, target):
+        """Untraced after a traced stretch: the probes detached, the programs still loaded."""
+        self.set_attached(False)
 
     def start(self, target):
         import_bcc()  # a VTError before anything starts when bcc is missing
@@ -444,6 +451,7 @@ class EbpfTracer:
         if self._loop_probe:
             self.info["loop_sample_duty"] = LOOP_DUTY
         self.target = target
+        system.release_free_memory()  # the compiler's free heap (docs/performance.md, tracer's cost)
         self._refresh()
         self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
         self._poller.start()

@@ -225,6 +225,9 @@ class ShimTracer:
     def resume(self, target):
         self.region.set_paused(False)
 
+    def pause(self, target):
+        self.region.set_paused(True)
+
     def start(self, target):
         self.pid = target.pid
         # the shim sees loop iterations only as the main thread's epoll_wait returns; with I/O
@@ -335,7 +338,11 @@ class EbpfWithShimTracer:
 
     def resume(self, target):
         self.shim.resume(target)
-        self.ebpf.start(target)
+        self.ebpf.resume(target)
+
+    def pause(self, target):
+        self.shim.pause(target)
+        self.ebpf.pause(target)
 
     def window_begin(self):
         self.shim.window_begin()
