@@ -34,7 +34,24 @@ def test_identical_sides_give_ratio_one_and_a_narrow_interval():
     assert peers.interval(s, "get_tps", np.random.default_rng(0)) == (1.0, 1.0)
 
 
-def test_p99_uses_the_median_slice():
+def test_p99_without_distributions_is_the_median_slice():
     s = slices([100, 100, 100, 100], [100, 100, 100, 10000])  # one wild traced slice
     assert peers.ratio(s, "get_p99_us") == 1.0
     assert peers.ratio(s, "get_tps") > 20
+
+
+def uniform_dist(hi_ms):
+    """A percentile distribution of latencies uniform on [0, hi_ms]: [[percent, ms], ...]."""
+    return [[p, hi_ms * p / 100] for p in (0, 50, 75, 87.5, 93.75, 99, 100)]
+
+
+def test_pooled_p99_is_the_p99_of_all_requests():
+    # untraced: two slices uniform on [0, 1] ms; traced: one on [0, 1], one on [0, 3] ms. Pooled
+    # traced CDF at x >= 1 ms: (1 + x/3) / 2, which reaches 99% at x = 2.94 ms
+    s = [{"group": 0, "traced": False, "get_p99_us": 990.0, "dist": uniform_dist(1.0)},
+         {"group": 0, "traced": False, "get_p99_us": 990.0, "dist": uniform_dist(1.0)},
+         {"group": 0, "traced": True, "get_p99_us": 990.0, "dist": uniform_dist(1.0)},
+         {"group": 0, "traced": True, "get_p99_us": 2970.0, "dist": uniform_dist(3.0)}]
+    assert abs(peers.side_value(s, "get_p99_us", False) - 990.0) < 1
+    assert abs(peers.side_value(s, "get_p99_us", True) - 2940.0) < 1
+    assert abs(peers.ratio(s, "get_p99_us") - 2940 / 990) < 0.01
