@@ -225,6 +225,45 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
     assert len(acked) == 300 and missing == []
 
 
+def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(needs_bpf):
+    """The crash test above cannot fail the way it should (kill -9 keeps the page cache), so the
+    real call is counted independently: GIVEN appendfsync always with the shim adding +2 ms per
+    fsync, WHEN a SET load runs, THEN the server's fdatasync(2) syscalls counted at the kernel's
+    sys_enter_fdatasync tracepoint (probes/selftest.bpf.c, no shim involved) equal the calls the
+    shim timed. Both counts are read with no load running, so no call is in flight at either edge."""
+    import time
+
+    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.tracers.ebpf import compile_probe
+    from valkeytrace.workload.clients import find_client
+
+    def shim_fdatasyncs():
+        return sum(int(t["kinds"]["fdatasync"][0].sum()) for t in region.snapshot().values()
+                   if "fdatasync" in t["kinds"])
+
+    region = ShimRegion()
+    env = {**os.environ, **preload_env(shim_library(), region.path, parse_fsync_delay("2ms"))}
+    srv = EmbeddedServer(appendfsync="always", env=env)
+    bpf = None
+    try:
+        bpf = compile_probe("selftest", TARGET_TGID=srv.pid)
+        kernel = bpf[b"fdatasync_calls"]
+        time.sleep(0.3)
+        k0, s0 = int(kernel[0].value), shim_fdatasyncs()
+        load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
+                                 "-n", "2000", "-r", "5000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert load.wait(timeout=60) == 0
+        time.sleep(0.3)
+        k1, s1 = int(kernel[0].value), shim_fdatasyncs()
+    finally:
+        if bpf is not None:
+            bpf.cleanup()
+        srv.stop()
+        region.close()
+    assert s1 - s0 >= 200  # 2,000 SETs by 8 clients at ~2 ms per fsync: hundreds of fsyncs
+    assert k1 - k0 == s1 - s0, f"kernel saw {k1 - k0} fdatasync calls, the shim timed {s1 - s0}"
+
+
 def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs_bpf, tmp_path):
     out = tmp_path / "both.vtrace"
     res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",

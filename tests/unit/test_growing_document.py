@@ -46,3 +46,25 @@ def test_final_runs_cannot_shrink_or_exceed_the_runs():
         enc.encode(doc, 1)
     with pytest.raises(ValueError):
         enc.encode(doc, 3)
+
+
+def test_an_interrupt_inside_encode_leaves_later_writes_whole(monkeypatch):
+    """A SIGTERM (KeyboardInterrupt) landing while a run is being added used to advance the
+    compressor without keeping its output: every later checkpoint, and the final file, did not
+    decode ("invalid distance too far back")."""
+    enc = recfmt.GrowingDocument()
+    doc = doc_with([a_run(0), a_run(1)])
+    enc.encode(doc, 1)
+    real, calls = recfmt._json, []
+
+    def interrupted(obj):
+        calls.append(obj)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(obj)
+    doc["runs"].append(a_run(2))
+    monkeypatch.setattr(recfmt, "_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        enc.encode(doc, 3)  # run 1 encoded and compressed, run 2 interrupted
+    monkeypatch.setattr(recfmt, "_json", real)
+    assert recfmt.decode(enc.encode(doc, 3)) == recfmt.decode(recfmt.encode(doc))

@@ -11,9 +11,11 @@ from valkeytrace import system
 
 OK, WARN, FAIL, NOTE = "OK", "WARN", "FAIL", "NOTE"
 
-TRACEPOINTS = [("syscalls", f"sys_{d}_{c}") for c in ("fdatasync", "fsync", "write", "pwrite64")
-               for d in ("enter", "exit")] + [("sched", "sched_switch"), ("raw_syscalls", "sys_enter"),
-                                              ("raw_syscalls", "sys_exit")]
+# what each probe source needs: the default path (off-CPU from sched_switch; fsync and AOF writes
+# from ext4's tracepoints when the AOF is on ext4) and the fallbacks (call sites, then syscalls)
+TRACEPOINTS_REQUIRED = [("sched", "sched_switch")]
+TRACEPOINTS_FALLBACK = [("syscalls", f"sys_{d}_{c}") for c in ("fdatasync", "fsync") for d in ("enter", "exit")] \
+    + [("raw_syscalls", "sys_enter"), ("raw_syscalls", "sys_exit")]
 
 
 @dataclass
@@ -77,16 +79,51 @@ def run_checks() -> list[Check]:
                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                       "install matching linux-headers, or run doctor --fix to link the nearest ones"))
 
-    # tracepoints
-    missing = [f"{c}:{e}" for c, e in TRACEPOINTS if not system.tracepoint_exists(c, e)]
+    # tracepoints: the ones the default path uses, then the fallbacks'
+    def absent(tps):
+        return [f"{c}:{e}" for c, e in tps if not system.tracepoint_exists(c, e)]
     if not tfs:
         add(Check("tracepoints", FAIL, "tracefs not mounted", "doctor --fix"))
-    elif missing:
-        add(Check("tracepoints", FAIL, "missing " + ", ".join(missing),
-                  "a kernel with CONFIG_FTRACE_SYSCALLS and sched tracepoints"))
     else:
-        add(Check("tracepoints", OK, f"{len(TRACEPOINTS)} present (syscalls fdatasync/fsync/write/pwrite64, "
-                  "raw_syscalls sys_enter/exit, sched_switch)"))
+        missing = absent(TRACEPOINTS_REQUIRED)
+        add(Check("sched tracepoint", FAIL, "missing sched:sched_switch (off-CPU time)", "a kernel with sched tracepoints")
+            if missing else Check("sched tracepoint", OK, "sched:sched_switch present (off-CPU time and its causes)"))
+        fs = [("ext4", e) for e in ebpf.FS_TRACEPOINTS["ext4"] if e not in ("ext4_write_begin", "ext4_write_end",
+                                                                             "ext4_journalled_write_end")]
+        missing = absent(fs)
+        add(Check("ext4 tracepoints", WARN, "missing " + ", ".join(missing) + ": fsync and AOF writes are timed "
+                  "at call-site uprobes instead (costlier: docs/performance.md)", needed_for_ebpf=False)
+            if missing else Check("ext4 tracepoints", OK, f"{len(fs)} present (fsync and AOF writes of an AOF on "
+                                  "ext4, no uprobe)" + ("" if system.tracepoint_exists(*ebpf.FS_JOURNAL_START)
+                                                        else "; no ext4_journal_start_inode (kernel < 6.5): an "
+                                                        "AOF write begins at its first write_begin")))
+        missing = absent(TRACEPOINTS_FALLBACK)
+        add(Check("syscall tracepoints", WARN, "missing " + ", ".join(missing) + ": no syscall fallback (a stripped "
+                  "binary off ext4) and no --socket-writes under eBPF", "a kernel with CONFIG_FTRACE_SYSCALLS",
+                  needed_for_ebpf=False)
+            if missing else Check("syscall tracepoints", OK, "fdatasync/fsync and raw_syscalls present (the "
+                                  "fallback source and --socket-writes)"))
+
+    # BTF and bpftool: task_struct offsets for the raw sched_switch probe and the idle cause
+    import shutil as _shutil
+
+    btf = os.path.exists("/sys/kernel/btf/vmlinux")
+    bpftool = _shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
+                                                if os.path.exists(p)), None)
+    if not btf:
+        add(Check("BTF", WARN, "no /sys/kernel/btf/vmlinux: the regular sched_switch tracepoint is used and "
+                  "off-CPU intervals have no idle cause", "a kernel with CONFIG_DEBUG_INFO_BTF", needed_for_ebpf=False))
+    elif not bpftool:
+        add(Check("BTF", WARN, "BTF present but no bpftool to read it: no raw sched_switch, no idle cause",
+                  "apt-get install bpftool", needed_for_ebpf=False))
+    else:
+        offsets = ebpf.task_offsets()
+        if offsets.get("pid") and offsets.get("stack"):
+            add(Check("BTF", OK, f"task_struct offsets read with {bpftool} (pid +{offsets['pid']}, "
+                      f"stack +{offsets['stack']})"))
+        else:
+            add(Check("BTF", WARN, f"{bpftool} found no task_struct pid/stack offsets in the BTF: no raw "
+                      "sched_switch, no idle cause", needed_for_ebpf=False))
 
     if system.uprobes_supported():
         add(Check("uprobes", OK, "uprobe_events present (call-site and event-loop probes)"))

@@ -55,23 +55,28 @@ class GrowingDocument:
     with the recording (docs/performance.md, the tracer's own cost)."""
 
     def __init__(self):
-        self._z = zlib.compressobj(6)
-        self._out = [self._z.compress(b'{"runs":[')]
-        self._final = 0
+        z = zlib.compressobj(6)
+        # (compressor, its output so far, runs in it): one attribute, replaced in one store, so
+        # that an exception anywhere in encode() (Ctrl-C, SIGTERM) leaves a consistent state; a
+        # compressor advanced without its output kept corrupts every later write
+        self._state = (z, [z.compress(b'{"runs":[')], 0)
 
     def encode(self, doc: dict, final_runs: int) -> bytes:
         """doc's runs[:final_runs] will not change again; the rest may."""
         runs = doc.get("runs") or []
-        if final_runs > len(runs) or final_runs < self._final:
+        z, out, done = self._state
+        if final_runs > len(runs) or final_runs < done:
             raise ValueError("final_runs must not shrink or exceed the runs")
-        for i in range(self._final, final_runs):
-            self._out.append(self._z.compress(((b"," if i else b"") + _json(runs[i]).encode("utf-8"))))
-        self._final = final_runs
-        z = self._z.copy()
+        if final_runs > done:
+            z, out = z.copy(), list(out)
+            for i in range(done, final_runs):
+                out.append(z.compress(((b"," if i else b"") + _json(runs[i]).encode("utf-8"))))
+            self._state = (z, out, final_runs)
+        z = z.copy()
         open_runs = "".join(("," if i else "") + _json(runs[i]) for i in range(final_runs, len(runs)))
         rest = _json({k: v for k, v in doc.items() if k != "runs"})
         tail = open_runs + "]" + ("}" if rest == "{}" else "," + rest[1:])
-        return _preamble() + b"".join(self._out) + z.compress(tail.encode("utf-8")) + z.flush()
+        return _preamble() + b"".join(out) + z.compress(tail.encode("utf-8")) + z.flush()
 
 
 def write(path: str | os.PathLike, doc: dict, data: bytes | None = None) -> None:

