@@ -278,5 +278,8 @@ def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs
     for p50 in (f["ebpf_p50_us"], f["shim_p50_us"]):
         assert 4000 <= p50 <= 4800
     assert rep["runs"][0]["emulation"]["fsync_delay"]["median_ns"] == 4_000_000
+    # the fsyncs were timed at the shim's wrappers, not at ext4's tracepoints: the label says so
+    assert server["call_source"].startswith("the shim's wrappers for fsyncs"), server["call_source"]
     text = subprocess.run([VT, "report", str(out)], capture_output=True, text=True).stdout
     assert "emulated: +4 ms per call" in text
+    assert "calls timed at the shim's wrappers for fsyncs" in " ".join(text.split())  # rich wraps lines

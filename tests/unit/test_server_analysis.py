@@ -53,9 +53,11 @@ def test_budget_splits_off_cpu_by_cause_and_state_and_sums_to_100():
     assert sum(b[k] for k in BUDGET_KEYS) == pytest.approx(100.0)
 
 
-def test_budget_never_exceeds_wall():
+def test_budget_never_exceeds_wall_and_says_it_scaled():
     b = budget({"fdatasync": {"io": 1500}}, 1000)
     assert b["blocked_in_fsync_pct"] == pytest.approx(100.0) and b["on_cpu_pct"] == pytest.approx(0.0)
+    assert b["off_cpu_over_wall_pct"] == pytest.approx(150.0)
+    assert budget({"fdatasync": {"io": 500}}, 1000)["off_cpu_over_wall_pct"] is None
 
 
 def _thread(tid, name, role, fdatasync_ns=(), off=None):
@@ -87,3 +89,17 @@ def test_summary_merges_repeats_and_io_threads_by_role():
 
 def test_no_tracer_data_gives_no_server_section():
     assert summarize_server([None, None]) is None
+
+
+def test_on_cpu_is_marked_unmeasured_without_scheduler_data():
+    """The shim with no schedstat has only its timed calls: what is left of the wall is not
+    measured on-CPU time, and the summary says so; eBPF's sched group or a thread's sched data
+    measures it."""
+    def window(**extra):
+        return {"backend": "shim", "window_ns": 10**9, "lost_events": 0, "threads": [
+            dict(_thread(1, "valkey-server", "main", [4_000_000] * 10, {"fdatasync": {"io": 4 * 10**7}}), **extra)]}
+    assert summarize_server([window()])["main_thread"]["on_cpu_measured"] is False
+    with_sched = window(sched={"on_cpu_ns": 5 * 10**8, "runqueue_ns": 10**8})
+    assert summarize_server([with_sched])["main_thread"]["on_cpu_measured"] is True
+    ebpf = dict(window(), backend="ebpf", probe={"probe_groups": ["calls", "fs", "sched"]})
+    assert summarize_server([ebpf])["main_thread"]["on_cpu_measured"] is True

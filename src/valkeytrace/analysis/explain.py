@@ -74,7 +74,7 @@ def _where(label: str, server: dict, latency_us: float | None = None) -> str:
     if m.get("loop_iteration_tw_p50_us"):
         parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted, sampled)"
                      + _iterations(latency_us, server))
-    elif m.get("loop_iteration_mean_us") and m.get("loop_iterations_per_s"):
+    elif m.get("loop_iteration_mean_us") and m.get("loop_iterations_per_s") and m.get("loop_iterations_counted", True):
         parts.append(f"{m['loop_iterations_per_s']:.0f} loop iterations/s, mean {_ms(m['loop_iteration_mean_us'])}")
     if (m.get("waiting_for_cpu_pct") or 0) >= 10:
         parts.append(f"it waited for a CPU {m['waiting_for_cpu_pct']:.0f}% of the time")

@@ -49,13 +49,15 @@ def budget(off_cpu_ns: dict, wall_ns: int) -> dict:
                 ns[CAUSE_TO_BUDGET.get(cause, "other_blocked_pct")] += v
     off = sum(ns.values())
     if wall_ns <= 0:
-        return {k: None for k in BUDGET_KEYS}
-    if off > wall_ns:  # edge effects: never report more than the wall
+        return {**{k: None for k in BUDGET_KEYS}, "off_cpu_over_wall_pct": None}
+    over = None
+    if off > wall_ns:  # edge effects: never report more than the wall (and say it was scaled)
+        over = 100.0 * off / wall_ns
         scale = wall_ns / off
         ns = {k: v * scale for k, v in ns.items()}
         off = wall_ns
     ns["on_cpu_pct"] = wall_ns - off
-    return {k: 100.0 * v / wall_ns for k, v in ns.items()}
+    return {**{k: 100.0 * v / wall_ns for k, v in ns.items()}, "off_cpu_over_wall_pct": over}
 
 
 def summarize_server(raws: list[dict]) -> dict | None:
@@ -67,6 +69,9 @@ def summarize_server(raws: list[dict]) -> dict | None:
     main_calls: dict[str, LatencyHistogram] = defaultdict(LatencyHistogram)
     main_off: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     roles: dict[str, dict] = {}
+    # without scheduler data (the shim where /proc has no schedstat), "on CPU" is only "not in a
+    # timed call": reports say so
+    on_cpu_measured = any("sched" in ((raw.get("probe") or {}).get("probe_groups") or ()) for raw in raws)
     for raw in raws:
         main_tid = raw.get("main_tid") or raw.get("pid")
         for t in raw["threads"]:
@@ -82,6 +87,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
                 if role == "main":
                     main_calls[call].merge(_hist(rec))
             sched = t.get("sched")
+            on_cpu_measured = on_cpu_measured or bool(sched and role == "main")
             if sched:  # the kernel's own accounting covers intervals that began before the probes
                 r["off_cpu_ns"]["runnable"] += sched["runqueue_ns"]
                 r["off_cpu_ns"]["blocked"] += max(0, raw["window_ns"] - sched["on_cpu_ns"] - sched["runqueue_ns"])
@@ -109,7 +115,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
     main = {"wall_ms": wall_ns / 1e6,
             "fdatasync_count": fds.count, "fdatasync_p50_us": p(fds, 50), "fdatasync_p99_us": p(fds, 99),
             "fsync_count": main_calls["fsync"].count,
-            **budget(main_off, wall_ns),
+            **budget(main_off, wall_ns), "on_cpu_measured": on_cpu_measured,
             "loop_iterations": iterations, "loop_iterations_counted": iterations_counted,
             "loop_iteration_p50_us": p(loop, 50),
             "loop_iteration_p99_us": p(loop, 99), "loop_iteration_mean_us": mean_us,

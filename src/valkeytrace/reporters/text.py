@@ -116,7 +116,19 @@ def server_tables(console, label: str, cell) -> None:
              ("idle (epoll_wait)", "idle_pct"), ("other blocked", "other_blocked_pct")]
     console.print("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in parts
                                                     if m[key] is not None))
-    if m["loop_iterations"]:
+    if m.get("on_cpu_measured") is False:
+        console.print("  (no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time)")
+    if m.get("off_cpu_over_wall_pct"):
+        console.print(f"  (off-CPU intervals added up to {m['off_cpu_over_wall_pct']:.0f}% of the window, intervals "
+                      "straddling its edges; scaled to 100%)")
+    if m["loop_iterations"] and not m.get("loop_iterations_counted", True):
+        # a sample (the beforeSleep uprobe attached part of the time) and no server count to
+        # scale it by (INFO without eventloop_cycles: valkey < 7.2, Redis): not a total
+        console.print(f"event loop ({srv.get('loop_source')}): a sample of {m['loop_iterations']:,} iterations "
+                      f"(not a total: this server's INFO has no eventloop_cycles), p50 "
+                      f"{_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
+                      + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
+    elif m["loop_iterations"]:
         sampled = m.get("loop_iterations_sampled")
         if not sampled:
             dist = "no distribution (record --loop-sample)"
@@ -127,6 +139,9 @@ def server_tables(console, label: str, cell) -> None:
         console.print(f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
                       f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"
                       + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
+    else:
+        console.print("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
+                      "and Redis; record --loop-sample samples iteration durations)")
     cc = srv.get("cross_check")
     if cc:
         f = cc["fdatasync"]

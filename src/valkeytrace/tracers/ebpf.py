@@ -242,14 +242,20 @@ def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, g
             "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
 
 
-def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True) -> str:
+def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,
+                shim_wrappers: bool = False) -> str:
     """How fsyncs and AOF writes were timed, as recordings and reports name it. write_sites: with
-    the fs tracepoints, AOF writes begin at their call sites (without the syscall number)."""
+    the fs tracepoints, AOF writes begin at their call sites (without the syscall number).
+    shim_wrappers: fsyncs were timed at the shim's wrappers (an injected delay is in the figure),
+    whatever times the AOF writes."""
     if syscalls:
-        return "syscalls"
-    if not fs_sync:
-        return "call sites"
-    return f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
+        source = "syscalls"
+    elif not fs_sync:
+        source = "call sites"
+    else:
+        source = f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
+    return (f"the shim's wrappers for fsyncs (uprobes; the injected delay included), {source} for AOF writes"
+            if shim_wrappers else source)
 
 
 def printable_program(defines: dict, groups=DEFAULT_GROUPS) -> str:
@@ -440,7 +446,8 @@ class EbpfTracer:
         self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
                      "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups
                                                                                   else "INFO stats"),
-                     "call_source": call_source(syscalls, fs_sync, fstype, write_sites=bool(call_sites)),
+                     "call_source": call_source(syscalls, fs_sync, fstype, write_sites=bool(call_sites),
+                                                shim_wrappers=shim_probes),
                      "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                      "exit_emulated": c.exit_emulated} for c in call_sites],
                      "flush_probe": flush_probe, "shim_probes": shim_probes,
