@@ -9,6 +9,8 @@ in every group, and nothing of the tool is present on the A side.
 
 Tools (--tools, in this order):
   none                  the A/A control: the same slices and pauses, nothing started
+  valkeytrace-process   `record --attach PID --workload none --backend none`: valkeytrace's
+                        process, windows and INFO reads without any probe (not in --quick)
   strace                the recipe in Valkey's latency docs: strace -f -p PID -T -e trace=fdatasync
   bpftrace              benchmarks/peers.bt: per-thread fdatasync/fsync latency and the main
                         thread's off-CPU time by scheduler state (it reports less than valkeytrace)
@@ -65,7 +67,7 @@ READY_TIMEOUT_S = 60.0
 LIVE: set = set()  # tool processes running now: stopped on the way out, whatever happens
 SETTLE_S = 0.8  # after a tool starts or stops, before the next slice
 WHOLE_WINDOW_S = 10.0  # record's default --duration
-QUICK_GROUPS = {"none": 2, "strace": 1, "bpftrace": 2, "perf": 1, "valkeytrace-ebpf": 14,
+QUICK_GROUPS = {"none": 2, "valkeytrace-process": 0, "strace": 1, "bpftrace": 2, "perf": 1, "valkeytrace-ebpf": 14,
                 "valkeytrace-ebpf-launched": 2, "valkeytrace-shim": 2}
 ALL_TOOLS = list(QUICK_GROUPS)
 
@@ -175,17 +177,18 @@ class ValkeytraceAttach(External):
     """valkeytrace record --attach: each start writes its own recording (read for lost events).
     Windows of `window_s` seconds, `windows` of them (None: until stopped)."""
 
-    def __init__(self, pid: int, workdir: str, window_s: float = 4.0, windows: int | None = None):
+    def __init__(self, pid: int, workdir: str, window_s: float = 4.0, windows: int | None = None,
+                 backend: str = "ebpf"):
         self.workdir, self.n = workdir, 0
-        super().__init__("valkeytrace-ebpf", [], None, workdir)
-        self.pid, self.window_s, self.windows = pid, window_s, windows
+        super().__init__(f"valkeytrace-{backend}", [], None, workdir)
+        self.pid, self.window_s, self.windows, self.backend = pid, window_s, windows, backend
         self.lost = 0
         self.attach_ms: list[float] = []
 
     def start(self):
         self.n += 1
-        self.rec = os.path.join(self.workdir, f"attach-{self.n}.vtrace")
-        self.argv = [VT, "record", "--attach", str(self.pid), "--workload", "none", "--backend", "ebpf",
+        self.rec = os.path.join(self.workdir, f"attach-{self.backend}-{self.n}.vtrace")
+        self.argv = [VT, "record", "--attach", str(self.pid), "--workload", "none", "--backend", self.backend,
                      "--repeat", str(self.windows or 100000), "--duration", f"{self.window_s:g}", "-o", self.rec]
         super().start()
 
@@ -451,7 +454,8 @@ def main():
             skipped[tool] = f"{exe} is not installed (make setup installs it)"
     if "perf" in tools and (why := perf_works()):
         skipped["perf"] = why
-    tools = [t for t in ALL_TOOLS if t in tools and t not in skipped]  # the shim last: it has its own server
+    tools = [t for t in ALL_TOOLS if t in tools and t not in skipped  # the shim last: it has its own server
+             and not (args.quick and not args.groups and QUICK_GROUPS[t] == 0)]
 
     from valkeytrace.target.server import EmbeddedServer
     from valkeytrace.workload.clients import find_client
@@ -484,6 +488,8 @@ def main():
                                        "-o", os.path.join(workdir, "perf.txt")], None, workdir)
             elif name == "valkeytrace-ebpf":
                 tool = ValkeytraceAttach(srv.pid, workdir)
+            elif name == "valkeytrace-process":
+                tool = ValkeytraceAttach(srv.pid, workdir, backend="none")
             elif name == "valkeytrace-ebpf-launched":
                 from valkeytrace.tracers.ebpf import EbpfTracer
 
