@@ -207,33 +207,35 @@ class ValkeytraceAttach(External):
 
 
 class InProcess:
-    """A valkeytrace tracer object in this process (the launched path, or the shim)."""
+    """A valkeytrace tracer object in this process, on target: made and started at each start,
+    stopped (everything unloaded) at each stop; or, for the shim, which cannot leave a running
+    server, one loaded tracer resumed and paused (its own resume()/pause())."""
 
-    def __init__(self, name: str, make, toggle=None):
-        self.name, self.make, self.toggle = name, make, toggle
+    def __init__(self, name: str, target, make=None, loaded=None):
+        self.name, self.target, self.make, self.loaded = name, target, make, loaded
         self.runs: list[dict] = []
         self.lost = 0
-        self.tracer = None
-        self.shim = None  # the shim's tracer, loaded for the whole run, when toggle is given
+        self.tracer = loaded
 
     def start(self):
         t0 = time.monotonic()
-        if self.toggle is not None:  # the shim: loaded once, recording switched on
-            self.toggle(True)
+        if self.loaded is not None:
+            self.loaded.resume(self.target)
         else:
             self.tracer = self.make()
+            self.tracer.start(self.target)
         self.runs.append({"ready_s": time.monotonic() - t0})
 
     def slice_begin(self):
-        (self.tracer or self.shim).window_begin()
+        self.tracer.window_begin()
 
     def slice_end(self):
-        window = (self.tracer or self.shim).window_end() or {}
+        window = self.tracer.window_end() or {}
         self.lost += int(window.get("lost_events") or 0)
 
     def stop(self):
-        if self.toggle is not None:
-            self.toggle(False)
+        if self.loaded is not None:
+            self.loaded.pause(self.target)
         else:
             self.tracer.stop()
             self.tracer = None
@@ -493,24 +495,18 @@ def main():
             elif name == "valkeytrace-ebpf-launched":
                 from valkeytrace.tracers.ebpf import EbpfTracer
 
-                def make():
-                    t = EbpfTracer()
-                    t.start(srv)
-                    return t
-                tool = InProcess(name, make)
+                tool = InProcess(name, srv, make=EbpfTracer)
             else:  # valkeytrace-shim: its own server, launched with the shim preloaded
                 from valkeytrace.tracers.shim import ShimTracer
 
                 shim = ShimTracer()
                 shim_srv = EmbeddedServer(appendfsync="always", io_threads=args.io_threads, env={**os.environ,
                                                                                                **shim.launch_env()})
-                shim.start(shim_srv)
-                shim.region.set_paused(True)
+                shim.start_paused(shim_srv)
                 bench.stop()  # one load at a time on this host
                 b = Bench(shim_srv, client, args.slice)
                 benches.append(b)
-                tool = InProcess(name, None, toggle=lambda on: shim.region.set_paused(not on))
-                tool.shim = shim
+                tool = InProcess(name, shim_srv, loaded=shim)
             slices: list[dict] = []
             k = 0
             fixed = args.groups or (QUICK_GROUPS[name] if args.quick else None)

@@ -321,7 +321,8 @@ class Recorder:
 
     OVERHEAD_PASS_S = 3.0
 
-    UNTRACED = {"none": "no tracer", "shim": "the shim preloaded, paused (not recording)",
+    # what the untraced pass is, by backend: (when it runs first, when it runs second)
+    UNTRACED = {"none": ("no tracer",) * 2, "shim": ("the shim preloaded, paused (not recording)",) * 2,
                 "ebpf": ("nothing loaded (the probes not yet compiled)", "the probes detached, the programs still loaded"),
                 "both": ("the shim paused, no eBPF program loaded", "the shim paused, the eBPF probes detached")}
 
@@ -336,9 +337,7 @@ class Recorder:
         if traced_first is None:
             traced_first = random.random() < 0.5
         order = (True, False) if traced_first else (False, True)
-        untraced = self.UNTRACED.get(self.tracer.name, "")
-        if isinstance(untraced, tuple):
-            untraced = untraced[1] if traced_first else untraced[0]
+        untraced = self.UNTRACED[self.tracer.name][traced_first]
         passes = {}
         self.tracer.start_paused(self.target)
         for traced in order:

@@ -234,18 +234,16 @@ def test_export_perfetto_and_html_from_a_real_recording(tmp_path):
 
 
 @pytest.mark.parametrize("traced_first", [True, False])
-def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(tmp_path, traced_first):
+def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(needs_bpf, tmp_path, traced_first):
     """record --measure-overhead picks its order at random; both orders say what the untraced
     side was, and the runs after it are traced (the probes attached again after a traced-first
     pair detached them)."""
     from valkeytrace.analysis.server import summarize_server
     from valkeytrace.recorder import Recorder, Settings
     from valkeytrace.target.server import EmbeddedServer
-    from valkeytrace.tracers.ebpf import EbpfTracer, unusable_reason
+    from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload.clients import find_client
 
-    if unusable_reason():
-        pytest.skip(f"no eBPF here: {unusable_reason()}")
     settings = Settings(workloads=("read-heavy",), sizes=(64,), repeat=1, duration_s=1.5, keyspace=2000,
                         get_clients=50, set_clients=8, write_clients=50, backend="ebpf")
     tracer = EbpfTracer()
@@ -266,19 +264,17 @@ def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(tmp_
         srv.stop()
 
 
-def test_attached_under_load_the_probes_still_find_the_syscall_number():
+def test_attached_under_load_the_probes_still_find_the_syscall_number(needs_bpf):
     """The start-up check of the saved-register offset sleeps a thread of ours; under load the
     CPU it leaves goes to the server, and a check that ignored such switches failed (2-9 hits of
     20): attached to a busy server, the tracer lost the idle cause and fell back to call-site
     uprobes for AOF writes (a costlier probe set). Three starts under a saturating load."""
     from valkeytrace.target.server import AttachedServer, EmbeddedServer
-    from valkeytrace.tracers.ebpf import EbpfTracer, unusable_reason
+    from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
     from valkeytrace.workload.clients import find_client
 
-    if unusable_reason():
-        pytest.skip(f"no eBPF here: {unusable_reason()}")
     srv = EmbeddedServer(appendfsync="always", io_threads=2)
     loads = []
     try:

@@ -105,11 +105,8 @@ def run_checks() -> list[Check]:
                                   "fallback source and --socket-writes)"))
 
     # BTF and bpftool: task_struct offsets for the raw sched_switch probe and the idle cause
-    import shutil as _shutil
-
     btf = os.path.exists("/sys/kernel/btf/vmlinux")
-    bpftool = _shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
-                                                if os.path.exists(p)), None)
+    bpftool = ebpf.bpftool_path()
     if not btf:
         add(Check("BTF", WARN, "no /sys/kernel/btf/vmlinux: the regular sched_switch tracepoint is used and "
                   "off-CPU intervals have no idle cause", "a kernel with CONFIG_DEBUG_INFO_BTF", needed_for_ebpf=False))

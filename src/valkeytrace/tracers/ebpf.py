@@ -207,13 +207,18 @@ def task_offsets() -> dict:
     return offsets
 
 
+def bpftool_path() -> str | None:
+    import shutil
+
+    return shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.path.exists(p)),
+                                           None)
+
+
 def _btf_task_offsets(btf: str) -> dict:
     import re
-    import shutil
     import subprocess
 
-    tool = shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool")
-                                             if os.path.exists(p)), None)
+    tool = bpftool_path()
     if not tool:
         return {}
     try:
