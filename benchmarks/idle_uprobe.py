@@ -27,7 +27,7 @@ def main():
     ap.add_argument("--control", action="store_true")
     ap.add_argument("--all-processes", action="store_true")
     args = ap.parse_args()
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import import_bcc
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv

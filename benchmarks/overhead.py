@@ -83,14 +83,14 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
     """[(untraced, traced) results] on one server, toggling the tracer between slices."""
     import time
 
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.shim import ShimTracer
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, calibrate, client_argv, parse_report
     from valkeytrace.workload.clients import find_client
 
     if backend == "none":  # A/A: both sides untraced, so the ratios are the harness's own noise
-        from valkeytrace.recorder import NullTracer
+        from valkeytrace.tracers.null import NullTracer
 
         tracer, toggle = NullTracer(), lambda on: None
     elif backend == "shim":

@@ -34,7 +34,7 @@ def main():
     if args.probes:
         os.environ["VALKEYTRACE_PROBES"] = args.probes
     from valkeytrace import system
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv

@@ -459,7 +459,7 @@ def main():
     tools = [t for t in ALL_TOOLS if t in tools and t not in skipped  # the shim last: it has its own server
              and not (args.quick and not args.groups and QUICK_GROUPS[t] == 0)]
 
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.workload.clients import find_client
 
     rng = np.random.default_rng(args.seed)

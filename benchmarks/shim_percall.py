@@ -12,7 +12,8 @@ import statistics
 import subprocess
 import tempfile
 
-from valkeytrace.tracers.shim import ShimRegion, preload_env, shim_library
+from valkeytrace.tracers.emulation import preload_env, shim_library
+from valkeytrace.tracers.region import ShimRegion
 
 LOOP_C = r"""
 #include <fcntl.h>

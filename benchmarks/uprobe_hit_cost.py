@@ -25,8 +25,9 @@ def main():
                          "instead of the per task / every process comparison at its entry, e.g. "
                          "0,0x1,0x11: which instructions the kernel emulates and which it single-steps")
     args = ap.parse_args()
-    from valkeytrace.target.server import EmbeddedServer
-    from valkeytrace.tracers.ebpf import LOOP_SYMBOL, import_bcc
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.tracers.ebpf import import_bcc
+    from valkeytrace.tracers.ebpf_plan import LOOP_SYMBOL
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
     from valkeytrace.workload.clients import find_client

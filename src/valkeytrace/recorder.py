@@ -1,8 +1,10 @@
 """One `record` session: target + workload + tracer -> recording.
 
 Runs the matrix (repeat x value size x workload, repeats outermost so that slow drift spreads
-over every cell), writes the recording after every run (a crash or Ctrl-C keeps what was
-measured), and marks failed runs without stopping the session unless the server is gone.
+over every cell), each cell by its scenario (workload/scenarios.py) inside a window this module
+opens for the tracer, the server's own view and the CPU accounting; writes the recording after
+every run (a crash or Ctrl-C keeps what was measured), and marks failed runs without stopping
+the session unless the server is gone. The document itself is built by recording/document.py.
 """
 from __future__ import annotations
 
@@ -12,14 +14,9 @@ from dataclasses import dataclass
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
+from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
-from valkeytrace.workload import keyspace as ks
-from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv, run_measured,
-                                            run_requests)
-
-US_PER_MS = 1000.0
-DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: ~0.7 s at 70K GET/s here
-DEMAND_TIMEOUT_S = 30.0
+from valkeytrace.workload import scenarios
 
 
 @dataclass
@@ -48,67 +45,6 @@ class Settings:
                     if w != "none":
                         out += [(r, w, size, level) for level in self.sensitivity]
         return out
-
-
-class NullTracer:
-    """--backend none: the server is not traced; cells carry no server metrics. With an fsync
-    delay to inject, the shim is preloaded for the injection only."""
-
-    name = "none"
-
-    def __init__(self, inject: dict | None = None):
-        self.inject = inject
-
-    def launch_env(self) -> dict:
-        if not self.inject:
-            return {}
-        from valkeytrace.tracers.shim import preload_env, shim_library
-
-        return preload_env(shim_library(), None, self.inject)
-
-    def start(self, target):
-        pass
-
-    def start_paused(self, target):
-        pass
-
-    def resume(self, target):
-        pass
-
-    def pause(self, target):
-        pass
-
-    def window_begin(self):
-        pass
-
-    def window_end(self):
-        return None
-
-    def stop(self):
-        pass
-
-
-def op_result(report: dict, role: str) -> dict:
-    lat = report["latency_ms"]
-    return {
-        "role": role,
-        "clients": report.get("clients"),
-        "tps": report["tps"],
-        "requests": report.get("requests"),
-        "seconds": report.get("seconds"),
-        "mean_us": lat["avg"] * US_PER_MS,
-        "min_us": lat["min"] * US_PER_MS,
-        "p50_us": lat["p50"] * US_PER_MS,
-        "p95_us": lat["p95"] * US_PER_MS,
-        "p99_us": lat["p99"] * US_PER_MS,
-        "max_us": lat["max"] * US_PER_MS,
-        "percentile_distribution": report.get("percentile_distribution", []),
-        "cumulative_distribution": report.get("cumulative_distribution", []),
-        "progress": report.get("progress", []),
-        "command": report.get("command"),
-        "calibration_rps": report.get("calibration_rps"),
-        "client_cpu_s": report.get("client_cpu_s"),
-    }
 
 
 class Recorder:
@@ -199,99 +135,35 @@ class Recorder:
             view["error"] = str(exc)
         return view
 
-    def _demand(self, size: int) -> dict:
-        """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
-        write and no fsync, whatever the appendfsync policy), with the CPU the server and the
-        client took (host_cpu, as for a measured window). The what-if (analysis/whatif.py) builds
-        on it."""
-        s, t = self.settings, self.target
-        requests = s.get_clients * DEMAND_REQUESTS_PER_CLIENT
-        snaps = [system.cpu_snapshot(t.pid)]
-        report = run_requests(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace, requests,
-                              timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(t.pid)))
-        r = op_result(report, "demand")
-        return {"op": "GET", "clients": s.get_clients, "requests": requests, "seconds": report["window_s"],
-                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
-                "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
-
-    def _read_heavy(self, run: dict, size: int, traced: bool = True, duration_s: float | None = None):
-        s, t = self.settings, self.target
-        conn = t.client()
-        ks.fill(conn, s.keyspace, size)
-        if traced and not run.get("fsync_extra_delay_ns"):
-            try:
-                run["demand"] = self._demand(size)
-            except (VTError, OSError) as exc:  # context for the what-if: never a reason to lose the run
-                run["demand"] = {"error": str(exc)}
-        bg_argv = client_argv(self.client, t.host, t.port, "SET", s.set_clients, size, s.keyspace,
-                              ENDLESS_REQUESTS)
-        background = ClientProcess(bg_argv)
-        try:
-            time.sleep(0.3)  # the background load is running before the measured window opens
-            if background.proc.poll() is not None:
-                raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
-            begin, end = self._window(run, traced, client_pids=(background.pid,))
-            marks = {}
-
-            def on_start():
-                marks["t0"] = time.monotonic()
-                begin()
-
-            def on_end():
-                marks["t1"] = time.monotonic()
-                end()
-            report = run_measured(self.client, t.host, t.port, "GET", s.get_clients, size, s.keyspace,
-                                  duration_s or s.duration_s, on_start=on_start, on_end=on_end)
-            run["ops"]["GET"] = op_result(report, "measured")
-            self._host_cpu(run, report)
-            bg = background.window_summary(marks["t0"], marks["t1"])
-        finally:
-            background.stop()
-        mean_us = bg["mean_latency_ms"] * US_PER_MS if bg["mean_latency_ms"] is not None else None
-        run["ops"]["SET"] = {
-            "role": "background", "clients": s.set_clients, "tps": bg["tps"], "mean_us": mean_us,
-            "p50_us": None, "p95_us": None, "p99_us": None, "progress_samples": bg["samples"],
-            "progress": background.progress_series(background.started_mono), "command": bg_argv,
-            "note": "background load: rate and mean latency from the client's progress lines "
-                    "inside the measured GET window (the client prints no percentiles until it ends)",
-        }
-
     @staticmethod
-    def _host_cpu(run: dict, report: dict):
+    def _host_cpu(run: dict, client_cpu_s: float):
         snaps = run.pop("_cpu", None)
         if snaps and len(snaps) == 2:
-            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], report.get("client_cpu_s") or 0.0)
+            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client_cpu_s)
 
-    def _write_only(self, run: dict, size: int):
-        s, t = self.settings, self.target
-        begin, end = self._window(run)
-        report = run_measured(self.client, t.host, t.port, "SET", s.write_clients, size, s.keyspace,
-                              s.duration_s, on_start=begin, on_end=end)
-        run["ops"]["SET"] = op_result(report, "measured")
-        self._host_cpu(run, report)
+    def _scenario(self, workload: str):
+        s = self.settings
+        load = None
+        if self.client is not None:
+            load = scenarios.Load.for_server(self.target, self.client, keyspace=s.keyspace, get_clients=s.get_clients,
+                                             set_clients=s.set_clients, write_clients=s.write_clients)
+        return scenarios.scenario(workload, load)
 
-    def _observe(self, run: dict):
-        begin, end = self._window(run)
-        begin()
-        time.sleep(self.settings.duration_s)
-        end()
-        self._host_cpu(run, {})
+    def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
+        """One cell by its scenario, inside this recorder's window."""
+        cpu_s = self._scenario(workload).run(
+            run, size, duration_s or self.settings.duration_s,
+            window=lambda client_pids: self._window(run, traced, client_pids),
+            with_demand=traced and not run.get("fsync_extra_delay_ns"))
+        self._host_cpu(run, cpu_s)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0) -> dict:
-        run = {"workload": workload, "value_size": size, "repeat": repeat, "status": "running",
-               "error": None, "started_at": time.time(), "ops": {}}
-        if self.settings.sensitivity:
-            run["fsync_extra_delay_ns"] = extra_delay_ns
-        self.doc["runs"].append(run)
+        run = document.new_run(self.doc, workload, size, repeat,
+                               extra_delay_ns if self.settings.sensitivity else None)
         try:
             if self.settings.sensitivity:
                 self.tracer.set_extra_fsync_delay(extra_delay_ns)
-            if workload == "read-heavy":
-                self._read_heavy(run, size)
-            elif workload == "write-only":
-                self._write_only(run, size)
-            else:
-                self._observe(run)
+            self._measure(run, workload, size)
             run["status"] = "ok"
         except KeyboardInterrupt:
             run["status"] = "interrupted"
@@ -346,7 +218,7 @@ class Recorder:
             elif traced_first:
                 self.tracer.pause(self.target)
             run = {"ops": {}}
-            self._read_heavy(run, size, traced=traced, duration_s=seconds)
+            self._measure(run, "read-heavy", size, traced=traced, duration_s=seconds)
             get, bg = run["ops"]["GET"], run["ops"]["SET"]
             passes["traced" if traced else "untraced"] = {"get_tps": get["tps"], "get_p99_us": get["p99_us"],
                                                           "set_tps": bg["tps"]}
@@ -366,7 +238,7 @@ class Recorder:
             if measure_overhead:
                 if on_progress:
                     on_progress(0, len(matrix), "measuring tracer overhead")
-                self.doc["overhead"] = self.measure_overhead()
+                document.set_overhead(self.doc, self.measure_overhead())
                 self.checkpoint()
             else:
                 self.tracer.start(self.target)
@@ -376,8 +248,8 @@ class Recorder:
                                 + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
                 run = self.run_one(repeat, workload, size, extra)
                 if run["status"] == "failed" and not self.target.alive():
-                    self.doc.setdefault("warnings", []).append(
-                        f"server died during {workload} {size} B repeat {repeat}; "
+                    document.add_warning(
+                        self.doc, f"server died during {workload} {size} B repeat {repeat}; "
                         f"{len(matrix) - i - 1} run(s) not measured")
                     break
             if on_progress:

@@ -163,7 +163,7 @@ def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
     under appendfsync always, THEN both count the main thread's fdatasync calls within 2%. The
     counter is read on both sides of each window edge (window_begin/window_end take a few ms, at
     ~5K fdatasync/s): the tracer's count lies between the inner and the outer window's."""
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import ebpf
     from valkeytrace.workload.clients import find_client
 
@@ -240,7 +240,7 @@ def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(need
     pair detached them)."""
     from valkeytrace.analysis.server import summarize_server
     from valkeytrace.recorder import Recorder, Settings
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload.clients import find_client
 
@@ -269,7 +269,7 @@ def test_attached_under_load_the_probes_still_find_the_syscall_number(needs_bpf)
     CPU it leaves goes to the server, and a check that ignored such switches failed (2-9 hits of
     20): attached to a busy server, the tracer lost the idle cause and fell back to call-site
     uprobes for AOF writes (a costlier probe set). Three starts under a saturating load."""
-    from valkeytrace.target.server import AttachedServer, EmbeddedServer
+    from valkeytrace.server.process import AttachedServer, EmbeddedServer
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload import keyspace
     from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv

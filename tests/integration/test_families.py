@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from valkeytrace.target.server import free_port
+from valkeytrace.server.process import free_port
 
 pytestmark = pytest.mark.integration
 VT = str(Path(sys.executable).with_name("valkeytrace"))

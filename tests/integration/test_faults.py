@@ -144,7 +144,7 @@ def test_server_commands_that_are_not_valkey(tmp_path, cmd, needle):
 
 
 def test_server_port_already_in_use():
-    from valkeytrace.target.binaries import embedded_server
+    from valkeytrace.server.binaries import embedded_server
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -168,7 +168,7 @@ def test_attach_to_missing_or_non_valkey_process():
 
 
 def test_attach_to_another_users_server_without_privileges(as_nobody):
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
 
     with EmbeddedServer(appendfsync="everysec") as srv:
         res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "record", "--attach", str(srv.pid), *QUICK],
@@ -311,8 +311,8 @@ def test_recording_cannot_be_written_disk_full(tmp_path):
 def test_sudo_runs_the_server_as_the_invoking_user(tmp_path):
     import tempfile
 
-    from valkeytrace.target.binaries import embedded_server
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.binaries import embedded_server
+    from valkeytrace.server.process import EmbeddedServer
 
     if os.geteuid() != 0:
         pytest.skip("needs root")

@@ -75,8 +75,8 @@ def test_compare_markdown_and_json(two_recordings, tmp_path):
 def test_server_command_mode_stops_the_server(tmp_path):
     import psutil
 
-    from valkeytrace.target.binaries import embedded_server
-    from valkeytrace.target.server import free_port
+    from valkeytrace.server.binaries import embedded_server
+    from valkeytrace.server.process import free_port
 
     port = free_port()
     p = tmp_path / "cmd.vtrace"
@@ -92,7 +92,7 @@ def test_server_command_mode_stops_the_server(tmp_path):
 
 
 def test_attach_mode_never_stops_the_server(tmp_path):
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
 
     with EmbeddedServer(appendfsync="everysec") as srv:
         p = tmp_path / "att.vtrace"

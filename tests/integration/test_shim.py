@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from valkeytrace.tracers.shim import ShimRegion, parse_fsync_delay, preload_env, shim_library
+from valkeytrace.tracers.emulation import parse_fsync_delay, preload_env, shim_library
+from valkeytrace.tracers.region import ShimRegion
 
 pytestmark = pytest.mark.integration
 VT = str(Path(sys.executable).with_name("valkeytrace"))
@@ -187,7 +188,7 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
     """GIVEN appendfsync always with the shim recording and +2 ms per fsync, WHEN known keys are
     written (each acknowledged) under a background load and the server is then killed -9,
     THEN a server restarted on the same AOF has every acknowledged key."""
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.workload.clients import find_client
 
     region = ShimRegion()
@@ -233,7 +234,7 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
     shim timed. Both counts are read with no load running, so no call is in flight at either edge."""
     import time
 
-    from valkeytrace.target.server import EmbeddedServer
+    from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import compile_probe
     from valkeytrace.workload.clients import find_client
 

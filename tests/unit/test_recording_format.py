@@ -20,7 +20,7 @@ def test_round_trip_and_nan_becomes_null(tmp_path):
     recfmt.write(p, minimal_doc())
     doc = recfmt.read(p)
     assert doc["label"] == "x" and doc["runs"][0]["ops"]["GET"]["p50_us"] is None
-    assert p.read_bytes().startswith(b"VALKEYTRACE\nformat 1\n")
+    assert p.read_bytes().startswith(b"VALKEYTRACE\nformat %d\n" % recfmt.FORMAT_VERSION)
 
 
 def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):

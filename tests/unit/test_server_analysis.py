@@ -4,7 +4,7 @@ import pytest
 
 from valkeytrace.analysis.server import BUDGET_KEYS, budget, summarize_server
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.target.threads import thread_role
+from valkeytrace.roles import thread_role
 
 
 # thread names as each family's /proc/PID/task/*/comm shows them (the main thread is tid == pid)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.target.threads import ROLES, thread_role
+from valkeytrace.roles import ROLES, thread_role
 
 CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
 BUDGET_KEYS = ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",

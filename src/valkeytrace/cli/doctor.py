@@ -39,7 +39,7 @@ def run_checks() -> list[Check]:
                   "run as root (sudo), or use --backend shim"))
 
     # bcc (imported only by the eBPF tracer module)
-    from valkeytrace.tracers import ebpf
+    from valkeytrace.tracers import ebpf, ebpf_plan
 
     bcc_dir = ebpf.bcc_location()
     bcc_ok = bcc_dir is not None
@@ -88,13 +88,13 @@ def run_checks() -> list[Check]:
         missing = absent(TRACEPOINTS_REQUIRED)
         add(Check("sched tracepoint", FAIL, "missing sched:sched_switch (off-CPU time)", "a kernel with sched tracepoints")
             if missing else Check("sched tracepoint", OK, "sched:sched_switch present (off-CPU time and its causes)"))
-        fs = [("ext4", e) for e in ebpf.FS_TRACEPOINTS["ext4"] if e not in ("ext4_write_begin", "ext4_write_end",
+        fs = [("ext4", e) for e in ebpf_plan.FS_TRACEPOINTS["ext4"] if e not in ("ext4_write_begin", "ext4_write_end",
                                                                              "ext4_journalled_write_end")]
         missing = absent(fs)
         add(Check("ext4 tracepoints", WARN, "missing " + ", ".join(missing) + ": fsync and AOF writes are timed "
                   "at call-site uprobes instead (costlier: docs/performance.md)", needed_for_ebpf=False)
             if missing else Check("ext4 tracepoints", OK, f"{len(fs)} present (fsync and AOF writes of an AOF on "
-                                  "ext4, no uprobe)" + ("" if system.tracepoint_exists(*ebpf.FS_JOURNAL_START)
+                                  "ext4, no uprobe)" + ("" if system.tracepoint_exists(*ebpf_plan.FS_JOURNAL_START)
                                                         else "; no ext4_journal_start_inode (kernel < 6.5): an "
                                                         "AOF write begins at its first write_begin")))
         missing = absent(TRACEPOINTS_FALLBACK)
@@ -106,7 +106,7 @@ def run_checks() -> list[Check]:
 
     # BTF and bpftool: task_struct offsets for the raw sched_switch probe and the idle cause
     btf = os.path.exists("/sys/kernel/btf/vmlinux")
-    bpftool = ebpf.bpftool_path()
+    bpftool = ebpf_plan.bpftool_path()
     if not btf:
         add(Check("BTF", WARN, "no /sys/kernel/btf/vmlinux: the regular sched_switch tracepoint is used and "
                   "off-CPU intervals have no idle cause", "a kernel with CONFIG_DEBUG_INFO_BTF", needed_for_ebpf=False))
@@ -114,7 +114,7 @@ def run_checks() -> list[Check]:
         add(Check("BTF", WARN, "BTF present but no bpftool to read it: no raw sched_switch, no idle cause",
                   "apt-get install bpftool", needed_for_ebpf=False))
     else:
-        offsets = ebpf.task_offsets()
+        offsets = ebpf_plan.task_offsets()
         if offsets.get("pid") and offsets.get("stack"):
             add(Check("BTF", OK, f"task_struct offsets read with {bpftool} (pid +{offsets['pid']}, "
                       f"stack +{offsets['stack']})"))
@@ -139,7 +139,7 @@ def run_checks() -> list[Check]:
 
     # clients and servers
     from valkeytrace.errors import VTError
-    from valkeytrace.target import binaries
+    from valkeytrace.server import binaries
     from valkeytrace.workload import clients
 
     try:

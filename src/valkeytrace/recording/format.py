@@ -2,12 +2,11 @@
 
 Layout:
     b"VALKEYTRACE\\n"              magic
-    b"format 1\\n"                 format version (ASCII decimal)
+    b"format 2\\n"                 format version (ASCII decimal): the document's version
     zlib-compressed UTF-8 JSON    the recording document (see docs/recording-format.md)
 
-Format history:
-    1  valkeytrace 0.1: first format. Document keys: format, version, label, complete,
-       created, valkeytrace_version, argv, server, host, client, settings, warnings, runs[].
+The container has not changed since format 1; the version history is the document's
+(recording/document.py, which also owns the document's shape).
 
 No pickle, ever: the document is JSON, and everything read from a file is size- and
 type-checked before use. Writes are atomic (temporary file in the same directory + rename), so
@@ -22,10 +21,10 @@ import zlib
 from pathlib import Path
 
 from valkeytrace.errors import RecordingError, VTError
+from valkeytrace.recording.document import OLDEST_READABLE, upgrade
+from valkeytrace.recording.document import VERSION as FORMAT_VERSION
 
 MAGIC = b"VALKEYTRACE\n"
-FORMAT_VERSION = 1
-DOCUMENT_FORMAT = "valkeytrace-recording"
 MAX_FILE_BYTES = 1 << 30          # refuse absurd files before reading them
 MAX_DOCUMENT_BYTES = 4 << 30      # bound on the decompressed JSON (zip-bomb guard)
 
@@ -160,7 +159,7 @@ def decode(data: bytes, name: str = "recording") -> dict:
     if version > FORMAT_VERSION:
         raise RecordingError(f"{name} uses recording format {version}, newer than this valkeytrace "
                              f"understands ({FORMAT_VERSION}); upgrade valkeytrace to read it")
-    if version < 1:
+    if version < OLDEST_READABLE:
         raise RecordingError(f"{name} has an unknown recording format version {version}")
     try:
         d = zlib.decompressobj()
@@ -175,7 +174,7 @@ def decode(data: bytes, name: str = "recording") -> dict:
         doc = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise RecordingError(f"{name} is corrupt (its document is not valid JSON)")
-    return validate(doc, name)
+    return validate(upgrade(doc) if isinstance(doc, dict) else doc, name)
 
 
 def validate(doc, name: str = "recording") -> dict:

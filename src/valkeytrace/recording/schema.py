@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from valkeytrace.errors import RecordingError
 from valkeytrace.layout import HIST_BUCKETS
+from valkeytrace.recording.document import DOCUMENT_FORMAT, OLDEST_READABLE, VERSION
 
 MAX_ITEMS = 10_000_000  # no list in a recording is longer (events, distributions, runs)
 NUM = (int, float)
@@ -87,8 +88,9 @@ class _Check:
 def validate_document(doc, name: str = "recording") -> dict:
     c = _Check(name)
     c.obj(doc, "document")
-    if doc.get("format") != "valkeytrace-recording":
-        c.fail("format", "not valkeytrace-recording")
+    if doc.get("format") != DOCUMENT_FORMAT:
+        c.fail("format", f"not {DOCUMENT_FORMAT}")
+    c.int_(doc.get("version"), "version", minimum=OLDEST_READABLE, maximum=VERSION)
     c.str_(doc.get("label"), "label", optional=False)
     c.bool_(doc.get("complete"), "complete")
     for w in c.sub_lst(doc, "warnings", "warnings"):

@@ -19,38 +19,36 @@ drained by a C callback of the native core (csrc/events.c), never a Python call 
 from __future__ import annotations
 
 import ctypes
-import functools
-import json
 import os
 import tempfile
 import threading
 import time
-from typing import NamedTuple
 
 import numpy as np
 
-from valkeytrace import system
+from valkeytrace import environment, roles, system
 from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
-from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS,
                                SHIM_THREAD_DTYPE, STATE_NAMES)
-from valkeytrace.target import threads as thr
-from valkeytrace.tracers import PROBES_DIR, probe_source, sites
+from valkeytrace.recording import document
+from valkeytrace.server import threads as thr
+from valkeytrace.tracers import probe_source, sites
+from valkeytrace.tracers.base import Tracer
+from valkeytrace.tracers.ebpf_plan import (FLUSH_SYMBOL, LOOP_SYMBOL, MAIN_PROBE, SHIM_SYMBOLS, SYSNR_CANDIDATES,
+                                           Plan, Uprobe, call_source, cflags, plan, printable_program)
+from valkeytrace.tracers.emulation import preload_env, shim_library
+from valkeytrace.tracers.windows import histogram_delta
 
-MAIN_PROBE = "valkey_threads"
 POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~40K events
 REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
-RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
-LOOP_SYMBOL = "beforeSleep"
-FLUSH_SYMBOL = "flushAppendOnlyFile"
 LOOP_PERIOD_S = 1.0
-# fraction of time beforeSleep is probed: each hit costs the main thread ~6 µs here, and while
-# attached nearly every (spinning) iteration is a hit, so the duty is roughly the main thread's
-# cost; 0.5% still samples ~600 iterations a second, ~2-3 of them long ones under `always`
-LOOP_DUTY = float(os.environ.get("VALKEYTRACE_LOOP_DUTY", "0.005"))
-SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
+# fraction of time beforeSleep is probed (record --loop-sample): each hit costs the main thread a
+# few µs, and while attached nearly every (spinning) iteration is a hit, so the duty is roughly
+# the main thread's cost; 0.5% still samples hundreds of iterations a second
+# (docs/performance.md; $VALKEYTRACE_LOOP_DUTY, valkeytrace/environment.py)
+DEFAULT_LOOP_DUTY = 0.005
 
 
 def import_bcc():
@@ -84,13 +82,6 @@ def unusable_reason() -> str | None:
     return None
 
 
-def cflags(**defines) -> list[str]:
-    """-D flags for the probe parameters, plus the include path of the shared layout header."""
-    flags = [f"-I{PROBES_DIR}", "-DVT_BPF=1", "-Wno-visibility", "-Wno-macro-redefined"]
-    flags += [f"-D{k}={int(v)}" for k, v in defines.items()]
-    return flags
-
-
 def compile_probe(name: str, **defines):
     """Compile and load probes/<name>.bpf.c; tracepoint probes attach on load."""
     bcc = import_bcc()
@@ -112,8 +103,8 @@ def selftest(calls: int = 7) -> int:
 def symbol_address(binary: str, symbol: str) -> int | None:
     """The symbol's virtual address in binary, or None. A uprobe attached by address skips bcc's
     symbol-table walk of the binary (the loop sampler attaches twice a second)."""
-    bcc = import_bcc()
     try:
+        bcc = import_bcc()
         found = bcc.BPF.get_user_functions_and_addresses(binary.encode(), f"^{symbol}$".encode())
     except Exception:
         return None
@@ -129,145 +120,6 @@ def lower_priority():
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except OSError:
         pass
-
-
-# Probe groups:
-#   calls    fdatasync/fsync and AOF write(2) timed at their call sites in the server's code
-#            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
-#   fs       when the AOF directory is on ext4: fdatasync/fsync from the raw ext4_sync_file
-#            enter/exit tracepoints instead of call sites, and AOF writes from ext4's own steps:
-#            its first (journal start, write_begin, or a context switch inside write(aof fd))
-#            to the write_end that copies its last byte. Telling an AOF write needs the syscall
-#            number and fd from the saved user registers (sched, and the offset check at
-#            start); without them the start stays a call-site uprobe. ~0.2-0.4 µs per tracepoint
-#            where a uprobe hit costs ~6.7 µs of the main thread (docs/performance.md), so an
-#            `always` iteration carries no uprobe hit instead of four;
-#   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
-#   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
-#            each second (record --loop-sample). Not a default: its per-second attach/detach and
-#            hits cost ~3% GET TPS and ~5-10% GET p99 here (docs/performance.md); the iteration
-#            count and mean come from the server's own INFO eventloop counters without it;
-#   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
-#            from every beforeSleep, so its count is the loop count and its time the AOF write +
-#            fsync already measured; two more uprobe hits per iteration;
-#   syscalls raw sys_enter/sys_exit: the calls from syscalls instead (used when the binary has no
-#            usable call sites), plus socket writes and epoll_wait per thread. Any syscall
-#            tracepoint sends every syscall on the machine through the kernel's slow path:
-#            3-5% GET TPS here (docs/performance.md), hence not a default.
-# $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
-# (benchmarks/overhead.py --probes).
-PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
-DEFAULT_GROUPS = ("calls", "fs", "sched")
-# the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
-FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
-                           "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
-# where an AOF write can begin earlier than its first write_begin, when the kernel has it (6.5+)
-FS_JOURNAL_START = ("ext4", "ext4_journal_start_inode")
-# byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
-# 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
-SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
-
-
-class Uprobe(NamedTuple):
-    path: str
-    fn: str
-    sym: str | None = None    # a symbol, or
-    addr: int | None = None   # a virtual address in path (a call site)
-    ret: bool = False
-
-    def where(self) -> dict:
-        return {"addr": self.addr} if self.addr is not None else {"sym": self.sym.encode()}
-
-
-def probe_groups(extra: tuple = ()) -> set[str]:
-    env = os.environ.get("VALKEYTRACE_PROBES")
-    if env:
-        return {g for g in env.split(",") if g in PROBE_GROUPS}
-    return set(DEFAULT_GROUPS) | set(extra)
-
-
-@functools.lru_cache(maxsize=1)
-def task_offsets() -> dict:
-    """{"pid": .., "stack": ..}: byte offsets of those task_struct fields in the running kernel,
-    from its BTF, or {} without BTF or bpftool. The raw sched_switch probe needs "pid" (without
-    it the regular tracepoint is used), the idle cause needs "stack". Dumping the BTF takes
-    ~0.25 s, so the result is cached per kernel build."""
-    btf = "/sys/kernel/btf/vmlinux"
-    if os.environ.get("VALKEYTRACE_RAW_SCHED", "1") != "1" or not os.path.exists(btf):
-        return {}
-    cache = os.path.join(system.cache_dir(), f"task-offsets-{system.kernel_release()}-{os.stat(btf).st_size}.json")
-    try:
-        with open(cache) as f:
-            return {k: int(v) for k, v in json.load(f).items()}
-    except (OSError, ValueError, AttributeError):
-        pass
-    offsets = _btf_task_offsets(btf)
-    if offsets:
-        system.write_json_cache(cache, offsets)
-    return offsets
-
-
-def bpftool_path() -> str | None:
-    import shutil
-
-    return shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.path.exists(p)),
-                                           None)
-
-
-def _btf_task_offsets(btf: str) -> dict:
-    import re
-    import subprocess
-
-    tool = bpftool_path()
-    if not tool:
-        return {}
-    try:
-        out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
-                             text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
-    offsets = {}
-    for field in ("pid", "stack") if m else ():
-        f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
-        if f and int(f.group(1)) % 8 == 0:
-            offsets[field] = int(f.group(1)) // 8
-    return offsets
-
-
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
-    sched = "sched" in groups
-    offsets = task_offsets() if sched else {}
-    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
-            "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
-            "TRACE_SYSCALLS": int("syscalls" in groups),
-            "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
-            "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
-            "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
-            "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
-
-
-def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,
-                shim_wrappers: bool = False) -> str:
-    """How fsyncs and AOF writes were timed, as recordings and reports name it. write_sites: with
-    the fs tracepoints, AOF writes begin at their call sites (without the syscall number).
-    shim_wrappers: fsyncs were timed at the shim's wrappers (an injected delay is in the figure),
-    whatever times the AOF writes."""
-    if syscalls:
-        source = "syscalls"
-    elif not fs_sync:
-        source = "call sites"
-    else:
-        source = f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
-    return (f"the shim's wrappers for fsyncs (uprobes; the injected delay included), {source} for AOF writes"
-            if shim_wrappers else source)
-
-
-def printable_program(defines: dict, groups=DEFAULT_GROUPS) -> str:
-    """The exact text and flags `record` would load, and its probe groups (for --print-probes)."""
-    flags = " ".join(cflags(**defines))
-    return (f"// probe groups: {', '.join(g for g in PROBE_GROUPS if g in groups)}\n"
-            f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE))
 
 
 MAX_SLOTS = lib.VT_SHIM_MAX_THREADS
@@ -307,11 +159,11 @@ class _Snapshot:
                     and since["state"] < len(STATE_NAMES):
                 off[since["cause"], since["state"]] += self.mono_ns - int(since["start_ns"])
             self.offcpu[slot] = off
-        sink = getattr(tracer, "_sink", None)  # records the kernel kept but the sink could not
+        sink = tracer._sink  # records the kernel kept but the sink could not
         self.lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
 
 
-class EbpfTracer:
+class EbpfTracer(Tracer):
     """Per-thread tracing of one valkey-server with bcc; window metrics as recording dicts."""
 
     name = "ebpf"
@@ -320,15 +172,14 @@ class EbpfTracer:
                  loop_sample: bool = False, socket_writes: bool = False, delay_control=None,
                  shim_delays: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
-        self.extra_groups = ("flush",) * aof_flush_probe + ("loop",) * loop_sample + ("syscalls",) * socket_writes
+        self.extra_groups = tuple(g for g, on in (("flush", aof_flush_probe), ("loop", loop_sample),
+                                                  ("syscalls", socket_writes)) if on)
         self.inject = inject
-        self.delay_control = delay_control  # shim.ShimRegion.delay_control(): an fsync delay added at run time
+        self.delay_control = delay_control  # emulation.delay_control(): an fsync delay added at run time
         self.shim_library = None
         # the shim adds fsync delays (preloaded for that alone, or as the other backend of
         # --backend both): its wrappers are probed, so the delay is in the fsync time
         if inject or delay_control or shim_delays:
-            from valkeytrace.tracers.shim import shim_library
-
             self.shim_library = shim_library()
         self.bpf = None
         self._events: list[bytes] = []
@@ -343,13 +194,26 @@ class EbpfTracer:
         self._aof_fds: set[int] = set()
         self._extra: dict[int, int] = {}
         self.untracked_threads: set[int] = set()
+        self.loop_duty = environment.loop_duty(DEFAULT_LOOP_DUTY)
+        self.pid = None
+        self.target = None
+        self.aof_dir = None
+        self._defines: dict = {}
+        self._uprobes: list = []
+        self._attached = True
+        self._tps: list = []
+        self._raw_tps: list = []
+        self._info_conn = None
+        self._sampler = None
+        self._sink = None
+        self._sink_cb = None
+        self._begin = None
+        self._loop_begin = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:
         if not self.shim_library:
             return {}
-        from valkeytrace.tracers.shim import preload_env
-
         return preload_env(self.shim_library, self.delay_control and self.delay_control.path, self.inject)
 
     def chown_region(self, uid: int, gid: int):
@@ -377,17 +241,10 @@ class EbpfTracer:
         self.pid = target.pid
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
-        groups = probe_groups(self.extra_groups)
-        loop_addr = symbol_address(binary, LOOP_SYMBOL) if "loop" in groups else None
-        loop_uprobe = loop_addr is not None
-        flush_probe = "flush" in groups and symbol_address(binary, FLUSH_SYMBOL) is not None
-        if "loop" in groups and not loop_uprobe:
-            groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
-        fstype = system.storage_of(self.aof_dir).get("fstype")
-        fs_tps = FS_TRACEPOINTS.get(fstype, ())
-        if "syscalls" in groups or not fs_tps or not all(system.tracepoint_exists(fstype, tp) for tp in fs_tps):
-            groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
-        fs_sync = "fs" in groups
+        p = self.plan(binary, self.aof_dir)
+        groups, loop_uprobe, flush_probe, fstype = p.groups, p.loop_uprobe, p.flush_probe, p.fstype
+        loop_addr = symbol_address(binary, LOOP_SYMBOL) if loop_uprobe else None
+        fs_sync = p.fs_sync
         # the call sites are disassembled (objdump, in the background) while the probes compile
         finder = sites.SiteFinder(binary) if "calls" in groups and "syscalls" not in groups else None
         t0 = time.monotonic()
@@ -395,7 +252,7 @@ class EbpfTracer:
         why_syscalls = None
         idle = None
         try:
-            self._compile(groups, loop_uprobe)
+            self._compile(p)
             idle = self._check_sysnr() if "sched" in groups else None
             # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
             write_sites = not (fs_sync and idle)
@@ -410,11 +267,10 @@ class EbpfTracer:
                     why_syscalls = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
                     call_sites = []
                     if "syscalls" not in groups:  # recompile with the syscall source: costlier, but measured
-                        groups.add("syscalls")
-                        groups.discard("fs")
+                        p.fall_back_to_syscalls()
                         fs_sync = False
                         self.bpf.cleanup()
-                        self._compile(groups, loop_uprobe)
+                        self._compile(p)
                         idle = self._check_sysnr() if "sched" in groups else None
             syscalls = "syscalls" in groups
             # beforeSleep runs 80K-850K times a second with I/O threads (valkey 9); one uprobe hit
@@ -422,7 +278,7 @@ class EbpfTracer:
             # time (a sample of iterations: their distribution) and the count comes from the
             # server's own INFO eventloop_cycles when it has it
             loop = Uprobe(binary, "on_before_sleep", addr=loop_addr) if loop_uprobe else None
-            self._loop_probe = loop if loop and LOOP_DUTY < 1.0 else None
+            self._loop_probe = loop if loop and self.loop_duty < 1.0 else None
             self._uprobes = [loop] if loop and not self._loop_probe else []  # attached throughout
             if flush_probe:
                 self._uprobes += [Uprobe(binary, "on_flush_enter", sym=FLUSH_SYMBOL),
@@ -462,7 +318,7 @@ class EbpfTracer:
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
         if self._loop_probe:
-            self.info["loop_sample_duty"] = LOOP_DUTY
+            self.info["loop_sample_duty"] = self.loop_duty
         self.target = target
         system.release_free_memory()  # the compiler's free heap (docs/performance.md, tracer's cost)
         self._refresh()
@@ -472,9 +328,21 @@ class EbpfTracer:
             self._sampler = threading.Thread(target=self._sample_loop, name="valkeytrace-loop", daemon=True)
             self._sampler.start()
 
-    def _compile(self, groups: set, loop_uprobe: bool):
-        self._defines = probe_defines(self.pid, block_threshold_ns=self.block_threshold_ns,
-                                      loop_from_epoll=not loop_uprobe and "loop" in groups, groups=groups)
+    def plan(self, binary: str | None, aof_dir: str | None) -> Plan:
+        """The probe plan for this server binary and AOF directory (ebpf_plan.plan): what start()
+        loads, and what record --print-probes prints."""
+        return plan(extra_groups=self.extra_groups, block_threshold_ns=self.block_threshold_ns,
+                    has_symbol=lambda sym: bool(binary) and symbol_address(binary, sym) is not None,
+                    fstype=system.storage_of(aof_dir).get("fstype") if aof_dir else None,
+                    fs_tracepoints_present=lambda fs, names: all(system.tracepoint_exists(fs, tp) for tp in names))
+
+    def printable_program(self, pid: int, binary: str | None, aof_dir: str | None) -> str:
+        """The program and flags start() would compile for this server (record --print-probes)."""
+        p = self.plan(binary, aof_dir)
+        return printable_program(p.defines(pid), p.groups)
+
+    def _compile(self, p: Plan):
+        self._defines = p.defines(self.pid)
         self.bpf = import_bcc().BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines))
 
     def _check_sysnr(self) -> str | None:
@@ -531,12 +399,12 @@ class EbpfTracer:
             name=p.path.encode(), pid=self.pid, **p.where()), probes)
 
     def _sample_loop(self):
-        """The beforeSleep uprobe, attached LOOP_DUTY of each LOOP_PERIOD_S (while attached)."""
-        on_s = LOOP_PERIOD_S * LOOP_DUTY
+        """The beforeSleep uprobe, attached loop_duty of each LOOP_PERIOD_S (while attached)."""
+        on_s = LOOP_PERIOD_S * self.loop_duty
         last = self.bpf[b"loop_last"]
         probe = [self._loop_probe]
         while not self._stop.is_set():
-            if getattr(self, "_attached", True):
+            if self._attached:
                 last[last.Key(0)] = last.Leaf(0)  # the first hit after attaching only starts an iteration
                 try:
                     self._attach_uprobes(probe)
@@ -550,7 +418,7 @@ class EbpfTracer:
         """Detach every probe (the programs stay loaded) or attach them again: for measuring the
         tracer's cost on one server, alternating, without recompiling."""
         bpf = self.bpf
-        if on == getattr(self, "_attached", True):
+        if on == self._attached:
             return
         self._attached = on
         if not on:
@@ -562,9 +430,9 @@ class EbpfTracer:
                 bpf.detach_raw_tracepoint(tp)
             self._detach_uprobes()
         else:
-            for tp in getattr(self, "_tps", []):
+            for tp in self._tps:
                 bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
-            for tp in getattr(self, "_raw_tps", []):
+            for tp in self._raw_tps:
                 bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
             self._attach_uprobes()
 
@@ -572,22 +440,21 @@ class EbpfTracer:
         if self.delay_control:
             self.delay_control.close()
         self._stop.set()
-        conn, self._info_conn = getattr(self, "_info_conn", None), None
+        conn, self._info_conn = self._info_conn, None
         if conn is not None:
             try:
                 conn.close()
             except Exception:
                 pass  # the server may be gone already
-        sampler = getattr(self, "_sampler", None)
-        if sampler is not None:
-            sampler.join(timeout=5)
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
             self._sampler = None
         if self._poller is not None:
             self._poller.join(timeout=2)
             self._poller = None
         if self.bpf is not None:
             try:
-                if getattr(self, "_attached", True) and getattr(self, "_uprobes", None):
+                if self._attached and self._uprobes:
                     try:
                         self._detach_uprobes()
                     except Exception:
@@ -596,7 +463,7 @@ class EbpfTracer:
                     self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
             finally:
                 self.bpf = None
-                sink, self._sink = getattr(self, "_sink", None), None
+                sink, self._sink = self._sink, None
                 if sink is not None:
                     lib.vt_event_sink_free(sink)
 
@@ -661,7 +528,7 @@ class EbpfTracer:
     def _consume(self):
         """Move what the ring buffer holds into self._events (one bytes object per drain)."""
         with self._consume_lock:
-            bpf, sink = self.bpf, getattr(self, "_sink", None)
+            bpf, sink = self.bpf, self._sink
             if bpf is None or sink is None:
                 return
             bpf.ring_buffer_consume()
@@ -690,7 +557,7 @@ class EbpfTracer:
     def _eventloop(self) -> dict | None:
         """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
         try:
-            if getattr(self, "_info_conn", None) is None:
+            if self._info_conn is None:
                 self._info_conn = self.target.client()
             st = self._info_conn.info("stats")
         except Exception:
@@ -732,7 +599,7 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dic
         if slot not in b.threads:
             continue
         name = names.get(tid, "?")
-        entry = {"tid": tid, "name": name, "role": thr.thread_role(tid, pid, name), "calls": {}, "off_cpu_ns": {}}
+        entry = document.thread_record(tid, name, roles.thread_role(tid, pid, name))
         sched = thr.sched_delta(a.sched, b.sched, tid)
         if sched:
             entry["sched"] = sched  # total on-CPU / run-queue time, even for threads that never switched
@@ -740,19 +607,12 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dic
         if ta is not None and ta["tid"] != tb["tid"]:
             ta = None  # the slot changed hands within the window: count from zero
         for kind, call in enumerate(CALL_NAMES):
-            hb = tb["hist"][kind]
-            diff = hb["buckets"] - (ta["hist"][kind]["buckets"] if ta is not None else 0)
-            count = int(hb["count"]) - (int(ta["hist"][kind]["count"]) if ta is not None else 0)
-            if count <= 0 or not diff.any():
-                continue
-            top = int(np.flatnonzero(diff)[-1])
-            max_ns = int(hb["max_ns"])
-            exact_max = max_ns < lib.vt_hist_bucket_upper(top)  # the kernel's max is all-time
-            sum_ns = int(hb["sum_ns"]) - (int(ta["hist"][kind]["sum_ns"]) if ta is not None else 0)
-            rec = LatencyHistogram.from_bucket_counts(diff, sum_ns=sum_ns,
-                                                      max_ns=max_ns if exact_max else None).to_dict()
-            rec["bytes"] = int(tb["bytes"][kind]) - (int(ta["bytes"][kind]) if ta is not None else 0)
-            entry["calls"][call] = rec
+            hb, ha = tb["hist"][kind], (ta["hist"][kind] if ta is not None else None)
+            rec = histogram_delta(hb["buckets"], ha["buckets"] if ha is not None else 0, int(hb["sum_ns"]),
+                                  int(ha["sum_ns"]) if ha is not None else 0, int(hb["max_ns"]),
+                                  int(tb["bytes"][kind]) - (int(ta["bytes"][kind]) if ta is not None else 0))
+            if rec is not None:
+                entry["calls"][call] = rec
         off = b.offcpu[slot] - (a.offcpu.get(slot, 0))
         for cause, state in zip(*np.nonzero(off)):
             if off[cause, state] > 0 and off[cause, state] < 1 << 62:
@@ -766,16 +626,9 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dic
         timeline = [[int(s) - a.mono_ns, int(d), int(tid), CALL_NAMES[c], EVENT_STATE_NAMES[st]]
                     for s, d, tid, c, st in zip(arr["start_ns"], arr["duration_ns"], arr["tid"], arr["cause"],
                                                 arr["state"])]
-    return {
-        "backend": "ebpf",
-        "window_ns": b.mono_ns - a.mono_ns,
-        "pid": pid,
-        "main_tid": pid,
-        "threads": sorted(threads.values(), key=lambda t: (t["role"] != "main", t["tid"])),
-        "lost_events": int(b.lost - a.lost),
-        "blocked_timeline": {"threshold_ns": info.get("block_threshold_ns"),
-                             "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"],
-                             "events": timeline},
-        "probe": {k: v for k, v in info.items() if k != "defines"},
-        "hist_buckets": HIST_BUCKETS,
-    }
+    return document.server_window(
+        backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
+        lost_events=int(b.lost - a.lost),
+        blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
+                          "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
+        probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS)

@@ -19,7 +19,7 @@ import psutil
 
 from valkeytrace import system
 from valkeytrace.errors import VTError, VTUsageError
-from valkeytrace.target import binaries
+from valkeytrace.server import binaries
 
 READY_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0

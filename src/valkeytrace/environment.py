@@ -1,0 +1,38 @@
+"""Every environment variable valkeytrace reads, in one place (docs/environment.md lists them).
+
+Knobs for experiments, not for everyday use: each has an option or a default that is right for
+recording. Read when asked (not at import), so a test or a benchmark can set them per run.
+The shim's own variables (VALKEYTRACE_SHM, VALKEYTRACE_FSYNC_DELAY) are set by valkeytrace for
+the server it launches (tracers/emulation.py), never by a user.
+"""
+from __future__ import annotations
+
+import os
+
+KNOBS = {
+    "VALKEYTRACE_PROBES": "eBPF probe groups to load instead of the defaults and the record options, comma "
+                          "separated (calls, fs, sched, loop, flush, syscalls): for overhead experiments "
+                          "(benchmarks/overhead.py --probes)",
+    "VALKEYTRACE_LOOP_DUTY": "fraction of each second the beforeSleep uprobe of record --loop-sample is "
+                             "attached (default 0.005)",
+    "VALKEYTRACE_RAW_SCHED": "0: no task_struct offsets from BTF, hence the regular sched_switch tracepoint and "
+                             "no idle cause (default 1)",
+}
+
+
+def probe_groups_override() -> set[str] | None:
+    value = os.environ.get("VALKEYTRACE_PROBES")
+    return {g.strip() for g in value.split(",") if g.strip()} if value else None
+
+
+def loop_duty(default: float = 0.005) -> float:
+    value = os.environ.get("VALKEYTRACE_LOOP_DUTY")
+    try:
+        duty = float(value) if value else default
+    except ValueError:
+        return default
+    return duty if 0 < duty <= 1 else default
+
+
+def raw_sched() -> bool:
+    return os.environ.get("VALKEYTRACE_RAW_SCHED", "1") == "1"

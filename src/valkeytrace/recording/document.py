@@ -1,0 +1,217 @@
+"""The recording document: its shape, its version, and the only code that builds it.
+
+Everything a `record` run writes goes through here: the CLI makes the header (new_document), the
+recorder adds runs (new_run, op_record, background_op) and warnings, the tracers build each run's
+`server` window (server_window, thread_record), and finish() closes it. recording/schema.py
+validates the same shape on read; docs/recording-format.md describes it, and
+tests/unit/test_document.py checks that every field typed here is described there.
+
+Version history (the document's `version` and the container's `format` line are the same number):
+    1  valkeytrace 0.1: format, version, label, complete, created, valkeytrace_version, argv,
+       server, host, client, settings, warnings, runs[] (workload, value_size, repeat, status,
+       error, ops, server). Later, still written as 1 (no history line then; all optional, read
+       as absent):
+       - ended, tracer {backend, peak_rss_kb};
+       - emulation {fsync_delay, fsync_sensitivity_ns, description}; settings.fsync_sensitivity_ns;
+         run.fsync_extra_delay_ns;
+       - overhead (record --measure-overhead), with order and untraced_side later still;
+       - run.server_view (INFO latencystats, commandstats, LATENCY LATEST), run.host_cpu,
+         run.demand (the GET-only pass the what-if builds on);
+       - op.cumulative_distribution, op.calibration_rps, op.client_cpu_s;
+       - server.probe.untimed, server.probe.call_source naming the shim's wrappers under
+         injection, server.eventloop, server.shim (record --backend both), thread.sched,
+         thread.injected_ns; the shim's region layout 2 (csrc/valkeytrace.h), not in the file.
+    2  valkeytrace 0.2: the same keys, now declared (the types below) and built in this module
+       only. A version-1 file loads as it is: every key version 2 added is optional, and
+       upgrade() marks it (upgraded_from: 1) so reports can say so.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TypedDict
+
+DOCUMENT_FORMAT = "valkeytrace-recording"
+VERSION = 2
+OLDEST_READABLE = 1
+US_PER_MS = 1000.0
+
+
+class Histogram(TypedDict, total=False):
+    count: int
+    sum_ns: int
+    min_ns: int
+    max_ns: int
+    buckets: list      # [[bucket index, count], ...]
+    bytes: int
+
+
+class ThreadRecord(TypedDict, total=False):
+    tid: int
+    name: str
+    role: str
+    calls: dict[str, Histogram]
+    off_cpu_ns: dict[str, dict[str, int]]   # cause -> scheduler state -> ns
+    sched: dict[str, int]                   # on_cpu_ns, runqueue_ns (/proc schedstat)
+    injected_ns: int                        # shim: the emulated delay it added
+
+
+class ServerWindow(TypedDict, total=False):
+    backend: str
+    window_ns: int
+    pid: int
+    main_tid: int
+    threads: list[ThreadRecord]
+    lost_events: int
+    blocked_timeline: dict
+    probe: dict
+    hist_buckets: int
+    eventloop: dict
+    shim: "ServerWindow"                    # --backend both: the shim's window beside eBPF's
+
+
+class Op(TypedDict, total=False):
+    role: str
+    clients: int
+    tps: float
+    requests: int
+    seconds: float
+    mean_us: float
+    min_us: float
+    p50_us: float
+    p95_us: float
+    p99_us: float
+    max_us: float
+    percentile_distribution: list
+    cumulative_distribution: list
+    progress: list
+    command: list
+    calibration_rps: float
+    client_cpu_s: float
+    progress_samples: int                   # background op: progress lines inside the window
+    note: str
+
+
+class Run(TypedDict, total=False):
+    workload: str
+    value_size: int
+    repeat: int
+    status: str
+    error: str
+    started_at: float
+    ended_at: float
+    window_start: float
+    window_end: float
+    ops: dict[str, Op]
+    server: ServerWindow
+    server_view: dict
+    host_cpu: dict
+    demand: dict
+    fsync_extra_delay_ns: int
+
+
+class Document(TypedDict, total=False):
+    format: str
+    version: int
+    label: str
+    complete: bool
+    created: str
+    ended: str
+    valkeytrace_version: str
+    argv: list
+    server: dict
+    host: dict
+    client: dict
+    settings: dict
+    emulation: dict
+    warnings: list[str]
+    runs: list[Run]
+    overhead: dict
+    tracer: dict
+    upgraded_from: int
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def new_document(*, label: str, server: dict, host: dict, client: dict | None, settings: dict,
+                 emulation: dict | None, warnings: list[str]) -> Document:
+    from valkeytrace import __version__
+
+    return Document(format=DOCUMENT_FORMAT, version=VERSION, label=label, complete=False, created=_now(),
+                    valkeytrace_version=__version__, argv=list(sys.argv), server=server, host=host,
+                    client=client, settings=settings, emulation=emulation, warnings=list(warnings), runs=[])
+
+
+def add_warning(doc: Document, sentence: str) -> None:
+    doc.setdefault("warnings", []).append(sentence)
+
+
+def set_overhead(doc: Document, overhead: dict) -> None:
+    doc["overhead"] = overhead
+
+
+def finish(doc: Document, *, interrupted: bool, tracer: dict) -> None:
+    """Close the document: complete unless interrupted or a run failed."""
+    doc["tracer"] = tracer
+    doc["complete"] = not interrupted and all(r["status"] == "ok" for r in doc["runs"])
+    doc["ended"] = _now()
+
+
+def new_run(doc: Document, workload: str, value_size: int, repeat: int, extra_delay_ns: int | None) -> Run:
+    """A run appended to doc, status running until the recorder sets it."""
+    run = Run(workload=workload, value_size=value_size, repeat=repeat, status="running", error=None,
+              started_at=time.time(), ops={})
+    if extra_delay_ns is not None:
+        run["fsync_extra_delay_ns"] = extra_delay_ns
+    doc["runs"].append(run)
+    return run
+
+
+def op_record(report: dict, role: str) -> Op:
+    """A measured op from the benchmark client's parsed report (workload/parse.py)."""
+    lat = report["latency_ms"]
+    return Op(role=role, clients=report.get("clients"), tps=report["tps"], requests=report.get("requests"),
+              seconds=report.get("seconds"), mean_us=lat["avg"] * US_PER_MS, min_us=lat["min"] * US_PER_MS,
+              p50_us=lat["p50"] * US_PER_MS, p95_us=lat["p95"] * US_PER_MS, p99_us=lat["p99"] * US_PER_MS,
+              max_us=lat["max"] * US_PER_MS,
+              percentile_distribution=report.get("percentile_distribution", []),
+              cumulative_distribution=report.get("cumulative_distribution", []),
+              progress=report.get("progress", []), command=report.get("command"),
+              calibration_rps=report.get("calibration_rps"), client_cpu_s=report.get("client_cpu_s"))
+
+
+def background_op(*, clients: int, tps: float | None, mean_ms: float | None, samples: int, progress: list,
+                  command: list) -> Op:
+    """The background load's op: rate and mean from its progress lines inside the window."""
+    return Op(role="background", clients=clients, tps=tps,
+              mean_us=mean_ms * US_PER_MS if mean_ms is not None else None,
+              p50_us=None, p95_us=None, p99_us=None, progress_samples=samples, progress=progress,
+              command=command,
+              note="background load: rate and mean latency from the client's progress lines inside the "
+                   "measured GET window (the client prints no percentiles until it ends)")
+
+
+def thread_record(tid: int, name: str, role: str) -> ThreadRecord:
+    return ThreadRecord(tid=tid, name=name, role=role, calls={}, off_cpu_ns={})
+
+
+def server_window(*, backend: str, window_ns: int, pid: int, threads: list[ThreadRecord], lost_events: int,
+                  blocked_timeline: dict, probe: dict, **extra: Any) -> ServerWindow:
+    """One tracer window, threads main first (extra: hist_buckets, eventloop)."""
+    unknown = set(extra) - set(ServerWindow.__annotations__)
+    if unknown:
+        raise TypeError(f"not a server window key: {', '.join(sorted(unknown))}")
+    return ServerWindow(backend=backend, window_ns=window_ns, pid=pid, main_tid=pid,
+                        threads=sorted(threads, key=lambda t: (t["role"] != "main", t["tid"])),
+                        lost_events=lost_events, blocked_timeline=blocked_timeline, probe=probe, **extra)
+
+
+def upgrade(doc: dict) -> Document:
+    """A document of an older version, in today's shape (validated afterwards by schema.py)."""
+    version = doc.get("version")
+    if isinstance(version, int) and OLDEST_READABLE <= version < VERSION:
+        doc["upgraded_from"] = version
+        doc["version"] = VERSION
+    return doc

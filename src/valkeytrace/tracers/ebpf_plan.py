@@ -1,0 +1,216 @@
+"""What the eBPF backend will load, planned without loading anything: probe groups, the C
+defines, the kernel's task_struct offsets (from BTF), the printable program. Pure enough to test
+without root; `record --print-probes` prints exactly what start() would compile, because both
+come from plan() and program() here. bcc is not imported (tracers/ebpf.py loads the plan)."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from valkeytrace import environment, system
+from valkeytrace.tracers import PROBES_DIR, probe_source
+
+MAIN_PROBE = "valkey_threads"
+RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
+LOOP_SYMBOL = "beforeSleep"
+FLUSH_SYMBOL = "flushAppendOnlyFile"
+SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
+# which groups each record option adds to the defaults
+OPTION_GROUPS = {"aof_flush_probe": "flush", "loop_sample": "loop", "socket_writes": "syscalls"}
+
+
+# Probe groups:
+#   calls    fdatasync/fsync and AOF write(2) timed at their call sites in the server's code
+#            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
+#   fs       when the AOF directory is on ext4: fdatasync/fsync from the raw ext4_sync_file
+#            enter/exit tracepoints instead of call sites, and AOF writes from ext4's own steps:
+#            its first (journal start, write_begin, or a context switch inside write(aof fd))
+#            to the write_end that copies its last byte. Telling an AOF write needs the syscall
+#            number and fd from the saved user registers (sched, and the offset check at
+#            start); without them the start stays a call-site uprobe. ~0.2-0.4 µs per tracepoint
+#            where a uprobe hit costs ~6.7 µs of the main thread (docs/performance.md), so an
+#            `always` iteration carries no uprobe hit instead of four;
+#   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
+#   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
+#            each second (record --loop-sample). Not a default: its per-second attach/detach and
+#            hits cost ~3% GET TPS and ~5-10% GET p99 here (docs/performance.md); the iteration
+#            count and mean come from the server's own INFO eventloop counters without it;
+#   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
+#            from every beforeSleep, so its count is the loop count and its time the AOF write +
+#            fsync already measured; two more uprobe hits per iteration;
+#   syscalls raw sys_enter/sys_exit: the calls from syscalls instead (used when the binary has no
+#            usable call sites), plus socket writes and epoll_wait per thread. Any syscall
+#            tracepoint sends every syscall on the machine through the kernel's slow path:
+#            3-5% GET TPS here (docs/performance.md), hence not a default.
+# $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
+# (benchmarks/overhead.py --probes; valkeytrace/environment.py).
+PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
+DEFAULT_GROUPS = ("calls", "fs", "sched")
+# the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
+FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
+                           "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
+# where an AOF write can begin earlier than its first write_begin, when the kernel has it (6.5+)
+FS_JOURNAL_START = ("ext4", "ext4_journal_start_inode")
+# byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
+# 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
+SYSNR_CANDIDATES = (16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48)
+
+
+class Uprobe(NamedTuple):
+    path: str
+    fn: str
+    sym: str | None = None    # a symbol, or
+    addr: int | None = None   # a virtual address in path (a call site)
+    ret: bool = False
+
+    def where(self) -> dict:
+        return {"addr": self.addr} if self.addr is not None else {"sym": self.sym.encode()}
+
+
+def probe_groups(extra: tuple = ()) -> set[str]:
+    override = environment.probe_groups_override()
+    if override:
+        return {g for g in override if g in PROBE_GROUPS}
+    return set(DEFAULT_GROUPS) | set(extra)
+
+
+@functools.lru_cache(maxsize=1)
+def task_offsets() -> dict:
+    """{"pid": .., "stack": ..}: byte offsets of those task_struct fields in the running kernel,
+    from its BTF, or {} without BTF or bpftool. The raw sched_switch probe needs "pid" (without
+    it the regular tracepoint is used), the idle cause needs "stack". Dumping the BTF takes
+    ~0.25 s, so the result is cached per kernel build."""
+    btf = "/sys/kernel/btf/vmlinux"
+    if not environment.raw_sched() or not os.path.exists(btf):
+        return {}
+    cache = os.path.join(system.cache_dir(), f"task-offsets-{system.kernel_release()}-{os.stat(btf).st_size}.json")
+    try:
+        with open(cache) as f:
+            return {k: int(v) for k, v in json.load(f).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    offsets = _btf_task_offsets(btf)
+    if offsets:
+        system.write_json_cache(cache, offsets)
+    return offsets
+
+
+def bpftool_path() -> str | None:
+    import shutil
+
+    return shutil.which("bpftool") or next((p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.path.exists(p)),
+                                           None)
+
+
+def _btf_task_offsets(btf: str) -> dict:
+    import re
+    import subprocess
+
+    tool = bpftool_path()
+    if not tool:
+        return {}
+    try:
+        out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
+    offsets = {}
+    for field in ("pid", "stack") if m else ():
+        f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+        if f and int(f.group(1)) % 8 == 0:
+            offsets[field] = int(f.group(1)) // 8
+    return offsets
+
+
+def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
+    sched = "sched" in groups
+    offsets = task_offsets() if sched else {}
+    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
+            "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
+            "TRACE_SYSCALLS": int("syscalls" in groups),
+            "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
+            "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
+            "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
+            "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
+
+
+def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,
+                shim_wrappers: bool = False) -> str:
+    """How fsyncs and AOF writes were timed, as recordings and reports name it. write_sites: with
+    the fs tracepoints, AOF writes begin at their call sites (without the syscall number).
+    shim_wrappers: fsyncs were timed at the shim's wrappers (an injected delay is in the figure),
+    whatever times the AOF writes."""
+    if syscalls:
+        source = "syscalls"
+    elif not fs_sync:
+        source = "call sites"
+    else:
+        source = f"{fstype} tracepoints + AOF-write call sites" if write_sites else f"{fstype} tracepoints"
+    return (f"the shim's wrappers for fsyncs (uprobes; the injected delay included), {source} for AOF writes"
+            if shim_wrappers else source)
+
+
+def printable_program(defines: dict, groups=DEFAULT_GROUPS) -> str:
+    """The exact text and flags `record` would load, and its probe groups (for --print-probes)."""
+    flags = " ".join(cflags(**defines))
+    return (f"// probe groups: {', '.join(g for g in PROBE_GROUPS if g in groups)}\n"
+            f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE))
+
+
+def cflags(**defines) -> list[str]:
+    """-D flags for the probe parameters, plus the include path of the shared layout header."""
+    flags = [f"-I{PROBES_DIR}", "-DVT_BPF=1", "-Wno-visibility", "-Wno-macro-redefined"]
+    flags += [f"-D{k}={int(v)}" for k, v in defines.items()]
+    return flags
+
+
+
+
+@dataclass
+class Plan:
+    """What start() compiles and attaches, decided from the options and the facts about the
+    server: its binary's symbols and the AOF directory's filesystem."""
+    groups: set
+    loop_uprobe: bool      # iterations from a beforeSleep uprobe (else epoll_wait, or INFO only)
+    flush_probe: bool
+    fstype: str | None
+    block_threshold_ns: int
+    notes: list = field(default_factory=list)
+
+    @property
+    def fs_sync(self) -> bool:
+        return "fs" in self.groups
+
+    def fall_back_to_syscalls(self):
+        """No usable call sites: the calls come from the syscall tracepoints instead."""
+        self.groups.add("syscalls")
+        self.groups.discard("fs")
+
+    def defines(self, pid: int) -> dict:
+        return probe_defines(pid, block_threshold_ns=self.block_threshold_ns,
+                             loop_from_epoll=not self.loop_uprobe and "loop" in self.groups, groups=self.groups)
+
+
+def plan(*, extra_groups=(), block_threshold_ns: int, has_symbol, fstype: str | None, fs_tracepoints_present) -> Plan:
+    """The probe plan. has_symbol(name): whether the server binary has that function (asked only
+    for the groups that need one); fs_tracepoints_present(fstype, names): whether the kernel has
+    those tracepoints."""
+    groups = probe_groups(tuple(extra_groups))
+    loop_uprobe = "loop" in groups and has_symbol(LOOP_SYMBOL)
+    if "loop" in groups and not loop_uprobe:
+        groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
+    fs_tps = FS_TRACEPOINTS.get(fstype, ())
+    if "syscalls" in groups or not fs_tps or not fs_tracepoints_present(fstype, fs_tps):
+        groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
+    return Plan(groups=groups, loop_uprobe=loop_uprobe, flush_probe="flush" in groups and has_symbol(FLUSH_SYMBOL),
+                fstype=fstype, block_threshold_ns=block_threshold_ns)
+
+
+def extra_groups(aof_flush_probe: bool = False, loop_sample: bool = False, socket_writes: bool = False) -> tuple:
+    """The groups the record options add to the defaults."""
+    chosen = {"aof_flush_probe": aof_flush_probe, "loop_sample": loop_sample, "socket_writes": socket_writes}
+    return tuple(OPTION_GROUPS[k] for k, on in chosen.items() if on)

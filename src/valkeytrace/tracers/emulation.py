@@ -1,0 +1,97 @@
+"""Emulated fsync latency: the --inject-fsync-delay and --fsync-sensitivity specs, and how the shim
+library (csrc/shim.c) is preloaded to add them, whichever backend traces. The shim sleeps after
+every real fsync/fdatasync returns; a report states the emulation (recording `emulation`)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from valkeytrace.errors import VTError, VTUsageError
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def shim_library() -> str:
+    """The built shim, next to the _native module."""
+    import valkeytrace._native as native
+
+    here = Path(native.__file__).parent
+    found = sorted(here.glob("_shim*.so"))
+    if not found:
+        raise VTError(f"the shim library is missing from {here}; reinstall valkeytrace (make setup)")
+    return str(found[0])
+
+
+def _duration_ns(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*", text)
+    if not m:
+        raise ValueError(text)
+    return int(round(float(m.group(1)) * _UNITS[m.group(2)]))
+
+
+def parse_fsync_delay(spec: str) -> dict:
+    """'4ms' -> constant; 'lognormal:4ms,0.3' -> lognormal with median 4 ms, sigma 0.3."""
+    try:
+        if spec.startswith("lognormal:"):
+            median, sigma = spec[len("lognormal:"):].split(",")
+            ns, sig = _duration_ns(median), float(sigma)
+            if ns <= 0 or not 0 <= sig <= 5:
+                raise ValueError(spec)
+            return {"kind": "lognormal", "median_ns": ns, "sigma": sig, "spec": spec,
+                    "env": f"lognormal:{ns},{sig}"}
+        ns = _duration_ns(spec[len("const:"):] if spec.startswith("const:") else spec)
+        if ns <= 0:
+            raise ValueError(spec)
+        return {"kind": "const", "median_ns": ns, "sigma": 0.0, "spec": spec, "env": f"const:{ns}"}
+    except ValueError:
+        raise VTUsageError(f"--inject-fsync-delay {spec!r}: expected a duration like 4ms or 500us, "
+                           "or lognormal:MEDIAN,SIGMA (e.g. lognormal:4ms,0.3)") from None
+
+
+def describe_delay(inject: dict | None) -> str:
+    if not inject:
+        return ""
+    ms = inject["median_ns"] / 1e6
+    if inject["kind"] == "const":
+        return f"fsync latency emulated: +{ms:g} ms per call"
+    return f"fsync latency emulated: +lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) per call"
+
+
+def parse_sensitivity(spec: str) -> tuple:
+    """'1ms,2ms,4ms' -> (1000000, 2000000, 4000000): the added fsync delays, ascending."""
+    try:
+        levels = sorted({_duration_ns(part) for part in spec.split(",") if part.strip()})
+    except ValueError:
+        levels = []
+    if not levels or levels[0] <= 0:
+        raise VTUsageError(f"--fsync-sensitivity {spec!r}: expected added delays like 1ms,2ms,4ms")
+    return tuple(levels)
+
+
+def describe_sensitivity(inject: dict | None, levels: tuple) -> str:
+    """describe_delay, plus the added delays of --fsync-sensitivity runs."""
+    base = describe_delay(inject)
+    if not levels:
+        return base
+    added = ", ".join(f"+{ns / 1e6:g} ms" for ns in levels)
+    extra = f"sensitivity runs add {added} per fsync/fdatasync (intervention, not a measured disk)"
+    return f"{base}; {extra}" if base else f"fsync latency: {extra}"
+
+
+def preload_env(library: str, shm_path: str | None, inject: dict | None) -> dict:
+    env = {"LD_PRELOAD": library}
+    if shm_path:
+        env["VALKEYTRACE_SHM"] = shm_path
+    if inject:
+        env["VALKEYTRACE_FSYNC_DELAY"] = inject["env"]
+    return env
+
+
+def delay_control():
+    """A shim region for adding an fsync delay while the server runs (record --fsync-sensitivity)
+    under a backend other than the shim: paused, so the shim records nothing into it."""
+    from valkeytrace.tracers.region import ShimRegion
+
+    region = ShimRegion(0)
+    region.set_paused(True)
+    return region

@@ -1,0 +1,168 @@
+"""The #4029 workloads as scenarios: what runs against the server in one cell, and where the
+measured window opens and closes.
+
+- read-heavy: the keyspace filled with values of the cell's size, a steady SET load (set_clients)
+  behind, and GET (get_clients) measured; before it, when asked, a short GET-only pass for the
+  what-if's service demand;
+- write-only: SET (write_clients) measured, alone;
+- none: nothing runs; the window is open for the duration (observing a server under its own load).
+
+A scenario fills in a run's `ops` (recording.document builds them) and calls the window hooks it
+is given: begin() when the measured client starts, end() when it stops. The recorder owns the
+hooks (tracer, server view, CPU accounting) and the matrix; benchmark scripts use the same
+scenarios for their loads (BENCH_LOAD).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from valkeytrace import system
+from valkeytrace.errors import VTError
+from valkeytrace.recording import document
+from valkeytrace.workload import keyspace as ks
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv,
+                                            run_measured, run_requests)
+
+BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
+DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: under a second at ~70K GET/s here
+DEMAND_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """Who drives a cell against which server: the benchmark client and the client counts."""
+    client: object            # workload.clients.BenchmarkClient
+    host: str
+    port: int
+    server_pid: int | None
+    connect: object           # () -> a valkey client connection to the server
+    keyspace: int = 100000
+    get_clients: int = 50
+    set_clients: int = 8
+    write_clients: int = 50
+
+    @classmethod
+    def for_server(cls, server, client, **counts) -> "Load":
+        """A load against a server.process target (EmbeddedServer, CommandServer, AttachedServer)."""
+        return cls(client=client, host=server.host, port=server.port, server_pid=server.pid,
+                   connect=server.client, **counts)
+
+    def argv(self, test: str, clients: int, size: int, requests: int = ENDLESS_REQUESTS) -> list[str]:
+        return client_argv(self.client, self.host, self.port, test, clients, size, self.keyspace, requests)
+
+
+# the benchmark scripts' cell: read-heavy, 64 B, GET c=50 under SET c=8, 20000 keys (filled fast)
+BENCH_KEYSPACE, BENCH_VALUE = 20000, 64
+
+
+def bench_load(server, client) -> Load:
+    return Load.for_server(server, client, keyspace=BENCH_KEYSPACE)
+
+
+class ReadHeavy:
+    name = "read-heavy"
+
+    def __init__(self, load: Load):
+        self.load = load
+
+    def prepare(self, size: int) -> None:
+        ks.fill(self.load.connect(), self.load.keyspace, size)
+
+    def background(self, size: int) -> ClientProcess:
+        """The steady SET load (endless; stop() it)."""
+        return ClientProcess(self.load.argv("SET", self.load.set_clients, size))
+
+    def foreground(self, size: int, requests: int = ENDLESS_REQUESTS) -> ClientProcess:
+        """The GET clients as a process of their own (benchmark scripts' slices)."""
+        return ClientProcess(self.load.argv("GET", self.load.get_clients, size, requests))
+
+    def demand(self, size: int) -> dict:
+        """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
+        write and no fsync, whatever the appendfsync policy), with the CPU the server and the
+        client took (host_cpu, as for a measured window). The what-if (analysis/whatif.py)
+        builds on it."""
+        ld = self.load
+        requests = ld.get_clients * DEMAND_REQUESTS_PER_CLIENT
+        snaps = [system.cpu_snapshot(ld.server_pid)]
+        report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
+                              timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
+        r = document.op_record(report, "demand")
+        return {"op": "GET", "clients": ld.get_clients, "requests": requests, "seconds": report["window_s"],
+                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
+                "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
+
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+        """Measure one cell into run; window(client_pids) -> (begin, end). Returns the measured
+        client's CPU seconds."""
+        ld = self.load
+        self.prepare(size)
+        if with_demand:
+            try:
+                run["demand"] = self.demand(size)
+            except (VTError, OSError) as exc:  # context for the what-if, never a reason to lose the run
+                run["demand"] = {"error": str(exc)}
+        background = self.background(size)
+        try:
+            time.sleep(BACKGROUND_SETTLE_S)
+            if background.proc.poll() is not None:
+                raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
+            begin, end = window((background.pid,))
+            marks = {}
+
+            def on_start():
+                marks["t0"] = time.monotonic()
+                begin()
+
+            def on_end():
+                marks["t1"] = time.monotonic()
+                end()
+            report = run_measured(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace,
+                                  duration_s, on_start=on_start, on_end=on_end)
+            run["ops"]["GET"] = document.op_record(report, "measured")
+            bg = background.window_summary(marks["t0"], marks["t1"])
+        finally:
+            background.stop()
+        run["ops"]["SET"] = document.background_op(
+            clients=ld.set_clients, tps=bg["tps"], mean_ms=bg["mean_latency_ms"], samples=bg["samples"],
+            progress=background.progress_series(background.started_mono), command=background.argv)
+        return report.get("client_cpu_s") or 0.0
+
+
+class WriteOnly:
+    name = "write-only"
+
+    def __init__(self, load: Load):
+        self.load = load
+
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+        ld = self.load
+        begin, end = window(())
+        report = run_measured(ld.client, ld.host, ld.port, "SET", ld.write_clients, size, ld.keyspace,
+                              duration_s, on_start=begin, on_end=end)
+        run["ops"]["SET"] = document.op_record(report, "measured")
+        return report.get("client_cpu_s") or 0.0
+
+
+class Observe:
+    name = "none"
+
+    def __init__(self, load: Load | None = None):
+        self.load = load
+
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+        begin, end = window(())
+        begin()
+        time.sleep(duration_s)
+        end()
+        return 0.0
+
+
+SCENARIOS = {s.name: s for s in (ReadHeavy, WriteOnly, Observe)}
+
+
+def scenario(name: str, load: Load | None):
+    return SCENARIOS[name](load)
+
+
+__all__ = ["Load", "ReadHeavy", "WriteOnly", "Observe", "SCENARIOS", "scenario", "bench_load"]
