@@ -15,7 +15,7 @@ from pathlib import Path
 
 from valkeytrace.recording import format as recfmt
 from valkeytrace.reporters import markdown
-from valkeytrace.reporters.base import analyse
+from valkeytrace.analysis.report import analyse
 
 START, END = "<!-- demo-excerpt:start -->", "<!-- demo-excerpt:end -->"
 

@@ -7,7 +7,8 @@ set -euo pipefail
 arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 release=$(uname -r)
 want=(python3-bpfcc bpfcc-tools bpftool binutils redis-tools python3-venv python3-dev python3-pip gcc make libc6-dev
-      strace bpftrace linux-perf)  # the last three: benchmarks/peers.py compares valkeytrace with them
+      strace bpftrace linux-perf  # benchmarks/peers.py compares valkeytrace with them
+      chromium)  # tests/integration/test_html.py looks at the HTML report as a reader does
 
 missing=()
 for p in "${want[@]}"; do

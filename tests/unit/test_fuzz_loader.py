@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from valkeytrace.errors import RecordingError
 from valkeytrace.recording import format as recfmt
-from valkeytrace.reporters import base, jsonfmt, markdown, perfetto
+from valkeytrace.analysis import report as base
+from valkeytrace.reporters import jsonfmt, markdown, perfetto
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-v1-both-always.vtrace"
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from valkeytrace.recording import format as recfmt
-from valkeytrace.reporters import base, csvfmt, jsonfmt, markdown, perfetto, text
+from valkeytrace.analysis import report as base
+from valkeytrace.reporters import csvfmt, jsonfmt, markdown, perfetto, text
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 ALWAYS = DATA / "golden-v1-both-always.vtrace"

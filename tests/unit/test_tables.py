@@ -5,7 +5,7 @@ import pytest
 
 from valkeytrace.analysis.tables import compare, delta_pct, summarize
 from valkeytrace.reporters import markdown
-from valkeytrace.reporters.base import analyse
+from valkeytrace.analysis.report import analyse
 
 # (size, tps, p50, p95, p99) from the seed: read-heavy GET, baseline and bio-offload
 SEED_BASE = [(64, 5450, 10263, 11039, 11623), (256, 5630, 10351, 11111, 11575), (1024, 5580, 10527, 11407, 11839)]

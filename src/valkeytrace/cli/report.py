@@ -37,10 +37,10 @@ def report(recordings, compare_paths, fmt, output, plot_dir):
         raise VTUsageError("no recording given: valkeytrace report RECORDING, or --compare BASELINE CANDIDATE")
     if len(paths) > 1 and not compare_paths:
         raise VTUsageError("several recordings given: use --compare BASELINE CANDIDATE to compare two")
-    from valkeytrace.reporters import base
+    from valkeytrace.analysis import report as analysis
 
     docs = [(p, recfmt.read(p)) for p in paths]
-    inp = base.analyse(docs)
+    inp = analysis.analyse(docs)
     if inp.comparison is not None and not inp.comparison.rows:
         raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "
                       f"({'; '.join(inp.comparison.missing) or 'both empty'})")

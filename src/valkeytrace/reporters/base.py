@@ -1,120 +1,10 @@
-"""What every reporter renders: one or two analysed recordings (docs/report-json.md)."""
+"""Formatting shared by the reporters. What they render is an analysis.report.ReportInput."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from valkeytrace.analysis import explain, sensitivity, whatif
-from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
+from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
+from valkeytrace.analysis.tables import MEASURED_OP
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
-
-
-@dataclass
-class AnalysedRun:
-    path: str
-    doc: dict
-    cells: list[CellSummary]
-    explanation: list = None     # explain.explain_run entries
-    server_views: dict = None    # (workload, size) -> explain.server_view_gap
-    whatif: list = None          # whatif.predict_run entries
-    sensitivity: list = None     # sensitivity.sensitivity entries
-
-    @property
-    def label(self) -> str:
-        return self.doc["label"]
-
-    @property
-    def server(self) -> dict:
-        return self.doc.get("server", {})
-
-    @property
-    def emulation(self) -> str:
-        """The sentence every report must show when the fsync latency was emulated, else ''."""
-        emu = self.doc.get("emulation") or {}
-        return emu.get("description") or ""
-
-
-@dataclass
-class ReportInput:
-    runs: list[AnalysedRun]
-    comparison: Comparison | None = None
-    explanation: list | None = None  # explain.explain_compare entries (with --compare)
-    whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
-
-    @property
-    def baseline(self):
-        return self.runs[0]
-
-    @property
-    def candidate(self):
-        return self.runs[1] if len(self.runs) > 1 else None
-
-
-def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
-    runs = []
-    for p, d in paths_and_docs:
-        cells = summarize(d)
-        views = {}
-        for c in cells:
-            raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
-                   and r.get("status") == "ok"]
-            gap = explain.server_view_gap(raw, c)
-            if gap:
-                views[(c.workload, c.value_size)] = gap
-        sens = sensitivity.sensitivity(d)
-        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views,
-                                whatif.predict_run(cells, d), sens))
-    comparison = explanation = checked = None
-    if len(runs) == 2:
-        comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
-        explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
-                                              (runs[0].sensitivity, runs[1].sensitivity))
-        # the scenario whose durability semantics the candidate has
-        early = explain.acks_before_fsync(runs[1].doc)
-        checked = whatif.check(runs[0].whatif, runs[1].cells,
-                               "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
-    return ReportInput(runs, comparison, explanation, checked)
-
-
-def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
-    """[(title, sentences)]: the what-if predictions (and, with --compare, their check against the
-    candidate) and the intervention slopes, for the text reporters."""
-    out = []
-    for run in inp.runs:
-        if run.whatif and (inp.comparison is None or run is inp.baseline):
-            out.append((f"What if the fsync left the main thread ({run.label}, predicted)", whatif.describe(run.whatif)))
-    if inp.whatif:
-        out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
-    for run in inp.runs:
-        if run.sensitivity:
-            out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
-    return out
-
-
-def share_tag(entry: dict, compared: bool) -> str:
-    """What an explanation's heading says of its share: 'explained share 0.92' for a significant
-    change, 'significance unknown' when n < 2, 'fsync + AOF write: 0.87 of it' for one recording."""
-    share = entry.get("explained_share")
-    if not compared:
-        return f"fsync + AOF write: {share:.2f} of it" if share is not None else ""
-    if entry.get("significant") and share is not None:
-        return f"explained share {share:.2f}"
-    if entry.get("significant") is None and entry.get("components"):
-        return "significance unknown"
-    return ""
-
-
-def overhead_line(run: AnalysedRun) -> str:
-    """The --measure-overhead result, as one sentence ('' when not measured)."""
-    o = run.doc.get("overhead")
-    if not o or not o.get("get_tps_ratio"):
-        return ""
-    p99 = f", GET p99 x{o['get_p99_ratio']:.3f}" if o.get("get_p99_ratio") else ""
-    order = f", {o['order']}" if o.get("order") else ""
-    untraced = f"; untraced = {o['untraced_side']}" if o.get("untraced_side") else ""
-    return (f"tracer overhead ({o.get('backend')}, {o.get('cell')}, one untraced/traced pair of "
-            f"{o.get('duration_s')} s{order}{untraced}): GET TPS x{o['get_tps_ratio']:.3f}{p99} "
-            "(one pair: an indication; benchmarks/peers.py measures it)")
 
 
 def fmt_pct(value: float | None) -> str:
@@ -144,3 +34,79 @@ def server_note(run: AnalysedRun) -> str:
     if s.get("bio_aof_offload") is not None:
         parts.append(f"bio-aof-offload={'yes' if s['bio_aof_offload'] else 'no'}")
     return ", ".join(parts)
+
+
+TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
+COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
+DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive = higher throughput "
+                    "(better). P50/P95/P99: negative = lower latency (better). MB/s = TPS × value size "
+                    "(TPS × value bytes / 10^6). Each cell is the median of its repeats.")
+
+
+def _row(label, size, op, o, note=""):
+    return [label, f"{size} B", op, fmt_ktps(o.median["tps"]), fmt_mbs(o.median["mb_s"]), fmt_us(o.median["p50_us"]),
+            fmt_us(o.median["p95_us"]), fmt_us(o.median["p99_us"]), note]
+
+
+def _workload_note(run, workload, settings) -> str:
+    s = settings or {}
+    fsync = run.server.get("appendfsync") or "?"
+    if workload == "read-heavy":
+        return (f"GET c={s.get('get_clients', '?')} + c={s.get('set_clients', '?')} background SET; "
+                f"fsync={fsync}")
+    return f"isolated SET c={s.get('write_clients', '?')}; fsync={fsync}"
+
+
+
+def client_tables(inp: ReportInput) -> list[dict]:
+    """The #4029 tables: [{"title", "columns", "rows": [(cells, kind)]}], kind "" for one
+    recording, else "baseline" / "candidate" / "delta" (the seed's columns and delta convention)."""
+    out = []
+    if inp.comparison is None:
+        run = inp.baseline
+        for workload in ("read-heavy", "write-only"):
+            cells = [c for c in run.cells if c.workload == workload and MEASURED_OP[workload] in c.ops]
+            if not cells:
+                continue
+            rows = []
+            for i, c in enumerate(cells):
+                o = c.ops[MEASURED_OP[workload]]
+                note = _workload_note(run, workload, run.settings) if i == 0 else ""
+                rows.append((_row(run.label, c.value_size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"), ""))
+            out.append({"title": TITLES[workload], "columns": COLUMNS, "rows": rows})
+        return out
+    base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
+    for workload in ("read-heavy", "write-only"):
+        rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
+        if not rows:
+            continue
+        table = []
+        for i, r in enumerate(rows):
+            note = _workload_note(base, workload, base.settings) if i == 0 else ""
+            table.append((_row(base.label, r.value_size, r.op, r.base, note), "baseline"))
+            table.append((_row(cand.label, r.value_size, r.op, r.cand), "candidate"))
+            noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
+            dnote = f"within noise: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
+            table.append((["delta", f"{r.value_size} B", r.op, fmt_pct(r.deltas["tps"]), fmt_pct(r.deltas["mb_s"]),
+                           fmt_pct(r.deltas["p50_us"]), fmt_pct(r.deltas["p95_us"]), fmt_pct(r.deltas["p99_us"]),
+                           dnote], "delta"))
+        out.append({"title": TITLES[workload], "columns": COLUMNS, "rows": table})
+    return out
+
+
+def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, int]]]:
+    """([{"title", "tag", "claim", "caveats"}], [(caveat, entries it applies to)]): a caveat that
+    applies to more than one entry is said once, after them, not under each."""
+    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
+    entries = entries or []
+    banners = [run.emulation for run in inp.runs if run.emulation]  # said at the top already
+    uses: dict[str, int] = {}
+    for e in entries:
+        e = {**e, "caveats": [c for c in e.get("caveats", []) if not any(b in c for b in banners)]}
+        for c in dict.fromkeys(e["caveats"]):
+            uses[c] = uses.get(c, 0) + 1
+    shared = [(c, n) for c, n in uses.items() if n > 1]
+    out = [{"title": f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}",
+            "tag": share_tag(e, inp.comparison is not None), "claim": e["claim"],
+            "caveats": [c for c in dict.fromkeys(e.get("caveats", [])) if uses.get(c) == 1]} for e in entries]
+    return out, shared

@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import ReportInput
+from valkeytrace.analysis.report import ReportInput
 
 
 def render(inp: ReportInput, out) -> None:

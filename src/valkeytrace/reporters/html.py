@@ -1,82 +1,115 @@
-"""HTML: one self-contained page (inline SVG plots, no script, no external resource)."""
+"""HTML: one self-contained page (inline SVG plots, no script, no external resource), rendered
+from the analysed input with the same tables and sentences as the markdown report: each
+emulation banner once at the top, a caveat shared by every explanation once, no markdown syntax."""
 from __future__ import annotations
 
-import html
 import io
+from html import escape
 
-from valkeytrace.reporters import markdown
-from valkeytrace.reporters.base import ReportInput
+from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.reporters.base import DELTA_CONVENTION, client_tables, explanation_entries, server_note
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-td:first-child,th:first-child{text-align:left}.emu{background:#fde2e2;border:1px solid #c44e52;padding:.6em;font-weight:bold}
-.why li{margin:.5em 0}.caveat{color:#8a6d00}figure{margin:1.5em 0}svg{max-width:100%;height:auto}
+td:first-child,th:first-child{text-align:left}tr.delta td{font-weight:bold;background:#f4f4f4}
+.emu{background:#fde2e2;border:1px solid #c44e52;padding:.6em;font-weight:bold}
+.why li{margin:.5em 0}.caveat{color:#8a6d00}.warn{color:#8a3b00}figure{margin:1.5em 0}
+svg{max-width:100%;height:auto}code{background:#f2f2f2;padding:0 .25em}
 """
 
 
-def _md_tables_to_html(md: str) -> str:
-    """The markdown reporter's tables and bullets, as HTML (one renderer for the numbers)."""
-    out, rows = [], []
+def _p(text: str, cls: str = "") -> str:
+    return f"<p{f' class={cls!r}' if cls else ''}>{escape(text)}</p>"
 
-    def flush():
-        if rows:
-            head, body = rows[0], [r for r in rows[2:]]
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>")
-            for r in body:
-                out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
-            out.append("</table>")
-            rows.clear()
-    in_list = False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-            continue
-        flush()
-        if line.startswith("- ") or line.startswith("  - "):
-            if not in_list:
-                out.append('<ul class="why">')
-                in_list = True
-            text = html.escape(line.strip()[2:]).replace("**", "")
-            cls = ' class="caveat"' if line.startswith("  - ") else ""
-            out.append(f"<li{cls}>{text}</li>")
-            continue
-        if in_list:
-            out.append("</ul>")
-            in_list = False
-        if line.startswith("# "):
-            out.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("## "):
-            out.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("### "):
-            out.append(f"<h3>{html.escape(line[4:])}</h3>")
-        elif line.startswith("> "):
-            out.append(f"<p class='emu'>{html.escape(line[2:]).replace('**', '')}</p>")
-        elif line.startswith("**") and "emulated" in line:
-            out.append(f"<p class='emu'>{html.escape(line).replace('**', '')}</p>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    if in_list:
+
+def _tables(inp: ReportInput) -> list[str]:
+    out = []
+    for t in client_tables(inp):
+        out.append("<table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in (t["title"], *t["columns"])) + "</tr>")
+        for cells, kind in t["rows"]:
+            out.append(f"<tr{f' class={kind!r}' if kind else ''}>" + "".join(f"<td>{escape(c)}</td>" for c in cells)
+                       + "</tr>")
+        out.append("</table>")
+        if inp.comparison is not None:
+            out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
+    return out
+
+
+def _why(inp: ReportInput) -> list[str]:
+    entries, shared = explanation_entries(inp)
+    out = []
+    if entries:
+        out.append("<h2>Why</h2><ul class='why'>")
+        for e in entries:
+            tag = f" ({escape(e['tag'])})" if e["tag"] else ""
+            caveats = "".join(f"<li class='caveat'>caveat: {escape(c)}</li>" for c in e["caveats"])
+            out.append(f"<li><b>{escape(e['title'])}</b>{tag}: {escape(e['claim'])}"
+                       + (f"<ul>{caveats}</ul>" if caveats else "") + "</li>")
         out.append("</ul>")
-    return "\n".join(out)
+        if shared:
+            out.append("<p class='caveat'>Caveats (each applies to several entries above):</p><ul>"
+                       + "".join(f"<li class='caveat'>{escape(c)} ({n} entries)</li>" for c, n in shared) + "</ul>")
+    for title, lines in model_sections(inp):
+        out.append(f"<h3>{escape(title)}</h3><ul>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>")
+    views = [(run.label, gap["claim"]) for run in inp.runs for gap in (run.server_views or {}).values()]
+    if views:
+        out.append("<h3>The server's own view</h3><ul>"
+                   + "".join(f"<li>{escape(label)}: {escape(claim)}</li>" for label, claim in views) + "</ul>")
+    return out
 
 
-def render(inp: ReportInput, out) -> None:
+def _notes(inp: ReportInput) -> list[str]:
+    out = []
+    for run in inp.runs:
+        if overhead_line(run):
+            out.append(_p(f"{run.label}: {overhead_line(run)}"))
+        if not run.complete:
+            out.append(_p(f"{run.label}: incomplete recording ({run.path}); tables use the runs that finished.", "warn"))
+        out += [_p(f"{run.label}: {w}", "warn") for w in run.warnings]
+        out += [_p(f"{run.label}: {p['workload']} {p['value_size']} B #{p['repeat']} {p['status']}: {p['error']}", "warn")
+                for p in run.problems]
+    return out
+
+
+def _figures(inp: ReportInput) -> list[str]:
     from valkeytrace.reporters import plots
 
-    md = io.StringIO()
-    markdown.render(inp, md)
-    figures = []
+    out = []
     for name, fig in plots.make_all(inp).items():
         buf = io.StringIO()
-        fig.savefig(buf, format="svg")
+        fig.savefig(buf, format="svg", bbox_inches="tight", dpi=110)
         plots.plt.close(fig)
         svg = buf.getvalue()
         svg = svg[svg.find("<svg"):]  # drop the XML prolog: inline in HTML
-        figures.append(f'<figure id="{name}">{svg}<figcaption>{name.replace("_", " ")}</figcaption></figure>')
+        out.append(f'<figure id="{name}">{svg}<figcaption>{name.replace("_", " ")}</figcaption></figure>')
+    return out
+
+
+def render(inp: ReportInput, out) -> None:
+    body = []
+    if inp.comparison is None:
+        run = inp.baseline
+        body.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")
+        if run.emulation:
+            body.append(_p(f"{run.emulation} (emulated slow disk).", "emu"))
+        body.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client "
+                       f"{run.client.get('name', '?')} {run.client.get('version', '')}."))
+    else:
+        base, cand = inp.baseline, inp.candidate
+        body.append(f"<h1>valkeytrace: {escape(cand.label)} vs {escape(base.label)}</h1>")
+        body += [_p(f"{run.label}: {run.emulation} (emulated slow disk).", "emu") for run in (base, cand) if run.emulation]
+        body.append("<ul>" + "".join(
+            f"<li>{role} <code>{escape(run.label)}</code>: server {escape(str(run.server.get('version')))} "
+            f"({escape(server_note(run))})</li>" for role, run in (("baseline", base), ("candidate", cand))) + "</ul>")
+    body += _tables(inp)
+    if inp.comparison is not None and inp.comparison.missing:
+        body.append(_p("Not compared (missing on one side): " + "; ".join(inp.comparison.missing) + "."))
+    body += _why(inp)
+    body += _notes(inp)
+    figures = _figures(inp)
+    if figures:
+        body.append("<h2>Plots</h2>")
+        body += figures
     out.write("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>valkeytrace report</title>"
-              f"<style>{STYLE}</style></head><body>\n")
-    out.write(_md_tables_to_html(md.getvalue()))
-    out.write("\n<h2>Plots</h2>\n" + "\n".join(figures))
-    out.write("\n</body></html>\n")
+              f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from valkeytrace.analysis.tables import METRICS, significance
-from valkeytrace.reporters.base import ReportInput
+from valkeytrace.analysis.report import ReportInput
 
 REPORT_VERSION = 1
 
@@ -21,28 +21,21 @@ def build(inp: ReportInput) -> dict:
     runs = []
     for r in inp.runs:
         s = r.server
-        runs.append({
-            "label": r.label,
-            "recording": r.path,
-            "complete": r.doc.get("complete", False),
-            "server": {"version": s.get("version"), "appendfsync": s.get("appendfsync"),
-                       "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
-                       "mode": s.get("mode")},
-            "client": r.doc.get("client"),
-            "settings": r.doc.get("settings"),
-            "warnings": r.doc.get("warnings", []),
-            "emulation": r.doc.get("emulation"),
-            "overhead": r.doc.get("overhead"),
-            "cells": [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
-                       "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
-                       **({"server": c.server} if c.server is not None else {}),
-                       **({"server_view": r.server_views[(c.workload, c.value_size)]}
-                          if (c.workload, c.value_size) in r.server_views else {})}
-                      for c in r.cells],
-            "explanation": r.explanation,
-            "whatif": r.whatif or [],
-            "sensitivity": r.sensitivity or [],
-        })
+        cells = [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
+                  "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
+                  **({"server": c.server} if c.server is not None else {}),
+                  **({"server_view": r.server_views[(c.workload, c.value_size)]}
+                     if (c.workload, c.value_size) in r.server_views else {})}
+                 for c in r.cells]
+        # the report's own keys (docs/report-json.md), not the recording's
+        runs.append(dict(
+            label=r.label, recording=r.path, complete=r.complete,
+            server={"version": s.get("version"), "appendfsync": s.get("appendfsync"),
+                    "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
+                    "mode": s.get("mode")},
+            client=r.client, settings=r.settings, warnings=r.warnings, emulation=r.emulation_spec,
+            overhead=r.overhead, cells=cells, explanation=r.explanation, whatif=r.whatif or [],
+            sensitivity=r.sensitivity or []))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
     if inp.comparison is not None:
         out["compare"] = {

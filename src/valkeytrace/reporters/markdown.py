@@ -1,29 +1,8 @@
 """Markdown: the two tables of valkey#4029, in its columns and delta convention."""
 from __future__ import annotations
 
-from valkeytrace.analysis.tables import MEASURED_OP
-from valkeytrace.reporters.base import (ReportInput, fmt_ktps, fmt_mbs, fmt_pct, fmt_us, model_sections, overhead_line,
-                                        server_note, share_tag)
-
-TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
-COLUMNS = "| Value | Op | TPS (K req/s) | MB/s | P50 (µs) | P95 (µs) | P99 (µs) | Notes |"
-DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive = higher throughput "
-                    "(better). P50/P95/P99: negative = lower latency (better). MB/s = TPS × value size "
-                    "(TPS × value bytes / 10^6). Each cell is the median of its repeats.")
-
-
-def _row(label, size, op, o, note=""):
-    return (f"| {label} | {size} B | {op} | {fmt_ktps(o.median['tps'])} | {fmt_mbs(o.median['mb_s'])} | "
-            f"{fmt_us(o.median['p50_us'])} | {fmt_us(o.median['p95_us'])} | {fmt_us(o.median['p99_us'])} | {note} |")
-
-
-def _workload_note(run, workload, settings) -> str:
-    s = settings or {}
-    fsync = run.server.get("appendfsync") or "?"
-    if workload == "read-heavy":
-        return (f"GET c={s.get('get_clients', '?')} + c={s.get('set_clients', '?')} background SET; "
-                f"fsync={fsync}")
-    return f"isolated SET c={s.get('write_clients', '?')}; fsync={fsync}"
+from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.reporters.base import DELTA_CONVENTION, client_tables, explanation_entries, server_note
 
 
 def render(inp: ReportInput, out) -> None:
@@ -34,17 +13,8 @@ def render(inp: ReportInput, out) -> None:
         if run.emulation:
             w(f"**{run.emulation}** (emulated slow disk).\n\n")
         w(f"Server {run.server.get('version')} ({server_note(run)}), client "
-          f"{(run.doc.get('client') or {}).get('name', '?')} {(run.doc.get('client') or {}).get('version', '')}.\n\n")
-        for workload in ("read-heavy", "write-only"):
-            cells = [c for c in run.cells if c.workload == workload and MEASURED_OP[workload] in c.ops]
-            if not cells:
-                continue
-            w(f"| {TITLES[workload]} {COLUMNS}\n|---|---|---|---|---|---|---|---|---|\n")
-            for i, c in enumerate(cells):
-                o = c.ops[MEASURED_OP[workload]]
-                note = _workload_note(run, workload, run.doc.get("settings")) if i == 0 else ""
-                w(_row(run.label, c.value_size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}") + "\n")
-            w("\n")
+          f"{run.client.get('name', '?')} {run.client.get('version', '')}.\n\n")
+        _tables(inp, w)
         _warnings(inp, w)
         return
 
@@ -55,36 +25,36 @@ def render(inp: ReportInput, out) -> None:
             w(f"**{run.label}: {run.emulation}** (emulated slow disk).\n\n")
     w(f"- baseline `{base.label}`: server {base.server.get('version')} ({server_note(base)})\n")
     w(f"- candidate `{cand.label}`: server {cand.server.get('version')} ({server_note(cand)})\n\n")
-    for workload in ("read-heavy", "write-only"):
-        rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
-        if not rows:
-            continue
-        w(f"| {TITLES[workload]} {COLUMNS}\n|---|---|---|---|---|---|---|---|---|\n")
-        for i, r in enumerate(rows):
-            note = _workload_note(base, workload, base.doc.get("settings")) if i == 0 else ""
-            w(_row(base.label, r.value_size, r.op, r.base, note) + "\n")
-            w(_row(cand.label, r.value_size, r.op, r.cand) + "\n")
-            noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
-            dnote = f"within noise: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
-            w(f"| delta | {r.value_size} B | {r.op} | {fmt_pct(r.deltas['tps'])} | {fmt_pct(r.deltas['mb_s'])} | "
-              f"{fmt_pct(r.deltas['p50_us'])} | {fmt_pct(r.deltas['p95_us'])} | {fmt_pct(r.deltas['p99_us'])} | {dnote} |\n")
-        w("\n" + DELTA_CONVENTION.format(cand=cand.label, base=base.label) + "\n\n")
+    _tables(inp, w)
     if cmp.missing:
         w("Not compared (missing on one side): " + "; ".join(cmp.missing) + ".\n\n")
     _warnings(inp, w)
 
 
+def _tables(inp: ReportInput, w):
+    for t in client_tables(inp):
+        w(f"| {t['title']} | " + " | ".join(t["columns"]) + " |\n|" + "---|" * (len(t["columns"]) + 1) + "\n")
+        for cells, _kind in t["rows"]:
+            w("| " + " | ".join(cells) + " |\n")
+        w("\n")
+        if inp.comparison is not None:
+            w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
+
+
 def _why(inp: ReportInput, w):
-    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
+    entries, shared = explanation_entries(inp)
     if not entries:
         return
     w("## Why\n\n")
     for e in entries:
-        tag = share_tag(e, inp.comparison is not None)
-        tag = f" ({tag})" if tag else ""
-        w(f"- **{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}**{tag}: {e['claim']}\n")
-        for c in e.get("caveats", []):
+        tag = f" ({e['tag']})" if e["tag"] else ""
+        w(f"- **{e['title']}**{tag}: {e['claim']}\n")
+        for c in e["caveats"]:
             w(f"  - caveat: {c}\n")
+    if shared:
+        w("\nCaveats (each applies to several entries above):\n\n")
+        for c, n in shared:
+            w(f"- {c} ({n} entries)\n")
     w("\n")
     for title, lines in model_sections(inp):
         w(f"### {title}\n\n" + "".join(f"- {line}\n" for line in lines) + "\n")
@@ -99,9 +69,7 @@ def _warnings(inp: ReportInput, w):
     for run in inp.runs:
         if overhead_line(run):
             w(f"- {run.label}: {overhead_line(run)}\n")
-        if run.emulation:
-            w(f"> **{run.label}: {run.emulation}** (an emulated slow disk, not a measured one).\n")
-        if not run.doc.get("complete", False):
+        if not run.complete:
             w(f"> **{run.label}**: incomplete recording ({run.path}); tables use the runs that finished.\n")
-        for warning in run.doc.get("warnings", []):
+        for warning in run.warnings:
             w(f"> **{run.label}**: {warning}\n")

@@ -10,13 +10,12 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text as text in SVG (searchable, ~4x smaller), not glyph paths
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from valkeytrace.analysis.report import ReportInput  # noqa: E402
 from valkeytrace.analysis.tables import MEASURED_OP  # noqa: E402
-from valkeytrace.analysis.tables import latency_cdf as cdf_points  # noqa: E402
-from valkeytrace.histogram import LatencyHistogram  # noqa: E402
-from valkeytrace.reporters.base import ReportInput  # noqa: E402
 
 BUDGET = [("on_cpu_pct", "on CPU", "#4c72b0"), ("blocked_in_fsync_pct", "blocked in fsync", "#c44e52"),
           ("blocked_in_aof_write_pct", "blocked in AOF write", "#dd8452"),
@@ -40,12 +39,7 @@ def latency_cdf(inp: ReportInput):
     for ax, (workload, size) in zip(axes[0], cells):
         op = MEASURED_OP[workload]
         for style, run in zip(SYSTEM_STYLES, inp.runs):
-            dists = [cdf_points(r["ops"].get(op, {})) for r in run.doc["runs"]
-                     if r["workload"] == workload and r["value_size"] == size and r.get("status") == "ok"
-                     and not r.get("fsync_extra_delay_ns")]
-            for i, dist in enumerate(d for d in dists if d):
-                lat_us = np.array([row[0] for row in dist])
-                pct = np.array([row[1] for row in dist])
+            for i, (lat_us, pct) in enumerate(run.latency_cdfs(workload, size, op)):
                 ax.step(lat_us, pct, where="post", linestyle=style, alpha=0.85,
                         label=run.label if i == 0 else None)
         ax.set_xscale("log")
@@ -55,7 +49,7 @@ def latency_cdf(inp: ReportInput):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"Client latency CDF: {_title(inp)}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))  # room for the suptitle, which tight_layout ignores
     return fig
 
 
@@ -82,38 +76,22 @@ def budget(inp: ReportInput):
     return fig
 
 
-def _role_sync_hists(run, workload, size) -> dict:
-    out: dict[str, LatencyHistogram] = {}
-    for r in run.doc["runs"]:
-        if r["workload"] != workload or r["value_size"] != size or r.get("status") != "ok" or not r.get("server") \
-                or r.get("fsync_extra_delay_ns"):  # the intervention's runs are not the cell's
-            continue
-        for t in r["server"]["threads"]:
-            for call in ("fdatasync", "fsync"):
-                rec = t.get("calls", {}).get(call)
-                if rec:
-                    out.setdefault(t["role"], LatencyHistogram()).merge(LatencyHistogram.from_dict(rec))
-    return out
-
-
 def fsync_hist(inp: ReportInput):
     panels = []
     for run in inp.runs:
         for c in run.cells:
-            hists = _role_sync_hists(run, c.workload, c.value_size)
+            hists = run.sync_histograms(c.workload, c.value_size)
             if hists:
                 panels.append((f"{run.label} · {c.workload} {c.value_size} B", hists))
     if not panels:
         return None
     panels = panels[:6]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    bounds = LatencyHistogram.bucket_bounds().astype(float)
     edges = np.geomspace(1, 1e6, 61)  # µs, log-spaced display bins
     for ax, (title, hists) in zip(axes[0], panels):
-        for role, h in sorted(hists.items(), key=lambda kv: -kv[1].count):
-            mids_us = (bounds[:, 0] + bounds[:, 1]) / 2 / 1e3
-            ax.hist(mids_us, bins=edges, weights=h.bucket_counts.astype(float), histtype="step", linewidth=1.5,
-                    label=f"{role} (n={h.count:,}, p50 {h.percentile(50) / 1e3:,.0f} µs)")
+        for role, h in sorted(hists.items(), key=lambda kv: -kv[1]["count"]):
+            ax.hist(h["mids_us"], bins=edges, weights=h["counts"], histtype="step", linewidth=1.5,
+                    label=f"{role} (n={h['count']:,}, p50 {h['p50_us']:,.0f} µs)")
         ax.set_xscale("log")
         ax.set_xlabel("fdatasync/fsync latency (µs, log)")
         ax.set_ylabel("calls")
@@ -121,37 +99,25 @@ def fsync_hist(inp: ReportInput):
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("fsync latency by thread role")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 
 def blocked_timeline(inp: ReportInput, seconds: float = 2.0):
-    rows = []
-    for run in inp.runs:
-        first = next((r for r in run.doc["runs"] if r.get("status") == "ok" and r.get("server")
-                      and r["server"].get("blocked_timeline", {}).get("events")), None)
-        if first:
-            rows.append((run.label, first))
+    rows = [(run.label, tl) for run in inp.runs if (tl := run.first_blocked_timeline(seconds)) is not None]
     if not rows:
         return None
     fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.9 * len(rows) + 0.6), squeeze=False)
-    for ax, (label, r) in zip(axes[:, 0], rows):
-        main = r["server"]["main_tid"]
-        roles = {t["tid"]: t["role"] for t in r["server"]["threads"]}
-        by_lane: dict[tuple, list] = {}
-        for start, dur, tid, cause, state in r["server"]["blocked_timeline"]["events"]:
-            if start < 0 or start > seconds * 1e9:
-                continue
-            lane = ("main: " + ("call " + cause if state == "call" else f"off-CPU ({state})")) if tid == main \
-                else f"{roles.get(tid, 'tid ' + str(tid))}: call {cause}"
-            by_lane.setdefault(lane, []).append((start / 1e6, dur / 1e6, cause))
-        for y, (lane, segs) in enumerate(sorted(by_lane.items())):
+    for ax, (label, tl) in zip(axes[:, 0], rows):
+        lanes = tl["lanes"]
+        for y, (lane, segs) in enumerate(sorted(lanes.items())):
             colors = [CAUSE_COLORS.get(c, "#999999") for _, _, c in segs]
-            ax.broken_barh([(s, max(d, 0.02)) for s, d, _ in segs], (y - 0.4, 0.8), facecolors=colors)
-        ax.set_yticks(range(len(by_lane)), sorted(by_lane), fontsize=7)
+            # thousands of intervals: drawn as one image inside the SVG, not one path each
+            ax.broken_barh([(s, max(d, 0.02)) for s, d, _ in segs], (y - 0.4, 0.8), facecolors=colors, rasterized=True)
+        ax.set_yticks(range(len(lanes)), sorted(lanes), fontsize=7)
         ax.set_xlim(0, seconds * 1e3)
         ax.set_xlabel("ms into the measured window")
-        ax.set_title(f"{label}: {r['workload']} {r['value_size']} B, first {seconds:g} s "
+        ax.set_title(f"{label}: {tl['workload']} {tl['value_size']} B, first {seconds:g} s "
                      "(red = fsync, green = epoll_wait, brown = other)", fontsize=9)
     fig.tight_layout()
     return fig
@@ -178,7 +144,7 @@ def write_png(inp: ReportInput, directory: str) -> list[str]:
     paths = []
     for name, fig in make_all(inp).items():
         path = os.path.join(directory, f"{name}.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # legends placed outside the axes included
         plt.close(fig)
         paths.append(path)
     return paths

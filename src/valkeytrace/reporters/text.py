@@ -5,7 +5,8 @@ from rich.console import Console
 from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import ReportInput, fmt_pct, model_sections, overhead_line, server_note, share_tag
+from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
+from valkeytrace.reporters.base import fmt_pct, server_note
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -31,10 +32,10 @@ def _cell(o, metric) -> str:
 def render(inp: ReportInput, out) -> None:
     console = Console(file=out, width=140, force_terminal=False, color_system=None if not out.isatty() else "auto")
     for run in inp.runs:
-        c = run.doc.get("client") or {}
+        c = run.client
         console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
                       f"client {c.get('name', '?')} {c.get('version', '')}, recording {run.path}"
-                      + ("" if run.doc.get("complete") else "  [red](incomplete)[/red]"))
+                      + ("" if run.complete else "  [red](incomplete)[/red]"))
         if overhead_line(run):
             console.print(f"{run.label}: {overhead_line(run)}")
         if run.emulation:
@@ -75,12 +76,11 @@ def render(inp: ReportInput, out) -> None:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] {gap['claim']}")
     explain_section(console, inp)
     for run in inp.runs:
-        for w in run.doc.get("warnings", []):
+        for w in run.warnings:
             console.print(f"[yellow]warning ({run.label}):[/yellow] {w}")
-        for r in run.doc.get("runs", []):
-            if r.get("status") != "ok":
-                console.print(f"[red]{run.label}: {r['workload']} {r['value_size']} B #{r.get('repeat')} "
-                              f"{r['status']}:[/red] {r.get('error')}")
+        for r in run.problems:
+            console.print(f"[red]{run.label}: {r['workload']} {r['value_size']} B #{r['repeat']} "
+                          f"{r['status']}:[/red] {r['error']}")
 
 
 def _num(v, fmt="{:,.0f}"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from valkeytrace import environment, system
@@ -179,7 +179,6 @@ class Plan:
     flush_probe: bool
     fstype: str | None
     block_threshold_ns: int
-    notes: list = field(default_factory=list)
 
     @property
     def fs_sync(self) -> bool:

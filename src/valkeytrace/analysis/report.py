@@ -1,0 +1,163 @@
+"""One or two recordings, analysed: everything a reporter shows, computed here.
+
+Reporters (reporters/) render a ReportInput and never read a recording's raw runs: the tables
+(analysis/tables.py), the server-side summaries (analysis/server.py), the explanation
+(analysis/explain.py), the what-if and the intervention (whatif.py, sensitivity.py), and the
+data the plots draw (analysis/distributions.py) all come from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from valkeytrace.analysis import distributions, explain, sensitivity, whatif
+from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
+
+
+@dataclass
+class AnalysedRun:
+    path: str
+    doc: dict
+    cells: list[CellSummary]
+    explanation: list = None     # explain.explain_run entries
+    server_views: dict = None    # (workload, size) -> explain.server_view_gap
+    whatif: list = None          # whatif.predict_run entries
+    sensitivity: list = None     # sensitivity.sensitivity entries
+
+    @property
+    def label(self) -> str:
+        return self.doc["label"]
+
+    @property
+    def server(self) -> dict:
+        return self.doc.get("server", {})
+
+    @property
+    def emulation(self) -> str:
+        """The sentence every report must show when the fsync latency was emulated, else ''."""
+        emu = self.doc.get("emulation") or {}
+        return emu.get("description") or ""
+
+    @property
+    def emulation_spec(self) -> dict | None:
+        return self.doc.get("emulation")
+
+    @property
+    def client(self) -> dict:
+        return self.doc.get("client") or {}
+
+    @property
+    def settings(self) -> dict:
+        return self.doc.get("settings") or {}
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.doc.get("complete", False))
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.doc.get("warnings") or [])
+
+    @property
+    def overhead(self) -> dict | None:
+        return self.doc.get("overhead")
+
+    @property
+    def problems(self) -> list[dict]:
+        """The runs that did not finish: workload, value_size, repeat, status, error."""
+        return [{k: r.get(k) for k in ("workload", "value_size", "repeat", "status", "error")}
+                for r in self.doc.get("runs", []) if r.get("status") != "ok"]
+
+    # what the plots draw
+    def latency_cdfs(self, workload: str, size: int, op: str) -> list:
+        return distributions.cell_cdfs(self.doc, workload, size, op)
+
+    def sync_histograms(self, workload: str, size: int) -> dict:
+        return distributions.role_sync_histograms(self.doc, workload, size)
+
+    def first_blocked_timeline(self, seconds: float):
+        return distributions.first_blocked_timeline(self.doc, seconds)
+
+
+@dataclass
+class ReportInput:
+    runs: list[AnalysedRun]
+    comparison: Comparison | None = None
+    explanation: list | None = None  # explain.explain_compare entries (with --compare)
+    whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
+
+    @property
+    def baseline(self):
+        return self.runs[0]
+
+    @property
+    def candidate(self):
+        return self.runs[1] if len(self.runs) > 1 else None
+
+
+def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
+    runs = []
+    for p, d in paths_and_docs:
+        cells = summarize(d)
+        views = {}
+        for c in cells:
+            raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
+                   and r.get("status") == "ok"]
+            gap = explain.server_view_gap(raw, c)
+            if gap:
+                views[(c.workload, c.value_size)] = gap
+        sens = sensitivity.sensitivity(d)
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views,
+                                whatif.predict_run(cells, d), sens))
+    comparison = explanation = checked = None
+    if len(runs) == 2:
+        comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
+        explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
+                                              (runs[0].sensitivity, runs[1].sensitivity))
+        # the scenario whose durability semantics the candidate has
+        early = explain.acks_before_fsync(runs[1].doc)
+        checked = whatif.check(runs[0].whatif, runs[1].cells,
+                               "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
+    return ReportInput(runs, comparison, explanation, checked)
+
+
+def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
+    """[(title, sentences)]: the what-if predictions (and, with --compare, their check against the
+    candidate) and the intervention slopes, for the text reporters."""
+    out = []
+    for run in inp.runs:
+        if run.whatif and (inp.comparison is None or run is inp.baseline):
+            out.append((f"What if the fsync left the main thread ({run.label}, predicted)", whatif.describe(run.whatif)))
+    if inp.whatif:
+        out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
+    for run in inp.runs:
+        if run.sensitivity:
+            out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
+    return out
+
+
+def share_tag(entry: dict, compared: bool) -> str:
+    """What an explanation's heading says of its share: 'explained share 0.92' for a significant
+    change, 'significance unknown' when n < 2, 'fsync + AOF write: 0.87 of it' for one recording."""
+    share = entry.get("explained_share")
+    if not compared:
+        return f"fsync + AOF write: {share:.2f} of it" if share is not None else ""
+    if entry.get("significant") and share is not None:
+        return f"explained share {share:.2f}"
+    if entry.get("significant") is None and entry.get("components"):
+        return "significance unknown"
+    return ""
+
+
+def overhead_line(run: AnalysedRun) -> str:
+    """The --measure-overhead result, as one sentence ('' when not measured)."""
+    o = run.doc.get("overhead")
+    if not o or not o.get("get_tps_ratio"):
+        return ""
+    p99 = f", GET p99 x{o['get_p99_ratio']:.3f}" if o.get("get_p99_ratio") else ""
+    order = f", {o['order']}" if o.get("order") else ""
+    untraced = f"; untraced = {o['untraced_side']}" if o.get("untraced_side") else ""
+    return (f"tracer overhead ({o.get('backend')}, {o.get('cell')}, one untraced/traced pair of "
+            f"{o.get('duration_s')} s{order}{untraced}): GET TPS x{o['get_tps_ratio']:.3f}{p99} "
+            "(one pair: an indication; benchmarks/peers.py measures it)")
+
+

@@ -1,0 +1,96 @@
+"""Each run's per-thread timeline, as a trace viewer shows it: one track per server thread (named
+by role and thread name), slices for fdatasync/fsync calls on every thread and, on the main
+thread, its blocked intervals (inside fdatasync, AOF write, epoll_wait, other; waiting for CPU),
+nested (a blocked interval lies inside the call it happened in), and the clients' throughput over
+time. Times are µs from the start of the run's measured window. reporters/perfetto.py renders it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OFFCPU_NAMES = {"fdatasync": "blocked in fdatasync", "fsync": "blocked in fsync", "aof_write": "blocked in AOF write",
+                "epoll_wait": "idle (epoll_wait)", "other": "blocked (other)", "socket_write": "blocked in socket write"}
+
+
+@dataclass
+class Slice:
+    tid: int
+    ts: float       # µs into the window
+    dur: float      # µs
+    name: str
+    cause: str
+    state: str
+
+    @property
+    def category(self) -> str:
+        return "call" if self.state == "call" else "off-cpu"
+
+
+@dataclass
+class RunTimeline:
+    name: str
+    threads: list = field(default_factory=list)    # [(tid, track name, sort index)]
+    slices: list = field(default_factory=list)     # [Slice], parents before children per track
+    counters: list = field(default_factory=list)   # [(counter name, ts µs, rps)]
+
+
+def slice_name(cause: str, state: str) -> str:
+    if state == "call":
+        return cause
+    if state == "runnable":
+        return "waiting for CPU"
+    return OFFCPU_NAMES.get(cause, f"blocked ({cause})")
+
+
+def run_timelines(doc: dict, t_from_s: float | None = None, t_to_s: float | None = None) -> list[RunTimeline]:
+    lo = (t_from_s or 0.0) * 1e6
+    hi = t_to_s * 1e6 if t_to_s is not None else float("inf")
+    out = []
+    for run in doc.get("runs", []):
+        tl = RunTimeline(f"{doc['label']} · {run['workload']} {run['value_size']} B #{run.get('repeat')}")
+        out.append(tl)
+        server = run.get("server")
+        if not server:
+            continue
+        main = server.get("main_tid")
+        for t in server.get("threads", []):
+            role = "main" if t["tid"] == main else t["role"]
+            tl.threads.append((t["tid"], f"{role} ({t['name']})", 0 if role == "main" else t["tid"]))
+        slices = []
+        for start_ns, dur_ns, tid, cause, state in server.get("blocked_timeline", {}).get("events", []):
+            ts, dur = start_ns / 1e3, dur_ns / 1e3
+            if ts + dur < lo or ts > hi:
+                continue
+            slices.append(Slice(tid, round(ts, 3), round(dur, 3), slice_name(cause, state), cause, state))
+        tl.slices = nest(slices)
+        window_start = run.get("window_start")
+        for op, res in run.get("ops", {}).items():
+            started = res.get("started_at") or window_start
+            for sec, rps, _mean in res.get("progress") or []:
+                ts = ((started or 0) - (window_start or 0) + sec) * 1e6
+                if lo <= ts <= hi:
+                    tl.counters.append((f"client {op} rps ({res.get('role', '')})", round(ts, 3), rps))
+    return out
+
+
+def nest(slices: list[Slice]) -> list[Slice]:
+    """Per track, sort parents before children and drop a slice that would cross its parent's end
+    (clock jitter between a syscall exit and a context switch can make them touch)."""
+    out = []
+    by_track: dict = {}
+    for s in slices:
+        by_track.setdefault(s.tid, []).append(s)
+    for track in by_track.values():
+        track.sort(key=lambda s: (s.ts, -s.dur))
+        stack: list[float] = []
+        for s in track:
+            end = s.ts + s.dur
+            while stack and stack[-1] <= s.ts:
+                stack.pop()
+            if stack and end > stack[-1]:
+                s.dur = round(stack[-1] - s.ts, 3)  # clip into the parent
+                end = stack[-1]
+                if s.dur <= 0:
+                    continue
+            stack.append(end)
+            out.append(s)
+    return out
