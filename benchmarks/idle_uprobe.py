@@ -29,8 +29,7 @@ def main():
     args = ap.parse_args()
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import import_bcc
-    from valkeytrace.workload import keyspace
-    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
+    from valkeytrace.workload import scenarios
     from valkeytrace.workload.clients import find_client
 
     bpf = import_bcc().BPF(text="int hit(void *ctx) { return 0; }")
@@ -42,9 +41,9 @@ def main():
     attached = False
     loads = []
     try:
-        keyspace.fill(srv.client(), 20000, 64)
-        for test, c in (("SET", 8), ("GET", 50)):
-            loads.append(ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 20000, ENDLESS_REQUESTS)))
+        cell, size = scenarios.ReadHeavy(scenarios.bench_load(srv, client)), scenarios.BENCH_VALUE
+        cell.prepare(size)
+        loads += [cell.background(size), cell.foreground(size)]
         conn = srv.client()
         time.sleep(2)
         for k in range(args.cycles):

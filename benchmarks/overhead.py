@@ -50,8 +50,10 @@ VT = str(Path(sys.executable).with_name("valkeytrace"))
 
 def one_pass(backend: str, duration: float, workdir: str, n: int) -> dict:
     out = os.path.join(workdir, f"{backend}-{n}.vtrace")
-    cmd = [VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", str(duration),
-           "--keyspace", "20000", "--appendfsync", "always", "--backend", backend, "-o", out]
+    from valkeytrace.workload.scenarios import BENCH_KEYSPACE, BENCH_VALUE
+
+    cmd = [VT, "record", "--workload", "read-heavy", "--sizes", str(BENCH_VALUE), "--repeat", "1", "--duration",
+           str(duration), "--keyspace", str(BENCH_KEYSPACE), "--appendfsync", "always", "--backend", backend, "-o", out]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{backend} pass failed: {res.stderr.strip().splitlines()[-1] if res.stderr else res.returncode}")
@@ -85,8 +87,8 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
 
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.shim import ShimTracer
-    from valkeytrace.workload import keyspace
-    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, calibrate, client_argv, parse_report
+    from valkeytrace.workload import scenarios
+    from valkeytrace.workload.benchmark import parse_report
     from valkeytrace.workload.clients import find_client
 
     if backend == "none":  # A/A: both sides untraced, so the ratios are the harness's own noise
@@ -110,11 +112,12 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
         t0 = time.monotonic()
         tracer.start(srv)
         info["attach_ms"] = round((time.monotonic() - t0) * 1000, 1)
-        keyspace.fill(srv.client(), 20000, 64)
-        bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", 8, 64, 20000, ENDLESS_REQUESTS))
+        cell, size = scenarios.ReadHeavy(scenarios.bench_load(srv, client)), scenarios.BENCH_VALUE
+        cell.prepare(size)
+        bg = cell.background(size)
         try:
             toggle(False)
-            requests = int(calibrate(client, srv.host, srv.port, "GET", 50, 64, 20000) * slice_s)
+            requests = int(cell.calibrate(size) * slice_s)
             per_side = max(1, round(duration / slice_s))
             for i in range(pairs):
                 run = []  # the slices in the order they ran
@@ -124,7 +127,7 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                     time.sleep(0.2)  # settle
                     # the same bookkeeping on both sides: window edges read maps, /proc and INFO
                     tracer.window_begin()
-                    proc = ClientProcess(client_argv(client, srv.host, srv.port, "GET", 50, 64, 20000, requests))
+                    proc = cell.foreground(size, requests)
                     try:
                         proc.wait(timeout=slice_s * 4 + 30)
                     finally:

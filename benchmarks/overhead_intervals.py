@@ -36,8 +36,7 @@ def main():
     from valkeytrace import system
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import EbpfTracer
-    from valkeytrace.workload import keyspace
-    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
+    from valkeytrace.workload import scenarios
     from valkeytrace.workload.clients import find_client
 
     tracer = None if (args.tracefs or args.control) else EbpfTracer()
@@ -59,9 +58,9 @@ def main():
         if tracer is not None:
             tracer.start(srv)
         toggle(False)
-        keyspace.fill(srv.client(), 20000, 64)
-        bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", 8, 64, 20000, ENDLESS_REQUESTS))
-        fg = ClientProcess(client_argv(client, srv.host, srv.port, "GET", 50, 64, 20000, ENDLESS_REQUESTS))
+        cell, size = scenarios.ReadHeavy(scenarios.bench_load(srv, client)), scenarios.BENCH_VALUE
+        cell.prepare(size)
+        bg, fg = cell.background(size), cell.foreground(size)
         conn = srv.client()
 
         def gets() -> int:

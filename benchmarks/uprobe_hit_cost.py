@@ -28,8 +28,7 @@ def main():
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers.ebpf import import_bcc
     from valkeytrace.tracers.ebpf_plan import LOOP_SYMBOL
-    from valkeytrace.workload import keyspace
-    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
+    from valkeytrace.workload import scenarios
     from valkeytrace.workload.clients import find_client
 
     bpf = import_bcc().BPF(text="int hit(void *ctx) { return 0; }")
@@ -43,9 +42,9 @@ def main():
         probes = [("per task", 0, srv.pid), ("every process", 0, -1)]
     per_iter: dict[str, list[float]] = {"detached": [], **{name: [] for name, _, _ in probes}}
     try:
-        keyspace.fill(srv.client(), 20000, 64)
-        for test, c in (("SET", 8), ("GET", 50)):
-            loads.append(ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 20000, ENDLESS_REQUESTS)))
+        cell, size = scenarios.ReadHeavy(scenarios.bench_load(srv, client)), scenarios.BENCH_VALUE
+        cell.prepare(size)
+        loads += [cell.background(size), cell.foreground(size)]
         conn = srv.client()
 
         def loop_stats():

@@ -1,5 +1,6 @@
 /*
- * shim.c: valkeytrace's LD_PRELOAD tracer and fsync-latency emulator (libvalkeytrace_shim).
+ * shim.c: valkeytrace's LD_PRELOAD tracer and fsync-latency emulator (built as the package's
+ * valkeytrace/_shim*.so; tracers/emulation.py finds it).
  *
  * Loaded into valkey-server with LD_PRELOAD. It interposes fsync, fdatasync, write, pwrite,
  * pwrite64, writev, epoll_wait and close, and, per thread, keeps log-linear latency

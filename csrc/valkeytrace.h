@@ -30,7 +30,7 @@
 #define VT_CALL_AOF_WRITE 2    /* write/pwrite64/writev to a regular file (the AOF) */
 #define VT_CALL_SOCKET_WRITE 3 /* write/writev to anything else (client sockets, pipes) */
 #define VT_CALL_EPOLL_WAIT 4
-#define VT_CALL_LOOP_ITERATION 5 /* main thread: afterSleep -> next afterSleep */
+#define VT_CALL_LOOP_ITERATION 5 /* main thread: one event-loop iteration (shim: from one epoll_wait return to the next) */
 #define VT_CALL_AOF_FLUSH 6      /* flushAppendOnlyFile */
 #define VT_CALL_OTHER 7
 #define VT_CALL_KINDS 8

@@ -27,7 +27,7 @@
  *     process or syscall.
  *   - TRACE_SYSCALLS=1: raw_syscalls sys_enter/sys_exit, for binaries without usable call sites,
  *     and for per-thread socket-write and epoll_wait figures. Enabling any syscall tracepoint
- *     puts every syscall on the machine on the kernel's slow path (3-5% GET TPS here).
+ *     puts every syscall on the machine on the kernel's slow path (docs/performance.md).
  * The epoll_wait (idle) cause of an off-CPU interval comes from the syscall number in the
  * thread's saved user registers (SYSNR_OFFSET bytes past task_struct.stack, the layout taken
  * from this kernel's BTF and checked against a thread of the tracer itself) when the syscall
@@ -226,8 +226,8 @@ int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
 
 #if TRACE_FS_SYNC
 /* ext4's own tracepoints, raw (no trace record built); they run only when some process syncs or
- * writes an ext4 file, never for other syscalls. Each costs ~0.2-0.4 us where a uprobe hit inside
- * valkey-server costs ~6.7 us of the main thread, on its fsync path (docs/performance.md).
+ * writes an ext4 file, never for other syscalls. Each costs far less than a uprobe hit inside
+ * valkey-server, on the main thread's fsync path (docs/performance.md has both).
  *
  * fdatasync/fsync: ext4_sync_file enter/exit, on every thread. The time is the filesystem's sync:
  * the whole call but the syscall entry and fd lookup (well under a microsecond).

@@ -15,10 +15,12 @@ from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
 from valkeytrace.recorder import Recorder, Settings
 from valkeytrace.tracers.factory import BACKENDS, make_tracer, resolve_backend
+from valkeytrace.workload.scenarios import SCENARIOS
 
 EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config")
-WORKLOAD_CHOICES = {"read-heavy": ("read-heavy",), "write-only": ("write-only",),
-                    "all": ("read-heavy", "write-only"), "none": ("none",)}
+# each scenario by name, and "all": every one that drives a load (the #4029 matrix)
+WORKLOAD_CHOICES = {**{name: (name,) for name in SCENARIOS},
+                    "all": tuple(name for name, sc in SCENARIOS.items() if sc.drives_load)}
 
 
 def parse_sizes(ctx, param, value: str) -> tuple:
@@ -95,11 +97,11 @@ def default_label(server: dict) -> str:
 @click.option("--aof-flush-probe", is_flag=True,
               help="eBPF: also time flushAppendOnlyFile (two more uprobe hits per loop iteration).")
 @click.option("--loop-sample", is_flag=True,
-              help="eBPF: sample event-loop iteration durations (a beforeSleep uprobe, 0.5% of each "
-                   "second; ~3% GET TPS here). Without it, only the count and mean (INFO).")
+              help="eBPF: sample event-loop iteration durations (a beforeSleep uprobe, attached for a small "
+                   "part of each second; its cost: docs/performance.md). Without it, only the count and mean (INFO).")
 @click.option("--socket-writes", is_flag=True,
-              help="Also time every socket write per thread (shim: ~70 ns per write; eBPF: the raw syscall "
-                   "tracepoints, ~3-5% GET TPS here).")
+              help="Also time every socket write per thread (shim: in its wrapper; eBPF: the raw syscall "
+                   "tracepoints, which every syscall on the host pays for; costs: docs/performance.md).")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
@@ -261,8 +263,8 @@ def _run_with_progress(recorder: Recorder, settings: Settings, measure_overhead:
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
-    # one refresh a second, and none unless stdout is a terminal: rich's refresh thread cost
-    # ~0.4% of a core at its default 10/s, most of the tracer's idle CPU (docs/performance.md)
+    # one refresh a second, and none unless stdout is a terminal: rich's refresh thread at its
+    # default 10/s was most of the tracer's idle CPU (docs/performance.md)
     from rich.console import Console
 
     console = Console()

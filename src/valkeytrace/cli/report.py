@@ -11,7 +11,7 @@ from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import format as recfmt
 
 # format -> reporter module; imported when used, so that `valkeytrace record` (which shares the
-# command line) never loads the analysis stack (numpy, scipy: ~2 CPU-s and ~30 MB at start)
+# command line) never loads the analysis stack (numpy, scipy: docs/performance.md, the tracer's own cost)
 RENDERERS = {"text": "text", "markdown": "markdown", "json": "jsonfmt", "csv": "csvfmt", "html": "html"}
 
 

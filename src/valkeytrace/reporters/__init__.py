@@ -1,1 +1,3 @@
-"""Renderers of analysed recordings: text (rich), markdown, json, csv."""
+"""Renderers of analysed recordings (analysis.report.ReportInput): text (rich), markdown, json, csv,
+html, plots (matplotlib); and perfetto, which renders a recording's timelines (analysis/timeline.py).
+They compute nothing a reader sees: analysis/ does."""

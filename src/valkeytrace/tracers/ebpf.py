@@ -35,8 +35,8 @@ from valkeytrace.recording import document
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers import probe_source, sites
 from valkeytrace.tracers.base import Tracer
-from valkeytrace.tracers.ebpf_plan import (FLUSH_SYMBOL, LOOP_SYMBOL, MAIN_PROBE, SHIM_SYMBOLS, SYSNR_CANDIDATES,
-                                           Plan, Uprobe, call_source, cflags, plan, printable_program)
+from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source,
+                                           cflags, plan, printable_program, uprobes)
 from valkeytrace.tracers.emulation import preload_env, shim_library
 from valkeytrace.tracers.windows import histogram_delta
 
@@ -242,56 +242,14 @@ class EbpfTracer(Tracer):
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
         p = self.plan(binary, self.aof_dir)
-        groups, loop_uprobe, flush_probe, fstype = p.groups, p.loop_uprobe, p.flush_probe, p.fstype
-        loop_addr = symbol_address(binary, LOOP_SYMBOL) if loop_uprobe else None
-        fs_sync = p.fs_sync
         # the call sites are disassembled (objdump, in the background) while the probes compile
-        finder = sites.SiteFinder(binary) if "calls" in groups and "syscalls" not in groups else None
+        finder = sites.SiteFinder(binary) if "calls" in p.groups and "syscalls" not in p.groups else None
         t0 = time.monotonic()
-        call_sites: list = []
-        why_syscalls = None
-        idle = None
         try:
-            self._compile(p)
-            idle = self._check_sysnr() if "sched" in groups else None
-            # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
-            write_sites = not (fs_sync and idle)
-            if finder is not None and not write_sites:
-                finder.cancel()
-                finder = None
-            if finder is not None:
-                call_sites = finder.result()
-                if fs_sync:
-                    call_sites = [c for c in call_sites if c.kind == "aof_write"]
-                if not sites.usable(call_sites, need_sync=not fs_sync):
-                    why_syscalls = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
-                    call_sites = []
-                    if "syscalls" not in groups:  # recompile with the syscall source: costlier, but measured
-                        p.fall_back_to_syscalls()
-                        fs_sync = False
-                        self.bpf.cleanup()
-                        self._compile(p)
-                        idle = self._check_sysnr() if "sched" in groups else None
-            syscalls = "syscalls" in groups
-            # beforeSleep runs 80K-850K times a second with I/O threads (valkey 9); one uprobe hit
-            # each is 5-30% of the main thread, so the probe is attached for a fraction of the
-            # time (a sample of iterations: their distribution) and the count comes from the
-            # server's own INFO eventloop_cycles when it has it
-            loop = Uprobe(binary, "on_before_sleep", addr=loop_addr) if loop_uprobe else None
-            self._loop_probe = loop if loop and self.loop_duty < 1.0 else None
-            self._uprobes = [loop] if loop and not self._loop_probe else []  # attached throughout
-            if flush_probe:
-                self._uprobes += [Uprobe(binary, "on_flush_enter", sym=FLUSH_SYMBOL),
-                                  Uprobe(binary, "on_flush_return", sym=FLUSH_SYMBOL, ret=True)]
-            for site in call_sites:
-                self._uprobes.append(Uprobe(binary, f"on_site_{site.kind}", addr=site.call))
-                if not fs_sync:  # with the fs tracepoints, ext4's write_end ends an AOF write
-                    self._uprobes.append(Uprobe(binary, "on_site_exit", addr=site.exit))
-            shim_probes = bool(self.shim_library) and (syscalls or fs_sync)
-            if shim_probes:  # with call sites, the site times the shim's wrapper
-                for sym, fn in SHIM_SYMBOLS.items():
-                    self._uprobes += [Uprobe(self.shim_library, fn, sym=sym),
-                                      Uprobe(self.shim_library, "on_shim_sync_return", sym=sym, ret=True)]
+            call_sites, why_syscalls, idle = self._load(p, finder)
+            loop_addr = symbol_address(binary, LOOP_SYMBOL) if p.loop_uprobe else None
+            self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, loop_addr,
+                                                                   self.shim_library, self.loop_duty)
             self._attach_uprobes()
             self._open_events()
         except VTError:
@@ -304,21 +262,9 @@ class EbpfTracer(Tracer):
         finally:
             if finder is not None:
                 finder.cancel()
-        self.info = {"attach_ms": round((time.monotonic() - t0) * 1000, 1), "binary": binary,
-                     "loop_source": f"uprobe:{LOOP_SYMBOL}" if loop_uprobe else ("epoll_wait" if "loop" in groups
-                                                                                  else "INFO stats"),
-                     "call_source": call_source(syscalls, fs_sync, fstype, write_sites=bool(call_sites),
-                                                shim_wrappers=shim_probes),
-                     "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
-                                     "exit_emulated": c.exit_emulated} for c in call_sites],
-                     "flush_probe": flush_probe, "shim_probes": shim_probes,
-                     "probe_groups": sorted(groups), "idle_cause": idle,
-                     "untimed": [] if syscalls else ["socket_write"],
-                     "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
+        self.info = self._describe(p, binary, call_sites, shim_probes, idle, time.monotonic() - t0)
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
-        if self._loop_probe:
-            self.info["loop_sample_duty"] = self.loop_duty
         self.target = target
         system.release_free_memory()  # the compiler's free heap (docs/performance.md, tracer's cost)
         self._refresh()
@@ -327,6 +273,44 @@ class EbpfTracer(Tracer):
         if self._loop_probe:
             self._sampler = threading.Thread(target=self._sample_loop, name="valkeytrace-loop", daemon=True)
             self._sampler.start()
+
+    def _load(self, p: Plan, finder) -> tuple[list, str | None, str | None]:
+        """Compile and load the plan; settle where the calls are timed: (call sites to probe, why
+        the syscalls time them instead, the idle cause's source). Without usable call sites the
+        plan falls back to the syscall tracepoints and is compiled again."""
+        self._compile(p)
+        idle = self._check_sysnr() if "sched" in p.groups else None
+        # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
+        if finder is None or (p.fs_sync and idle):
+            return [], None, idle
+        call_sites = finder.result()
+        if p.fs_sync:
+            call_sites = [c for c in call_sites if c.kind == "aof_write"]
+        if sites.usable(call_sites, need_sync=not p.fs_sync):
+            return call_sites, None, idle
+        why = finder.error or "no fdatasync/fsync and AOF write call sites found in the binary"
+        p.fall_back_to_syscalls()  # costlier, but measured
+        self.bpf.cleanup()
+        self._compile(p)
+        return [], why, self._check_sysnr() if "sched" in p.groups else None
+
+    def _describe(self, p: Plan, binary: str, call_sites: list, shim_probes: bool, idle, seconds: float) -> dict:
+        """How the windows are measured: the recording's server.probe."""
+        syscalls = "syscalls" in p.groups
+        info = {"attach_ms": round(seconds * 1000, 1), "binary": binary,
+                "loop_source": f"uprobe:{LOOP_SYMBOL}" if p.loop_uprobe else ("epoll_wait" if "loop" in p.groups
+                                                                                else "INFO stats"),
+                "call_source": call_source(syscalls, p.fs_sync, p.fstype, write_sites=bool(call_sites),
+                                           shim_wrappers=shim_probes),
+                "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
+                                "exit_emulated": c.exit_emulated} for c in call_sites],
+                "flush_probe": p.flush_probe, "shim_probes": shim_probes,
+                "probe_groups": sorted(p.groups), "idle_cause": idle,
+                "untimed": [] if syscalls else ["socket_write"],
+                "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
+        if self._loop_probe:
+            info["loop_sample_duty"] = self.loop_duty
+        return info
 
     def plan(self, binary: str | None, aof_dir: str | None) -> Plan:
         """The probe plan for this server binary and AOF directory (ebpf_plan.plan): what start()

@@ -30,13 +30,13 @@ OPTION_GROUPS = {"aof_flush_probe": "flush", "loop_sample": "loop", "socket_writ
 #            its first (journal start, write_begin, or a context switch inside write(aof fd))
 #            to the write_end that copies its last byte. Telling an AOF write needs the syscall
 #            number and fd from the saved user registers (sched, and the offset check at
-#            start); without them the start stays a call-site uprobe. ~0.2-0.4 µs per tracepoint
-#            where a uprobe hit costs ~6.7 µs of the main thread (docs/performance.md), so an
+#            start); without them the start stays a call-site uprobe. A tracepoint hit costs far
+#            less than a uprobe hit of the main thread (docs/performance.md), so an
 #            `always` iteration carries no uprobe hit instead of four;
 #   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
 #   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
 #            each second (record --loop-sample). Not a default: its per-second attach/detach and
-#            hits cost ~3% GET TPS and ~5-10% GET p99 here (docs/performance.md); the iteration
+#            hits cost GET TPS and p99 (docs/performance.md); the iteration
 #            count and mean come from the server's own INFO eventloop counters without it;
 #   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
 #            from every beforeSleep, so its count is the loop count and its time the AOF write +
@@ -44,7 +44,7 @@ OPTION_GROUPS = {"aof_flush_probe": "flush", "loop_sample": "loop", "socket_writ
 #   syscalls raw sys_enter/sys_exit: the calls from syscalls instead (used when the binary has no
 #            usable call sites), plus socket writes and epoll_wait per thread. Any syscall
 #            tracepoint sends every syscall on the machine through the kernel's slow path:
-#            3-5% GET TPS here (docs/performance.md), hence not a default.
+#            a measurable part of GET TPS (docs/performance.md), hence not a default.
 # $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
 # (benchmarks/overhead.py --probes; valkeytrace/environment.py).
 PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
@@ -213,3 +213,29 @@ def extra_groups(aof_flush_probe: bool = False, loop_sample: bool = False, socke
     """The groups the record options add to the defaults."""
     chosen = {"aof_flush_probe": aof_flush_probe, "loop_sample": loop_sample, "socket_writes": socket_writes}
     return tuple(OPTION_GROUPS[k] for k, on in chosen.items() if on)
+
+
+def uprobes(binary: str, p: Plan, call_sites: list, loop_addr: int | None, shim_library: str | None,
+            loop_duty: float) -> tuple[Uprobe | None, list[Uprobe], bool]:
+    """(the sampled loop probe or None, the uprobes attached throughout, whether the shim's
+    wrappers are probed) for a plan and the call sites found in the binary."""
+    fs_sync, syscalls = p.fs_sync, "syscalls" in p.groups
+    # beforeSleep runs 80K-850K times a second with I/O threads (valkey 9); one uprobe hit each is
+    # a large part of the main thread (docs/performance.md), so the probe is attached for a
+    # fraction of the time (a sample of iterations: their distribution) and the count comes from
+    # the server's own INFO eventloop_cycles when it has it
+    loop = Uprobe(binary, "on_before_sleep", addr=loop_addr) if p.loop_uprobe and loop_addr is not None else None
+    sampled = loop if loop and loop_duty < 1.0 else None
+    always = [loop] if loop and not sampled else []
+    if p.flush_probe:
+        always += [Uprobe(binary, "on_flush_enter", sym=FLUSH_SYMBOL),
+                   Uprobe(binary, "on_flush_return", sym=FLUSH_SYMBOL, ret=True)]
+    for site in call_sites:
+        always.append(Uprobe(binary, f"on_site_{site.kind}", addr=site.call))
+        if not fs_sync:  # with the fs tracepoints, ext4's write_end ends an AOF write
+            always.append(Uprobe(binary, "on_site_exit", addr=site.exit))
+    shim_probes = bool(shim_library) and (syscalls or fs_sync)
+    if shim_probes:  # with call sites, the site times the shim's wrapper
+        for sym, fn in SHIM_SYMBOLS.items():
+            always += [Uprobe(shim_library, fn, sym=sym), Uprobe(shim_library, "on_shim_sync_return", sym=sym, ret=True)]
+    return sampled, always, shim_probes

@@ -4,7 +4,7 @@ instead of tracing syscalls.
 
 Why: on this kernel, enabling any syscall tracepoint (per-syscall or raw) sends every syscall of
 every process on the machine through the slow entry/exit path; measured here that alone costs
-3-5% of GET throughput (the benchmark clients make most of the syscalls), whatever the program
+a measurable part of GET throughput (docs/performance.md) (the benchmark clients make most of the syscalls), whatever the program
 does. A uprobe costs only when the traced process reaches the probed instruction, and only about
 0.7 µs when the kernel can emulate that instruction (direct call, jmp, jcc) instead of
 single-stepping it out of line (~9 µs).

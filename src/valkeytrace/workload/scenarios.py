@@ -21,7 +21,7 @@ from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
-from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, client_argv,
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
                                             run_measured, run_requests)
 
 BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
@@ -62,6 +62,7 @@ def bench_load(server, client) -> Load:
 
 class ReadHeavy:
     name = "read-heavy"
+    drives_load = True
 
     def __init__(self, load: Load):
         self.load = load
@@ -76,6 +77,11 @@ class ReadHeavy:
     def foreground(self, size: int, requests: int = ENDLESS_REQUESTS) -> ClientProcess:
         """The GET clients as a process of their own (benchmark scripts' slices)."""
         return ClientProcess(self.load.argv("GET", self.load.get_clients, size, requests))
+
+    def calibrate(self, size: int) -> float:
+        """GET requests a second the foreground reaches alone (to size a fixed-count slice)."""
+        ld = self.load
+        return calibrate(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace)
 
     def demand(self, size: int) -> dict:
         """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
@@ -131,6 +137,7 @@ class ReadHeavy:
 
 class WriteOnly:
     name = "write-only"
+    drives_load = True
 
     def __init__(self, load: Load):
         self.load = load
@@ -146,6 +153,7 @@ class WriteOnly:
 
 class Observe:
     name = "none"
+    drives_load = False
 
     def __init__(self, load: Load | None = None):
         self.load = load

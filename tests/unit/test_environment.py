@@ -1,0 +1,42 @@
+"""Every environment knob is read in valkeytrace/environment.py and listed in docs/environment.md."""
+import re
+from pathlib import Path
+
+import pytest
+
+from valkeytrace import environment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_docs_list_every_knob_and_no_other():
+    documented = set(re.findall(r"^\| `(VALKEYTRACE_[A-Z_]+)` \|", (ROOT / "docs" / "environment.md").read_text(), re.M))
+    assert documented == set(environment.KNOBS)
+
+
+def test_no_module_reads_a_knob_itself():
+    for path in (ROOT / "src" / "valkeytrace").rglob("*.py"):
+        if path.name == "environment.py":
+            continue
+        text = path.read_text()
+        for name in environment.KNOBS:
+            assert not re.search(rf"(environ|getenv)[^\n]*{name}", text), \
+                f"{path.relative_to(ROOT)} reads {name}: use valkeytrace.environment"
+
+
+@pytest.mark.parametrize("value, expected", [(None, 0.005), ("0.02", 0.02), ("0", 0.005), ("2", 0.005), ("x", 0.005)])
+def test_loop_duty(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("VALKEYTRACE_LOOP_DUTY", raising=False)
+    else:
+        monkeypatch.setenv("VALKEYTRACE_LOOP_DUTY", value)
+    assert environment.loop_duty(0.005) == expected
+
+
+def test_probe_groups_override(monkeypatch):
+    from valkeytrace.tracers import ebpf_plan
+
+    monkeypatch.setenv("VALKEYTRACE_PROBES", "calls, sched,bogus")
+    assert ebpf_plan.probe_groups(("syscalls",)) == {"calls", "sched"}
+    monkeypatch.delenv("VALKEYTRACE_PROBES")
+    assert ebpf_plan.probe_groups(("syscalls",)) == {"calls", "fs", "sched", "syscalls"}
