@@ -16,6 +16,7 @@ from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
+from valkeytrace.server.view import ServerView
 from valkeytrace.workload import scenarios
 
 
@@ -87,8 +88,10 @@ class Recorder:
     def _window(self, run: dict, traced: bool = True, client_pids=()):
         """Callbacks marking the measured window for the tracer, the server's own view and the
         host's CPU accounting (run["_cpu"]: snapshots; _host_cpu() turns them into cores)."""
+        view = ServerView(self.target)
+
         def begin():
-            self._server_view_begin()
+            view.begin()
             run["window_start"] = time.time()
             run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
             if traced:
@@ -100,40 +103,8 @@ class Recorder:
             metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
                 run["server"] = metrics
-            run["server_view"] = self._server_view_end()
+            run["server_view"] = view.end()
         return begin, end
-
-    def _server_view_begin(self):
-        """Reset the server's statistics at the window's start, on servers we launched only."""
-        self._view_reset = False
-        if self.target.mode != "attach":
-            try:
-                self.target.client().config_resetstat()
-                self._view_reset = True
-            except Exception:
-                pass
-
-    def _server_view_end(self) -> dict:
-        """What the server itself believes: INFO latencystats (command execution time) and
-        LATENCY LATEST (only when the server's latency monitor is enabled)."""
-        view = {"reset_at_window_start": self._view_reset, "latencystats": {}, "latency_latest": []}
-        try:
-            conn = self.target.client()
-            for key, value in conn.info("latencystats").items():
-                if key.startswith("latency_percentiles_usec_"):
-                    view["latencystats"][key[len("latency_percentiles_usec_"):]] = {
-                        k: float(v) for k, v in (value.items() if isinstance(value, dict) else [])}
-            stats = conn.info("commandstats")
-            view["commandstats"] = {k[len("cmdstat_"):]: {"calls": v.get("calls"), "usec_per_call": v.get("usec_per_call")}
-                                    for k, v in stats.items() if k in ("cmdstat_get", "cmdstat_set")}
-            threshold = conn.config_get("latency-monitor-threshold").get("latency-monitor-threshold")
-            view["latency_monitor_threshold_ms"] = int(threshold) if threshold is not None else None
-            if threshold not in (None, "0"):
-                view["latency_latest"] = [[str(e[0]), int(e[1]), int(e[2]), int(e[3])]
-                                          for e in conn.execute_command("LATENCY", "LATEST")]
-        except Exception as exc:  # the view is context, never a reason to lose the run
-            view["error"] = str(exc)
-        return view
 
     @staticmethod
     def _host_cpu(run: dict, client_cpu_s: float):

@@ -1,0 +1,42 @@
+"""What the server itself says about a measured window: INFO latencystats and commandstats, and
+LATENCY LATEST when its latency monitor is on (a run's `server_view`). Context for the reports
+(the server times command execution only), never a reason to lose a run."""
+from __future__ import annotations
+
+
+class ServerView:
+    def __init__(self, server):
+        self.server = server
+        self.reset = False
+
+    def begin(self):
+        """Reset the server's statistics at the window's start, on servers we launched only."""
+        self.reset = False
+        if self.server.mode != "attach":
+            try:
+                self.server.client().config_resetstat()
+                self.reset = True
+            except Exception:
+                pass
+
+    def end(self) -> dict:
+        """What the server itself believes: INFO latencystats (command execution time) and
+        LATENCY LATEST (only when the server's latency monitor is enabled)."""
+        view = {"reset_at_window_start": self.reset, "latencystats": {}, "latency_latest": []}
+        try:
+            conn = self.server.client()
+            for key, value in conn.info("latencystats").items():
+                if key.startswith("latency_percentiles_usec_"):
+                    view["latencystats"][key[len("latency_percentiles_usec_"):]] = {
+                        k: float(v) for k, v in (value.items() if isinstance(value, dict) else [])}
+            stats = conn.info("commandstats")
+            view["commandstats"] = {k[len("cmdstat_"):]: {"calls": v.get("calls"), "usec_per_call": v.get("usec_per_call")}
+                                    for k, v in stats.items() if k in ("cmdstat_get", "cmdstat_set")}
+            threshold = conn.config_get("latency-monitor-threshold").get("latency-monitor-threshold")
+            view["latency_monitor_threshold_ms"] = int(threshold) if threshold is not None else None
+            if threshold not in (None, "0"):
+                view["latency_latest"] = [[str(e[0]), int(e[1]), int(e[2]), int(e[3])]
+                                          for e in conn.execute_command("LATENCY", "LATEST")]
+        except Exception as exc:  # the view is context, never a reason to lose the run
+            view["error"] = str(exc)
+        return view
