@@ -33,6 +33,13 @@ class Settings:
     backend: str
     sensitivity: tuple = ()  # added fsync delays (ns) each cell is also run at (--fsync-sensitivity)
 
+    def as_recorded(self) -> dict:
+        """The recording's `settings`."""
+        return {"workloads": list(self.workloads), "sizes": list(self.sizes), "repeat": self.repeat,
+                "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
+                "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
+                "fsync_sensitivity_ns": list(self.sensitivity)}
+
     def matrix(self):
         """[(repeat, workload, value_size, added fsync delay ns)] in execution order: each cell,
         then the same cell at each --fsync-sensitivity level."""
@@ -40,10 +47,11 @@ class Settings:
         for r in range(1, self.repeat + 1):
             for size in self.sizes:
                 for w in self.workloads:
-                    if w == "none" and size != self.sizes[0]:
+                    loaded = scenarios.SCENARIOS[w].drives_load
+                    if not loaded and size != self.sizes[0]:
                         continue  # observing only: value sizes mean nothing, one window a repeat
                     out.append((r, w, size, 0))
-                    if w != "none":
+                    if loaded:
                         out += [(r, w, size, level) for level in self.sensitivity]
         return out
 

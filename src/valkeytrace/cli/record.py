@@ -217,9 +217,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         doc = document.new_document(
             label=label, server=server, host=system.host_facts(server["config"].get("dir")),
             client=None if client is None else {"name": client.name, "version": client.version, "path": client.path},
-            settings={"workloads": list(workloads), "sizes": list(sizes), "repeat": repeat, "duration_s": duration,
-                      "keyspace": keyspace, "get_clients": get_clients, "set_clients": set_clients,
-                      "write_clients": write_clients, "backend": backend, "fsync_sensitivity_ns": list(sensitivity)},
+            settings=settings.as_recorded(),
             emulation=({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
                         "description": describe_sensitivity(inject, sensitivity)} if inject or sensitivity else None),
             warnings=warnings)

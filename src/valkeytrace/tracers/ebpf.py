@@ -282,6 +282,8 @@ class EbpfTracer(Tracer):
         idle = self._check_sysnr() if "sched" in p.groups else None
         # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
         if finder is None or (p.fs_sync and idle):
+            if finder is not None:
+                finder.cancel()  # now: its objdump would take a CPU from the attach
             return [], None, idle
         call_sites = finder.result()
         if p.fs_sync:
