@@ -1,5 +1,6 @@
-"""Shared fixtures. Integration tests need root/bcc/a server; they skip only where this machine
-truly lacks the capability, and say which."""
+"""Fixtures the integration tests share (the `vt` command helper is vtcli.py, a plain module the
+tests import). Integration tests need root/bcc/a server; they skip only where this machine truly
+lacks the capability, and say which."""
 import os
 
 import pytest
