@@ -1,4 +1,5 @@
-"""The shim backend: the LD_PRELOAD library (csrc/shim.c) and its shared-memory region.
+"""The shim backend: the LD_PRELOAD library (csrc/shim.c), read through its shared-memory region
+(tracers/region.py).
 
 Needs no privileges: valkeytrace creates the region (a 0600 file in /dev/shm), launches the
 server with LD_PRELOAD and $VALKEYTRACE_SHM, and reads the region through the _native module
@@ -7,14 +8,14 @@ run-queue time per thread); the time inside fsync/fdatasync, AOF writes and epol
 shim measures it, stands in for blocked time by cause.
 
 The same library injects an emulated fsync delay ($VALKEYTRACE_FSYNC_DELAY), with either
-backend: with ebpf it is loaded for the injection only.
+backend: with ebpf it is loaded for the injection only (tracers/emulation.py).
 """
 from __future__ import annotations
 
 import time
 
-from valkeytrace.errors import VTError
 from valkeytrace import roles
+from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers.base import Tracer
