@@ -56,8 +56,7 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.skip("no chromium on this machine (make setup installs Debian's chromium)")
+    assert CHROMIUM is not None, "no chromium: make setup installs Debian's chromium (scripts/setup-system.sh)"
     d = tmp_path_factory.mktemp("html")
     page = d / "report.html"
     res = vt("report", "--compare", DATA / "golden-v1-both-always.vtrace", DATA / "golden-v1-ebpf-everysec.vtrace",

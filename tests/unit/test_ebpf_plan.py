@@ -13,7 +13,7 @@ def _no_override(monkeypatch):
 
 
 def make(extra=(), symbols=("beforeSleep", "flushAppendOnlyFile"), fstype="ext4", tracepoints=True):
-    return ebpf_plan.plan(extra_groups=extra, block_threshold_ns=100_000, has_symbol=lambda s: s in symbols,
+    return ebpf_plan.plan(extra_groups=extra, block_threshold_ns=100_000, symbol=lambda s: 0x1000 + len(s) if s in symbols else None,
                           fstype=fstype, fs_tracepoints_present=lambda fs, names: tracepoints)
 
 
@@ -51,10 +51,10 @@ def test_printable_program_follows_the_plan():
 def test_uprobes_for_call_sites_the_loop_sample_and_the_shim():
     site = CallSite(kind="fdatasync", function="aofFsync", call=0x10, exit=0x15, exit_emulated=True)
     p = make(("loop",), fstype=None)
-    sampled, always, shim = ebpf_plan.uprobes("/bin/v", p, [site], 0x99, None, loop_duty=0.005)
-    assert sampled.addr == 0x99 and not shim
+    sampled, always, shim = ebpf_plan.uprobes("/bin/v", p, [site], None, loop_duty=0.005)
+    assert sampled.addr == 0x1000 + len("beforeSleep") and not shim
     assert [(u.fn, u.addr) for u in always] == [("on_site_fdatasync", 0x10), ("on_site_exit", 0x15)]
     # under the fs tracepoints ext4 ends the call; the shim's wrappers are probed for an injected delay
     p = make()
-    sampled, always, shim = ebpf_plan.uprobes("/bin/v", p, [], None, "/lib/shim.so", loop_duty=0.005)
+    sampled, always, shim = ebpf_plan.uprobes("/bin/v", p, [], "/lib/shim.so", loop_duty=0.005)
     assert sampled is None and shim and {u.path for u in always} == {"/lib/shim.so"}

@@ -1,6 +1,8 @@
 """Formatting shared by the reporters. What they render is an analysis.report.ReportInput."""
 from __future__ import annotations
 
+from collections import Counter
+
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.tables import MEASURED_OP
 
@@ -96,17 +98,13 @@ def client_tables(inp: ReportInput) -> list[dict]:
 
 def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, int]]]:
     """([{"title", "tag", "claim", "caveats"}], [(caveat, entries it applies to)]): a caveat that
-    applies to more than one entry is said once, after them, not under each."""
-    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
-    entries = entries or []
-    banners = [run.emulation for run in inp.runs if run.emulation]  # said at the top already
-    uses: dict[str, int] = {}
-    for e in entries:
-        e = {**e, "caveats": [c for c in e.get("caveats", []) if not any(b in c for b in banners)]}
-        for c in dict.fromkeys(e["caveats"]):
-            uses[c] = uses.get(c, 0) + 1
-    shared = [(c, n) for c, n in uses.items() if n > 1]
+    applies to more than one entry is said once, after them, not under each; the emulation
+    sentence, which every report prints at the top, is not repeated as a caveat."""
+    compared = inp.comparison is not None
+    entries = (inp.explanation if compared else [e for r in inp.runs for e in (r.explanation or [])]) or []
+    banners = [run.emulation for run in inp.runs if run.emulation]
+    caveats = [[c for c in dict.fromkeys(e.get("caveats", [])) if not any(b in c for b in banners)] for e in entries]
+    uses = Counter(c for cs in caveats for c in cs)
     out = [{"title": f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}",
-            "tag": share_tag(e, inp.comparison is not None), "claim": e["claim"],
-            "caveats": [c for c in dict.fromkeys(e.get("caveats", [])) if uses.get(c) == 1]} for e in entries]
-    return out, shared
+            "tag": share_tag(e, compared), "claim": e["claim"], "caveats": [c for c in cs if uses[c] == 1]} for e, cs in zip(entries, caveats)]
+    return out, [(c, n) for c, n in uses.items() if n > 1]

@@ -35,8 +35,8 @@ from valkeytrace.recording import document
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers import probe_source, sites
 from valkeytrace.tracers.base import Tracer
-from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source,
-                                           cflags, plan, printable_program, uprobes)
+from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source, cflags,
+                                           extra_groups, plan, printable_program, uprobes)
 from valkeytrace.tracers.emulation import preload_env, shim_library
 from valkeytrace.tracers.windows import histogram_delta
 
@@ -172,8 +172,7 @@ class EbpfTracer(Tracer):
                  loop_sample: bool = False, socket_writes: bool = False, delay_control=None,
                  shim_delays: bool = False):
         self.block_threshold_ns = int(block_threshold_us * 1000)
-        self.extra_groups = tuple(g for g, on in (("flush", aof_flush_probe), ("loop", loop_sample),
-                                                  ("syscalls", socket_writes)) if on)
+        self.extra_groups = extra_groups(aof_flush_probe, loop_sample, socket_writes)
         self.inject = inject
         self.delay_control = delay_control  # emulation.delay_control(): an fsync delay added at run time
         self.shim_library = None
@@ -247,9 +246,8 @@ class EbpfTracer(Tracer):
         t0 = time.monotonic()
         try:
             call_sites, why_syscalls, idle = self._load(p, finder)
-            loop_addr = symbol_address(binary, LOOP_SYMBOL) if p.loop_uprobe else None
-            self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, loop_addr,
-                                                                   self.shim_library, self.loop_duty)
+            self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, self.shim_library,
+                                                                   self.loop_duty)
             self._attach_uprobes()
             self._open_events()
         except VTError:
@@ -318,7 +316,7 @@ class EbpfTracer(Tracer):
         """The probe plan for this server binary and AOF directory (ebpf_plan.plan): what start()
         loads, and what record --print-probes prints."""
         return plan(extra_groups=self.extra_groups, block_threshold_ns=self.block_threshold_ns,
-                    has_symbol=lambda sym: bool(binary) and symbol_address(binary, sym) is not None,
+                    symbol=lambda sym: symbol_address(binary, sym) if binary else None,
                     fstype=system.storage_of(aof_dir).get("fstype") if aof_dir else None,
                     fs_tracepoints_present=lambda fs, names: all(system.tracepoint_exists(fs, tp) for tp in names))
 

@@ -1,7 +1,7 @@
 """What the eBPF backend will load, planned without loading anything: probe groups, the C
 defines, the kernel's task_struct offsets (from BTF), the printable program. Pure enough to test
 without root; `record --print-probes` prints exactly what start() would compile, because both
-come from plan() and program() here. bcc is not imported (tracers/ebpf.py loads the plan)."""
+come from plan() and printable_program() here. bcc is not imported (tracers/ebpf.py loads the plan)."""
 from __future__ import annotations
 
 import functools
@@ -18,8 +18,6 @@ RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
 SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
-# which groups each record option adds to the defaults
-OPTION_GROUPS = {"aof_flush_probe": "flush", "loop_sample": "loop", "socket_writes": "syscalls"}
 
 
 # Probe groups:
@@ -168,17 +166,19 @@ def cflags(**defines) -> list[str]:
     return flags
 
 
-
-
 @dataclass
 class Plan:
     """What start() compiles and attaches, decided from the options and the facts about the
     server: its binary's symbols and the AOF directory's filesystem."""
     groups: set
-    loop_uprobe: bool      # iterations from a beforeSleep uprobe (else epoll_wait, or INFO only)
+    loop_addr: int | None  # beforeSleep's address: iterations from its uprobe (else epoll_wait, or INFO only)
     flush_probe: bool
     fstype: str | None
     block_threshold_ns: int
+
+    @property
+    def loop_uprobe(self) -> bool:
+        return self.loop_addr is not None
 
     @property
     def fs_sync(self) -> bool:
@@ -194,29 +194,28 @@ class Plan:
                              loop_from_epoll=not self.loop_uprobe and "loop" in self.groups, groups=self.groups)
 
 
-def plan(*, extra_groups=(), block_threshold_ns: int, has_symbol, fstype: str | None, fs_tracepoints_present) -> Plan:
-    """The probe plan. has_symbol(name): whether the server binary has that function (asked only
-    for the groups that need one); fs_tracepoints_present(fstype, names): whether the kernel has
-    those tracepoints."""
+def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None, fs_tracepoints_present) -> Plan:
+    """The probe plan. symbol(name): the function's address in the server binary or None (asked
+    only for the groups that need one); fs_tracepoints_present(fstype, names): whether the kernel
+    has those tracepoints."""
     groups = probe_groups(tuple(extra_groups))
-    loop_uprobe = "loop" in groups and has_symbol(LOOP_SYMBOL)
-    if "loop" in groups and not loop_uprobe:
+    loop_addr = symbol(LOOP_SYMBOL) if "loop" in groups else None
+    if "loop" in groups and loop_addr is None:
         groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
     fs_tps = FS_TRACEPOINTS.get(fstype, ())
     if "syscalls" in groups or not fs_tps or not fs_tracepoints_present(fstype, fs_tps):
         groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
-    return Plan(groups=groups, loop_uprobe=loop_uprobe, flush_probe="flush" in groups and has_symbol(FLUSH_SYMBOL),
+    return Plan(groups=groups, loop_addr=loop_addr,
+                flush_probe="flush" in groups and symbol(FLUSH_SYMBOL) is not None,
                 fstype=fstype, block_threshold_ns=block_threshold_ns)
 
 
 def extra_groups(aof_flush_probe: bool = False, loop_sample: bool = False, socket_writes: bool = False) -> tuple:
     """The groups the record options add to the defaults."""
-    chosen = {"aof_flush_probe": aof_flush_probe, "loop_sample": loop_sample, "socket_writes": socket_writes}
-    return tuple(OPTION_GROUPS[k] for k, on in chosen.items() if on)
+    return tuple(g for g, on in (("flush", aof_flush_probe), ("loop", loop_sample), ("syscalls", socket_writes)) if on)
 
 
-def uprobes(binary: str, p: Plan, call_sites: list, loop_addr: int | None, shim_library: str | None,
-            loop_duty: float) -> tuple[Uprobe | None, list[Uprobe], bool]:
+def uprobes(binary: str, p: Plan, call_sites: list, shim_library: str | None, loop_duty: float) -> tuple[Uprobe | None, list[Uprobe], bool]:
     """(the sampled loop probe or None, the uprobes attached throughout, whether the shim's
     wrappers are probed) for a plan and the call sites found in the binary."""
     fs_sync, syscalls = p.fs_sync, "syscalls" in p.groups
@@ -224,7 +223,7 @@ def uprobes(binary: str, p: Plan, call_sites: list, loop_addr: int | None, shim_
     # a large part of the main thread (docs/performance.md), so the probe is attached for a
     # fraction of the time (a sample of iterations: their distribution) and the count comes from
     # the server's own INFO eventloop_cycles when it has it
-    loop = Uprobe(binary, "on_before_sleep", addr=loop_addr) if p.loop_uprobe and loop_addr is not None else None
+    loop = Uprobe(binary, "on_before_sleep", addr=p.loop_addr) if p.loop_uprobe else None
     sampled = loop if loop and loop_duty < 1.0 else None
     always = [loop] if loop and not sampled else []
     if p.flush_probe:
