@@ -72,11 +72,15 @@ class Recorder:
         self.doc.setdefault("runs", [])
         self._encoder = recfmt.GrowingDocument()
 
-    def _write(self, path):
-        # the runs before the first running one are final: run_one() checkpoints when a run ends
-        runs = self.doc["runs"]
-        final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
-        recfmt.write(path, self.doc, self._encoder.encode(self.doc, final))
+    def _write(self, path, data: bytes | None = None):
+        """data: the encoded document, else a checkpoint's (fast, larger) encoding"""
+        if data is None:
+            # the runs before the first running one are final: run_one() checkpoints when a run ends
+            runs = self.doc["runs"]
+            final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
+            data = self._encoder.encode(self.doc, final)
+        recfmt.write(path, self.doc, data)
+        del data
         system.release_free_memory()  # the encoded copy of the whole document is garbage now
         if self.owner:
             os.chown(path, *self.owner)
@@ -85,8 +89,9 @@ class Recorder:
         self._write(self.partial_path)
 
     def finish(self):
-        """Write the final recording to out_path and drop the checkpoint."""
-        self._write(self.out_path)
+        """Write the final recording to out_path (encoded once, compressed harder than the
+        checkpoints: the server is no longer measured) and drop the checkpoint."""
+        self._write(self.out_path, recfmt.encode(self.doc))
         try:
             os.unlink(self.partial_path)
         except FileNotFoundError:

@@ -47,3 +47,29 @@ def test_a_full_sink_counts_what_it_refuses():
         assert sink.len == 64 * 8 and sink.records == 64 and sink.dropped == 6
     finally:
         lib.vt_event_sink_free(sink)
+
+
+def test_timeline_rows_are_the_records_relative_to_the_window():
+    from valkeytrace.layout import CALL_NAMES, EVENT_STATE_NAMES
+    from valkeytrace.tracers.ebpf import timeline_rows
+
+    # GIVEN records of every cause and state, one starting before the window's origin
+    rng = np.random.default_rng(7)
+    n = 500
+    arr = np.zeros(n, dtype=BLOCK_EVENT_DTYPE)
+    origin = 5_000_000_000_000
+    arr["start_ns"] = origin + rng.integers(-2_000_000, 4_000_000_000, n)
+    arr["duration_ns"] = rng.integers(100_000, 9_000_000, n)
+    arr["tid"] = rng.choice([4242, 4250, 4251], n)
+    arr["cause"] = rng.integers(0, len(CALL_NAMES), n)
+    arr["state"] = rng.integers(0, len(EVENT_STATE_NAMES), n)
+    arr["start_ns"][0] = origin - 1_500
+    # WHEN they become timeline rows
+    rows = timeline_rows(arr, origin)
+    # THEN each row is the record, its start as a signed offset from the origin, names for codes,
+    # and plain Python values (the recording is JSON)
+    want = [[int(r["start_ns"]) - origin, int(r["duration_ns"]), int(r["tid"]), CALL_NAMES[r["cause"]],
+             EVENT_STATE_NAMES[r["state"]]] for r in arr]
+    assert rows == want
+    assert rows[0][0] == -1_500
+    assert all(type(v) in (int, str) for row in rows for v in row)

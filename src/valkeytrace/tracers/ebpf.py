@@ -606,13 +606,23 @@ def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dic
     if events:
         arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
         keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
-        arr = arr[keep]
-        timeline = [[int(s) - a.mono_ns, int(d), int(tid), CALL_NAMES[c], EVENT_STATE_NAMES[st]]
-                    for s, d, tid, c, st in zip(arr["start_ns"], arr["duration_ns"], arr["tid"], arr["cause"],
-                                                arr["state"])]
+        timeline = timeline_rows(arr[keep], a.mono_ns)
     return document.server_window(
         backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
         lost_events=int(b.lost - a.lost),
         blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
                           "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
         probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS)
+
+
+_CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)
+_EVENT_STATES = np.array(EVENT_STATE_NAMES, dtype=object)
+
+
+def timeline_rows(arr: np.ndarray, origin_ns: int) -> list[list]:
+    """The window's blocked-timeline rows, [start - origin_ns, duration, tid, cause, state], from
+    ring-buffer records (BLOCK_EVENT_DTYPE): one tolist() per column. A Python loop over the
+    records' numpy scalars took ~20 ms of CPU a window at 15K records (appendfsync always, 4 s)."""
+    cols = ((arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(), arr["duration_ns"].tolist(),
+            arr["tid"].tolist(), _CAUSE_NAMES[arr["cause"]].tolist(), _EVENT_STATES[arr["state"]].tolist())
+    return list(map(list, zip(*cols)))
