@@ -85,6 +85,13 @@ def test_each_banner_once_and_no_markdown_syntax(rendered):
     assert "fsync-always vs" not in text and "fsync-everysec vs fsync-always" in text
 
 
+def test_server_threads_per_cell(rendered):
+    page, _, _ = rendered
+    text = " ".join(page.text)
+    tables = text.count("· server threads (")
+    assert tables >= 2 and text.count("main-thread budget: on CPU") == tables
+
+
 def test_no_caveat_is_said_twice(rendered):
     page, _, _ = rendered
     assert page.caveats, "the compared goldens have caveats"

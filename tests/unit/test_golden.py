@@ -27,6 +27,19 @@ def test_every_format_renders(compared, renderer):
     assert len(out.getvalue()) > 200
 
 
+def test_markdown_has_the_server_threads_per_cell(compared):
+    out = io.StringIO()
+    markdown.render(compared, out)
+    md = out.getvalue()
+    assert md.count("## Server threads") == 1
+    for label in ("fsync-always", "fsync-everysec"):
+        assert f"**{label} · read-heavy 64 B · server threads (" in md
+    tables = md.count("· server threads (")
+    assert tables == sum(1 for run in compared.runs for c in run.cells if c.server) >= 2
+    assert md.count("- main-thread budget: on CPU") == tables
+    assert "| main | fdatasync |" in md and "| bio_aof | fdatasync |" in md
+
+
 def test_golden_facts(compared):
     rep = jsonfmt.build(compared)
     always = {c["workload"]: c for c in rep["runs"][0]["cells"]}["read-heavy"]["server"]

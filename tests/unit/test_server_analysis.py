@@ -103,3 +103,36 @@ def test_on_cpu_is_marked_unmeasured_without_scheduler_data():
     assert summarize_server([with_sched])["main_thread"]["on_cpu_measured"] is True
     ebpf = dict(window(), backend="ebpf", probe={"probe_groups": ["calls", "fs", "sched"]})
     assert summarize_server([ebpf])["main_thread"]["on_cpu_measured"] is True
+
+
+def test_server_table_states_what_its_figures_are():
+    """Every reporter (text, markdown, HTML) renders reporters.base.server_table: its notes say
+    when "on CPU" is not measured, when off-CPU time was rescaled, when a loop count is a sample."""
+    from types import SimpleNamespace
+
+    from valkeytrace.reporters.base import server_table
+
+    window = {"backend": "shim", "window_ns": 10**9, "lost_events": 3, "threads": [
+        _thread(1, "valkey-server", "main", [4_000_000] * 10, {"fdatasync": {"io": 13 * 10**8}}),
+        _thread(2, "bio_aof", "bio_aof", [2_000_000] * 4)]}
+    srv = summarize_server([window])
+    srv["main_thread"].update(loop_iterations=500, loop_iterations_counted=False, loop_iteration_p50_us=90.0,
+                              loop_iteration_p99_us=400.0, aof_flushes=0)
+    t = server_table("base", SimpleNamespace(server=srv, workload="read-heavy", value_size=64))
+    notes = " | ".join(text for text, _ in t["notes"])
+    assert "no scheduler data" in notes
+    assert "added up to 130% of the window" in notes and "scaled to 100%" in notes
+    assert "a sample of 500 iterations (not a total" in notes
+    assert "lost events: 3 (events were lost" in notes
+    assert all(warn for text, warn in t["notes"] if "no scheduler data" in text or "lost" in text)
+    # one row per timed call of each role, then its off-CPU row, the last of the role marked
+    assert [(cells[0], cells[1], last) for cells, last in t["rows"]] == [
+        ("main", "fdatasync", False), ("", "off-CPU", True), ("bio_aof", "fdatasync", False), ("", "off-CPU", True)]
+    assert len(t["columns"]) + 1 == len(t["rows"][0][0])
+    # the same window with scheduler data and within the wall: no such statement
+    ok = dict(window, threads=[dict(_thread(1, "valkey-server", "main", [4_000_000] * 10,
+                                            {"fdatasync": {"io": 4 * 10**7}}),
+                                    sched={"on_cpu_ns": 5 * 10**8, "runqueue_ns": 0})], lost_events=0)
+    notes = " | ".join(text for text, _ in server_table("b", SimpleNamespace(
+        server=summarize_server([ok]), workload="read-heavy", value_size=64))["notes"])
+    assert "no scheduler data" not in notes and "scaled" not in notes and "events were lost" not in notes

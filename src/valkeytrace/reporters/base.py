@@ -108,3 +108,91 @@ def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, i
     out = [{"title": f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}",
             "tag": share_tag(e, compared), "claim": e["claim"], "caveats": [c for c in cs if uses[c] == 1]} for e, cs in zip(entries, caveats)]
     return out, [(c, n) for c, n in uses.items() if n > 1]
+
+
+SERVER_COLUMNS = ("Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall")
+BUDGET_PARTS = (("on CPU", "on_cpu_pct"), ("blocked in fsync", "blocked_in_fsync_pct"),
+                ("blocked in AOF write", "blocked_in_aof_write_pct"), ("waiting for CPU", "waiting_for_cpu_pct"),
+                ("idle (epoll_wait)", "idle_pct"), ("other blocked", "other_blocked_pct"))
+
+
+def _num(v, fmt="{:,.0f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def server_tables(inp: ReportInput) -> list[dict]:
+    """Per recording and cell with server data: {"title", "columns" (after "Thread role"), "rows":
+    [(cells, last_of_its_role)], "caption", "notes": [(text, is_warning)]}. The notes state every
+    figure that is not what it looks like: on-CPU time without scheduler data, off-CPU intervals
+    rescaled to the window, a loop sample that is not a total, lost events."""
+    out = []
+    for run in inp.runs:
+        for cell in run.cells:
+            if cell.server:
+                out.append(server_table(run.label, cell))
+    return out
+
+
+def server_table(label: str, cell) -> dict:
+    srv = cell.server
+    m = srv["main_thread"]
+    wall_ms = m["wall_ms"] or 0
+    source = f", calls timed at {srv['call_source']}" if srv.get("call_source") else ""
+    rows = []
+    for th in srv["threads"]:
+        calls = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
+        role = f"{th['role']} ×{th['threads']}" if th["threads"] > 1 else th["role"]
+        role_wall = wall_ms * max(1, th["threads"])  # % of the role's thread time
+        for i, (call, c) in enumerate(calls):
+            rows.append(([role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
+                          _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
+                          _num(100 * c["total_ms"] / role_wall if wall_ms else None, "{:.1f}%")], False))
+        rows.append(([role if not calls else "", "off-CPU", "", "", "", "", _num(th["off_cpu_ms"], "{:,.1f}"),
+                      _num(100 * th["off_cpu_ms"] / role_wall if wall_ms else None, "{:.1f}%")], True))
+    notes = [("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in BUDGET_PARTS
+                                                  if m[key] is not None), False)]
+    if m.get("on_cpu_measured") is False:
+        notes.append(("no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time",
+                      True))
+    if m.get("off_cpu_over_wall_pct"):
+        notes.append((f"off-CPU intervals added up to {m['off_cpu_over_wall_pct']:.0f}% of the window (intervals "
+                      "straddling its edges): the budget is scaled to 100%", True))
+    notes.append(_loop_note(srv, m))
+    cc = srv.get("cross_check")
+    if cc:
+        f = cc["fdatasync"]
+        notes.append((f"main-thread fdatasync, both backends: ebpf {f['ebpf_count']:,} (p50 {_num(f['ebpf_p50_us'])} µs)"
+                      f" · shim {f['shim_count']:,} (p50 {_num(f['shim_p50_us'])} µs); counts differ by "
+                      f"{f['count_diff_pct']:.1f}%", False))
+    lost = srv["lost_events"]
+    notes.append((f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
+                  + (" (events were lost: the timeline is incomplete)" if lost else ""), bool(lost)))
+    return {"title": f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv['backend']}{source}, "
+                     f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)",
+            "columns": SERVER_COLUMNS, "rows": rows,
+            "caption": "socket writes not timed (record --socket-writes)"
+            if "socket_write" in (srv.get("untimed") or []) else None,
+            "notes": notes}
+
+
+def _loop_note(srv: dict, m: dict) -> tuple[str, bool]:
+    if m["loop_iterations"] and not m.get("loop_iterations_counted", True):
+        # a sample (the beforeSleep uprobe attached part of the time) and no server count to
+        # scale it by (INFO without eventloop_cycles: valkey < 7.2, Redis): not a total
+        return (f"event loop ({srv.get('loop_source')}): a sample of {m['loop_iterations']:,} iterations "
+                f"(not a total: this server's INFO has no eventloop_cycles), p50 "
+                f"{_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
+                + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""), True)
+    if m["loop_iterations"]:
+        sampled = m.get("loop_iterations_sampled")
+        if not sampled:
+            dist = "no distribution (record --loop-sample)"
+        else:
+            dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
+                    + (f" (of {sampled:,} sampled)" if sampled < m["loop_iterations"] else ""))
+        mean = f"mean {m['loop_iteration_mean_us']:,.1f} µs, " if m.get("loop_iteration_mean_us") else ""
+        return (f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
+                f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"
+                + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""), False)
+    return ("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
+            "and Redis; record --loop-sample samples iteration durations)", True)

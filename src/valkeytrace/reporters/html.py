@@ -7,12 +7,15 @@ import io
 from html import escape
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
-from valkeytrace.reporters.base import DELTA_CONVENTION, client_tables, explanation_entries, server_note
+from valkeytrace.reporters.base import (DELTA_CONVENTION, client_tables, explanation_entries, server_note,
+                                       server_tables)
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}tr.delta td{font-weight:bold;background:#f4f4f4}
+table.server td:nth-child(2){text-align:left}tr.last td{border-bottom:2px solid #999}
+caption{text-align:left;font-weight:bold;padding:.3em 0}
 .emu{background:#fde2e2;border:1px solid #c44e52;padding:.6em;font-weight:bold}
 .why li{margin:.5em 0}.caveat{color:#8a6d00}.warn{color:#8a3b00}figure{margin:1.5em 0}
 svg{max-width:100%;height:auto}code{background:#f2f2f2;padding:0 .25em}
@@ -33,6 +36,19 @@ def _tables(inp: ReportInput) -> list[str]:
         out.append("</table>")
         if inp.comparison is not None:
             out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
+    tables = server_tables(inp)
+    if tables:
+        out.append("<h2>Server threads</h2>")
+    for t in tables:
+        out.append(f"<table class='server'><caption>{escape(t['title'])}</caption><tr>"
+                   + "".join(f"<th>{escape(c)}</th>" for c in ("Thread role", *t["columns"])) + "</tr>")
+        out += [f"<tr{' class=last' if last else ''}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+                for cells, last in t["rows"]]
+        out.append("</table>")
+        if t["caption"]:
+            out.append(_p(t["caption"] + "."))
+        out.append("<ul class='server-notes'>" + "".join(
+            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t["notes"]) + "</ul>")
     return out
 
 

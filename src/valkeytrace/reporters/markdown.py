@@ -1,8 +1,10 @@
-"""Markdown: the two tables of valkey#4029, in its columns and delta convention."""
+"""Markdown: the two tables of valkey#4029, in its columns and delta convention; the server's
+threads per cell; the explanation."""
 from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
-from valkeytrace.reporters.base import DELTA_CONVENTION, client_tables, explanation_entries, server_note
+from valkeytrace.reporters.base import (DELTA_CONVENTION, client_tables, explanation_entries, server_note,
+                                       server_tables)
 
 
 def render(inp: ReportInput, out) -> None:
@@ -39,6 +41,16 @@ def _tables(inp: ReportInput, w):
         w("\n")
         if inp.comparison is not None:
             w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
+    tables = server_tables(inp)
+    if tables:
+        w("## Server threads\n\n")
+    for t in tables:
+        w(f"**{t['title']}**\n\n| Thread role | " + " | ".join(t["columns"]) + " |\n|"
+          + "---|" * (len(t["columns"]) + 1) + "\n")
+        for cells, _last in t["rows"]:
+            w("| " + " | ".join(cells) + " |\n")
+        w("\n" + (f"{t['caption']}.\n\n" if t["caption"] else ""))
+        w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
 
 
 def _why(inp: ReportInput, w):

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
-from valkeytrace.reporters.base import fmt_pct, server_note
+from valkeytrace.reporters.base import fmt_pct, server_note, server_table
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -83,74 +84,18 @@ def render(inp: ReportInput, out) -> None:
                           f"{r['status']}:[/red] {r['error']}")
 
 
-def _num(v, fmt="{:,.0f}"):
-    return "–" if v is None else fmt.format(v)
-
-
 def server_tables(console, label: str, cell) -> None:
     """Per cell: thread role | call | count | p50 | p99 | max | total ms | % of wall; the main-thread
-    budget; event-loop iterations."""
-    srv = cell.server
-    m = srv["main_thread"]
-    wall_ms = m["wall_ms"] or 0
-    t = Table(title=f"{label} · {cell.workload} {cell.value_size} B · server threads "
-                    f"({srv['backend']}{', calls timed at ' + srv['call_source'] if srv.get('call_source') else ''}, "
-                    f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)",
-              caption="socket writes not timed (record --socket-writes)"
-              if "socket_write" in (srv.get("untimed") or []) else None)
-    for col in ("Thread role", "Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall"):  # per thread
+    budget and what its figures are (reporters.base.server_table)."""
+    st = server_table(label, cell)
+    t = Table(title=st["title"], caption=st["caption"])
+    for col in ("Thread role", *st["columns"]):
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
-    for th in srv["threads"]:
-        rows = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
-        role = f"{th['role']} ×{th['threads']}" if th["threads"] > 1 else th["role"]
-        role_wall = wall_ms * max(1, th["threads"])  # % of the role's thread time
-        for i, (call, c) in enumerate(rows):
-            t.add_row(role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
-                      _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
-                      _num(100 * c["total_ms"] / role_wall if wall_ms else None, "{:.1f}%"))
-        t.add_row(role if not rows else "", "off-CPU", "", "", "", "", _num(th["off_cpu_ms"], "{:,.1f}"),
-                  _num(100 * th["off_cpu_ms"] / role_wall if wall_ms else None, "{:.1f}%"), end_section=True)
+    for cells, last in st["rows"]:
+        t.add_row(*cells, end_section=last)
     console.print(t)
-    parts = [("on CPU", "on_cpu_pct"), ("blocked in fsync", "blocked_in_fsync_pct"),
-             ("blocked in AOF write", "blocked_in_aof_write_pct"), ("waiting for CPU", "waiting_for_cpu_pct"),
-             ("idle (epoll_wait)", "idle_pct"), ("other blocked", "other_blocked_pct")]
-    console.print("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in parts
-                                                    if m[key] is not None))
-    if m.get("on_cpu_measured") is False:
-        console.print("  (no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time)")
-    if m.get("off_cpu_over_wall_pct"):
-        console.print(f"  (off-CPU intervals added up to {m['off_cpu_over_wall_pct']:.0f}% of the window, intervals "
-                      "straddling its edges; scaled to 100%)")
-    if m["loop_iterations"] and not m.get("loop_iterations_counted", True):
-        # a sample (the beforeSleep uprobe attached part of the time) and no server count to
-        # scale it by (INFO without eventloop_cycles: valkey < 7.2, Redis): not a total
-        console.print(f"event loop ({srv.get('loop_source')}): a sample of {m['loop_iterations']:,} iterations "
-                      f"(not a total: this server's INFO has no eventloop_cycles), p50 "
-                      f"{_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
-                      + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
-    elif m["loop_iterations"]:
-        sampled = m.get("loop_iterations_sampled")
-        if not sampled:
-            dist = "no distribution (record --loop-sample)"
-        else:
-            dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
-                    + (f" (of {sampled:,} sampled)" if sampled < m["loop_iterations"] else ""))
-        mean = f"mean {m['loop_iteration_mean_us']:,.1f} µs, " if m.get("loop_iteration_mean_us") else ""
-        console.print(f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
-                      f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"
-                      + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""))
-    else:
-        console.print("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
-                      "and Redis; record --loop-sample samples iteration durations)")
-    cc = srv.get("cross_check")
-    if cc:
-        f = cc["fdatasync"]
-        console.print(f"main-thread fdatasync, both backends: ebpf {f['ebpf_count']:,} (p50 {_num(f['ebpf_p50_us'])} µs)"
-                      f" · shim {f['shim_count']:,} (p50 {_num(f['shim_p50_us'])} µs); counts differ by "
-                      f"{f['count_diff_pct']:.1f}%")
-    lost = srv["lost_events"]
-    console.print(f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
-                  + ("  [red](events were lost: the timeline is incomplete)[/red]" if lost else ""))
+    for text, warn in st["notes"]:
+        console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))
 
 
 def explain_section(console, inp: ReportInput) -> None:
