@@ -63,6 +63,7 @@ def test_the_fsync_is_placed_on_the_role_that_does_it(tmp_path, family, fsync):
     roles = {t["role"]: t["names"] for t in server["threads"]}
     assert fsyncing == {want}, f"{family} {fsync}: fsync on {fsyncing} ({roles})"
     assert "unknown" not in roles, roles
+    assert not [w for w in rep["runs"][0]["warnings"] if "no fsync seen" in w], rep["runs"][0]["warnings"]
     claims = " ".join(e["claim"] for e in rep["runs"][0].get("explanation", []))
     assert ("main thread" if want == "main" else "bio_aof") in claims, claims[:300]
     assert "bio_other" not in claims and "unknown" not in claims, claims[:300]

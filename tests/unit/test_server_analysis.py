@@ -136,3 +136,29 @@ def test_server_table_states_what_its_figures_are():
     notes = " | ".join(text for text, _ in server_table("b", SimpleNamespace(
         server=summarize_server([ok]), workload="read-heavy", value_size=64))["notes"])
     assert "no scheduler data" not in notes and "scaled" not in notes and "events were lost" not in notes
+
+
+def _window_doc(mode, window_s, writes, syncs, on="bio_aof"):
+    def calls(n, kind):
+        return {kind: {"count": n, "sum_ns": n * 1000, "buckets": []}} if n else {}
+    threads = [{"tid": 1, "name": "valkey-server", "role": "main", "calls": calls(writes, "aof_write")},
+               {"tid": 2, "name": on, "role": on, "calls": calls(syncs, "fdatasync")}]
+    run = {"workload": "read-heavy", "value_size": 64, "repeat": 1, "status": "ok",
+           "server": {"window_ns": int(window_s * 1e9), "threads": threads}}
+    return {"server": {"appendfsync": mode}, "runs": [run]}
+
+
+def test_a_window_without_the_fsyncs_its_mode_implies_is_said():
+    from valkeytrace.analysis.server import missed_fsyncs
+
+    # everysec, 4 s of AOF writes, no fsync on any thread: the bio_aof miss of issue 17, said
+    (w,) = missed_fsyncs(_window_doc("everysec", 4.0, writes=3000, syncs=0))
+    assert "read-heavy 64 B #1: no fsync seen on any thread in a 4.0 s window with 3,000 AOF writes" in w
+    assert "everysec" in w and "not to be trusted" in w
+    assert missed_fsyncs(_window_doc("always", 2.0, writes=500, syncs=0))
+    # what the modes allow: fsyncs seen, a window shorter than everysec's period, no writes, no AOF fsync
+    assert not missed_fsyncs(_window_doc("everysec", 4.0, writes=3000, syncs=3))
+    assert not missed_fsyncs(_window_doc("everysec", 2.0, writes=3000, syncs=0))
+    assert not missed_fsyncs(_window_doc("everysec", 4.0, writes=0, syncs=0))
+    assert not missed_fsyncs(_window_doc("no", 4.0, writes=3000, syncs=0))
+    assert not missed_fsyncs(_window_doc("always", 2.0, writes=500, syncs=480, on="main"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from valkeytrace.analysis import distributions, explain, sensitivity, whatif
+from valkeytrace.analysis.server import missed_fsyncs
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
 
@@ -55,7 +56,8 @@ class AnalysedRun:
 
     @property
     def warnings(self) -> list[str]:
-        return list(self.doc.get("warnings") or [])
+        """The recording's own, then what the analysis finds inconsistent in it"""
+        return list(self.doc.get("warnings") or []) + missed_fsyncs(self.doc)
 
     @property
     def overhead(self) -> dict | None:

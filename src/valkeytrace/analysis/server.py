@@ -155,3 +155,35 @@ def cross_check(ebpf_main: dict, shim_main: dict) -> dict:
     return {"ebpf_count": a, "shim_count": b, "ebpf_p50_us": ebpf_main["fdatasync_p50_us"],
             "shim_p50_us": shim_main["fdatasync_p50_us"],
             "count_diff_pct": 100.0 * abs(a - b) / max(a, b) if max(a, b) else 0.0}
+
+
+# a window at least this long under appendfsync everysec holds at least one fsync (the server
+# fsyncs about once a second while it writes the AOF); shorter ones may fall between two
+MIN_EVERYSEC_WINDOW_S = 2.5
+
+
+def missed_fsyncs(doc: dict) -> list[str]:
+    """Windows in which the AOF was written but the tracer saw no fsync on any thread, although
+    the server's appendfsync implies some: under `always` every write is followed by one, under
+    `everysec` one a second. A missed probe (or a server that did not fsync) said, not hidden in
+    the medians: one sentence per such window."""
+    mode = (doc.get("server") or {}).get("appendfsync")
+    if mode not in ("always", "everysec"):
+        return []
+    out = []
+    for run in doc.get("runs", []):
+        srv = run.get("server")
+        if run.get("status") != "ok" or not srv or not srv.get("threads"):
+            continue
+        calls = [t.get("calls") or {} for t in srv["threads"]]
+        writes = sum((c.get("aof_write") or {}).get("count", 0) for c in calls)
+        syncs = sum((c.get(k) or {}).get("count", 0) for c in calls for k in ("fdatasync", "fsync"))
+        window_s = srv["window_ns"] / 1e9
+        expected = writes >= 10 if mode == "always" else writes > 0 and window_s >= MIN_EVERYSEC_WINDOW_S
+        if expected and syncs == 0:
+            out.append(f"{run['workload']} {run['value_size']} B #{run.get('repeat')}: no fsync seen on any thread "
+                       f"in a {window_s:.1f} s window with {writes:,} AOF writes under appendfsync {mode} "
+                       f"(the server fsyncs {'after each write' if mode == 'always' else 'about once a second'}): "
+                       "a probe missed them, or the server did not fsync; this window's fsync figures are not "
+                       "to be trusted")
+    return out
