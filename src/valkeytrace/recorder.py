@@ -73,13 +73,15 @@ class Recorder:
         self._encoder = recfmt.GrowingDocument()
 
     def _write(self, path, data: bytes | None = None):
-        """data: the encoded document, else a checkpoint's (fast, larger) encoding"""
+        """data: the encoded document (written durably), else a checkpoint: a fast, larger
+        encoding, not fsynced (recording.format.write)"""
+        final_file = data is not None
         if data is None:
             # the runs before the first running one are final: run_one() checkpoints when a run ends
             runs = self.doc["runs"]
             final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
             data = self._encoder.encode(self.doc, final)
-        recfmt.write(path, self.doc, data)
+        recfmt.write(path, self.doc, data, durable=final_file)
         del data
         system.release_free_memory()  # the encoded copy of the whole document is garbage now
         if self.owner:

@@ -37,6 +37,19 @@ def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
     assert [f.name for f in tmp_path.iterdir()] == ["r.vtrace"]  # temp file removed
 
 
+def test_only_a_durable_write_fsyncs(tmp_path, monkeypatch):
+    """Checkpoints (durable=False) are not fsynced: a traced `appendfsync always` server shares the
+    disk; the finished recording is."""
+    calls = []
+    real = recfmt.os.fsync
+    monkeypatch.setattr(recfmt.os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    p = tmp_path / "r.vtrace.partial"
+    recfmt.write(p, minimal_doc(), durable=False)
+    assert calls == [] and recfmt.read(p)["label"] == "x"
+    recfmt.write(tmp_path / "r.vtrace", minimal_doc())
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("content,match", [
     (b"", "empty"),
     (b"hello world", "bad magic"),
