@@ -72,28 +72,24 @@ class Recorder:
         self.doc.setdefault("runs", [])
         self._encoder = recfmt.GrowingDocument()
 
-    def _write(self, path, data: bytes | None = None):
-        """data: the encoded document (written durably), else a checkpoint: a fast, larger
-        encoding, not fsynced (recording.format.write)"""
-        final_file = data is not None
-        if data is None:
-            # the runs before the first running one are final: run_one() checkpoints when a run ends
-            runs = self.doc["runs"]
-            final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
-            data = self._encoder.encode(self.doc, final)
-        recfmt.write(path, self.doc, data, durable=final_file)
-        del data
+    def _write(self, path, data: bytes, durable: bool):
+        recfmt.write(path, self.doc, data, durable=durable)
         system.release_free_memory()  # the encoded copy of the whole document is garbage now
         if self.owner:
             os.chown(path, *self.owner)
 
     def checkpoint(self):
-        self._write(self.partial_path)
+        """The recording so far, beside the output: a fast, larger encoding, not fsynced
+        (recording.format.write)."""
+        # the runs before the first running one are final: run_one() checkpoints when a run ends
+        runs = self.doc["runs"]
+        final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
+        self._write(self.partial_path, self._encoder.encode(self.doc, final), durable=False)
 
     def finish(self):
         """Write the final recording to out_path (encoded once, compressed harder than the
-        checkpoints: the server is no longer measured) and drop the checkpoint."""
-        self._write(self.out_path, recfmt.encode(self.doc))
+        checkpoints, fsynced: the server is no longer measured) and drop the checkpoint."""
+        self._write(self.out_path, recfmt.encode(self.doc), durable=True)
         try:
             os.unlink(self.partial_path)
         except FileNotFoundError:

@@ -26,25 +26,26 @@ def _p(text: str, cls: str = "") -> str:
     return f"<p{f' class={cls!r}' if cls else ''}>{escape(text)}</p>"
 
 
+def _table(head, rows, cls: str = "", caption: str = "") -> str:
+    """rows: (cells, the row's class or "")"""
+    return (f"<table{f' class={cls!r}' if cls else ''}>" + (f"<caption>{escape(caption)}</caption>" if caption else "")
+            + "<tr>" + "".join(f"<th>{escape(c)}</th>" for c in head) + "</tr>"
+            + "".join(f"<tr{f' class={k!r}' if k else ''}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+                      for cells, k in rows) + "</table>")
+
+
 def _tables(inp: ReportInput) -> list[str]:
     out = []
     for t in client_tables(inp):
-        out.append("<table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in (t["title"], *t["columns"])) + "</tr>")
-        for cells, kind in t["rows"]:
-            out.append(f"<tr{f' class={kind!r}' if kind else ''}>" + "".join(f"<td>{escape(c)}</td>" for c in cells)
-                       + "</tr>")
-        out.append("</table>")
+        out.append(_table((t["title"], *t["columns"]), t["rows"]))
         if inp.comparison is not None:
             out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
     tables = server_tables(inp)
     if tables:
         out.append("<h2>Server threads</h2>")
     for t in tables:
-        out.append(f"<table class='server'><caption>{escape(t['title'])}</caption><tr>"
-                   + "".join(f"<th>{escape(c)}</th>" for c in ("Thread role", *t["columns"])) + "</tr>")
-        out += [f"<tr{' class=last' if last else ''}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
-                for cells, last in t["rows"]]
-        out.append("</table>")
+        out.append(_table(("Thread role", *t["columns"]), ((cells, "last" if last else "") for cells, last in t["rows"]),
+                          cls="server", caption=t["title"]))
         if t["caption"]:
             out.append(_p(t["caption"] + "."))
         out.append("<ul class='server-notes'>" + "".join(

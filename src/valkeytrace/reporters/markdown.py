@@ -33,23 +33,23 @@ def render(inp: ReportInput, out) -> None:
     _warnings(inp, w)
 
 
+def _pipe_table(w, head, rows):
+    w("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+    w("".join("| " + " | ".join(cells) + " |\n" for cells in rows) + "\n")
+
+
 def _tables(inp: ReportInput, w):
     for t in client_tables(inp):
-        w(f"| {t['title']} | " + " | ".join(t["columns"]) + " |\n|" + "---|" * (len(t["columns"]) + 1) + "\n")
-        for cells, _kind in t["rows"]:
-            w("| " + " | ".join(cells) + " |\n")
-        w("\n")
+        _pipe_table(w, (t["title"], *t["columns"]), (cells for cells, _kind in t["rows"]))
         if inp.comparison is not None:
             w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
     tables = server_tables(inp)
     if tables:
         w("## Server threads\n\n")
     for t in tables:
-        w(f"**{t['title']}**\n\n| Thread role | " + " | ".join(t["columns"]) + " |\n|"
-          + "---|" * (len(t["columns"]) + 1) + "\n")
-        for cells, _last in t["rows"]:
-            w("| " + " | ".join(cells) + " |\n")
-        w("\n" + (f"{t['caption']}.\n\n" if t["caption"] else ""))
+        w(f"**{t['title']}**\n\n")
+        _pipe_table(w, ("Thread role", *t["columns"]), (cells for cells, _last in t["rows"]))
+        w(f"{t['caption']}.\n\n" if t["caption"] else "")
         w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
 
 
