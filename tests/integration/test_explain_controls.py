@@ -56,6 +56,8 @@ def test_always_vs_everysec_is_the_fsync_and_adds_up(recs):
     assert wi and wi[0]["scenario"] == "fsync_off_main_thread_early_ack"
     assert abs(wi[0]["error_pct"]) <= 50, wi[0]  # the check holds it to 30% at --repeat 3
     assert wi[0]["inputs"]["context"]["server_cpu_us_per_get"] > 0 and wi[0]["inputs"]["get_clients"] == 50
+    # from the two GET passes (alone; with the 8 background clients reading), both measured
+    assert wi[0]["inputs"]["model"] == "get_passes" and wi[0]["inputs"]["loaded_background_tps"] > 0, wi[0]
 
 
 def test_a_busy_loop_is_not_the_fsync_and_shows_in_the_host_cpu(recs, tmp_path):

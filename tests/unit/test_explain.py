@@ -175,6 +175,7 @@ DEMAND = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps":
 
 
 def test_whatif_by_hand():
+    # a recording without pass B (before it existed): operational laws, Z held constant
     doc = recording("always", [(ALWAYS, [10_000] * 3, {"demand": DEMAND})])
     cells = summarize(doc)
     got = {(w["scenario"], w["metric"]): w["predicted"] for w in whatif.predict_run(cells, doc)}
@@ -187,6 +188,32 @@ def test_whatif_by_hand():
     # SETs that wait ~4.6 ms for their fsync leave more of the capacity to GETs
     assert got[("fsync_off_main_thread", "tps")] > x_get
     assert got[("fsync_off_main_thread", "p50_us")] < got[("fsync_off_main_thread_early_ack", "p50_us")]
+
+
+LOADED = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps": 80_000.0, "mean_us": 480.0,
+          "p50_us": 470.0, "p99_us": 900.0, "background": {"op": "GET", "clients": 8, "tps": 16_000.0, "mean_us": 360.0}}
+
+
+def test_whatif_from_the_two_passes_by_hand():
+    # pass B (the background clients reading) is what the cell would be with nothing waiting for an fsync
+    doc = recording("always", [(ALWAYS, [10_000] * 3, {"demand": {**DEMAND, "loaded": LOADED}})])
+    got = {(w["scenario"], w["metric"]): w for w in whatif.predict_run(summarize(doc), doc)}
+    early = {m: got[("fsync_off_main_thread_early_ack", m)]["predicted"] for m in ("tps", "p50_us", "p99_us")}
+    assert early == {"tps": 80_000.0, "p50_us": 470.0, "p99_us": 900.0}
+    # durable SETs wait the main thread's 4.613 ms fsync on top of their 500 µs cycle in pass B:
+    # 8 / 5.113 ms = 1,565 SET/s, 9.8% of B's background load, so 9.8% of the way from A to B
+    durable = got[("fsync_off_main_thread", "p50_us")]
+    u = 8 / ((4613 + 8 / 16_000 * 1e6) / 1e6) / 16_000
+    assert durable["inputs"]["background_load_share"] == pytest.approx(u, abs=1e-3)
+    assert durable["predicted"] == pytest.approx(359 + u * (470 - 359), abs=0.1)
+    assert got[("fsync_off_main_thread", "tps")]["predicted"] == pytest.approx(74_000 + u * 6_000, abs=0.1)
+    assert durable["inputs"]["model"] == "get_passes" and durable["inputs"]["main_fsync_mean_blocked_us"] == 4613
+    # the median pass is taken per pass: a failed pass B in one repeat leaves the others
+    runs = doc["runs"]
+    runs[0]["demand"] = {**DEMAND, "loaded": {"error": "boom"}}
+    runs[1]["demand"] = {**DEMAND, "loaded": {**LOADED, "tps": 90_000.0}}
+    got = {(w["scenario"], w["metric"]): w["predicted"] for w in whatif.predict_run(summarize(doc), doc)}
+    assert got[("fsync_off_main_thread_early_ack", "tps")] == 90_000.0
 
 
 def test_whatif_needs_a_main_thread_fsync_and_a_demand_pass():

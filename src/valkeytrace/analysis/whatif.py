@@ -1,18 +1,27 @@
 """What-if from one recording: GET latency and throughput if the AOF fsync left the main thread
-(valkey PR #3381's offload), from measured service demands (docs/explain.md).
+(valkey PR #3381's offload), from two passes measured without any fsync (docs/explain.md).
 
-Operational laws for the closed-loop clients, on what one read-heavy cell measured:
-  - the GET-only demand pass (record runs it before each read-heavy cell: no SET, so no AOF write
-    and no fsync whatever the policy): GET rate X_d, mean latency L_d, p50/p99 (and, as context
-    the prediction does not use, the server's and the client's CPU per GET);
-  - the window: the main thread's fsyncs (mean blocked time F), the SET and GET client counts.
-Each client cycles through its latency and its own time between requests, Z = N_get / X_d - L_d
-(Little's law on the pass). Off the main thread, the fsync no longer stalls the loop: the GET path
-runs at the pass's capacity, shared with the SET clients (each request costs the same CPU), so
-X_get + X_set = X_d. The SET clients either wait for their fsync (durable acknowledgements, as
-#3381 does: X_set = N_set / (F + L + Z)) or not (acknowledged before the fsync, as everysec:
-X_set = N_set / (L + Z)). Solving with L = N_get / X_get - Z gives the GET rate and mean latency;
-p50 and p99 move by the same amount as the mean from the pass's.
+Before each read-heavy cell, record runs two short GET passes (workload/scenarios.py), neither
+of which writes the AOF, so neither fsyncs whatever the policy:
+  A. GET alone (the measured clients, N_get of them): rate, mean, p50, p99;
+  B. the same, with the background clients (N_set) running too, but reading: the cell's client
+     population and the CPU it takes on this host.
+Off the main thread, the fsync no longer stalls the loop, and what is left is one of these two
+passes or a mix of them, depending on how much load the background clients still put on the
+host:
+  - SETs acknowledged before their fsync (as everysec): the background clients never wait, they
+    load the host as they do in B: the prediction is B;
+  - SETs acknowledged after it (durable, as #3381 does): each background client waits the
+    fsync F (the main thread's, measured in the window) on top of its own cycle in B, so it
+    runs at X_set = N_set / (F + N_set / X_bg), a share u = X_set / X_bg of B's background load;
+    GET rate, p50 and p99 are taken as A + u (B - A) (linear in the background load).
+What it leaves out: the SET's own execution and the AOF write() each loop iteration still does
+(a GET stands in for each SET), and how a shorter background cycle would raise X_set.
+
+Recordings made before the loaded pass existed (no demand.loaded) get the older model: operational
+laws with each client's own time between requests Z = N_get / X_A - L_A taken as a constant;
+it under-predicts the latency (on this VM Z halves when the background clients run, which is why
+pass B exists).
 """
 from __future__ import annotations
 
@@ -23,14 +32,20 @@ SCENARIOS = {"fsync_off_main_thread": "the fsync on a background thread, SETs ac
                                                 "it (as appendfsync everysec)"}
 
 
+def _median_by_tps(passes: list[dict]) -> dict | None:
+    passes = sorted((p for p in passes if p and p.get("tps")), key=lambda p: p["tps"])
+    return dict(passes[len(passes) // 2]) if passes else None
+
+
 def demand(runs: list[dict]) -> dict | None:
-    """The median GET-only demand pass of a cell's runs, with per-request CPU."""
-    passes = [r["demand"] for r in runs if (r.get("demand") or {}).get("tps")]
-    if not passes:
+    """The median GET-only pass (A) of a cell's runs, with the median loaded pass (B) as
+    `loaded` when the runs have one."""
+    d = _median_by_tps([r.get("demand") for r in runs])
+    if d is None:
         return None
-    passes.sort(key=lambda d: d["tps"])
-    d = dict(passes[len(passes) // 2])
     d["think_us"] = max(0.0, d["clients"] / d["tps"] * 1e6 - d["mean_us"])
+    loaded = _median_by_tps([(r.get("demand") or {}).get("loaded") for r in runs])
+    d["loaded"] = loaded if loaded and (loaded.get("background") or {}).get("tps") else None
     return d
 
 
@@ -38,6 +53,45 @@ def _cpu_per_request(d: dict, key: str) -> float | None:
     """µs of CPU per GET in the demand pass, from its host_cpu (cores x seconds / requests)."""
     cores = (d.get("host_cpu") or {}).get(key)
     return None if cores is None or not d.get("seconds") else round(cores * d["seconds"] * 1e6 / d["requests"], 2)
+
+
+def _from_passes(d: dict, n_set: int, wait_us: float) -> tuple[dict, dict]:
+    """Predicted {tps, p50_us, p99_us} between pass A and pass B, and the inputs used."""
+    b = d["loaded"]
+    bg_tps = b["background"]["tps"]
+    bg_n = b["background"]["clients"] or n_set
+    if wait_us:
+        x_set = bg_n / ((wait_us + bg_n / bg_tps * 1e6) / 1e6)
+        u = min(1.0, x_set / bg_tps)
+    else:
+        u = 1.0
+    pred = {k: d[k] + u * (b[k] - d[k]) for k in ("tps", "p50_us", "p99_us")}
+    inputs = {"model": "get_passes", "demand_get_tps": d["tps"], "demand_p50_us": d["p50_us"],
+              "demand_p99_us": d["p99_us"], "loaded_get_tps": b["tps"], "loaded_p50_us": b["p50_us"],
+              "loaded_p99_us": b["p99_us"], "loaded_background_clients": bg_n,
+              "loaded_background_tps": round(bg_tps, 1), "background_load_share": round(u, 3),
+              "predicted_set_tps": round(u * bg_tps, 1)}
+    return pred, inputs
+
+
+def _from_laws(d: dict, n_get: int, n_set: int, wait_us: float) -> tuple[dict, dict]:
+    """The older model, for recordings without pass B: operational laws on pass A with the
+    clients' time between requests Z held constant."""
+    x_d, z = d["tps"], d["think_us"]
+    x_get = x_d * n_get / (n_get + n_set)  # start: every client alike
+    for _ in range(100):
+        lat = n_get / x_get * 1e6 - z
+        x_set = n_set / ((wait_us + lat + z) / 1e6) if n_set else 0.0
+        x_new = max(x_d - x_set, x_d * 0.01)
+        if abs(x_new - x_get) < 1e-6 * x_d:
+            break
+        x_get = 0.5 * x_get + 0.5 * x_new
+    shift = n_get / x_get * 1e6 - z - d["mean_us"]
+    pred = {"tps": x_get, "p50_us": d["p50_us"] + shift, "p99_us": d["p99_us"] + shift}
+    inputs = {"model": "constant_client_time", "demand_get_tps": x_d, "demand_mean_us": d["mean_us"],
+              "demand_p50_us": d["p50_us"], "demand_p99_us": d["p99_us"],
+              "client_time_between_requests_us": round(z, 1), "predicted_set_tps": round(x_set, 1)}
+    return pred, inputs
 
 
 def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
@@ -52,30 +106,16 @@ def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
     fsync_us = m["wall_ms"] * 1000 * (m.get("blocked_in_fsync_pct") or 0) / 100 / n_f
     n_get = cell.ops["GET"].clients or d["clients"]
     n_set = cell.ops["SET"].clients if "SET" in cell.ops else 0
-    x_d, z = d["tps"], d["think_us"]
     wait = fsync_us if scenario == "fsync_off_main_thread" else 0.0
-    x_get = x_d * n_get / (n_get + n_set)  # start: every client alike
-    for _ in range(100):
-        lat = n_get / x_get * 1e6 - z
-        x_set = n_set / ((wait + lat + z) / 1e6) if n_set else 0.0
-        x_new = max(x_d - x_set, x_d * 0.01)
-        if abs(x_new - x_get) < 1e-6 * x_d:
-            break
-        x_get = 0.5 * x_get + 0.5 * x_new
-    lat = n_get / x_get * 1e6 - z
-    shift = lat - d["mean_us"]
-    inputs = {"get_clients": n_get, "set_clients": n_set, "demand_get_tps": x_d, "demand_mean_us": d["mean_us"],
-              "demand_p50_us": d["p50_us"], "demand_p99_us": d["p99_us"],
-              "client_time_between_requests_us": round(z, 1), "sets_wait_for_fsync": bool(wait),
+    pred, used = _from_passes(d, n_set, wait) if d["loaded"] else _from_laws(d, n_get, n_set, wait)
+    inputs = {"get_clients": n_get, "set_clients": n_set, **used, "sets_wait_for_fsync": bool(wait),
               **({"main_fsync_mean_blocked_us": round(fsync_us, 1)} if wait else {}),
-              "predicted_set_tps": round(x_set, 1),
-              # context, not used by the laws above (each request is taken to cost the same)
+              # context, not used by the models (their passes measure it whole)
               "context": {"server_cpu_us_per_get": _cpu_per_request(d, "server_cores"),
                           "client_cpu_us_per_get": _cpu_per_request(d, "clients_cores")}}
     base = {"scenario": scenario, "workload": cell.workload, "op": "GET", "value_size": cell.value_size}
-    return [{**base, "metric": "tps", "predicted": round(x_get, 1), "inputs": inputs},
-            {**base, "metric": "p50_us", "predicted": round(d["p50_us"] + shift, 1), "inputs": inputs},
-            {**base, "metric": "p99_us", "predicted": round(d["p99_us"] + shift, 1), "inputs": inputs}]
+    return [{**base, "metric": metric, "predicted": round(pred[metric], 1), "inputs": inputs}
+            for metric in ("tps", "p50_us", "p99_us")]
 
 
 def predict_run(cells: list[CellSummary], doc: dict) -> list[dict]:
@@ -114,10 +154,17 @@ def describe(entries: list[dict]) -> list[str]:
         groups.setdefault((e["workload"], e["value_size"], e["scenario"]), {})[e["metric"]] = e
     for (workload, size, scenario), g in groups.items():
         i = g["tps"]["inputs"]
+        if i.get("model") == "get_passes":
+            used = (f"GET alone {i['demand_get_tps'] / 1000:.1f}K/s, p50 {_us(i['demand_p50_us'])}; with "
+                    f"{i['loaded_background_clients']} background clients reading "
+                    f"{i['loaded_get_tps'] / 1000:.1f}K/s, p50 {_us(i['loaded_p50_us'])}; "
+                    f"{i['background_load_share']:.0%} of that background load")
+        else:
+            used = (f"GET-only pass {i['demand_get_tps'] / 1000:.1f}K/s, mean {_us(i['demand_mean_us'])}; "
+                    f"client time between requests {_us(i['client_time_between_requests_us'])} held constant")
         out.append(f"{workload} {size} B, {SCENARIOS[scenario]}: GET {g['tps']['predicted'] / 1000:.1f}K/s, "
                    f"p50 {_us(g['p50_us']['predicted'])}, p99 {_us(g['p99_us']['predicted'])} "
-                   f"(inputs: GET-only pass {i['demand_get_tps'] / 1000:.1f}K/s, mean {_us(i['demand_mean_us'])}; "
-                   f"client time between requests {_us(i['client_time_between_requests_us'])}; "
+                   f"(inputs: {used}; "
                    + (f"main-thread fsync {_us(i['main_fsync_mean_blocked_us'])}; " if i["sets_wait_for_fsync"] else "")
                    + f"{i['get_clients']} GET + {i['set_clients']} SET clients, SETs at "
                    f"{i['predicted_set_tps'] / 1000:.1f}K/s)")

@@ -2,8 +2,8 @@
 measured window opens and closes.
 
 - read-heavy: the keyspace filled with values of the cell's size, a steady SET load (set_clients)
-  behind, and GET (get_clients) measured; before it, when asked, a short GET-only pass for the
-  what-if's service demand;
+  behind, and GET (get_clients) measured; before it, when asked, two short GET passes for the
+  what-if: GET alone, and GET with the background clients reading instead of writing;
 - write-only: SET (write_clients) measured, alone;
 - none: nothing runs; the window is open for the duration (observing a server under its own load).
 
@@ -94,9 +94,41 @@ class ReadHeavy:
         report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
         r = document.op_record(report, "demand")
+        out = {"op": "GET", "clients": ld.get_clients, "requests": requests, "seconds": report["window_s"],
+               **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
+               "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
+        if not ld.set_clients:
+            return out
+        try:
+            out["loaded"] = self.demand_loaded(size, requests)
+        except (VTError, OSError) as exc:
+            out["loaded"] = {"error": str(exc)}
+        return out
+
+    def demand_loaded(self, size: int, requests: int) -> dict:
+        """The same GET pass with the background clients running too, but reading (GET): the
+        cell's client population and its CPU on this host, and still no AOF write and no fsync.
+        What the cell would be if the SETs were acknowledged without waiting for any fsync
+        (the what-if's early-acknowledgement end; analysis/whatif.py)."""
+        ld = self.load
+        background = ClientProcess(ld.argv("GET", ld.set_clients, size))
+        try:
+            time.sleep(BACKGROUND_SETTLE_S)
+            if background.proc.poll() is not None:
+                raise BenchmarkError(f"background GET client exited at once: {background.output.strip()[-200:]!r}")
+            marks = {}
+            report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
+                                  timeout_s=DEMAND_TIMEOUT_S, on_start=lambda: marks.setdefault("t0", time.monotonic()),
+                                  on_end=lambda: marks.setdefault("t1", time.monotonic()))
+            bg = background.window_summary(marks["t0"], marks["t1"])
+        finally:
+            background.stop()
+        r = document.op_record(report, "demand")
         return {"op": "GET", "clients": ld.get_clients, "requests": requests, "seconds": report["window_s"],
                 **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
-                "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
+                "background": {"op": "GET", "clients": ld.set_clients, "tps": bg["tps"],
+                               "mean_us": None if bg["mean_latency_ms"] is None else bg["mean_latency_ms"] * document.US_PER_MS,
+                               "samples": bg["samples"]}}
 
     def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
         """Measure one cell into run; window(client_pids) -> (begin, end). Returns the measured
