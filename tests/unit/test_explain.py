@@ -286,3 +286,12 @@ def test_durability_note_only_when_ack_semantics_differ():
                                    {"label": "b", "server": {"appendfsync": "everysec"}})
     assert explain.durability_note({"label": "a", "server": {"appendfsync": "always"}},
                                    {"label": "b", "server": {"appendfsync": "everysec", "bio_aof_offload": True}}) is None
+
+
+def test_repeats_that_disagree_are_named():
+    # a bimodal p50 (CPU contention: 431 / 527 / 1207 µs) is said to be one; a tight side is not
+    base = recording("everysec", [(EVERYSEC, [463, 471, 519], {})], "everysec")
+    cand = recording("busy", [(EVERYSEC, [431, 1207, 527], {})], "everysec")
+    claim = entry(base, cand)["claim"]
+    assert "The repeats disagree (p50: busy 431 µs-1.21 ms)" in claim and "everysec 463" not in claim
+    assert "repeats disagree" not in entry(base, base)["claim"]

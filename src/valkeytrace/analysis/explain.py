@@ -210,6 +210,24 @@ def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSumm
     return out + "." + host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
 
 
+SPREAD_RATIO = 1.5  # a side whose repeats span more than this (max / min) disagrees with itself
+
+
+def spread_sentence(name: str, metric: str, row_base, row_cand, base_label: str, cand_label: str) -> str:
+    """When a side's repeats disagree (max / min above SPREAD_RATIO: a metric with two modes, say
+    GET p50 under CPU contention, where it depends on which CPU the scheduler gives whom), the
+    median of a few repeats can land in either mode: say so. '' otherwise."""
+    wide = []
+    for label, row in ((base_label, row_base), (cand_label, row_cand)):
+        lo_hi = row.spread.get(metric)
+        if row.n >= 2 and lo_hi and lo_hi[0] > 0 and lo_hi[1] / lo_hi[0] > SPREAD_RATIO:
+            wide.append(f"{label} {_ms(lo_hi[0])}-{_ms(lo_hi[1])}")
+    if not wide:
+        return ""
+    return (f" The repeats disagree ({name}: {'; '.join(wide)}): the median of {row_base.n} vs {row_cand.n} can land "
+            "in either mode; more repeats (--repeat 5 or more) would tell.")
+
+
 def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
                    base_doc: dict, cand_doc: dict, sens: tuple = ((), ())) -> dict | None:
     bl, cl = row_base.median.get(metric), row_cand.median.get(metric)
@@ -222,6 +240,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         significance_sentence(sig, row_base.n, row_cand.n) + "."
     if sig is False:
         head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
+    if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
+        head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"])
     context = " " + _where(f"Baseline ({base_doc['label']})", b.server) + " " + \
         _where(f"Candidate ({cand_doc['label']})", c.server)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
@@ -237,6 +257,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
                                   f"(main fdatasync p99 {_ms(b.server['main_thread'].get('fdatasync_p99_us'))} -> "
                                   f"{_ms(c.server['main_thread'].get('fdatasync_p99_us'))}); "
                                   "record --fsync-sensitivity measures its slope.")
+        if sig:
+            claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
         evidence["model"] = "not modelled (tail)"
     elif why_not:
         claim = head + context + f" Not modelled: {why_not}."
