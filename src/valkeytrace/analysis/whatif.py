@@ -43,7 +43,6 @@ def demand(runs: list[dict]) -> dict | None:
     d = _median_by_tps([r.get("demand") for r in runs])
     if d is None:
         return None
-    d["think_us"] = max(0.0, d["clients"] / d["tps"] * 1e6 - d["mean_us"])
     loaded = _median_by_tps([(r.get("demand") or {}).get("loaded") for r in runs])
     d["loaded"] = loaded if loaded and (loaded.get("background") or {}).get("tps") else None
     return d
@@ -77,7 +76,8 @@ def _from_passes(d: dict, n_set: int, wait_us: float) -> tuple[dict, dict]:
 def _from_laws(d: dict, n_get: int, n_set: int, wait_us: float) -> tuple[dict, dict]:
     """The older model, for recordings without pass B: operational laws on pass A with the
     clients' time between requests Z held constant."""
-    x_d, z = d["tps"], d["think_us"]
+    x_d = d["tps"]
+    z = max(0.0, d["clients"] / x_d * 1e6 - d["mean_us"])  # Little's law on pass A
     x_get = x_d * n_get / (n_get + n_set)  # start: every client alike
     for _ in range(100):
         lat = n_get / x_get * 1e6 - z

@@ -70,9 +70,22 @@ class ReadHeavy:
     def prepare(self, size: int) -> None:
         ks.fill(self.load.connect(), self.load.keyspace, size)
 
-    def background(self, size: int) -> ClientProcess:
-        """The steady SET load (endless; stop() it)."""
-        return ClientProcess(self.load.argv("SET", self.load.set_clients, size))
+    def background(self, size: int, test: str = "SET") -> ClientProcess:
+        """The steady background load, SET unless told (endless; stop() it)."""
+        return ClientProcess(self.load.argv(test, self.load.set_clients, size))
+
+    def _settled_background(self, size: int, test: str = "SET") -> ClientProcess:
+        """The background load, running for BACKGROUND_SETTLE_S; stopped again if it exits at once
+        or anything interrupts the wait."""
+        background = self.background(size, test)
+        try:
+            time.sleep(BACKGROUND_SETTLE_S)
+            if background.proc.poll() is not None:
+                raise BenchmarkError(f"background {test} client exited at once: {background.output.strip()[-200:]!r}")
+        except BaseException:
+            background.stop()
+            raise
+        return background
 
     def foreground(self, size: int, requests: int = ENDLESS_REQUESTS) -> ClientProcess:
         """The GET clients as a process of their own (benchmark scripts' slices)."""
@@ -93,9 +106,7 @@ class ReadHeavy:
         snaps = [system.cpu_snapshot(ld.server_pid)]
         report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
-        r = document.op_record(report, "demand")
-        out = {"op": "GET", "clients": ld.get_clients, "requests": requests, "seconds": report["window_s"],
-               **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
+        out = {**self._pass_record(report, requests),
                "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
         if not ld.set_clients:
             return out
@@ -111,11 +122,8 @@ class ReadHeavy:
         What the cell would be if the SETs were acknowledged without waiting for any fsync
         (the what-if's early-acknowledgement end; analysis/whatif.py)."""
         ld = self.load
-        background = ClientProcess(ld.argv("GET", ld.set_clients, size))
+        background = self._settled_background(size, "GET")
         try:
-            time.sleep(BACKGROUND_SETTLE_S)
-            if background.proc.poll() is not None:
-                raise BenchmarkError(f"background GET client exited at once: {background.output.strip()[-200:]!r}")
             marks = {}
             report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
                                   timeout_s=DEMAND_TIMEOUT_S, on_start=lambda: marks.setdefault("t0", time.monotonic()),
@@ -123,12 +131,17 @@ class ReadHeavy:
             bg = background.window_summary(marks["t0"], marks["t1"])
         finally:
             background.stop()
-        r = document.op_record(report, "demand")
-        return {"op": "GET", "clients": ld.get_clients, "requests": requests, "seconds": report["window_s"],
-                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")},
+        mean_ms = bg["mean_latency_ms"]
+        return {**self._pass_record(report, requests),
                 "background": {"op": "GET", "clients": ld.set_clients, "tps": bg["tps"],
-                               "mean_us": None if bg["mean_latency_ms"] is None else bg["mean_latency_ms"] * document.US_PER_MS,
+                               "mean_us": None if mean_ms is None else mean_ms * document.US_PER_MS,
                                "samples": bg["samples"]}}
+
+    def _pass_record(self, report: dict, requests: int) -> dict:
+        """A what-if pass's GET figures, from the client's parsed report."""
+        r = document.op_record(report, "demand")
+        return {"op": "GET", "clients": self.load.get_clients, "requests": requests, "seconds": report["window_s"],
+                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")}}
 
     def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
         """Measure one cell into run; window(client_pids) -> (begin, end). Returns the measured
@@ -140,11 +153,8 @@ class ReadHeavy:
                 run["demand"] = self.demand(size)
             except (VTError, OSError) as exc:  # context for the what-if, never a reason to lose the run
                 run["demand"] = {"error": str(exc)}
-        background = self.background(size)
+        background = self._settled_background(size)
         try:
-            time.sleep(BACKGROUND_SETTLE_S)
-            if background.proc.poll() is not None:
-                raise BenchmarkError(f"background SET client exited at once: {background.output.strip()[-200:]!r}")
             begin, end = window((background.pid,))
             marks = {}
 
