@@ -118,10 +118,10 @@ class Recorder:
         return begin, end
 
     @staticmethod
-    def _host_cpu(run: dict, client_cpu_s: float):
+    def _host_cpu(run: dict, client: dict):
         snaps = run.pop("_cpu", None)
         if snaps and len(snaps) == 2:
-            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client_cpu_s)
+            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client["cpu_s"], client["sched"])
 
     def _scenario(self, workload: str):
         s = self.settings
@@ -133,11 +133,11 @@ class Recorder:
 
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
         """One cell by its scenario, inside this recorder's window."""
-        cpu_s = self._scenario(workload).run(
+        client = self._scenario(workload).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
             with_demand=traced and not run.get("fsync_extra_delay_ns"))
-        self._host_cpu(run, cpu_s)
+        self._host_cpu(run, client)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0) -> dict:
         run = document.new_run(self.doc, workload, size, repeat,

@@ -211,9 +211,21 @@ def write_json_cache(path: str, data) -> None:
         pass
 
 
+def process_schedstat(pid: int) -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) of a process, all its threads (/proc/PID/task/*/schedstat),
+    or None. A child that has exited but is not yet reaped still has its totals."""
+    from valkeytrace.server import threads as thr
+
+    st = thr.schedstats(pid, thr.list_threads(pid))
+    if not st:
+        return None
+    return sum(v[0] for v in st.values()), sum(v[1] for v in st.values())
+
+
 def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
     """Cumulative CPU seconds right now: the host's busy time (all CPUs, /proc/stat), the server
-    process's, valkeytrace's own, and each live client process's (for a window's CPU accounting)."""
+    process's, valkeytrace's own, and each live client process's (for a window's CPU accounting),
+    with each client's time waiting for a CPU (schedstat)."""
     import psutil
 
     t = psutil.cpu_times()
@@ -227,12 +239,16 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
             return None
     me = os.times()
     return {"mono": time.monotonic(), "host_busy_s": busy, "server_s": proc_cpu(server_pid),
-            "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids}}
+            "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids},
+            "clients_sched": {pid: process_schedstat(pid) for pid in client_pids}}
 
 
-def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0) -> dict:
+def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0, measured_client: dict | None = None) -> dict:
     """Cores used over the window between two cpu_snapshot()s: host, server, clients (those alive
-    at both ends, plus extra_client_s measured otherwise), valkeytrace, and everything else."""
+    at both ends, plus extra_client_s measured otherwise), valkeytrace, and everything else; and
+    the share of their time the clients spent waiting for a CPU (clients_cpu_wait: the measured
+    client over its life, from measured_client {"wait_s", "lifetime_s"}; the background clients
+    over the window, from the snapshots)."""
     wall = b["mono"] - a["mono"]
     if wall <= 0:
         return {}
@@ -242,10 +258,20 @@ def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0) -> dict:
     host = b["host_busy_s"] - a["host_busy_s"]
     tracer = b["tracer_s"] - a["tracer_s"]
     other = host - (server or 0.0) - clients - tracer
-    return {"cpus": os.cpu_count(), "wall_s": round(wall, 3), "host_cores": round(host / wall, 3),
-            "server_cores": None if server is None else round(server / wall, 3),
-            "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
-            "other_cores": round(max(0.0, other) / wall, 3)}
+    out = {"cpus": os.cpu_count(), "wall_s": round(wall, 3), "host_cores": round(host / wall, 3),
+           "server_cores": None if server is None else round(server / wall, 3),
+           "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
+           "other_cores": round(max(0.0, other) / wall, 3)}
+    wait = {}
+    if measured_client and measured_client.get("lifetime_s"):
+        wait["measured"] = round(min(1.0, measured_client["wait_s"] / measured_client["lifetime_s"]), 4)
+    sa, sb = a.get("clients_sched") or {}, b.get("clients_sched") or {}
+    bg = [(sb[p][1] - sa[p][1]) / 1e9 / wall for p in sa if sa[p] is not None and sb.get(p) is not None]
+    if bg:
+        wait["background"] = round(min(1.0, sum(bg) / len(bg)), 4)
+    if wait:
+        out["clients_cpu_wait"] = wait
+    return out
 
 
 def own_process_group() -> dict:

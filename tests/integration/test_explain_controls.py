@@ -85,6 +85,13 @@ def test_a_busy_loop_is_not_the_fsync_and_shows_in_the_host_cpu(recs, tmp_path):
                          capture_output=True, text=True, check=True)
     assert all(h["other_cores"] >= 0.3 for h in json.loads(raw.stdout)), raw.stdout
     assert cells["everysec-busy-loop"]["ops"]["GET"]["tps"] > 0
+    # who waited for a CPU: the clients' share of their time (schedstat), on every run; the claim
+    # that names the host's CPU says where the loop's contention landed
+    for h in json.loads(raw.stdout):
+        w = h["clients_cpu_wait"]
+        assert 0 <= w["measured"] <= 1 and 0 <= w["background"] <= 1, h
+    if "Host CPU:" in e["claim"]:
+        assert "Waiting for a CPU: the main thread" in e["claim"] and "the GET clients" in e["claim"], e["claim"]
 
 
 def _slope(path, role=None):

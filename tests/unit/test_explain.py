@@ -295,3 +295,50 @@ def test_repeats_that_disagree_are_named():
     claim = entry(base, cand)["claim"]
     assert "The repeats disagree (p50: busy 431 µs-1.21 ms)" in claim and "everysec 463" not in claim
     assert "repeats disagree" not in entry(base, base)["claim"]
+
+
+def _contended(doc, waits, main_waits=None):
+    """Give each run of doc host CPU figures with the clients' CPU-wait shares waits[i] = (GET
+    clients, background SET clients) and, when given, its own window with the main thread
+    waiting for a CPU main_waits[i] of the wall."""
+    for i, r in enumerate(doc["runs"]):
+        r["host_cpu"] = {"cpus": 2, "host_cores": 2.0, "server_cores": 0.6, "clients_cores": 0.8, "tracer_cores": 0.0,
+                         "other_cores": 0.6, "clients_cpu_wait": {"measured": waits[i][0], "background": waits[i][1]}}
+        if main_waits:
+            r["server"] = window(13188, bio_fsyncs=2, cpu_wait=main_waits[i], idle=0.06)
+    return doc
+
+
+def test_where_the_contention_landed_is_named():
+    # the same busy loop, two placements: beside the GET clients (they wait 48% of their time,
+    # the p50 does not move) or beside the main thread (it waits 30%, the p50 doubles)
+    base = _contended(recording("a", [(EVERYSEC, [450, 455, 445], {})]), [(0.05, 0.22)] * 3)
+    on_clients = _contended(recording("b", [(EVERYSEC, [455, 450, 460], {})]), [(0.48, 0.29)] * 3)
+    for r in on_clients["runs"]:  # starved clients: the same latency at half the rate
+        r["ops"]["GET"]["tps"] /= 2
+        r["ops"]["GET"]["progress"] = [[t, rps / 2, ms] for t, rps, ms in r["ops"]["GET"]["progress"]]
+    e = entry(base, on_clients)
+    claim = e["claim"]
+    assert "GET TPS moved significantly" in claim
+    # the clients kept 25 of 50 requests in flight: the caveat says why, measured
+    assert any("25.0 of 50 clients in flight" in c and "(they waited for a CPU 48% of their time)" in c
+               for c in e["caveats"]), e["caveats"]
+    assert ("Waiting for a CPU: the main thread 18% -> 18%, the GET clients 5% -> 48%, the background SET clients "
+            "22% -> 29%: it landed mostly on the GET clients (+43 points).") in claim
+    on_main = _contended(recording("c", [(EVERYSEC, [900, 910, 890], {})]), [(0.07, 0.23)] * 3, [0.30] * 3)
+    e = entry(base, on_main)
+    assert e["significant"] is True
+    assert "the main thread 18% -> 30%, the GET clients 5% -> 7%" in e["claim"]
+    assert "it landed mostly on the main thread (+12 points)" in e["claim"]
+    # without the clients' figures (older recordings) nothing is said of them
+    plain = recording("d", [(EVERYSEC, [900, 910, 890], {})])
+    assert "Waiting for a CPU:" not in entry(recording("e", [(EVERYSEC, [450, 455, 445], {})]), plain)["claim"]
+
+
+def test_repeats_that_disagree_say_who_waited_in_each():
+    base = _contended(recording("everysec", [(EVERYSEC, [463, 471, 519], {})], "everysec"), [(0.05, 0.22)] * 3)
+    cand = _contended(recording("busy", [(EVERYSEC, [431, 1207, 527], {})], "everysec"),
+                      [(0.45, 0.3), (0.10, 0.3), (0.44, 0.3)], [0.16, 0.27, 0.15])
+    claim = entry(base, cand)["claim"]
+    assert ("Waiting for a CPU, busy, per repeat: 431 µs (main thread 16%, GET clients 45%), 1.21 ms (27%, 10%), "
+            "527 µs (15%, 44%).") in claim

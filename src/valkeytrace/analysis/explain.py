@@ -97,9 +97,11 @@ def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
     for cell, doc in zip(cells, docs):
         for op, ll in littles_law(cell).items():
             if ll["ratio"] < 0.8:
+                waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
+                why = ("(a CPU-bound benchmark client?)" if waited is None else
+                       f"(they waited for a CPU {100 * waited:.0f}% of their time)")
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} of {ll['clients']} "
-                           "clients in flight: the clients spend time of their own between requests "
-                           "(a CPU-bound benchmark client?)")
+                           f"clients in flight: the clients spend time of their own between requests {why}")
             elif ll["ratio"] > 1.2:
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} exceeds "
                            f"{ll['clients']} clients: the recording is inconsistent")
@@ -188,7 +190,39 @@ def host_cpu_sentence(b: CellSummary, c: CellSummary, base_label: str, cand_labe
     moved = [(hc[k] - hb[k], name) for k, name in CPU_PARTS if hb.get(k) is not None and hc.get(k) is not None]
     grew = [f"{name} +{d:.2f} cores" for d, name in sorted(moved, reverse=True) if d >= 0.1]
     return (f" Host CPU: {side(base_label, hb)}; {side(cand_label, hc)}"
-            + (f": {', '.join(grew)}." if grew else "."))
+            + (f": {', '.join(grew)}." if grew else ".") + cpu_wait_sentence(b, c))
+
+
+def _clients(cell: CellSummary, role: str) -> str | None:
+    """'the GET clients' (measured) or 'the background SET clients' of a cell, None without."""
+    op = next((o.op for o in cell.ops.values() if o.role == role), None)
+    return None if op is None else f"the {'background ' if role == 'background' else ''}{op} clients"
+
+
+WAIT_LANDED_POINTS = 5.0  # a CPU-wait share that grew by this many points says where contention landed
+
+
+def cpu_wait_sentence(b: CellSummary, c: CellSummary) -> str:
+    """Who waited for a CPU on each side: the server's main thread (% of the window, the tracer)
+    and the benchmark clients (% of their own time, schedstat). On a host short of CPUs the same
+    contention lands on either: on the main thread it delays every request; on the clients it
+    cuts how many requests they keep in flight and the latency of each may not move at all."""
+    who_wait = []
+    mb = ((b.server or {}).get("main_thread") or {}).get("waiting_for_cpu_pct")
+    mc = ((c.server or {}).get("main_thread") or {}).get("waiting_for_cpu_pct")
+    if mb is not None and mc is not None:
+        who_wait.append(("the main thread", mb, mc))
+    for key, role in (("measured_client_wait", "measured"), ("background_client_wait", "background")):
+        xb, xc, who = (b.host_cpu or {}).get(key), (c.host_cpu or {}).get(key), _clients(b, role)
+        if xb is not None and xc is not None and who:
+            who_wait.append((who, 100 * xb, 100 * xc))
+    if len(who_wait) < 2:  # the server's side alone is in the budget already
+        return ""
+    out = " Waiting for a CPU: " + ", ".join(f"{who} {x:.0f}% -> {y:.0f}%" for who, x, y in who_wait)
+    grew = max(who_wait, key=lambda w: w[2] - w[1])
+    if grew[2] - grew[1] >= WAIT_LANDED_POINTS:
+        out += f": it landed mostly on {grew[0]} (+{grew[2] - grew[1]:.0f} points)"
+    return out + "."
 
 
 def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSummary,
@@ -213,19 +247,41 @@ def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSumm
 SPREAD_RATIO = 1.5  # a side whose repeats span more than this (max / min) disagrees with itself
 
 
-def spread_sentence(name: str, metric: str, row_base, row_cand, base_label: str, cand_label: str) -> str:
+def spread_sentence(name: str, metric: str, row_base, row_cand, base_label: str, cand_label: str,
+                    cells: tuple = (None, None)) -> str:
     """When a side's repeats disagree (max / min above SPREAD_RATIO: a metric with two modes, say
     GET p50 under CPU contention, where it depends on which CPU the scheduler gives whom), the
-    median of a few repeats can land in either mode: say so. '' otherwise."""
-    wide = []
-    for label, row in ((base_label, row_base), (cand_label, row_cand)):
+    median of a few repeats can land in either mode: say so, and (for a p50, with the cells) who
+    waited for a CPU in each of that side's repeats. '' otherwise."""
+    wide, detail = [], []
+    for label, row, cell in ((base_label, row_base, cells[0]), (cand_label, row_cand, cells[1])):
         lo_hi = row.spread.get(metric)
         if row.n >= 2 and lo_hi and lo_hi[0] > 0 and lo_hi[1] / lo_hi[0] > SPREAD_RATIO:
             wide.append(f"{label} {_ms(lo_hi[0])}-{_ms(lo_hi[1])}")
+            if cell is not None and metric == "p50_us":
+                per = repeats_waiting(cell, row.op)
+                if per:
+                    detail.append(f"{label}, per repeat: {per}")
     if not wide:
         return ""
     return (f" The repeats disagree ({name}: {'; '.join(wide)}): the median of {row_base.n} vs {row_cand.n} can land "
-            "in either mode; more repeats (--repeat 5 or more) would tell.")
+            "in either mode; more repeats (--repeat 5 or more) would tell."
+            + (f" Waiting for a CPU, {'; '.join(detail)}." if detail else ""))
+
+
+def repeats_waiting(cell: CellSummary, op: str) -> str:
+    """'1.03 ms (main thread 27%, GET clients 10%), 463 µs (16%, 45%)': each repeat's p50 of op
+    with the main thread's and the measured clients' CPU-wait shares; '' without them."""
+    rows = [r for r in cell.repeats_cpu if r["p50_us"].get(op) is not None
+            and r["main_cpu_wait_pct"] is not None and r["measured_client_wait"] is not None]
+    if len(rows) < 2 or not _clients(cell, "measured"):
+        return ""
+    first, rest = rows[0], rows[1:]
+    who = _clients(cell, "measured").removeprefix("the ")
+    out = [f"{_ms(first['p50_us'][op])} (main thread {first['main_cpu_wait_pct']:.0f}%, "
+           f"{who} {100 * first['measured_client_wait']:.0f}%)"]
+    out += [f"{_ms(r['p50_us'][op])} ({r['main_cpu_wait_pct']:.0f}%, {100 * r['measured_client_wait']:.0f}%)" for r in rest]
+    return ", ".join(out)
 
 
 def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
@@ -241,7 +297,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     if sig is False:
         head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
-        head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"])
+        head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"], (b, c))
     context = " " + _where(f"Baseline ({base_doc['label']})", b.server) + " " + \
         _where(f"Candidate ({cand_doc['label']})", c.server)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),

@@ -62,6 +62,8 @@ class CellSummary:
     ops: dict            # op -> OpSummary
     server: dict | None = None  # analysis.server.summarize_server of the ok repeats
     host_cpu: dict | None = None  # median cores per consumer over the repeats' windows (system.cpu_window)
+    # per ok repeat, in order: the op's p50, the main thread's and the clients' CPU wait
+    repeats_cpu: list = field(default_factory=list)
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -88,6 +90,20 @@ def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
 def extra_delays(doc: dict) -> list[int]:
     """The added fsync delays (ns) the recording's runs were made at: [0] without sensitivity runs."""
     return sorted({int(r.get("fsync_extra_delay_ns") or 0) for r in doc.get("runs", [])} | {0})
+
+
+HOST_CPU_KEYS = ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores",
+                 "measured_client_wait", "background_client_wait")
+
+
+def repeat_cpu(run: dict) -> dict:
+    """One repeat's p50 per op with who waited for a CPU in it: the main thread (% of the window,
+    from the tracer) and the clients (share of their time, run.host_cpu.clients_cpu_wait)."""
+    srv = summarize_server([run.get("server")]) if run.get("server") else None
+    wait = (run.get("host_cpu") or {}).get("clients_cpu_wait") or {}
+    return {"repeat": run.get("repeat"), "p50_us": {op: r.get("p50_us") for op, r in (run.get("ops") or {}).items()},
+            "main_cpu_wait_pct": srv["main_thread"].get("waiting_for_cpu_pct") if srv else None,
+            "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
 
 
 def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
@@ -126,12 +142,14 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
                            "latency_us": [x for r in rows for x in r["_lat"]]})
         server = summarize_server([r.get("server") for r in groups[key]])
         cpu = [r["host_cpu"] for r in groups[key] if r.get("host_cpu")]
+        cpu = [{**r["host_cpu"], **{f"{k}_client_wait": v for k, v in (r["host_cpu"].get("clients_cpu_wait") or {}).items()}}
+               for r in groups[key] if r.get("host_cpu")]
         host_cpu = {k: float(np.median([c[k] for c in cpu if c.get(k) is not None]))
-                    for k in ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores")
-                    if any(c.get(k) is not None for c in cpu)} if cpu else None
+                    for k in HOST_CPU_KEYS if any(c.get(k) is not None for c in cpu)} if cpu else None
         if host_cpu:
             host_cpu["cpus"] = cpu[0].get("cpus")
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu))
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu,
+                                 [repeat_cpu(r) for r in groups[key]]))
     return cells
 
 

@@ -24,7 +24,8 @@ Version history (the document's `version` and the container's `format` line are 
     2  valkeytrace 0.2: the same keys, now declared (the types below) and built in this module
        only. A version-1 file loads as it is: every key version 2 added is optional, and
        upgrade() marks it (upgraded_from: 1) so reports can say so. Later, still 2 (optional, read
-       as absent): run.demand.loaded (the GET pass with the background clients reading).
+       as absent): run.demand.loaded (the GET pass with the background clients reading);
+       run.host_cpu.clients_cpu_wait (the clients' share of time waiting for a CPU).
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ class ClientProcess:
         except OSError as exc:
             raise BenchmarkError(f"cannot start the benchmark client {argv[0]}: {exc}") from exc
         self.started_mono = time.monotonic()
+        self.sched: tuple[int, int] | None = None  # (on-CPU ns, run-queue wait ns) once it has exited
         self._chunks: list[bytes] = []
         self.progress: list[tuple[float, dict]] = []  # (monotonic seconds, progress record)
         self._partial = ""
@@ -77,10 +78,23 @@ class ClientProcess:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
     def wait(self, timeout: float) -> int | None:
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        """Its exit code, or None after timeout seconds. Between its exit and its reaping, its
+        scheduler totals are read (self.sched: on-CPU and run-queue wait ns, all its threads)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005  # as subprocess polls: doubling up to 50 ms
+        while True:
+            try:
+                exited = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+            except ChildProcessError:
+                break  # reaped already
+            if exited is not None:
+                self.sched = system.process_schedstat(self.proc.pid)
+                break
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(delay)
+            delay = min(2 * delay, 0.05)
+        rc = self.proc.wait()
         self._reader.join(timeout=2)
         return rc
 
@@ -173,9 +187,20 @@ def run_requests(client: BenchmarkClient, host: str, port: int, test: str, clien
         "started_at": started_wall,
         "window_s": round(ended_mono - proc.started_mono, 3),
         "client_cpu_s": round((children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime), 4),
+        "client_sched": None if proc.sched is None else {
+            "on_cpu_s": round(proc.sched[0] / 1e9, 4), "wait_s": round(proc.sched[1] / 1e9, 4),
+            "lifetime_s": round(ended_mono - proc.started_mono, 3)},
         "progress": proc.progress_series(proc.started_mono),
     })
     return report
+
+
+def measured_client(report: dict | None) -> dict:
+    """What a window's CPU accounting needs of the measured client (system.cpu_window): its CPU
+    seconds and its scheduler totals ({"on_cpu_s", "wait_s", "lifetime_s"} or None)."""
+    if not report:
+        return {"cpu_s": 0.0, "sched": None}
+    return {"cpu_s": report.get("client_cpu_s") or 0.0, "sched": report.get("client_sched")}
 
 
 def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clients: int,

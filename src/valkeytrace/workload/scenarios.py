@@ -22,7 +22,7 @@ from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
-                                            run_measured, run_requests)
+                                            measured_client, run_measured, run_requests)
 
 BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
 DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: under a second at ~70K GET/s here
@@ -107,7 +107,7 @@ class ReadHeavy:
         report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
         out = {**self._pass_record(report, requests),
-               "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"])}
+               "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"], report.get("client_sched"))}
         if not ld.set_clients:
             return out
         try:
@@ -143,9 +143,9 @@ class ReadHeavy:
         return {"op": "GET", "clients": self.load.get_clients, "requests": requests, "seconds": report["window_s"],
                 **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")}}
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         """Measure one cell into run; window(client_pids) -> (begin, end). Returns the measured
-        client's CPU seconds."""
+        client's own CPU figures (benchmark.measured_client)."""
         ld = self.load
         self.prepare(size)
         if with_demand:
@@ -174,7 +174,7 @@ class ReadHeavy:
         run["ops"]["SET"] = document.background_op(
             clients=ld.set_clients, tps=bg["tps"], mean_ms=bg["mean_latency_ms"], samples=bg["samples"],
             progress=background.progress_series(background.started_mono), command=background.argv)
-        return report.get("client_cpu_s") or 0.0
+        return measured_client(report)
 
 
 class WriteOnly:
@@ -184,13 +184,13 @@ class WriteOnly:
     def __init__(self, load: Load):
         self.load = load
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         ld = self.load
         begin, end = window(())
         report = run_measured(ld.client, ld.host, ld.port, "SET", ld.write_clients, size, ld.keyspace,
                               duration_s, on_start=begin, on_end=end)
         run["ops"]["SET"] = document.op_record(report, "measured")
-        return report.get("client_cpu_s") or 0.0
+        return measured_client(report)
 
 
 class Observe:
@@ -200,12 +200,12 @@ class Observe:
     def __init__(self, load: Load | None = None):
         self.load = load
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> float:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         begin, end = window(())
         begin()
         time.sleep(duration_s)
         end()
-        return 0.0
+        return measured_client(None)
 
 
 SCENARIOS = {s.name: s for s in (ReadHeavy, WriteOnly, Observe)}

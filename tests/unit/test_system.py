@@ -1,0 +1,45 @@
+"""Host CPU accounting (valkeytrace.system) and the benchmark client's scheduler totals."""
+import sys
+
+import pytest
+
+from valkeytrace import system
+from valkeytrace.workload.benchmark import ClientProcess
+
+
+def _snap(mono, bg_wait_ns):
+    return {"mono": mono, "host_busy_s": 2.0 * mono, "server_s": 0.5 * mono, "tracer_s": 0.0,
+            "clients_s": {7: 0.3 * mono}, "clients_sched": {7: (int(0.3e9 * mono), bg_wait_ns)}}
+
+
+def test_cpu_window_gives_the_clients_cpu_wait():
+    # over a 2 s window the background client waited 0.5 s: 25%; the measured one 0.9 s of its 1.8 s
+    out = system.cpu_window(_snap(10.0, 1_000_000_000), _snap(12.0, 1_500_000_000), 0.6,
+                            {"on_cpu_s": 0.6, "wait_s": 0.9, "lifetime_s": 1.8})
+    assert out["clients_cpu_wait"] == {"measured": 0.5, "background": 0.25}
+    assert out["clients_cores"] == pytest.approx((0.6 + 0.6) / 2)
+    # no schedstat (or an older snapshot): no figure, the rest as before
+    a, b = _snap(10.0, 0), _snap(12.0, 0)
+    a["clients_sched"] = b["clients_sched"] = {7: None}
+    assert "clients_cpu_wait" not in system.cpu_window(a, b, 0.6)
+
+
+def test_a_client_s_scheduler_totals_are_read_between_its_exit_and_its_reaping():
+    # a real child that spins ~0.3 s of CPU: its totals come from /proc after it exits, before
+    # wait() reaps it (afterwards /proc has nothing of it)
+    proc = ClientProcess([sys.executable, "-c", "import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass"])
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.stop()
+    on_cpu_ns, wait_ns = proc.sched
+    assert on_cpu_ns >= 0.25e9 and wait_ns >= 0
+    assert system.process_schedstat(proc.pid) is None  # reaped
+
+
+def test_a_client_that_does_not_exit_in_time_is_not_waited_for():
+    proc = ClientProcess([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert proc.wait(timeout=0.2) is None and proc.sched is None
+    finally:
+        proc.stop()
