@@ -88,6 +88,9 @@ def _iterations(lat_us: float | None, server: dict) -> str:
     return f"; the client latency spans {lat_us / it:.1f} loop iterations"
 
 
+CLIENT_WAIT_CAVEAT = 0.2  # a measuring client waiting this share of its time for a CPU gets a caveat
+
+
 def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
     out = []
     for doc in docs:
@@ -96,13 +99,17 @@ def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
             out.append(f"{doc['label']}: {emu} (emulated slow disk)")
     for cell, doc in zip(cells, docs):
         for op, ll in littles_law(cell).items():
+            waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
+            holds = "the latency they report holds some of that wait too, not only the server's"
             if ll["ratio"] < 0.8:
-                waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
                 why = ("(a CPU-bound benchmark client?)" if waited is None else
-                       f"(they waited for a CPU {100 * waited:.0f}% of their time)")
+                       f"(they waited for a CPU {100 * waited:.0f}% of their time"
+                       + (f"; {holds})" if waited >= CLIENT_WAIT_CAVEAT else ")"))
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} of {ll['clients']} "
                            f"clients in flight: the clients spend time of their own between requests {why}")
-            elif ll["ratio"] > 1.2:
+            elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
+                out.append(f"{doc['label']}: the {op} clients waited for a CPU {100 * waited:.0f}% of their time: {holds}")
+            if ll["ratio"] > 1.2:
                 out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} exceeds "
                            f"{ll['clients']} clients: the recording is inconsistent")
         if cell.server and (cell.server["main_thread"].get("waiting_for_cpu_pct") or 0) >= 20:
