@@ -141,7 +141,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
                 intervals={"rps": [x for r in rows for x in r["_rps"]],
                            "latency_us": [x for r in rows for x in r["_lat"]]})
         server = summarize_server([r.get("server") for r in groups[key]])
-        cpu = [r["host_cpu"] for r in groups[key] if r.get("host_cpu")]
+        # the clients' CPU-wait shares flattened beside the cores (measured_client_wait, ...)
         cpu = [{**r["host_cpu"], **{f"{k}_client_wait": v for k, v in (r["host_cpu"].get("clients_cpu_wait") or {}).items()}}
                for r in groups[key] if r.get("host_cpu")]
         host_cpu = {k: float(np.median([c[k] for c in cpu if c.get(k) is not None]))
