@@ -121,7 +121,7 @@ class Recorder:
     def _host_cpu(run: dict, client: dict):
         snaps = run.pop("_cpu", None)
         if snaps and len(snaps) == 2:
-            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client["cpu_s"], client["sched"])
+            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client)
 
     def _scenario(self, workload: str):
         s = self.settings

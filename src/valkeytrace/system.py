@@ -243,17 +243,20 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
             "clients_sched": {pid: process_schedstat(pid) for pid in client_pids}}
 
 
-def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0, measured_client: dict | None = None) -> dict:
+def cpu_window(a: dict, b: dict, measured: dict | None = None) -> dict:
     """Cores used over the window between two cpu_snapshot()s: host, server, clients (those alive
-    at both ends, plus extra_client_s measured otherwise), valkeytrace, and everything else; and
-    the share of their time the clients spent waiting for a CPU (clients_cpu_wait: the measured
-    client over its life, from measured_client {"wait_s", "lifetime_s"}; the background clients
-    over the window, from the snapshots)."""
+    at both ends, plus the measured client's, measured otherwise: `measured` is
+    {"cpu_s", "sched": {"wait_s", "lifetime_s"} or None}, workload.benchmark.measured_client),
+    valkeytrace, and everything else; and the share of their time the clients spent waiting for a
+    CPU (clients_cpu_wait: the measured client over its life, the background clients over the
+    window, from the snapshots)."""
+    measured = measured or {}
+    sched = measured.get("sched")
     wall = b["mono"] - a["mono"]
     if wall <= 0:
         return {}
-    clients = extra_client_s + sum(b["clients_s"][p] - a["clients_s"][p] for p in a["clients_s"]
-                                   if a["clients_s"][p] is not None and b["clients_s"].get(p) is not None)
+    clients = (measured.get("cpu_s") or 0.0) + sum(b["clients_s"][p] - a["clients_s"][p] for p in a["clients_s"]
+                                                   if a["clients_s"][p] is not None and b["clients_s"].get(p) is not None)
     server = (b["server_s"] - a["server_s"]) if a["server_s"] is not None and b["server_s"] is not None else None
     host = b["host_busy_s"] - a["host_busy_s"]
     tracer = b["tracer_s"] - a["tracer_s"]
@@ -263,8 +266,8 @@ def cpu_window(a: dict, b: dict, extra_client_s: float = 0.0, measured_client: d
            "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
            "other_cores": round(max(0.0, other) / wall, 3)}
     wait = {}
-    if measured_client and measured_client.get("lifetime_s"):
-        wait["measured"] = round(min(1.0, measured_client["wait_s"] / measured_client["lifetime_s"]), 4)
+    if sched and sched.get("lifetime_s"):
+        wait["measured"] = round(min(1.0, sched["wait_s"] / sched["lifetime_s"]), 4)
     sa, sb = a.get("clients_sched") or {}, b.get("clients_sched") or {}
     bg = [(sb[p][1] - sa[p][1]) / 1e9 / wall for p in sa if sa[p] is not None and sb.get(p) is not None]
     if bg:

@@ -14,14 +14,14 @@ def _snap(mono, bg_wait_ns):
 
 def test_cpu_window_gives_the_clients_cpu_wait():
     # over a 2 s window the background client waited 0.5 s: 25%; the measured one 0.9 s of its 1.8 s
-    out = system.cpu_window(_snap(10.0, 1_000_000_000), _snap(12.0, 1_500_000_000), 0.6,
-                            {"on_cpu_s": 0.6, "wait_s": 0.9, "lifetime_s": 1.8})
+    out = system.cpu_window(_snap(10.0, 1_000_000_000), _snap(12.0, 1_500_000_000),
+                            {"cpu_s": 0.6, "sched": {"on_cpu_s": 0.6, "wait_s": 0.9, "lifetime_s": 1.8}})
     assert out["clients_cpu_wait"] == {"measured": 0.5, "background": 0.25}
     assert out["clients_cores"] == pytest.approx((0.6 + 0.6) / 2)
     # no schedstat (or an older snapshot): no figure, the rest as before
     a, b = _snap(10.0, 0), _snap(12.0, 0)
     a["clients_sched"] = b["clients_sched"] = {7: None}
-    assert "clients_cpu_wait" not in system.cpu_window(a, b, 0.6)
+    assert "clients_cpu_wait" not in system.cpu_window(a, b, {"cpu_s": 0.6, "sched": None})
 
 
 def test_a_client_s_scheduler_totals_are_read_between_its_exit_and_its_reaping():

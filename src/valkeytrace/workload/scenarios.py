@@ -107,7 +107,7 @@ class ReadHeavy:
         report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
         out = {**self._pass_record(report, requests),
-               "host_cpu": system.cpu_window(snaps[0], snaps[1], report["client_cpu_s"], report.get("client_sched"))}
+               "host_cpu": system.cpu_window(snaps[0], snaps[1], measured_client(report))}
         if not ld.set_clients:
             return out
         try:
