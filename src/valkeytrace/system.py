@@ -277,6 +277,19 @@ def cpu_window(a: dict, b: dict, measured: dict | None = None) -> dict:
     return out
 
 
+def format_cpu_list(cpus) -> str:
+    """(0, 2, 3) -> '0,2-3' (the kernel's cpu-list format)"""
+    cpus = sorted(cpus)
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
 def own_process_group() -> dict:
     """Popen keyword arguments that put a child (server, benchmark client) in a process group of
     its own, so that Ctrl-C at the terminal reaches valkeytrace only and it stops the child itself,

@@ -116,3 +116,47 @@ def test_bad_options_exit_2_with_one_line(args, needle):
 def test_embedded_only_option_with_server_command_is_an_error():
     res = vt("record", "--appendfsync", "everysec", "--", "valkey-server")
     assert res.returncode == 2 and "--appendfsync" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_benchmark_clients_run_on_cpus_of_their_own(two_recordings):
+    # the recording says where they ran: auto puts them on the last CPU on this 2-CPU host
+    import os
+
+    doc = recfmt.read(two_recordings["always"])
+    place = doc["client"]["placement"]
+    cpus = sorted(os.sched_getaffinity(0))
+    assert place["requested"] == "auto" and place["host_cpus"] == cpus
+    assert place["client_cpus"] == (cpus[-1:] if len(cpus) >= 2 else None)
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs to place the clients apart")
+def test_a_scenario_s_real_clients_are_on_the_placed_cpus():
+    # the read-heavy cell's background SET client and its GET client, against a real server:
+    # the kernel's own view of each process's affinity while it runs
+    import dataclasses
+    import os
+    import time
+
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.workload.clients import find_client
+    from valkeytrace.workload.scenarios import Load, ReadHeavy
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    srv = EmbeddedServer(appendfsync="everysec", io_threads=1)
+    procs = []
+    try:
+        client = dataclasses.replace(find_client(), cpus=(cpu,))
+        cell = ReadHeavy(Load.for_server(srv, client, keyspace=2000))
+        cell.prepare(64)
+        procs = [cell.background(64), cell.foreground(64, requests=10_000_000)]
+        time.sleep(0.5)
+        for p in procs:
+            assert p.proc.poll() is None, p.output
+            with open(f"/proc/{p.pid}/status") as f:
+                allowed = next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+            assert allowed == str(cpu)
+        assert len(os.sched_getaffinity(srv.pid)) == len(os.sched_getaffinity(0))  # the server is not moved
+    finally:
+        for p in procs:
+            p.stop()
+        srv.stop()

@@ -157,6 +157,26 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
     return f"Not fsync ({share * 100:.0f}% of the change): {named}."
 
 
+def iterations_sentence(label: str, it: dict) -> str:
+    """How the model chose k on one side: 'fsync-always: the mean GET waits 1.26 iterations of
+    5.26 ms (time-weighted): 74% of requests make the next poll, so the median one spends 1'."""
+    if it.get("cycle_iterations") is None:
+        return f"{label}: {it['k']:g} iterations per request (no iteration time to measure it against)"
+    if it["cycle_iterations"] >= it["most"]:
+        return (f"{label}: the mean latency spans {it['cycle_iterations']:.1f} iterations of "
+                f"{_ms(it['time_weighted_iteration_us'])} (time-weighted), so every request is taken to spend "
+                f"{it['most']:g} in the server and the rest outside it")
+    return (f"{label}: the mean latency spans {it['cycle_iterations']:.2f} iterations of "
+            f"{_ms(it['time_weighted_iteration_us'])} (time-weighted): {100 * it['shorter_path_share']:.0f}% of "
+            f"requests made the main thread's next poll, so the median one spends {it['k']:g}")
+
+
+def request_iterations(doc: dict, cell: CellSummary, op: str) -> dict:
+    """The model's k for the median request of op in cell (model.request_iterations)."""
+    mean = cell.ops[op].median.get("mean_us") if op in cell.ops else None
+    return model.request_iterations(cell.server, mean, model.max_iterations(doc))
+
+
 def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
@@ -164,7 +184,7 @@ def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
     '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
-    k = model.iterations_per_request(doc)
+    k = request_iterations(doc, cell, op)["k"]
     if io > 1:
         out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
                    f"(the model counts {k:g} per request) and the main thread polls in between: the model "
@@ -327,7 +347,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head + context + f" Not modelled: {why_not}."
         evidence["model"] = f"not modelled: {why_not}"
     else:
-        kb, kc = model.iterations_per_request(base_doc), model.iterations_per_request(cand_doc)
+        ib, ic = request_iterations(base_doc, b, op), request_iterations(cand_doc, c, op)
+        kb, kc = ib["k"], ic["k"]
         comps = model.contributions(bl, b.server, cl, c.server, kb, kc)
         share = model.durability_share(comps, observed)
         lead = model.leading(comps, observed)
@@ -337,9 +358,10 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         entry.update(components=comps, leading_component=lead[0]["name"] if keep else None,
                      explained_share=round(share, 3) if keep and share is not None else None)
         evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) time-weighted main-thread iterations "
-                             "per request; the rest outside the server (analysis/model.py)")
-        evidence["model_inputs"] = {"baseline": model.server_residence(b.server, kb)["inputs"],
-                                    "candidate": model.server_residence(c.server, kc)["inputs"]}
+                             "per median request, from each side's mean latency in iterations; the rest "
+                             "outside the server (analysis/model.py)")
+        evidence["model_inputs"] = {"baseline": {**model.server_residence(b.server, kb)["inputs"], "request_iterations": ib},
+                                    "candidate": {**model.server_residence(c.server, kc)["inputs"], "request_iterations": ic}}
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
@@ -348,7 +370,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
             check = model_check(doc, cell, op, side_sens)
             if check:
                 claim += f" {label}: {check}"
-        claim += " " + _accounting_sentence(comps) + context
+        claim += (" " + _accounting_sentence(comps) + " Iterations per request: "
+                  + iterations_sentence(base_doc["label"], ib) + "; " + iterations_sentence(cand_doc["label"], ic) + "."
+                  + context)
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
     return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "claim": claim,
@@ -458,7 +482,7 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
         if why_not:
             claim += f" Not modelled: {why_not}."
         else:
-            parts = model.decompose(lat, cell.server, model.iterations_per_request(doc))["components"]
+            parts = model.decompose(lat, cell.server, request_iterations(doc, cell, op)["k"])["components"]
             comps = [{"name": n, "us": round(v, 1)} for n, v in parts.items()]
             share = (parts["fsync"] + parts["aof_write"]) / lat if lat else None
             claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"

@@ -1,15 +1,23 @@
 """The latency model: what part of a client latency the server's main thread accounts for, by
 cause, and what is left outside the server (docs/explain.md). Pure functions over analysed cells.
 
-A request waits for the main thread's event loop: it waits out the iteration in progress when it
-arrives, then its own, which reads and executes it and ends in beforeSleep, where the AOF is
-written (and, with appendfsync always, fdatasync'd on the main thread) before the replies are.
-With closed-loop clients, who send their next request right after a reply burst, the iteration
-in progress is nearly whole: a request spends ITERATIONS_PER_REQUEST = 2 iterations in the server.
-With I/O threads there is one hop more: the main thread's epoll_wait hands the readable client to
-an I/O thread, which reads the query while the main thread goes on, and the main thread executes
-it at the start of a later beforeSleep (processIOThreadsReadDone, before that beforeSleep's AOF
-flush): 3 iterations (iterations_per_request()).
+A request waits for the main thread's event loop: it is read by the first iteration whose poll
+(epoll_wait) comes after it arrived, executed, and answered at the end of that iteration, in
+beforeSleep, after the AOF is written (and, with appendfsync always, fdatasync'd on the main
+thread). Closed-loop clients send their next request right after a reply, so whether it makes
+the main thread's next poll is a race: a request that does is answered one iteration after its
+client's previous reply; one that comes in after that poll waits the iteration out and is
+answered at the end of the next: 2 iterations. With I/O threads there is one hop more (the query
+is read by an I/O thread between two of the main thread's iterations and executed at a later
+beforeSleep): 2 or 3.
+
+Which of the two a typical request takes is measured, not assumed (request_iterations()): the
+op's mean latency (the benchmark client's) in time-weighted iterations T is c = mean / T. A
+request takes K - 1 or K iterations (K = 2, 3 with I/O threads), so a share clamp(K - c, 0, 1)
+of them took the shorter path; the median request takes the path of the majority: k = K - 1 when
+that share is a half or more, else K. (c above K: time outside the server on top; every request
+is then taken to wait K.) So the model predicts the median from the mean through this two-path
+structure; where the structure is wrong, outside_server says by how much.
 
 The iteration a request waits in is a time-weighted one: long iterations (those with a main-thread
 fsync) hold most of the time. From the window's measured totals:
@@ -18,7 +26,7 @@ fsync) hold most of the time. From the window's measured totals:
   u   the main thread's busy time that is not fsync (on CPU, waiting for a CPU, blocked in an AOF
       write, other blocked), per iteration: every iteration does some
   w_f the share of the busy time spent in iterations that carry an fsync
-  per request:  fsync = 2 w_f F;  each other busy cause c = 2 u (c's share of u)
+  per request:  fsync = k w_f F;  each other busy cause c = k u (c's share of u)
 The main thread's idle time (epoll_wait with nothing to do) is no request's wait: while it idles
 every request in flight is outside the server. So for a client latency L:
   outside_server = L - (fsync + aof_write + cpu_wait + on_cpu + other_blocked)
@@ -56,10 +64,38 @@ def unmodelled_reason(server: dict | None) -> str | None:
     return None
 
 
-def iterations_per_request(doc: dict) -> float:
-    """The model's iterations per request for the recording's server (I/O threads: one more)."""
+def max_iterations(doc: dict) -> float:
+    """K: the iterations a request that misses the main thread's next poll spends in the server
+    for the recording's server (I/O threads: one more)."""
     io = (doc.get("server") or {}).get("io_threads") or 1
     return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
+
+
+def time_weighted_iteration_us(server: dict) -> float | None:
+    """T: the mean iteration a request waits in, weighted by time (sum T_i^2 / sum T_i over the
+    window's two kinds of iteration: n_f carrying a main-thread fsync, F + u long, the rest u)."""
+    m = server["main_thread"]
+    iters = float(m.get("loop_iterations") or 0)
+    if not iters or not m.get("wall_ms"):
+        return None
+    res = server_residence(server, 1.0)["inputs"]
+    u, f, n_f = res["busy_per_iteration_us"], res["fsync_mean_blocked_us"], res["main_fsyncs"]
+    total = n_f * (f + u) + (iters - n_f) * u
+    return (n_f * (f + u) ** 2 + (iters - n_f) * u ** 2) / total if total > 0 else None
+
+
+def request_iterations(server: dict, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST) -> dict:
+    """k, the time-weighted iterations the median request spends in the server, from the op's
+    mean latency (the clients' cycle) against T (module docstring), with what it was made of."""
+    t = time_weighted_iteration_us(server)
+    if not t or not mean_us:
+        return {"k": most, "most": most, "cycle_iterations": None, "shorter_path_share": None,
+                "time_weighted_iteration_us": t, "mean_latency_us": mean_us}
+    cycle = mean_us / t
+    shorter = min(1.0, max(0.0, most - cycle))
+    return {"k": most - 1 if shorter >= 0.5 else most, "most": most, "cycle_iterations": round(cycle, 3),
+            "shorter_path_share": round(shorter, 3), "time_weighted_iteration_us": round(t, 1),
+            "mean_latency_us": mean_us}
 
 
 def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:

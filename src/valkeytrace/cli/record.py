@@ -1,6 +1,7 @@
 """`valkeytrace record [OPTIONS] [-- SERVER_COMMAND ...]`: run the #4029 workloads, write a recording."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -80,6 +81,10 @@ def default_label(server: dict) -> str:
               help="Background SET clients during read-heavy.")
 @click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--benchmark", "benchmark_path", help="Benchmark client [default: valkey-benchmark, else redis-benchmark].")
+@click.option("--client-cpus", default="auto", show_default=True, metavar="auto|none|LIST",
+              help="CPUs the benchmark clients run on (e.g. 3 or 2-3). auto: CPUs of their own, apart "
+                   "from the server's main and I/O threads (the last one or two; none on a 1-CPU host); "
+                   "none: wherever the kernel puts them. The server is never moved.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto",
               show_default=True, help="Tracer: eBPF (root), the LD_PRELOAD shim (no privileges), both "
                                       "side by side, or none.")
@@ -112,7 +117,7 @@ def default_label(server: dict) -> str:
 @click.pass_context
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
-           backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
+           client_cpus, backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
            loop_sample, socket_writes, sensitivity_spec, measure_overhead, print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -120,6 +125,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
     yes. With `-- SERVER_COMMAND ...`, runs that; with --attach PID, uses a running server.
     """
     from valkeytrace.server import process as srv
+    from valkeytrace.workload import placement
     from valkeytrace.workload.clients import find_client
 
     if print_probes:
@@ -156,6 +162,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
 
     workloads = WORKLOAD_CHOICES[workload]
     client = find_client(benchmark_path) if workload != "none" else None
+    if client_cpus not in ("auto", "none"):
+        placement.choose(client_cpus, None, 1)  # a bad list is a usage error before any server starts
     from valkeytrace.tracers.emulation import describe_delay, describe_sensitivity, parse_fsync_delay, parse_sensitivity
 
     inject = parse_fsync_delay(inject_spec) if inject_spec else None
@@ -205,6 +213,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
                                         env=env, run_as=run_as, ready_timeout_s=server_timeout)
         server = target.describe()
         warnings = []
+        if client is not None:
+            client = dataclasses.replace(client, cpus=placement.choose(client_cpus, target.pid, server.get("io_threads") or 1))
         if inject:
             click.echo(f"note: {describe_delay(inject)} (an emulated slow disk, not a measured one)", err=True)
         if not server["appendonly"]:
@@ -216,7 +226,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             output = f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         doc = document.new_document(
             label=label, server=server, host=system.host_facts(server["config"].get("dir")),
-            client=None if client is None else {"name": client.name, "version": client.version, "path": client.path},
+            client=None if client is None else {"name": client.name, "version": client.version, "path": client.path,
+                                                "placement": placement.describe(client.cpus, target.pid, client_cpus)},
             settings=settings.as_recorded(),
             emulation=({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
                         "description": describe_sensitivity(inject, sensitivity)} if inject or sensitivity else None),

@@ -25,7 +25,8 @@ Version history (the document's `version` and the container's `format` line are 
        only. A version-1 file loads as it is: every key version 2 added is optional, and
        upgrade() marks it (upgraded_from: 1) so reports can say so. Later, still 2 (optional, read
        as absent): run.demand.loaded (the GET pass with the background clients reading);
-       run.host_cpu.clients_cpu_wait (the clients' share of time waiting for a CPU).
+       run.host_cpu.clients_cpu_wait (the clients' share of time waiting for a CPU);
+       client.placement (record --client-cpus: the CPUs the benchmark clients ran on).
 """
 from __future__ import annotations
 

@@ -102,6 +102,11 @@ def validate_document(doc, name: str = "recording") -> dict:
     client = c.sub_obj(doc, "client", "client")
     for key in ("name", "version", "path"):
         c.str_(client.get(key), f"client.{key}")
+    place = c.sub_obj(client, "placement", "client.placement")
+    c.str_(place.get("requested"), "client.placement.requested")
+    for key in ("client_cpus", "server_cpus", "host_cpus"):
+        for cpu in c.lst(place.get(key), f"client.placement.{key}", optional=True):
+            c.int_(cpu, f"client.placement.{key}[]", optional=False, minimum=0, maximum=1 << 20)
     emu = c.sub_obj(doc, "emulation", "emulation")
     c.str_(emu.get("description"), "emulation.description")
     delay = c.sub_obj(emu, "fsync_delay", "emulation.fsync_delay")

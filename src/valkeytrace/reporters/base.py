@@ -5,6 +5,7 @@ from collections import Counter
 
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.tables import MEASURED_OP
+from valkeytrace.system import format_cpu_list
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 
@@ -36,6 +37,20 @@ def server_note(run: AnalysedRun) -> str:
     if s.get("bio_aof_offload") is not None:
         parts.append(f"bio-aof-offload={'yes' if s['bio_aof_offload'] else 'no'}")
     return ", ".join(parts)
+
+
+def client_note(run: AnalysedRun) -> str:
+    """'redis-benchmark 7.0.15 on CPU 1 (the server: any of 0-1)', or '... on any CPU'."""
+    c = run.client
+    out = f"{c.get('name', '?')} {c.get('version', '')}".strip()
+    place = c.get("placement")
+    if not place:
+        return out
+    if not place.get("client_cpus"):
+        return out + " on any CPU (--client-cpus " + str(place.get("requested")) + ")"
+    cpus = "CPU" + ("s " if len(place["client_cpus"]) > 1 else " ") + format_cpu_list(place["client_cpus"])
+    server = place.get("server_cpus")
+    return out + f" on {cpus}" + (f" (the server: any of {format_cpu_list(server)})" if server else "")
 
 
 TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}

@@ -7,7 +7,7 @@ import io
 from html import escape
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
-from valkeytrace.reporters.base import (DELTA_CONVENTION, client_tables, explanation_entries, server_note,
+from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        server_tables)
 
 STYLE = """
@@ -110,8 +110,7 @@ def render(inp: ReportInput, out) -> None:
         body.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")
         if run.emulation:
             body.append(_p(f"{run.emulation} (emulated slow disk).", "emu"))
-        body.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client "
-                       f"{run.client.get('name', '?')} {run.client.get('version', '')}."))
+        body.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}."))
     else:
         base, cand = inp.baseline, inp.candidate
         body.append(f"<h1>valkeytrace: {escape(cand.label)} vs {escape(base.label)}</h1>")

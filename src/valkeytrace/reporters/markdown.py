@@ -3,7 +3,7 @@ threads per cell; the explanation."""
 from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
-from valkeytrace.reporters.base import (DELTA_CONVENTION, client_tables, explanation_entries, server_note,
+from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        server_tables)
 
 
@@ -14,8 +14,7 @@ def render(inp: ReportInput, out) -> None:
         w(f"# valkeytrace: {run.label}\n\n")
         if run.emulation:
             w(f"**{run.emulation}** (emulated slow disk).\n\n")
-        w(f"Server {run.server.get('version')} ({server_note(run)}), client "
-          f"{run.client.get('name', '?')} {run.client.get('version', '')}.\n\n")
+        w(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}.\n\n")
         _tables(inp, w)
         _warnings(inp, w)
         return

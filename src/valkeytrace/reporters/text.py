@@ -7,7 +7,7 @@ from rich.table import Table
 
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
-from valkeytrace.reporters.base import fmt_pct, server_note, server_table
+from valkeytrace.reporters.base import client_note, fmt_pct, server_note, server_table
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -35,7 +35,7 @@ def render(inp: ReportInput, out) -> None:
     for run in inp.runs:
         c = run.client
         console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
-                      f"client {c.get('name', '?')} {c.get('version', '')}, recording {run.path}"
+                      f"client {client_note(run)}, recording {run.path}"
                       + ("" if run.complete else "  [red](incomplete)[/red]"))
         if overhead_line(run):
             console.print(f"{run.label}: {overhead_line(run)}")

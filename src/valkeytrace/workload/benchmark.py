@@ -17,6 +17,7 @@ import time
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
+from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.parse import ParseError, parse_progress, parse_report
 
@@ -35,15 +36,25 @@ def client_argv(client: BenchmarkClient, host: str, port: int, test: str, client
 
 
 class ClientProcess:
-    """One client process. A reader thread keeps all output and timestamps each progress line."""
+    """One client process, on cpus when given (workload/placement.py). A reader thread keeps all
+    output and timestamps each progress line."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], cpus=None):
         self.argv = argv
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, **system.own_process_group())
         except OSError as exc:
             raise BenchmarkError(f"cannot start the benchmark client {argv[0]}: {exc}") from exc
+        if cpus:
+            # set from here, not in the child before exec (preexec_fn can deadlock a threaded
+            # parent): the client is still starting up, before its first connection
+            try:
+                placement.pin(self.proc.pid, cpus)
+            except OSError as exc:
+                self.proc.kill()
+                self.proc.wait()
+                raise BenchmarkError(f"cannot place the benchmark client on CPU {system.format_cpu_list(cpus)}: {exc}") from exc
         self.started_mono = time.monotonic()
         self.sched: tuple[int, int] | None = None  # (on-CPU ns, run-queue wait ns) once it has exited
         self._chunks: list[bytes] = []
@@ -138,7 +149,7 @@ def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients:
               value_size: int, keyspace: int, seconds: float = CALIBRATION_S) -> float:
     """Requests per second of this test right now (also warms the server up)."""
     proc = ClientProcess(client_argv(client, host, port, test, clients, value_size, keyspace,
-                                     ENDLESS_REQUESTS))
+                                     ENDLESS_REQUESTS), client.cpus)
     try:
         deadline = time.monotonic() + seconds + 10
         while time.monotonic() < deadline:
@@ -165,7 +176,7 @@ def run_requests(client: BenchmarkClient, host: str, port: int, test: str, clien
     if on_start:
         on_start()
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = ClientProcess(argv)
+    proc = ClientProcess(argv, client.cpus)
     try:
         started_wall = time.time()
         rc = proc.wait(timeout=timeout_s)

@@ -17,6 +17,7 @@ class BenchmarkClient:
     path: str
     name: str      # valkey-benchmark | redis-benchmark
     version: str   # e.g. "7.0.15"
+    cpus: tuple | None = None  # the CPUs its processes run on (workload/placement.py); None: any
 
 
 def client_version(path: str) -> str:

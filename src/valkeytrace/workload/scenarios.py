@@ -72,7 +72,7 @@ class ReadHeavy:
 
     def background(self, size: int, test: str = "SET") -> ClientProcess:
         """The steady background load, SET unless told (endless; stop() it)."""
-        return ClientProcess(self.load.argv(test, self.load.set_clients, size))
+        return ClientProcess(self.load.argv(test, self.load.set_clients, size), self.load.client.cpus)
 
     def _settled_background(self, size: int, test: str = "SET") -> ClientProcess:
         """The background load, running for BACKGROUND_SETTLE_S; stopped again if it exits at once
@@ -89,7 +89,7 @@ class ReadHeavy:
 
     def foreground(self, size: int, requests: int = ENDLESS_REQUESTS) -> ClientProcess:
         """The GET clients as a process of their own (benchmark scripts' slices)."""
-        return ClientProcess(self.load.argv("GET", self.load.get_clients, size, requests))
+        return ClientProcess(self.load.argv("GET", self.load.get_clients, size, requests), self.load.client.cpus)
 
     def calibrate(self, size: int) -> float:
         """GET requests a second the foreground reaches alone (to size a fixed-count slice)."""
