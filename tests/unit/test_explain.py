@@ -73,11 +73,14 @@ EVERYSEC = window(13188, bio_fsyncs=2, cpu_wait=0.175, idle=0.06)
 def test_the_model_by_hand():
     res = model.server_residence(summarize(recording("a", [(ALWAYS, [10_000] * 3, {})]))[0].server)
     busy_us = WALL_NS / 1000 - 383 * 4613  # everything but the fsync is busy here (no idle)
-    u = busy_us / 469
-    w_f = 383 * (4613 + u) / (383 * (4613 + u) + (469 - 383) * u)
-    assert res["inputs"]["busy_per_iteration_us"] == pytest.approx(u, rel=1e-3)
-    assert res["components"]["fsync"] == pytest.approx(2 * w_f * 4613, rel=1e-3)
-    assert sum(res["components"].values()) == pytest.approx(2 * (u + w_f * 4613), rel=1e-3)
+    # 383 fsync cycles: each one 4613 µs of fsync and 1/383 of the busy time
+    assert res["inputs"]["unit"] == "fsync cycle" and res["inputs"]["busy_per_unit_us"] == pytest.approx(busy_us / 383)
+    assert res["components"]["fsync"] == pytest.approx(2 * 4613, rel=1e-3)
+    assert sum(res["components"].values()) == pytest.approx(2 * (4613 + busy_us / 383), rel=1e-3)
+    # no main-thread fsync: the unit is one iteration
+    res = model.server_residence(summarize(recording("b", [(EVERYSEC, [400] * 3, {})]))[0].server)
+    assert res["inputs"]["unit"] == "iteration" and res["components"]["fsync"] == 0
+    assert sum(res["components"].values()) == pytest.approx(2 * (WALL_NS / 1000 * 0.94) / 13188, rel=1e-3)
 
 
 def test_a_a_pair_is_not_significant_and_gets_no_share():
@@ -240,7 +243,7 @@ def test_sensitivity_slope_and_r2():
     assert summarize(doc)[0].repeats == 1
 
 
-def busy_window(fsync_us, busy_us=300.0, iterations=469, main_fsyncs=383):
+def busy_window(fsync_us, busy_us=200.0, iterations=469, main_fsyncs=383):
     """An appendfsync-always window whose main thread is busy busy_us an iteration besides the
     fsync (on CPU, 5% of the wall waiting for a CPU) and idle for the rest of the wall."""
     cpu_wait = 0.05
@@ -250,16 +253,17 @@ def busy_window(fsync_us, busy_us=300.0, iterations=469, main_fsyncs=383):
 
 
 def test_the_intervention_checks_the_model():
-    # 2.05 ms of GET p50 per ms of fsync; at the base level (250 µs fsyncs, 300 µs busy) the mean
-    # GET spans 912 / ~560 µs = 1.6 iterations: the median request misses the next poll (k = 2)
+    # 2.05 ms of GET p50 per ms of fsync; at the base level (250 µs fsyncs, 200 µs busy an
+    # iteration, 469 iterations in 383 cycles) the mean GET spans 912 / 495 µs = 1.8 cycles:
+    # the median request misses the next poll (k = 2)
     doc = _levels(busy_window, lambda f: 2.05 * f + 400)
     (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
-    assert "agrees" in e["claim"] and "against the model's 2 fsync-carrying iterations" in e["claim"]
+    assert "agrees" in e["claim"] and "against the model's 2 fsync cycles" in e["claim"]
     # 3 ms per ms: requests span three fsyncs, the model says two
     doc = _levels(busy_window, lambda f: 3.0 * f + 400)
     (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
     assert "the intervention measured 3.00 ms of get p50" in e["claim"].lower() and "under-states" in e["claim"]
-    # 1.05 ms per ms, but a mean of 1.6 iterations puts the median request at 2: the model errs
+    # 1.05 ms per ms, but a mean of 1.8 cycles puts the median request at 2: the model errs
     doc = _levels(busy_window, lambda f: 2.05 * f + 400)
     for r in doc["runs"]:
         r["ops"]["GET"]["p50_us"] = 1.05 * (r["server"]["threads"][0]["calls"]["fdatasync"]["sum_ns"] / 383e3) + 500
@@ -271,15 +275,13 @@ def test_the_intervention_checks_the_model():
 
 
 def test_iterations_per_request_are_measured():
-    # the mean GET against the time-weighted iteration decides whether the median request made
-    # the main thread's next poll (1 iteration) or waited one out (2)
+    # the mean GET against the fsync cycle decides whether the median request made the main
+    # thread's next poll (1 cycle) or waited one out (2)
     server = summarize(recording("a", [(ALWAYS, [10_000] * 3, {})]))[0].server
-    t = model.time_weighted_iteration_us(server)
-    busy_us = WALL_NS / 1000 - 383 * 4613
-    u = busy_us / 469
-    assert t == pytest.approx((383 * (4613 + u) ** 2 + 86 * u ** 2) / (383 * (4613 + u) + 86 * u), rel=1e-6)
+    t = model.loop_cycle(server)["duration_us"]
+    assert t == pytest.approx(WALL_NS / 1000 / 383, rel=1e-6)  # the whole window is busy: wall / fsyncs
     one = model.request_iterations(server, 1.27 * t)  # as with the clients on a CPU of their own
-    assert one["k"] == 1 and one["shorter_path_share"] == pytest.approx(0.73)
+    assert one["k"] == 1 and one["shorter_path_share"] == pytest.approx(0.73) and one["unit"] == "fsync cycle"
     assert model.request_iterations(server, 1.6 * t)["k"] == 2
     assert model.request_iterations(server, 44 * t)["k"] == 2  # clients' own time: still 2 in the server
     assert model.request_iterations(server, None)["k"] == 2
@@ -290,6 +292,18 @@ def test_iterations_per_request_are_measured():
     assert model.max_iterations(doc) == 2
     doc["server"]["io_threads"] = 2
     assert model.max_iterations(doc) == 3
+
+
+def test_iterations_that_execute_no_write_belong_to_the_fsync_cycle():
+    # appendfsync always with reads answered between fsyncs: 2,470 iterations, 416 of them fsync
+    # (as with the server and the clients each on a CPU of their own). A GET still waits for the
+    # next fsync: the unit is the cycle (fsync + the short iterations), not a short iteration
+    w = window(2470, main_fsyncs=416, fsync_us=4323, cpu_wait=0.0, idle=0.01)
+    server = summarize(recording("a", [(w, [5_359] * 3, {})]))[0].server
+    cyc = model.loop_cycle(server)
+    assert cyc["duration_us"] == pytest.approx(WALL_NS / 1000 * 0.99 / 416, rel=1e-6)
+    assert model.request_iterations(server, 5_556)["k"] == 1
+    assert model.decompose(5_359, server, 1)["components"]["outside_server"] == pytest.approx(5_359 - cyc["duration_us"])
 
 
 def test_a_request_answered_in_one_iteration_is_not_counted_twice():
@@ -392,3 +406,14 @@ def test_repeats_that_disagree_say_who_waited_in_each():
     claim = entry(base, cand)["claim"]
     assert ("Waiting for a CPU, busy, per repeat: 431 µs (main thread 16%, GET clients 45%), 1.21 ms (27%, 10%), "
             "527 µs (15%, 44%).") in claim
+
+
+def test_clients_sharing_a_cpu_are_said_to():
+    # --client-cpus auto on 2 CPUs puts both read-heavy clients on one: their tails hold each other's turns
+    base = recording("a", [(EVERYSEC, [287, 279, 311], {})], "everysec")
+    cells = summarize(base)
+    assert not any("shared" in c for c in explain.caveats(cells, [base]))  # no placement recorded
+    base["client"] = {"placement": {"requested": "auto", "client_cpus": [1]}}
+    assert any(c.startswith("a: the GET and the background SET clients shared CPU 1") for c in explain.caveats(cells, [base]))
+    base["client"]["placement"]["client_cpus"] = [2, 3]  # one each: nothing to say
+    assert not any("shared" in c for c in explain.caveats(cells, [base]))

@@ -91,6 +91,15 @@ def _iterations(lat_us: float | None, server: dict) -> str:
 CLIENT_WAIT_CAVEAT = 0.2  # a measuring client waiting this share of its time for a CPU gets a caveat
 
 
+def shared_client_cpus(cell: CellSummary, doc: dict) -> str | None:
+    """'CPU 1' when the cell's two client processes (read-heavy: GET measured, SET behind) were
+    placed on fewer CPUs than processes (record --client-cpus), else None."""
+    cpus = ((doc.get("client") or {}).get("placement") or {}).get("client_cpus")
+    if not cpus or cell.workload != "read-heavy" or len(cpus) >= len(cell.ops):
+        return None
+    return ("CPUs " if len(cpus) > 1 else "CPU ") + ",".join(str(c) for c in cpus)
+
+
 def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
     out = []
     for doc in docs:
@@ -98,6 +107,11 @@ def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
         if emu:
             out.append(f"{doc['label']}: {emu} (emulated slow disk)")
     for cell, doc in zip(cells, docs):
+        shared = shared_client_cpus(cell, doc)
+        if shared:
+            out.append(f"{doc['label']}: the GET and the background SET clients shared {shared} (--client-cpus auto on "
+                       "a host with too few CPUs to give each its own): each waited for the other's turn on it, "
+                       "which shows in their tails (p95/p99)")
         for op, ll in littles_law(cell).items():
             waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
             holds = "the latency they report holds some of that wait too, not only the server's"
@@ -158,17 +172,17 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
 
 
 def iterations_sentence(label: str, it: dict) -> str:
-    """How the model chose k on one side: 'fsync-always: the mean GET waits 1.26 iterations of
-    5.26 ms (time-weighted): 74% of requests make the next poll, so the median one spends 1'."""
-    if it.get("cycle_iterations") is None:
-        return f"{label}: {it['k']:g} iterations per request (no iteration time to measure it against)"
-    if it["cycle_iterations"] >= it["most"]:
-        return (f"{label}: the mean latency spans {it['cycle_iterations']:.1f} iterations of "
-                f"{_ms(it['time_weighted_iteration_us'])} (time-weighted), so every request is taken to spend "
-                f"{it['most']:g} in the server and the rest outside it")
-    return (f"{label}: the mean latency spans {it['cycle_iterations']:.2f} iterations of "
-            f"{_ms(it['time_weighted_iteration_us'])} (time-weighted): {100 * it['shorter_path_share']:.0f}% of "
-            f"requests made the main thread's next poll, so the median one spends {it['k']:g}")
+    """How the model chose k on one side: 'fsync-always: the mean GET spans 1.09 fsync cycles of
+    5.11 ms: 91% of requests made the main thread's next poll, so the median one spends 1'."""
+    if it.get("mean_in_units") is None:
+        return f"{label}: {it['k']:g} loop units per request (no loop time to measure it against)"
+    units = f"{it['unit']}s of {_ms(it['unit_us'])}"
+    if it["mean_in_units"] >= it["most"]:
+        return (f"{label}: the mean latency spans {it['mean_in_units']:.1f} {units}, so every request is taken to "
+                f"spend {it['most']:g} in the server and the rest outside it")
+    return (f"{label}: the mean latency spans {it['mean_in_units']:.2f} {units}: "
+            f"{100 * it['shorter_path_share']:.0f}% of requests made the main thread's next poll, so the median "
+            f"one spends {it['k']:g}")
 
 
 def request_iterations(doc: dict, cell: CellSummary, op: str) -> dict:
@@ -180,15 +194,15 @@ def request_iterations(doc: dict, cell: CellSummary, op: str) -> dict:
 def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
-    measured against the model's iterations per request (sens: sensitivity.sensitivity(doc)).
+    measured against the model's fsync cycles per request (sens: sensitivity.sensitivity(doc)).
     '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
     k = request_iterations(doc, cell, op)["k"]
     if io > 1:
         out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
-                   f"(the model counts {k:g} per request) and the main thread polls in between: the model "
-                   "is rougher there")
+                   f"(the model counts {k:g} loop units per request) and the main thread polls in between: the "
+                   "model is rougher there")
     for s in sens:
         if (s["workload"], s["value_size"], s["op"], s["metric"], s["thread_role"]) == \
                 (cell.workload, cell.value_size, op, "p50_us", "main") and s["r2"] >= 0.9:
@@ -196,7 +210,7 @@ def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
                        "so the model under-states the fsync's part" if s["slope"] > k else
                        "so the model over-states the fsync's part")
             out.append(f"the intervention measured {s['slope']:.2f} ms of {op} p50 per extra ms of main-thread "
-                       f"fsync (R² {s['r2']:.2f}) against the model's {k:g} fsync-carrying iterations per "
+                       f"fsync (R² {s['r2']:.2f}) against the model's {k:g} fsync cycles per "
                        f"request: {verdict}")
     return "; ".join(out) + "." if out else ""
 
@@ -335,7 +349,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None}
     why_not = model.unmodelled_reason(b.server) or model.unmodelled_reason(c.server)
     if metric != "p50_us":
-        claim = head + context + (f" The {name} is not modelled: the model is of a typical request (two or three loop "
+        claim = head + context + (f" The {name} is not modelled: the model is of a typical request (one to three loop "
                                   "iterations); the tail follows the fsync and iteration tails "
                                   f"(main fdatasync p99 {_ms(b.server['main_thread'].get('fdatasync_p99_us'))} -> "
                                   f"{_ms(c.server['main_thread'].get('fdatasync_p99_us'))}); "
@@ -357,9 +371,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         keep = sig is not False
         entry.update(components=comps, leading_component=lead[0]["name"] if keep else None,
                      explained_share=round(share, 3) if keep and share is not None else None)
-        evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) time-weighted main-thread iterations "
-                             "per median request, from each side's mean latency in iterations; the rest "
-                             "outside the server (analysis/model.py)")
+        evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) main-thread loop units (fsync cycles, or "
+                             "iterations without main-thread fsyncs) per median request, from each side's mean "
+                             "latency in units; the rest outside the server (analysis/model.py)")
         evidence["model_inputs"] = {"baseline": {**model.server_residence(b.server, kb)["inputs"], "request_iterations": ib},
                                     "candidate": {**model.server_residence(c.server, kc)["inputs"], "request_iterations": ic}}
         claim = head
@@ -370,7 +384,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
             check = model_check(doc, cell, op, side_sens)
             if check:
                 claim += f" {label}: {check}"
-        claim += (" " + _accounting_sentence(comps) + " Iterations per request: "
+        claim += (" " + _accounting_sentence(comps) + " Loop units per request: "
                   + iterations_sentence(base_doc["label"], ib) + "; " + iterations_sentence(cand_doc["label"], ic) + "."
                   + context)
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):

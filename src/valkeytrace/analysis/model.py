@@ -5,30 +5,33 @@ A request waits for the main thread's event loop: it is read by the first iterat
 (epoll_wait) comes after it arrived, executed, and answered at the end of that iteration, in
 beforeSleep, after the AOF is written (and, with appendfsync always, fdatasync'd on the main
 thread). Closed-loop clients send their next request right after a reply, so whether it makes
-the main thread's next poll is a race: a request that does is answered one iteration after its
-client's previous reply; one that comes in after that poll waits the iteration out and is
-answered at the end of the next: 2 iterations. With I/O threads there is one hop more (the query
-is read by an I/O thread between two of the main thread's iterations and executed at a later
-beforeSleep): 2 or 3.
+the main thread's next poll is a race: a request that does is answered one loop unit after its
+client's previous reply; one that comes in after that poll waits the unit out and is answered at
+the end of the next: 2 units. With I/O threads there is one hop more (the query is read by an
+I/O thread between two of the main thread's iterations and executed at a later beforeSleep):
+2 or 3.
 
-Which of the two a typical request takes is measured, not assumed (request_iterations()): the
-op's mean latency (the benchmark client's) in time-weighted iterations T is c = mean / T. A
-request takes K - 1 or K iterations (K = 2, 3 with I/O threads), so a share clamp(K - c, 0, 1)
-of them took the shorter path; the median request takes the path of the majority: k = K - 1 when
-that share is a half or more, else K. (c above K: time outside the server on top; every request
-is then taken to wait K.) So the model predicts the median from the mean through this two-path
-structure; where the structure is wrong, outside_server says by how much.
-
-The iteration a request waits in is a time-weighted one: long iterations (those with a main-thread
-fsync) hold most of the time. From the window's measured totals:
+The unit (loop_cycle()) is what a request waits out. When the main thread fsyncs, it is the fsync
+cycle: one fsync-carrying iteration and the iterations without one that ran before the next (an
+iteration that executed no write has nothing to fsync; it answers its reads at once, but a request
+that comes in meanwhile still waits for the next fsync). Without main-thread fsyncs it is one
+iteration. From the window's measured totals:
   I   iterations (INFO eventloop_cycles, or the shim's count of epoll_wait returns)
-  n_f main-thread fdatasync/fsync calls (n_f <= I), F their mean blocked time
-  u   the main thread's busy time that is not fsync (on CPU, waiting for a CPU, blocked in an AOF
-      write, other blocked), per iteration: every iteration does some
-  w_f the share of the busy time spent in iterations that carry an fsync
-  per request:  fsync = k w_f F;  each other busy cause c = k u (c's share of u)
+  n_f main-thread fdatasync/fsync calls (n_f <= I): the number of fsync cycles
+  U   units: n_f when n_f > 0, else I
+  per unit: F = fsync time / U, and each busy cause c (on CPU, waiting for a CPU, blocked in an
+      AOF write, other blocked) c / U
 The main thread's idle time (epoll_wait with nothing to do) is no request's wait: while it idles
-every request in flight is outside the server. So for a client latency L:
+every request in flight is outside the server.
+
+Which of the two paths a typical request takes is measured, not assumed (request_iterations()):
+the op's mean latency (the benchmark client's) in units is c = mean / unit. A request takes
+K - 1 or K units (K = 2, 3 with I/O threads), so a share clamp(K - c, 0, 1) of them took the
+shorter path; the median request takes the path of the majority: k = K - 1 when that share is a
+half or more, else K. (c above K: time outside the server on top; every request is then taken to
+wait K.) So the model predicts the median from the mean through this two-path structure.
+
+  per request:  fsync = k F;  each busy cause c = k c / U
   outside_server = L - (fsync + aof_write + cpu_wait + on_cpu + other_blocked)
 the client, the network, and the host's CPU taken by the clients. It is negative when the
 server-side terms over-predict L. Components add up to L exactly, on each side, so the
@@ -71,55 +74,45 @@ def max_iterations(doc: dict) -> float:
     return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
 
 
-def time_weighted_iteration_us(server: dict) -> float | None:
-    """T: the mean iteration a request waits in, weighted by time (sum T_i^2 / sum T_i over the
-    window's two kinds of iteration: n_f carrying a main-thread fsync, F + u long, the rest u)."""
-    m = server["main_thread"]
-    iters = float(m.get("loop_iterations") or 0)
-    if not iters or not m.get("wall_ms"):
-        return None
-    res = server_residence(server, 1.0)["inputs"]
-    u, f, n_f = res["busy_per_iteration_us"], res["fsync_mean_blocked_us"], res["main_fsyncs"]
-    total = n_f * (f + u) + (iters - n_f) * u
-    return (n_f * (f + u) ** 2 + (iters - n_f) * u ** 2) / total if total > 0 else None
-
-
-def request_iterations(server: dict, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST) -> dict:
-    """k, the time-weighted iterations the median request spends in the server, from the op's
-    mean latency (the clients' cycle) against T (module docstring), with what it was made of."""
-    t = time_weighted_iteration_us(server)
-    if not t or not mean_us:
-        return {"k": most, "most": most, "cycle_iterations": None, "shorter_path_share": None,
-                "time_weighted_iteration_us": t, "mean_latency_us": mean_us}
-    cycle = mean_us / t
-    shorter = min(1.0, max(0.0, most - cycle))
-    return {"k": most - 1 if shorter >= 0.5 else most, "most": most, "cycle_iterations": round(cycle, 3),
-            "shorter_path_share": round(shorter, 3), "time_weighted_iteration_us": round(t, 1),
-            "mean_latency_us": mean_us}
-
-
-def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
-    """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS),
-    and the inputs used, under the model above."""
+def loop_cycle(server: dict) -> dict:
+    """The unit a request waits out (module docstring): the fsync cycle when the main thread
+    fsyncs, else one iteration; per unit, the fsync time and each busy cause's time (µs)."""
     m = server["main_thread"]
     wall_us = m["wall_ms"] * 1000.0
     iters = float(m["loop_iterations"])
     n_f = float(min((m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0), iters))
-    fsync_total = wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0
-    busy = {c: wall_us * (m.get(k) or 0) / 100.0 for c, k in _BUDGET.items()}
-    u_total = sum(busy.values())
-    u = u_total / iters
-    f_mean = fsync_total / n_f if n_f else 0.0
-    long_time = n_f * (f_mean + u)
-    denom = long_time + (iters - n_f) * u
-    w_f = long_time / denom if denom > 0 else 0.0
-    comps = {"fsync": k * w_f * f_mean}
-    for c, total in busy.items():
-        comps[c] = k * u * (total / u_total) if u_total else 0.0
+    units = n_f or iters
+    fsync_us = wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0 / units if n_f else 0.0
+    busy_us = {c: wall_us * (m.get(k) or 0) / 100.0 / units for c, k in _BUDGET.items()}
+    return {"unit": "fsync cycle" if n_f else "iteration", "iterations": iters, "main_fsyncs": n_f,
+            "units": units, "fsync_us": fsync_us, "busy_us": busy_us,
+            "duration_us": fsync_us + sum(busy_us.values())}
+
+
+def request_iterations(server: dict, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST) -> dict:
+    """k, the loop units the median request spends in the server, from the op's mean latency
+    against the unit (module docstring), with what it was made of."""
+    cyc = loop_cycle(server) if server["main_thread"].get("loop_iterations") else None
+    unit = cyc["duration_us"] if cyc else None
+    if not unit or not mean_us:
+        return {"k": most, "most": most, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
+                "shorter_path_share": None, "unit_us": unit, "mean_latency_us": mean_us}
+    c = mean_us / unit
+    shorter = min(1.0, max(0.0, most - c))
+    return {"k": most - 1 if shorter >= 0.5 else most, "most": most, "unit": cyc["unit"], "mean_in_units": round(c, 3),
+            "shorter_path_share": round(shorter, 3), "unit_us": round(unit, 1), "mean_latency_us": mean_us}
+
+
+def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
+    """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS):
+    k loop units, each split by cause; and the inputs used."""
+    cyc = loop_cycle(server)
+    comps = {"fsync": k * cyc["fsync_us"], **{c: k * v for c, v in cyc["busy_us"].items()}}
     return {"components": comps,
-            "inputs": {"iterations": iters, "main_fsyncs": n_f, "fsync_mean_blocked_us": f_mean,
-                       "busy_per_iteration_us": u, "fsync_iteration_time_share": w_f,
-                       "iterations_per_request": k, "wall_ms": m["wall_ms"]}}
+            "inputs": {"iterations": cyc["iterations"], "main_fsyncs": cyc["main_fsyncs"], "unit": cyc["unit"],
+                       "unit_us": cyc["duration_us"], "fsync_per_unit_us": cyc["fsync_us"],
+                       "busy_per_unit_us": sum(cyc["busy_us"].values()), "units_per_request": k,
+                       "wall_ms": server["main_thread"]["wall_ms"]}}
 
 
 def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:

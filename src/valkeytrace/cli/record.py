@@ -83,8 +83,9 @@ def default_label(server: dict) -> str:
 @click.option("--benchmark", "benchmark_path", help="Benchmark client [default: valkey-benchmark, else redis-benchmark].")
 @click.option("--client-cpus", default="auto", show_default=True, metavar="auto|none|LIST",
               help="CPUs the benchmark clients run on (e.g. 3 or 2-3). auto: CPUs of their own, apart "
-                   "from the server's main and I/O threads (the last one or two; none on a 1-CPU host); "
-                   "none: wherever the kernel puts them. The server is never moved.")
+                   "from the server's main and I/O threads (the last one or two; none on a 1-CPU host). "
+                   "A server valkeytrace launches then gets the other CPUs when they are enough for its "
+                   "threads; an attached one is never moved. none: wherever the kernel puts them.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto",
               show_default=True, help="Tracer: eBPF (root), the LD_PRELOAD shim (no privileges), both "
                                       "side by side, or none.")
@@ -213,8 +214,14 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
                                         env=env, run_as=run_as, ready_timeout_s=server_timeout)
         server = target.describe()
         warnings = []
+        server_moved = False
         if client is not None:
-            client = dataclasses.replace(client, cpus=placement.choose(client_cpus, target.pid, server.get("io_threads") or 1))
+            threads = server.get("io_threads") or 1
+            client = dataclasses.replace(client, cpus=placement.choose(client_cpus, target.pid, threads))
+            rest = None if attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
+            if rest:
+                placement.pin(target.pid, rest)  # a server we launched: its threads on the clients' complement
+                server_moved = True
         if inject:
             click.echo(f"note: {describe_delay(inject)} (an emulated slow disk, not a measured one)", err=True)
         if not server["appendonly"]:
@@ -227,7 +234,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         doc = document.new_document(
             label=label, server=server, host=system.host_facts(server["config"].get("dir")),
             client=None if client is None else {"name": client.name, "version": client.version, "path": client.path,
-                                                "placement": placement.describe(client.cpus, target.pid, client_cpus)},
+                                                "placement": placement.describe(client.cpus, target.pid, client_cpus, server_moved)},
             settings=settings.as_recorded(),
             emulation=({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
                         "description": describe_sensitivity(inject, sensitivity)} if inject or sensitivity else None),

@@ -50,7 +50,8 @@ def client_note(run: AnalysedRun) -> str:
         return out + " on any CPU (--client-cpus " + str(place.get("requested")) + ")"
     cpus = "CPU" + ("s " if len(place["client_cpus"]) > 1 else " ") + format_cpu_list(place["client_cpus"])
     server = place.get("server_cpus")
-    return out + f" on {cpus}" + (f" (the server: any of {format_cpu_list(server)})" if server else "")
+    where = "on" if place.get("server_moved") else "any of"
+    return out + f" on {cpus}" + (f" (the server: {where} {format_cpu_list(server)})" if server else "")
 
 
 TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}

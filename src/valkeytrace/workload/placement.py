@@ -1,21 +1,23 @@
-"""Where the benchmark clients run: on CPUs of their own, apart from the server's, when the host
-has them (`record --client-cpus`, default auto).
+"""Where the benchmark clients and a launched server run: on CPUs of their own, apart from each
+other, when the host has them (`record --client-cpus`, default auto).
 
 A load generator that shares its CPUs with the server under test measures the scheduler as much
-as the server: on this project's 2-CPU VM, left to itself, the kernel gives the GET client a CPU
-to itself and makes the server's main thread share the other with the background SET client
-(main thread waiting for a CPU ~25% of its time), and a CPU hog started beside it lands beside
-whichever task the balancer picks, a different one from one run to the next (docs/explain.md,
-Controls). With the clients on CPUs of their own the server keeps the rest: contention that
-arrives from outside reaches the server, where a user's production load would meet it, and runs
-agree with each other.
+as the server. On this project's 2-CPU VM, left to itself, the kernel gave the GET client a CPU to
+itself and made the server's main thread share the other with the background SET client (main
+thread waiting for a CPU ~25% of its time), and a CPU hog started beside them landed beside
+whichever task the balancer picked, a different one from one run to the next (docs/explain.md,
+Controls). With the clients on CPUs of their own and the server on the rest, contention that
+arrives from outside reaches the server, where a user's production load would meet it, and
+launches agree with each other.
 
-auto: the last k of the CPUs this process may use, k = max(1, min(2, CPUs - the server's main and
-I/O threads)), taken outside the server's own affinity when the server is pinned; no placement
-on a host with one CPU. The server is never moved (an attached server is not ours to move, and a
-launched one keeps the kernel's placement of its threads). The cost on a small host is stated,
-not hidden: two client processes on one CPU wait for it about half their time, which the
-recording measures (run.host_cpu.clients_cpu_wait) and the reports state.
+auto: the clients get the last k of the CPUs this process may use, k = max(1, min(2, CPUs - the
+server's main and I/O threads)), taken outside an attached server's own affinity when it is
+pinned; a server valkeytrace launched gets the other CPUs when they are at least as many as its
+main and I/O threads (else it is left where the kernel puts it: two threads that busy-poll must
+not share one CPU). An attached server is never moved. No placement on a host with one CPU. The
+cost on a small host is stated, not hidden: two client processes on one CPU wait for it about
+half their time, which the recording measures (run.host_cpu.clients_cpu_wait) and the reports
+state.
 """
 from __future__ import annotations
 
@@ -53,6 +55,15 @@ def auto_cpus(allowed, server_cpus, server_threads: int) -> tuple[int, ...] | No
     return tuple((outside or allowed)[-k:])
 
 
+def server_cpus_for(clients, allowed, server_threads: int) -> tuple[int, ...] | None:
+    """The CPUs a launched server gets beside clients on `clients` (pure): the rest of allowed,
+    when they are at least as many as its main and I/O threads; else None (not moved)."""
+    if not clients:
+        return None
+    rest = tuple(c for c in sorted(allowed) if c not in set(clients))
+    return rest if len(rest) >= max(1, server_threads) else None
+
+
 def server_affinity(pid: int | None) -> tuple[int, ...]:
     try:
         return tuple(sorted(os.sched_getaffinity(pid))) if pid else ()
@@ -75,11 +86,12 @@ def choose(spec: str, server_pid: int | None, server_threads: int) -> tuple[int,
     return cpus
 
 
-def describe(cpus, server_pid: int | None, spec: str) -> dict:
-    """The recording's settings.client_placement."""
+def describe(cpus, server_pid: int | None, spec: str, server_moved: bool) -> dict:
+    """The recording's client.placement."""
     allowed = tuple(sorted(os.sched_getaffinity(0)))
     return {"requested": spec, "client_cpus": None if cpus is None else list(cpus),
-            "server_cpus": list(server_affinity(server_pid)), "host_cpus": list(allowed)}
+            "server_cpus": list(server_affinity(server_pid)), "server_moved": server_moved,
+            "host_cpus": list(allowed)}
 
 
 def pin(pid: int, cpus) -> None:
@@ -95,4 +107,4 @@ def pin(pid: int, cpus) -> None:
             pass
 
 
-__all__ = ["parse_cpu_list", "auto_cpus", "choose", "describe", "pin"]
+__all__ = ["parse_cpu_list", "auto_cpus", "server_cpus_for", "choose", "describe", "pin"]
