@@ -122,11 +122,32 @@ def test_the_benchmark_clients_run_on_cpus_of_their_own(two_recordings):
     # the recording says where they ran: auto puts them on the last CPU on this 2-CPU host
     import os
 
+    from valkeytrace.workload import placement
+
     doc = recfmt.read(two_recordings["always"])
     place = doc["client"]["placement"]
     cpus = sorted(os.sched_getaffinity(0))
     assert place["requested"] == "auto" and place["host_cpus"] == cpus
     assert place["client_cpus"] == (cpus[-1:] if len(cpus) >= 2 else None)
+    # the server launched with the default I/O threads gets the rest only when they are enough
+    rest = placement.server_cpus_for(place["client_cpus"], cpus, doc["server"]["io_threads"])
+    assert place["server_moved"] is bool(rest)
+    if rest:
+        assert place["server_cpus"] == list(rest)
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs to place the server apart")
+def test_a_launched_server_runs_on_the_cpus_the_clients_do_not(tmp_path):
+    import os
+
+    p = tmp_path / "one.vtrace"
+    res = vt("record", "--workload", "read-heavy", "--io-threads", "1", *SHORT, "-o", str(p))
+    assert res.returncode == 0, res.stderr
+    place = recfmt.read(p)["client"]["placement"]
+    cpus = sorted(os.sched_getaffinity(0))
+    assert place["server_moved"] is True and place["client_cpus"] == cpus[-1:] and place["server_cpus"] == cpus[:-1]
+    res = vt("report", str(p))
+    assert f"on CPU {cpus[-1]} (the server: on {cpus[0]}" in res.stdout.replace("\n", " "), res.stdout[:300]
 
 
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs to place the clients apart")

@@ -25,6 +25,14 @@ def test_auto_keeps_the_clients_apart_from_the_server():
     assert placement.auto_cpus([0], [0], 1) is None
 
 
+def test_a_launched_server_gets_the_rest_when_it_is_enough():
+    assert placement.server_cpus_for((1,), [0, 1], 1) == (0,)
+    assert placement.server_cpus_for((6, 7), range(8), 4) == (0, 1, 2, 3, 4, 5)
+    # two threads that busy-poll (main + an I/O thread) must not share one CPU: not moved
+    assert placement.server_cpus_for((1,), [0, 1], 2) is None
+    assert placement.server_cpus_for(None, [0, 1], 1) is None  # clients not placed: nor is the server
+
+
 def test_cpu_lists_parse_and_print_as_the_kernel_writes_them():
     assert placement.parse_cpu_list("1") == (1,)
     assert placement.parse_cpu_list("0,2-3") == (0, 2, 3)
