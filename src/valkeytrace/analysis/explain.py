@@ -19,8 +19,13 @@ from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, si
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
 
+IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
+
+
 def fsync_placement(server: dict) -> list[dict]:
-    """Which thread roles made fdatasync/fsync calls, with counts and rates."""
+    """Which thread roles made fdatasync/fsync calls, with counts and rates; a role that completed
+    none but was blocked inside one (an fsync longer than the window, on a slow disk) too, with
+    count 0 and blocked_ms."""
     wall_s = (server["main_thread"]["wall_ms"] or 0) / 1000.0
     out = []
     for t in server["threads"]:
@@ -28,7 +33,10 @@ def fsync_placement(server: dict) -> list[dict]:
         if n:
             p50 = t["fdatasync"]["p50_us"] if t["fdatasync"]["count"] else t["fsync"]["p50_us"]
             out.append({"role": t["role"], "count": n, "per_s": n / wall_s if wall_s else None, "p50_us": p50})
-    return sorted(out, key=lambda x: -x["count"])
+        elif (t.get("blocked_in_sync_ms") or 0) >= IN_FLIGHT_MS:
+            out.append({"role": t["role"], "count": 0, "per_s": 0.0, "p50_us": None,
+                        "blocked_ms": t["blocked_in_sync_ms"], "in_flight": True})
+    return sorted(out, key=lambda x: (-x["count"], -(x.get("blocked_ms") or 0)))
 
 
 def littles_law(cell: CellSummary) -> dict:
@@ -46,6 +54,8 @@ def littles_law(cell: CellSummary) -> dict:
 def _ms(us: float | None) -> str:
     if us is None:
         return "n/a"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
@@ -63,12 +73,17 @@ def _where(label: str, server: dict, latency_us: float | None = None) -> str:
     if any(p["role"] == "main" for p in place):
         p = next(p for p in place if p["role"] == "main")
         parts.append(f"the main thread spent {f_pct:.0f}% of wall time blocked in fdatasync "
-                     f"({p['per_s']:.0f}/s, p50 {_ms(p['p50_us'])})")
+                     + ("(inside one that did not complete in the window)" if p.get("in_flight") else
+                        f"({p['per_s']:.0f}/s, p50 {_ms(p['p50_us'])})"))
     else:
         parts.append("the main thread is never blocked in fsync")
     others = [p for p in place if p["role"] != "main"]
     for p in others:
-        parts.append(f"fdatasync runs on {p['role']} ({p['per_s']:.1f}/s, p50 {_ms(p['p50_us'])})")
+        if p.get("in_flight"):
+            parts.append(f"fdatasync runs on {p['role']} (none completed in the window: it was blocked inside "
+                         f"one for {_ms(p['blocked_ms'] * 1000)} of it)")
+        else:
+            parts.append(f"fdatasync runs on {p['role']} ({p['per_s']:.1f}/s, p50 {_ms(p['p50_us'])})")
     if not place:
         parts.append("no thread called fsync in the window")
     if m.get("loop_iteration_tw_p50_us"):
