@@ -225,7 +225,7 @@ def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
                        "so the model under-states the fsync's part" if s["slope"] > k else
                        "so the model over-states the fsync's part")
             out.append(f"the intervention measured {s['slope']:.2f} ms of {op} p50 per extra ms of main-thread "
-                       f"fsync (R² {s['r2']:.2f}) against the model's {k:g} fsync cycles per "
+                       f"fsync (R² {s['r2']:.2f}) against the model's {k:g} fsync cycle{'' if k == 1 else 's'} per "
                        f"request: {verdict}")
     return "; ".join(out) + "." if out else ""
 
