@@ -188,10 +188,17 @@ def _cause_sentence(comps: list[dict], observed: float, share: float | None) -> 
 
 def iterations_sentence(label: str, it: dict) -> str:
     """How the model chose k on one side: 'fsync-always: the mean GET spans 1.09 fsync cycles of
-    5.11 ms: 91% of requests made the main thread's next poll, so the median one spends 1'."""
-    if it.get("mean_in_units") is None:
+    5.11 ms: 91% of requests made the main thread's next poll, so the median one spends 1'; or
+    the p50's own position when it contradicts the mean."""
+    if it.get("mean_in_units") is None and it.get("p50_in_units") is None:
         return f"{label}: {it['k']:g} loop units per request (no loop time to measure it against)"
     units = f"{it['unit']}s of {_ms(it['unit_us'])}"
+    if it.get("from") == "p50":
+        mean = (f"; the mean latency, {it['mean_in_units']:.2f}, would have given {it['most'] - (it['shorter_path_share'] >= 0.5):g}"
+                if it.get("mean_in_units") is not None else "")
+        return (f"{label}: the median latency spans {it['p50_in_units']:.2f} {units}, between the paths of "
+                f"{it['most'] - 1:g} and {it['most']:g}: the median request came in during one and waited its rest and "
+                f"the next, so {it['k']:g} are taken as time in the server{mean}")
     if it["mean_in_units"] >= it["most"]:
         return (f"{label}: the mean latency spans {it['mean_in_units']:.1f} {units}, so every request is taken to "
                 f"spend {it['most']:g} in the server and the rest outside it")
@@ -200,10 +207,39 @@ def iterations_sentence(label: str, it: dict) -> str:
             f"one spends {it['k']:g}")
 
 
-def request_iterations(doc: dict, cell: CellSummary, op: str) -> dict:
-    """The model's k for the median request of op in cell (model.request_iterations)."""
-    mean = cell.ops[op].median.get("mean_us") if op in cell.ops else None
-    return model.request_iterations(cell.server, mean, model.max_iterations(doc))
+def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
+    """op's p50 in cell, modelled from its median repeat(s), each with its own server figures
+    (model.median_repeat); from the pooled repeats when a repeat lacks them (older recordings)."""
+    most = model.max_iterations(doc)
+    n = len(cell.ops[op].values.get("p50_us") or ())
+    reps = [{"repeat": r["repeat"], "p50_us": r["p50_us"][op], "mean_us": r["mean_us"].get(op), "server": r["server"]}
+            for r in cell.per_repeat if r["p50_us"].get(op) is not None and r.get("server")
+            and not model.unmodelled_reason(r["server"])]
+    if not n or len(reps) != n:
+        reps = [{"repeat": None, "p50_us": cell.ops[op].median["p50_us"],
+                 "mean_us": cell.ops[op].median.get("mean_us"), "server": cell.server}]
+    return model.median_repeat(reps, most)
+
+
+def side_iterations_sentence(label: str, side: dict) -> str:
+    used = side["used"]
+    if len(used) == 1:
+        return iterations_sentence(label, used[0]["request_iterations"])
+    return (f"{label}, the median of repeats {used[0]['repeat']} and {used[1]['repeat']} (p50 {_ms(used[0]['p50_us'])} "
+            f"and {_ms(used[1]['p50_us'])}), each modelled on its own: "
+            + "; ".join(iterations_sentence(f"repeat {u['repeat']}", u["request_iterations"]) for u in used))
+
+
+def side_inputs(side: dict) -> dict:
+    """evidence.model_inputs.{baseline,candidate}: the (first) median repeat's inputs and how its k
+    was chosen, the repeats used, and each of them when there are two (docs/report-json.md)."""
+    first = side["used"][0]
+    out = {**first["inputs"], "request_iterations": first["request_iterations"],
+           "repeats": [u["repeat"] for u in side["used"]]}
+    if len(side["used"]) > 1:
+        out["per_repeat"] = [{"repeat": u["repeat"], "p50_us": u["p50_us"], **u["inputs"],
+                              "request_iterations": u["request_iterations"]} for u in side["used"]]
+    return out
 
 
 def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
@@ -213,7 +249,7 @@ def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
     '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
-    k = request_iterations(doc, cell, op)["k"]
+    k = side_model(doc, cell, op)["k"]
     if io > 1:
         out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
                    f"(the model counts {k:g} loop units per request) and the main thread polls in between: the "
@@ -328,7 +364,7 @@ def spread_sentence(name: str, metric: str, row_base, row_cand, base_label: str,
 def repeats_waiting(cell: CellSummary, op: str) -> str:
     """'1.03 ms (main thread 27%, GET clients 10%), 463 µs (16%, 45%)': each repeat's p50 of op
     with the main thread's and the measured clients' CPU-wait shares; '' without them."""
-    rows = [r for r in cell.repeats_cpu if r["p50_us"].get(op) is not None
+    rows = [r for r in cell.per_repeat if r["p50_us"].get(op) is not None
             and r["main_cpu_wait_pct"] is not None and r["measured_client_wait"] is not None]
     if len(rows) < 2 or not _clients(cell, "measured"):
         return ""
@@ -376,9 +412,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head + context + f" Not modelled: {why_not}."
         evidence["model"] = f"not modelled: {why_not}"
     else:
-        ib, ic = request_iterations(base_doc, b, op), request_iterations(cand_doc, c, op)
-        kb, kc = ib["k"], ic["k"]
-        comps = model.contributions(bl, b.server, cl, c.server, kb, kc)
+        sb, sc = side_model(base_doc, b, op), side_model(cand_doc, c, op)
+        kb, kc = sb["k"], sc["k"]
+        comps = model.contributions(sb["components"], sc["components"])
         share = model.durability_share(comps, observed)
         lead = model.leading(comps, observed)
         # a change within noise gets no share; with n < 2 (unknown) the JSON keeps the accounting's
@@ -387,10 +423,10 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         entry.update(components=comps, leading_component=lead[0]["name"] if keep else None,
                      explained_share=round(share, 3) if keep and share is not None else None)
         evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) main-thread loop units (fsync cycles, or "
-                             "iterations without main-thread fsyncs) per median request, from each side's mean "
-                             "latency in units; the rest outside the server (analysis/model.py)")
-        evidence["model_inputs"] = {"baseline": {**model.server_residence(b.server, kb)["inputs"], "request_iterations": ib},
-                                    "candidate": {**model.server_residence(c.server, kc)["inputs"], "request_iterations": ic}}
+                             "iterations without main-thread fsyncs) per median request, from each side's median "
+                             "repeat(s) and their mean latency in units; the rest outside the server "
+                             "(analysis/model.py)")
+        evidence["model_inputs"] = {"baseline": side_inputs(sb), "candidate": side_inputs(sc)}
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
@@ -400,7 +436,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
             if check:
                 claim += f" {label}: {check}"
         claim += (" " + _accounting_sentence(comps) + " Loop units per request: "
-                  + iterations_sentence(base_doc["label"], ib) + "; " + iterations_sentence(cand_doc["label"], ic) + "."
+                  + side_iterations_sentence(base_doc["label"], sb) + "; "
+                  + side_iterations_sentence(cand_doc["label"], sc) + "."
                   + context)
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
@@ -511,7 +548,7 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
         if why_not:
             claim += f" Not modelled: {why_not}."
         else:
-            parts = model.decompose(lat, cell.server, request_iterations(doc, cell, op)["k"])["components"]
+            parts = side_model(doc, cell, op)["components"]
             comps = [{"name": n, "us": round(v, 1)} for n, v in parts.items()]
             share = (parts["fsync"] + parts["aof_write"]) / lat if lat else None
             claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"

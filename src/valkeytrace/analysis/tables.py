@@ -62,8 +62,9 @@ class CellSummary:
     ops: dict            # op -> OpSummary
     server: dict | None = None  # analysis.server.summarize_server of the ok repeats
     host_cpu: dict | None = None  # median cores per consumer over the repeats' windows (system.cpu_window)
-    # per ok repeat, in order: the op's p50, the main thread's and the clients' CPU wait
-    repeats_cpu: list = field(default_factory=list)
+    # per ok repeat, in order (repeat_detail): each op's p50 and mean, the repeat's own server
+    # summary, and who waited for a CPU in it
+    per_repeat: list = field(default_factory=list)
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -96,12 +97,15 @@ HOST_CPU_KEYS = ("host_cores", "server_cores", "clients_cores", "tracer_cores", 
                  "measured_client_wait", "background_client_wait")
 
 
-def repeat_cpu(run: dict) -> dict:
-    """One repeat's p50 per op with who waited for a CPU in it: the main thread (% of the window,
-    from the tracer) and the clients (share of their time, run.host_cpu.clients_cpu_wait)."""
+def repeat_detail(run: dict) -> dict:
+    """One repeat on its own: the p50 and mean per op, its server summary (analysis.server; None
+    without a trace), and who waited for a CPU in it: the main thread (% of the window, from the
+    tracer) and the clients (share of their time, run.host_cpu.clients_cpu_wait)."""
     srv = summarize_server([run.get("server")]) if run.get("server") else None
     wait = (run.get("host_cpu") or {}).get("clients_cpu_wait") or {}
-    return {"repeat": run.get("repeat"), "p50_us": {op: r.get("p50_us") for op, r in (run.get("ops") or {}).items()},
+    ops = run.get("ops") or {}
+    return {"repeat": run.get("repeat"), "p50_us": {op: r.get("p50_us") for op, r in ops.items()},
+            "mean_us": {op: r.get("mean_us") for op, r in ops.items()}, "server": srv,
             "main_cpu_wait_pct": srv["main_thread"].get("waiting_for_cpu_pct") if srv else None,
             "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
 
@@ -149,7 +153,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
         if host_cpu:
             host_cpu["cpus"] = cpu[0].get("cpus")
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu,
-                                 [repeat_cpu(r) for r in groups[key]]))
+                                 [repeat_detail(r) for r in groups[key]]))
     return cells
 
 
