@@ -198,7 +198,7 @@ def iterations_sentence(label: str, it: dict) -> str:
                 if it.get("mean_in_units") is not None else "")
         return (f"{label}: the median latency spans {it['p50_in_units']:.2f} {units}, between the paths of "
                 f"{it['most'] - 1:g} and {it['most']:g}: the median request came in during one and waited its rest and "
-                f"the next, so {it['k']:g} are taken as time in the server{mean}")
+                f"the next, so {it['k']:.2f} are taken as time in the server{mean}")
     if it["mean_in_units"] >= it["most"]:
         return (f"{label}: the mean latency spans {it['mean_in_units']:.1f} {units}, so every request is taken to "
                 f"spend {it['most']:g} in the server and the rest outside it")
@@ -222,7 +222,7 @@ def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
 
 
 def side_iterations_sentence(label: str, side: dict) -> str:
-    used = side["used"]
+    used = sorted(side["used"], key=lambda u: u["repeat"] or 0)
     if len(used) == 1:
         return iterations_sentence(label, used[0]["request_iterations"])
     return (f"{label}, the median of repeats {used[0]['repeat']} and {used[1]['repeat']} (p50 {_ms(used[0]['p50_us'])} "
