@@ -194,8 +194,8 @@ def iterations_sentence(label: str, it: dict) -> str:
         return f"{label}: {it['k']:g} loop units per request (no loop time to measure it against)"
     units = f"{it['unit']}s of {_ms(it['unit_us'])}"
     if it.get("from") == "p50":
-        mean = (f"; the mean latency, {it['mean_in_units']:.2f}, would have given {it['most'] - (it['shorter_path_share'] >= 0.5):g}"
-                if it.get("mean_in_units") is not None else "")
+        mean = (f"; the mean latency, {it['mean_in_units']:.2f}, would have given {it['mean_k']:g}"
+                if it.get("mean_k") is not None else "")
         return (f"{label}: the median latency spans {it['p50_in_units']:.2f} {units}, between the paths of "
                 f"{it['most'] - 1:g} and {it['most']:g}: the median request came in during one and waited its rest and "
                 f"the next, so {it['k']:.2f} are taken as time in the server{mean}")
@@ -242,14 +242,14 @@ def side_inputs(side: dict) -> dict:
     return out
 
 
-def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict]) -> str:
+def model_check(doc: dict, cell: CellSummary, op: str, sens: list[dict], k: float) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
-    measured against the model's fsync cycles per request (sens: sensitivity.sensitivity(doc)).
+    measured against the model's k fsync cycles per request (sens: sensitivity.sensitivity(doc);
+    k: side_model's).
     '' when nothing to say."""
     out = []
     io = (doc.get("server") or {}).get("io_threads") or 1
-    k = side_model(doc, cell, op)["k"]
     if io > 1:
         out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
                    f"(the model counts {k:g} loop units per request) and the main thread polls in between: the "
@@ -430,9 +430,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
-        for label, doc, cell, side_sens in ((base_doc["label"], base_doc, b, sens[0]),
-                                            (cand_doc["label"], cand_doc, c, sens[1])):
-            check = model_check(doc, cell, op, side_sens)
+        for label, doc, cell, side_sens, k in ((base_doc["label"], base_doc, b, sens[0], kb),
+                                               (cand_doc["label"], cand_doc, c, sens[1], kc)):
+            check = model_check(doc, cell, op, side_sens, k)
             if check:
                 claim += f" {label}: {check}"
         claim += (" " + _accounting_sentence(comps) + " Loop units per request: "
@@ -548,14 +548,15 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
         if why_not:
             claim += f" Not modelled: {why_not}."
         else:
-            parts = side_model(doc, cell, op)["components"]
+            side = side_model(doc, cell, op)
+            parts = side["components"]
             comps = [{"name": n, "us": round(v, 1)} for n, v in parts.items()]
             share = (parts["fsync"] + parts["aof_write"]) / lat if lat else None
             claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"
                                              for n, v in parts.items() if abs(v) >= 0.5) + ".")
             if parts["outside_server"] < -0.1 * lat:
                 claim += " (The server-side terms exceed the latency: the model over-predicts here.)"
-            check = model_check(doc, cell, op, sens)
+            check = model_check(doc, cell, op, sens, side["k"])
             if check:
                 claim += " " + check[0].upper() + check[1:]
         entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": "p50_us",

@@ -106,7 +106,7 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     unit = cyc["duration_us"] if cyc else None
     out = {"k": most, "most": most, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
            "shorter_path_share": None, "p50_in_units": None, "unit_us": round(unit, 1) if unit else unit,
-           "mean_latency_us": mean_us, "from": None}
+           "mean_latency_us": mean_us, "mean_k": None, "from": None}
     if not unit:
         return out
     if mean_us:
@@ -114,6 +114,7 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
         shorter = min(1.0, max(0.0, most - c))
         out.update(k=most - 1 if shorter >= 0.5 else most, mean_in_units=round(c, 3),
                    shorter_path_share=round(shorter, 3), **{"from": "mean"})
+        out["mean_k"] = out["k"]
     if p50_us:
         u = p50_us / unit
         out["p50_in_units"] = round(u, 3)
@@ -160,11 +161,10 @@ def median_repeat(repeats: list[dict], most: float = ITERATIONS_PER_REQUEST) -> 
             "k": sum(u["request_iterations"]["k"] for u in used) / len(used), "used": used}
 
 
-def contributions(base: dict, cand: dict) -> list[dict]:
-    """[{"name", "base_us", "cand_us", "delta_us"}]: each component on each side (base, cand:
+def contributions(b: dict, c: dict) -> list[dict]:
+    """[{"name", "base_us", "cand_us", "delta_us"}]: each component on each side (b, c:
     {component: µs}, each adding up to its side's latency) and its contribution to the change
     (the deltas sum to the change)."""
-    b, c = base, cand
     return [{"name": n, "base_us": round(b[n], 1), "cand_us": round(c[n], 1), "delta_us": round(c[n] - b[n], 1)}
             for n in COMPONENTS]
 

@@ -81,6 +81,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
                                         "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float),
                                         "in_sync_ns": 0.0})
+            r["in_sync_ns"] += sync_blocked_ns(t)
             r["names"].add(t["name"])
             r["tids"].add(t["tid"])
             for call, rec in t.get("calls", {}).items():
@@ -95,8 +96,6 @@ def summarize_server(raws: list[dict]) -> dict | None:
                 r["off_cpu_ns"]["blocked"] += max(0, raw["window_ns"] - sched["on_cpu_ns"] - sched["runqueue_ns"])
             for cause, by_state in t.get("off_cpu_ns", {}).items():
                 for state, v in by_state.items():
-                    if cause in SYNC_CALLS and state != "runnable":
-                        r["in_sync_ns"] += v  # blocked inside fsync: completed in the window or not
                     if not sched:
                         r["off_cpu_ns"][state] += v
                     if role == "main":
@@ -168,10 +167,11 @@ def cross_check(ebpf_main: dict, shim_main: dict) -> dict:
 MIN_EVERYSEC_WINDOW_S = 2.5
 
 
-def in_flight_sync_ms(raw: dict) -> float:
-    """ms a raw window's threads spent blocked inside fsync/fdatasync (completed or not)."""
-    return sum(v for t in raw.get("threads") or () for cause, by_state in (t.get("off_cpu_ns") or {}).items()
-               if cause in SYNC_CALLS for state, v in by_state.items() if state != "runnable") / 1e6
+def sync_blocked_ns(thread: dict) -> float:
+    """ns one raw thread spent blocked inside fsync/fdatasync in the window, whether the call
+    completed in it or not (the off-CPU intervals, not the call histograms)."""
+    return sum(v for cause, by_state in (thread.get("off_cpu_ns") or {}).items() if cause in SYNC_CALLS
+               for state, v in by_state.items() if state != "runnable")
 
 
 def missed_fsyncs(doc: dict) -> list[str]:
@@ -192,7 +192,7 @@ def missed_fsyncs(doc: dict) -> list[str]:
         syncs = sum((c.get(k) or {}).get("count", 0) for c in calls for k in SYNC_CALLS)
         window_s = srv["window_ns"] / 1e9
         expected = writes >= 10 if mode == "always" else writes > 0 and window_s >= MIN_EVERYSEC_WINDOW_S
-        if expected and syncs == 0 and in_flight_sync_ms(srv):
+        if expected and syncs == 0 and any(sync_blocked_ns(t) for t in srv["threads"]):
             continue  # an fsync ran across the window (explain.fsync_placement says so): not missed
         if expected and syncs == 0:
             out.append(f"{run['workload']} {run['value_size']} B #{run.get('repeat')}: no fsync seen on any thread "
