@@ -73,9 +73,14 @@ def test_a_busy_loop_is_not_the_fsync_and_shows_in_the_host_cpu(recs, tmp_path):
     fsync = next(c for c in e["components"] if c["name"] == "fsync")
     assert fsync["base_us"] == 0 and fsync["cand_us"] == 0  # neither main thread fsyncs
     # the clients on a CPU of their own and the server on the other (record --client-cpus auto):
-    # the loop can only share the server's, and GET p50 moves, every time
-    assert e["significant"] is True and abs(e["explained_share"]) <= 0.1, e["claim"]
-    assert e["leading_component"] in ("outside_server", "cpu_wait", "on_cpu") and "CPU" in e["claim"]
+    # the loop shares the server's CPU, and the main thread preempts it at each wake-up, so GET p50
+    # moves +5% to +54% (significant in 9 of 12 check-09 runs, and in CI once +10%: not) while the
+    # throughput falls a third to a half every time; the claim says which
+    assert e["explained_share"] is None or abs(e["explained_share"]) <= 0.1, e["claim"]
+    if e["significant"]:
+        assert e["leading_component"] in ("outside_server", "cpu_wait", "on_cpu") and "CPU" in e["claim"]
+    else:
+        assert "But GET TPS moved significantly" in e["claim"], e["claim"]
     assert "other processes +" in e["claim"], e["claim"]
     # the busy loop is in the window's CPU accounting, whatever the latency did
     cells = {r["label"]: r["cells"][0] for r in doc["runs"]}
