@@ -14,7 +14,7 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 from __future__ import annotations
 
 from valkeytrace.analysis import model
-from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, significance
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
@@ -152,9 +152,9 @@ def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
         return (f"significance unknown (n={n_base} vs n={n_cand}): record with --repeat 3; "
                 "the accounting below is not an explanation")
     if not sig:
-        return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than 10%, or "
+        return (f"no significant change (n={n_base} vs n={n_cand}: the medians differ by less than {MIN_EFFECT:.0%}, or "
                 "the repeats' ranges overlap and the clients' interval samples are not shifted): nothing to explain")
-    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by 10% or more, and the repeats' "
+    return (f"significant (n={n_base} vs n={n_cand}: the medians differ by {MIN_EFFECT:.0%} or more, and the repeats' "
             "ranges are disjoint or the clients' interval samples are shifted, rank test p < 0.01)")
 
 

@@ -6,7 +6,7 @@ Conventions (those of valkey#4029):
   - delta = (candidate - baseline) / baseline x 100; TPS and MB/s positive = better,
     latencies negative = better;
   - significance (significance()), with n >= 2 repeats on each side (else unknown): the medians
-    differ by at least MIN_EFFECT (10%: three SDs of this host's launch-to-launch A/A spread), AND
+    differ by at least MIN_EFFECT (15%: three SDs of this host's launch-to-launch A/A spread), AND
     either the repeats' min-max ranges are disjoint (every repeat of one side beyond every repeat of the
     other: p = 0.1 by permutation at 3 vs 3) or the clients' own interval samples (the
     benchmark's progress lines, ~4 a second: interval rate for TPS and MB/s, interval mean latency
@@ -32,8 +32,11 @@ METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats
 # share it, so no test on them sees the launch-to-launch spread: A/A pairs of recordings moved GET
-# p50 by -5.5% to +6% here (SD 3.4% over 9 pairs); 10% is three of those SDs
-MIN_EFFECT = 0.10
+# p50 by -5.5% to +6% here (SD 3.4% over 9 pairs) with the clients left to the kernel, and by -6%
+# to +8% (SD 4.4% over 14 pairs) with the clients and the server on CPUs of their own (record
+# --client-cpus auto), where one more pair in CI (always +4 ms, 2 repeats) came out +14%: 15% is
+# three of those SDs (it was 10% until 2026-12-01)
+MIN_EFFECT = 0.15
 MIN_SAMPLES = 6    # interval samples a side for the rank test
 ALPHA = 0.01
 
