@@ -147,7 +147,10 @@ class ClientProcess:
 
 def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
               value_size: int, keyspace: int, seconds: float = CALIBRATION_S) -> float:
-    """Requests per second of this test right now (also warms the server up)."""
+    """Requests per second of this test right now (also warms the server up): the client's
+    overall rate once it has run `seconds` and answered something. A client whose first progress
+    line comes late (still connecting its clients: seen at 1 s under `appendfsync always`) is
+    waited for, up to 10 s more."""
     proc = ClientProcess(client_argv(client, host, port, test, clients, value_size, keyspace,
                                      ENDLESS_REQUESTS), client.cpus)
     try:
@@ -155,8 +158,10 @@ def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients:
         while time.monotonic() < deadline:
             if proc.proc.poll() is not None:
                 break
-            if proc.progress and proc.progress[-1][0] - proc.started_mono >= seconds:
-                break
+            if proc.progress:
+                t, last = proc.progress[-1]
+                if last["overall_rps"] > 0 and t - proc.started_mono >= seconds:
+                    break
             time.sleep(0.05)
     finally:
         proc.stop()
