@@ -20,6 +20,13 @@ from valkeytrace.server.view import ServerView
 from valkeytrace.workload import scenarios
 
 
+# runs per --fsync-sensitivity level, whatever --repeat: under `always` a run's GET p50 sits on
+# one of two paths (one or two fsync cycles; analysis/model.py), and one run per level put a
+# level on the longer path in about 1 sweep of 10 on the 2-CPU VM (R² 0.77-0.85 where the other
+# levels lay on a line); the median of 3 takes the level's usual path
+SENSITIVITY_MIN_RUNS = 3
+
+
 @dataclass
 class Settings:
     workloads: tuple
@@ -42,16 +49,23 @@ class Settings:
 
     def matrix(self):
         """[(repeat, workload, value_size, added fsync delay ns)] in execution order: each cell,
-        then the same cell at each --fsync-sensitivity level."""
+        then the same cell at each --fsync-sensitivity level; below SENSITIVITY_MIN_RUNS repeats,
+        the levels (not the cells) are swept again after the matrix until each has that many runs,
+        so that the slope is fitted on medians (analysis/sensitivity.py)."""
         out = []
+        loaded = [w for w in self.workloads if scenarios.SCENARIOS[w].drives_load]
         for r in range(1, self.repeat + 1):
             for size in self.sizes:
                 for w in self.workloads:
-                    loaded = scenarios.SCENARIOS[w].drives_load
-                    if not loaded and size != self.sizes[0]:
+                    if w not in loaded and size != self.sizes[0]:
                         continue  # observing only: value sizes mean nothing, one window a repeat
                     out.append((r, w, size, 0))
-                    if loaded:
+                    if w in loaded:
+                        out += [(r, w, size, level) for level in self.sensitivity]
+        if self.sensitivity:
+            for r in range(self.repeat + 1, SENSITIVITY_MIN_RUNS + 1):
+                for size in self.sizes:
+                    for w in loaded:
                         out += [(r, w, size, level) for level in self.sensitivity]
         return out
 

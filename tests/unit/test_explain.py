@@ -243,6 +243,42 @@ def test_sensitivity_slope_and_r2():
     assert summarize(doc)[0].repeats == 1
 
 
+def test_sensitivity_fits_each_levels_median_run():
+    # the failure check 09 met at one run per level: the +2 ms run on the two-cycle path
+    # (points 647 / 2319 / 4911 / 4823 µs, R² 0.77); with three runs at each added delay (the
+    # recorder's SENSITIVITY_MIN_RUNS), that run is one of three and the level's median is on the line
+    cells = []
+    for extra_ms, p50s in ((0, [647]), (1, [2319, 2290, 2350]), (2, [4911, 3400, 3350]), (4, [4823, 4790, 4900])):
+        fsync_us = 180 + extra_ms * 1050
+        cells.append((window(469, main_fsyncs=383, fsync_us=fsync_us), p50s, {"fsync_extra_delay_ns": extra_ms * 1_000_000}))
+    doc = recording("s", cells)
+    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
+    assert [p[1] for p in s["points"]] == [647, 2319, 3400, 4823]
+    assert s["runs_per_point"] == [1, 3, 3, 3] and s["r2"] >= 0.95 and 0.9 <= s["slope"] <= 1.1, s
+    assert "each the median of 3 runs (+0 ms: 1)" in sensitivity.describe([s])[0]
+    one_run = recording("s", [(w, p50s[-1:] if x["fsync_extra_delay_ns"] != 2_000_000 else [4911], x) for w, p50s, x in cells])
+    s1 = [x for x in sensitivity.sensitivity(one_run) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
+    assert s1["r2"] < 0.9  # what one run per level gave
+
+
+def test_the_sweep_has_three_runs_per_level_whatever_the_repeat():
+    from valkeytrace.recorder import SENSITIVITY_MIN_RUNS, Settings
+
+    def settings(repeat, levels):
+        return Settings(workloads=("read-heavy", "none"), sizes=(64, 256), repeat=repeat, duration_s=2, keyspace=1000,
+                        get_clients=50, set_clients=8, write_clients=50, backend="ebpf", sensitivity=levels)
+    m = settings(1, (1_000_000, 2_000_000)).matrix()
+    for size in (64, 256):
+        assert [x for x in m if x[1:3] == ("read-heavy", size) and x[3] == 0] == [(1, "read-heavy", size, 0)]
+        for lvl in (1_000_000, 2_000_000):
+            assert [x[0] for x in m if x[1:] == ("read-heavy", size, lvl)] == list(range(1, SENSITIVITY_MIN_RUNS + 1))
+    assert [x for x in m if x[1] == "none"] == [(1, "none", 64, 0)]  # observing: no level, no extra sweep
+    assert m.index((1, "read-heavy", 256, 2_000_000)) < m.index((2, "read-heavy", 64, 1_000_000))  # sweeps after the matrix
+    m5 = settings(5, (1_000_000,)).matrix()
+    assert len([x for x in m5 if x[3]]) == 2 * 5  # enough repeats: one level run per repeat, no extra sweep
+    assert len(settings(1, ()).matrix()) == 3  # no sensitivity: the plain matrix
+
+
 def busy_window(fsync_us, busy_us=200.0, iterations=469, main_fsyncs=383):
     """An appendfsync-always window whose main thread is busy busy_us an iteration besides the
     fsync (on CPU, 5% of the wall waiting for a CPU) and idle for the rest of the wall."""

@@ -42,20 +42,32 @@ def sensitivity(doc: dict) -> list[dict]:
         op = MEASURED_OP.get(key[0])
         if not op or op not in base.ops:
             continue
-        cells = [by_level[lvl].get(key) for lvl in levels]
-        cells = [c for c in cells if c is not None and op in c.ops and c.server]
+        at = [(lvl, by_level[lvl].get(key)) for lvl in levels]
+        at = [(lvl, c) for lvl, c in at if c is not None and op in c.ops and c.server]
+        cells = [c for _, c in at]
         roles = sorted({t["role"] for c in cells for t in c.server["threads"]
                         if t["fdatasync"]["count"] or t["fsync"]["count"]})
         for role in roles:
             for metric in ("p50_us", "p99_us"):
-                pts = [(_fsync_p50(c.server, role), c.ops[op].get(metric)) for c in cells]
-                pts = [(round(x, 1), round(y, 1)) for x, y in pts if x is not None and y is not None]
+                pts = [(_fsync_p50(c.server, role), c.ops[op].get(metric), (lvl, c.repeats)) for lvl, c in at]
+                pts = [(round(x, 1), round(y, 1), n) for x, y, n in pts if x is not None and y is not None]
                 if len(pts) < MIN_POINTS:
                     continue
                 out.append({"workload": key[0], "op": op, "value_size": key[1], "metric": metric,
-                            "thread_role": role, **fit(pts), "points": pts,
+                            "thread_role": role, **fit([p[:2] for p in pts]), "points": [list(p[:2]) for p in pts],
+                            "runs_per_point": [p[2][1] for p in pts], "point_delays_ns": [p[2][0] for p in pts],
                             "added_delays_ns": levels})
     return out
+
+
+def _runs(e: dict) -> str:
+    """ "; each the median of 3 runs (+0 ms: 1)": what each point is (the runs behind it)."""
+    runs = e.get("runs_per_point") or []
+    if not runs or max(runs) < 2:
+        return ""
+    most = max(set(runs), key=runs.count)
+    fewer = [f"+{ns / 1e6:g} ms: {n}" for ns, n in zip(e.get("point_delays_ns") or [], runs) if n != most]
+    return f"; each the median of {most} runs" + (f" ({', '.join(fewer)})" if fewer else "")
 
 
 def describe(entries: list[dict]) -> list[str]:
@@ -64,5 +76,5 @@ def describe(entries: list[dict]) -> list[str]:
         out.append(f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}: each extra "
                    f"1 ms of {e['thread_role']} fsync (p50) adds {e['slope']:.2f} ms (R² {e['r2']:.2f}, "
                    f"{len(e['points'])} points: added delays "
-                   + ", ".join(f"+{ns / 1e6:g} ms" for ns in e["added_delays_ns"]) + ")")
+                   + ", ".join(f"+{ns / 1e6:g} ms" for ns in e["added_delays_ns"]) + _runs(e) + ")")
     return out

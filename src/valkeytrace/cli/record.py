@@ -111,7 +111,8 @@ def default_label(server: dict) -> str:
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
-                   "op's latency against the measured fsync time. Launched servers only.")
+                   "op's latency against the measured fsync time, each level the median of at least 3 runs "
+                   "(swept again after the matrix below --repeat 3). Launched servers only.")
 @click.option("--measure-overhead", is_flag=True,
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
