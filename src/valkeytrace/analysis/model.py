@@ -112,9 +112,8 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     if mean_us:
         c = mean_us / unit
         shorter = min(1.0, max(0.0, most - c))
-        out.update(k=most - 1 if shorter >= 0.5 else most, mean_in_units=round(c, 3),
-                   shorter_path_share=round(shorter, 3), **{"from": "mean"})
-        out["mean_k"] = out["k"]
+        k = most - 1 if shorter >= 0.5 else most
+        out.update(k=k, mean_k=k, mean_in_units=round(c, 3), shorter_path_share=round(shorter, 3), **{"from": "mean"})
     if p50_us:
         u = p50_us / unit
         out["p50_in_units"] = round(u, 3)

@@ -49,15 +49,20 @@ def sensitivity(doc: dict) -> list[dict]:
                         if t["fdatasync"]["count"] or t["fsync"]["count"]})
         for role in roles:
             for metric in ("p50_us", "p99_us"):
-                pts = [(_fsync_p50(c.server, role), c.ops[op].get(metric), (lvl, c.repeats)) for lvl, c in at]
-                pts = [(round(x, 1), round(y, 1), n) for x, y, n in pts if x is not None and y is not None]
-                if len(pts) < MIN_POINTS:
+                measured = [(lvl, c, _fsync_p50(c.server, role), c.ops[op].get(metric)) for lvl, c in at]
+                measured = [(lvl, c, x, y) for lvl, c, x, y in measured if x is not None and y is not None]
+                if len(measured) < MIN_POINTS:
                     continue
+                pts = [[round(x, 1), round(y, 1)] for _, _, x, y in measured]
                 out.append({"workload": key[0], "op": op, "value_size": key[1], "metric": metric,
-                            "thread_role": role, **fit([p[:2] for p in pts]), "points": [list(p[:2]) for p in pts],
-                            "runs_per_point": [p[2][1] for p in pts], "point_delays_ns": [p[2][0] for p in pts],
-                            "added_delays_ns": levels})
+                            "thread_role": role, **fit(pts), "points": pts,
+                            "runs_per_point": [c.repeats for _, c, _, _ in measured],
+                            "point_delays_ns": [lvl for lvl, _, _, _ in measured], "added_delays_ns": levels})
     return out
+
+
+def _delay(ns: int) -> str:
+    return f"+{ns / 1e6:g} ms"
 
 
 def _runs(e: dict) -> str:
@@ -66,7 +71,7 @@ def _runs(e: dict) -> str:
     if not runs or max(runs) < 2:
         return ""
     most = max(set(runs), key=runs.count)
-    fewer = [f"+{ns / 1e6:g} ms: {n}" for ns, n in zip(e.get("point_delays_ns") or [], runs) if n != most]
+    fewer = [f"{_delay(ns)}: {n}" for ns, n in zip(e.get("point_delays_ns") or [], runs) if n != most]
     return f"; each the median of {most} runs" + (f" ({', '.join(fewer)})" if fewer else "")
 
 
@@ -76,5 +81,5 @@ def describe(entries: list[dict]) -> list[str]:
         out.append(f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}: each extra "
                    f"1 ms of {e['thread_role']} fsync (p50) adds {e['slope']:.2f} ms (R² {e['r2']:.2f}, "
                    f"{len(e['points'])} points: added delays "
-                   + ", ".join(f"+{ns / 1e6:g} ms" for ns in e["added_delays_ns"]) + _runs(e) + ")")
+                   + ", ".join(_delay(ns) for ns in e["added_delays_ns"]) + _runs(e) + ")")
     return out
