@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--all-processes", action="store_true")
     args = ap.parse_args()
     from valkeytrace.server.process import EmbeddedServer
-    from valkeytrace.tracers.ebpf import import_bcc
+    from valkeytrace.tracers.bcc_load import import_bcc
     from valkeytrace.workload import scenarios
     from valkeytrace.workload.clients import find_client
 

@@ -26,7 +26,7 @@ def main():
                          "0,0x1,0x11: which instructions the kernel emulates and which it single-steps")
     args = ap.parse_args()
     from valkeytrace.server.process import EmbeddedServer
-    from valkeytrace.tracers.ebpf import import_bcc
+    from valkeytrace.tracers.bcc_load import import_bcc
     from valkeytrace.tracers.ebpf_plan import LOOP_SYMBOL
     from valkeytrace.workload import scenarios
     from valkeytrace.workload.clients import find_client

@@ -4,9 +4,9 @@
  * Measures, per thread of process TARGET_TGID, aggregated in the kernel:
  *   - fdatasync / fsync latency (log-linear histograms, valkeytrace.h), count, total, max;
  *   - AOF write(2) latency and bytes;
- *   - off-CPU time from sched_switch, by the state the thread was switched out in (runnable =
- *     preempted, waiting for a CPU; sleeping; uninterruptible = I/O) and by the call it was
- *     inside (fdatasync/fsync, AOF write, epoll_wait = idle, other);
+ *   - off-CPU time from sched_switch and sched_wakeup, by state (runnable = waiting for a CPU:
+ *     preempted, or woken and not yet running; sleeping; uninterruptible = I/O, each until the
+ *     wake-up) and by the call the thread was inside (fdatasync/fsync, AOF write, epoll_wait = idle, other);
  *   - main-thread event-loop iterations: beforeSleep -> beforeSleep (uprobe), or, without the
  *     symbol (LOOP_FROM_EPOLL=1), epoll_wait return -> return;
  *   - flushAppendOnlyFile calls and durations (uprobe + uretprobe, when attached);
@@ -41,12 +41,14 @@
  * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
  * kernel struct from the headers (they may belong to another kernel version). Parameters come as
  * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
+ * TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"
 
-#define MAX_SLOTS VT_SHIM_MAX_THREADS
+#define MAX_SLOTS VT_SHIM_MAX_THREADS /* direct slots: tid - tgid below this */
+#define EXTRA_SLOTS 16                 /* slots past them for the threads outside that range */
+#define ALL_SLOTS (MAX_SLOTS + EXTRA_SLOTS)
 #define MAX_FDS 4096
 
 struct inflight_call {
@@ -65,16 +67,34 @@ struct offcpu_since_val {
 };
 
 struct offcpu_slot {
+    u64 tid; /* the slot's owner: its totals restart from zero when another thread takes it */
     u64 ns[VT_CALL_KINDS][VT_STATE_KINDS];
+    u64 charged_ns; /* wait for a CPU the kernel charged as on-CPU time, moved there (align_run) */
 };
 
-BPF_ARRAY(threads, struct vt_shim_thread, MAX_SLOTS);
-BPF_ARRAY(inflight, struct inflight_call, MAX_SLOTS);
-BPF_ARRAY(offcpu_since, struct offcpu_since_val, MAX_SLOTS);
-BPF_ARRAY(offcpu, struct offcpu_slot, MAX_SLOTS);
-BPF_ARRAY(func_start, u64, MAX_SLOTS);
+/* Where the kernel's charge of a run of the thread began, against the switch that began it: the
+ * runnable part that ended at the switch-in, and the kernel's runtime total at the last switch-out. */
+struct run_state {
+    u64 last_runtime; /* task_struct.se.sum_exec_runtime at the thread's last switch-out */
+    u64 in_ns;        /* its last switch-in */
+    u64 rq_ns;        /* the runnable part that ended there */
+    u64 blk_ns;       /* the blocked part before it (ended by the wake-up) */
+    u32 rq_cause;
+    u32 tid;
+    u16 blk_cause;
+    u16 blk_state;
+};
+
+BPF_ARRAY(threads, struct vt_shim_thread, ALL_SLOTS);
+BPF_ARRAY(zero_thread, struct vt_shim_thread, 1); /* all zero: copied over a slot that changes hands */
+BPF_ARRAY(inflight, struct inflight_call, ALL_SLOTS);
+BPF_ARRAY(offcpu_since, struct offcpu_since_val, ALL_SLOTS);
+BPF_ARRAY(offcpu, struct offcpu_slot, ALL_SLOTS);
+BPF_ARRAY(func_start, u64, ALL_SLOTS);
+BPF_ARRAY(run_states, struct run_state, ALL_SLOTS);
 BPF_ARRAY(aof_fds, u8, MAX_FDS);
-BPF_HASH(extra_slots, u32, u32, MAX_SLOTS);
+/* tid -> slot in [MAX_SLOTS, ALL_SLOTS): never a direct slot, so no two threads share one */
+BPF_HASH(extra_slots, u32, u32, EXTRA_SLOTS);
 BPF_ARRAY(extra_count, u32, 1);
 BPF_ARRAY(loop_last, u64, 1);
 BPF_ARRAY(lost, u64, 1);
@@ -94,6 +114,23 @@ static __always_inline int current_slot(u32 *tid_out)
         return (int)off;
     extra = extra_slots.lookup(&tid);
     return extra ? (int)*extra : -1;
+}
+
+/* The slot of thread tid of the target (the task is not necessarily the current one), or -1. A
+ * tid in the direct range may belong to another process: callers check the slot's owner. */
+static __always_inline int slot_of(u32 tid)
+{
+    u32 off = tid - TARGET_TGID;
+    if (off < MAX_SLOTS)
+        return (int)off;
+    int zero = 0;
+    u32 *n = extra_count.lookup(&zero);
+    if (n && *n) {
+        u32 *s = extra_slots.lookup(&tid);
+        if (s)
+            return (int)*s;
+    }
+    return -1;
 }
 
 static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
@@ -118,7 +155,11 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
     u64 b;
     if (!t || kind >= VT_CALL_KINDS)
         return;
-    if (t->tid != tid) { /* first call of this thread (or the slot's tid was reused) */
+    if (t->tid != tid) { /* first call of this thread, or the slot changed hands: start from zero */
+        int zero = 0;
+        struct vt_shim_thread *z = zero_thread.lookup(&zero);
+        if (t->claimed && z)
+            threads.update(&slot, z);
         t->tid = tid;
         t->claimed = 1;
     }
@@ -443,28 +484,123 @@ static __always_inline u16 switch_cause(struct inflight_call *in, u16 cause, lon
 
 #endif
 
+/* Close the current part of slot's off-CPU interval at now: its time to offcpu[cause][state] (the
+ * totals restart when the slot's owner changed), and, for the main thread, a timeline event when
+ * it is long enough. */
+static __always_inline void close_part(int slot, struct offcpu_since_val *since, u32 tid, u64 now)
+{
+    u64 dur = now - since->start_ns;
+    u32 cause = since->cause, state = since->state;
+    struct offcpu_slot *o = offcpu.lookup(&slot);
+    if (o && cause < VT_CALL_KINDS && state < VT_STATE_KINDS) {
+        if (o->tid != tid) {
+            #pragma unroll
+            for (int c = 0; c < VT_CALL_KINDS; c++) {
+                #pragma unroll
+                for (int st = 0; st < VT_STATE_KINDS; st++)
+                    o->ns[c][st] = 0;
+            }
+            o->charged_ns = 0;
+            o->tid = tid;
+        }
+        __sync_fetch_and_add(&o->ns[cause][state], dur);
+    }
+    if (tid == MAIN_TID && dur >= BLOCK_THRESHOLD_NS)
+        emit(tid, since->start_ns, dur, cause, state);
+}
+
+#if TASK_RUNTIME_OFFSET
+/* The kernel charges a run of a thread from its run queue's last clock update, which, when the
+ * thread's wake-up preempted the task on its CPU, is not the switch (the update there is skipped)
+ * but the wake-up or before it: so the kernel counts as on-CPU the few µs before the switch (16-32
+ * µs a run on this project's VM, under a busy loop on the thread's CPU) that sched_switch shows as
+ * a wait for a CPU or the end of a sleep. At each switch-out the run's charge (the growth of
+ * se.sum_exec_runtime) is compared with its length; what exceeds it moves to on-CPU from the
+ * runnable part before the run, then from the blocked part before that, and is counted in
+ * charged_ns: the budget is the kernel's own accounting (/proc schedstat agrees), and the recording
+ * says how much was moved. */
+static __always_inline void align_run(int slot, u32 tid, u64 now)
+{
+    struct run_state *rs = run_states.lookup(&slot);
+    u64 runtime = 0;
+    if (!rs)
+        return;
+    bpf_probe_read_kernel(&runtime, sizeof(runtime), (void *)bpf_get_current_task() + TASK_RUNTIME_OFFSET);
+    if (rs->tid == tid && rs->last_runtime && rs->in_ns && runtime > rs->last_runtime && now > rs->in_ns) {
+        u64 charged = runtime - rs->last_runtime, ran = now - rs->in_ns;
+        u64 move = charged > ran ? charged - ran : 0;
+        u64 rest;
+        u32 c = rs->rq_cause, bc = rs->blk_cause, bs = rs->blk_state;
+        struct offcpu_slot *o = offcpu.lookup(&slot);
+        if (move > rs->rq_ns + rs->blk_ns)
+            move = rs->rq_ns + rs->blk_ns;
+        rest = move > rs->rq_ns ? move - rs->rq_ns : 0;
+        move -= rest;
+        if (o && o->tid == tid && c < VT_CALL_KINDS && bc < VT_CALL_KINDS && bs < VT_STATE_KINDS) {
+            if (move && o->ns[c][VT_STATE_RUNNABLE] >= move) {
+                __sync_fetch_and_add(&o->ns[c][VT_STATE_RUNNABLE], -move);
+                __sync_fetch_and_add(&o->charged_ns, move);
+            }
+            if (rest && o->ns[bc][bs] >= rest) {
+                __sync_fetch_and_add(&o->ns[bc][bs], -rest);
+                __sync_fetch_and_add(&o->charged_ns, rest);
+            }
+        }
+    }
+    rs->last_runtime = runtime;
+    rs->tid = tid;
+    rs->in_ns = 0;
+    rs->rq_ns = 0;
+    rs->blk_ns = 0;
+}
+
+/* The switch-in that ends an off-CPU interval: since holds its last part (runnable after a
+ * wake-up or a preemption; else blocked, with no wake-up seen) */
+static __always_inline void run_begins(int slot, u32 tid, u64 now, struct offcpu_since_val *since)
+{
+    struct run_state *rs = run_states.lookup(&slot);
+    if (!rs || rs->tid != tid)
+        return;
+    rs->in_ns = now;
+    if (since->state == VT_STATE_RUNNABLE) {
+        rs->rq_ns = now - since->start_ns;
+        rs->rq_cause = since->cause;
+    } else {
+        rs->rq_ns = 0;
+        rs->blk_ns = now - since->start_ns;
+        rs->blk_cause = since->cause;
+        rs->blk_state = since->state;
+    }
+}
+
+/* A wake-up ends the blocked part of an interval */
+static __always_inline void blocked_part(int slot, u32 tid, u64 now, struct offcpu_since_val *since)
+{
+    struct run_state *rs = run_states.lookup(&slot);
+    if (!rs || rs->tid != tid)
+        return;
+    rs->blk_ns = now - since->start_ns;
+    rs->blk_cause = since->cause;
+    rs->blk_state = since->state;
+}
+#else
+static __always_inline void align_run(int slot, u32 tid, u64 now) {}
+static __always_inline void run_begins(int slot, u32 tid, u64 now, struct offcpu_since_val *since) {}
+static __always_inline void blocked_part(int slot, u32 tid, u64 now, struct offcpu_since_val *since) {}
+#endif
+
 /* A context switch: prev (the current task) goes off-CPU, next comes back on. Both are filtered
- * (tgid, tid range) before anything else: this runs for every switch on the machine. */
+ * (tgid, tid range) before anything else: this runs for every switch on the machine. An
+ * interval's blocked part ends at the thread's wake-up (on_wakeup); what follows, until it runs,
+ * is a wait for a CPU (state runnable), as is all of an interval that began with a preemption. */
 static __always_inline int on_switch(long ps, u32 next)
 {
     u64 now;
-    u32 prev_tid = 0, off;
+    u32 prev_tid = 0;
     int prev = current_slot(&prev_tid); /* at this tracepoint the current task is still prev */
-    int next_slot = -1;
+    int next_slot = slot_of(next);
     struct offcpu_since_val *since;
 
-    off = next - TARGET_TGID;
-    if (off < MAX_SLOTS) {
-        next_slot = (int)off;
-    } else {
-        int zero = 0;
-        u32 *n = extra_count.lookup(&zero);
-        if (n && *n) {
-            u32 *s = extra_slots.lookup(&next);
-            if (s)
-                next_slot = (int)*s;
-        }
-    }
     if (prev < 0) {
 #if TASK_STACK_OFFSET
         /* whatever runs next: on a loaded host it is often the server itself, and a check that
@@ -478,6 +614,7 @@ static __always_inline int on_switch(long ps, u32 next)
     }
     now = bpf_ktime_get_ns();
     if (prev >= 0) {
+        align_run(prev, prev_tid, now);
         since = offcpu_since.lookup(&prev);
         if (since) {
             struct inflight_call *in = inflight.lookup(&prev);
@@ -497,15 +634,29 @@ static __always_inline int on_switch(long ps, u32 next)
     since = offcpu_since.lookup(&next_slot);
     if (!since || !since->start_ns || since->tid != next)
         return 0; /* not ours (a neighbour's tid), or no interval began since attach */
-    u64 dur = now - since->start_ns;
-    u32 cause = since->cause, state = since->state;
-    u64 start = since->start_ns;
+    close_part(next_slot, since, next, now);
+    run_begins(next_slot, next, now, since);
     since->start_ns = 0;
-    struct offcpu_slot *o = offcpu.lookup(&next_slot);
-    if (o && cause < VT_CALL_KINDS && state < VT_STATE_KINDS)
-        __sync_fetch_and_add(&o->ns[cause][state], dur);
-    if (next == MAIN_TID && dur >= BLOCK_THRESHOLD_NS)
-        emit(next, start, dur, cause, state);
+    return 0;
+}
+
+/* A wake-up (the task is put on a run queue): a traced thread's blocked part ends; it waits for
+ * a CPU from now until sched_switch runs it. A thread that is runnable already is left alone. */
+static __always_inline int on_wakeup(u32 tid)
+{
+    int slot = slot_of(tid);
+    struct offcpu_since_val *since;
+    u64 now;
+    if (slot < 0)
+        return 0;
+    since = offcpu_since.lookup(&slot);
+    if (!since || !since->start_ns || since->tid != tid || since->state == VT_STATE_RUNNABLE)
+        return 0;
+    now = bpf_ktime_get_ns();
+    close_part(slot, since, tid, now);
+    blocked_part(slot, tid, now, since);
+    since->start_ns = now;
+    since->state = VT_STATE_RUNNABLE;
     return 0;
 }
 
@@ -513,17 +664,53 @@ static __always_inline int on_switch(long ps, u32 next)
 /* Raw sched_switch (no trace record built): TP_PROTO(bool preempt, struct task_struct *prev,
  * struct task_struct *next, unsigned int prev_state). next's pid is read at the byte offset
  * userspace took from this kernel's own BTF (/sys/kernel/btf/vmlinux), never from the
- * (possibly foreign) headers bcc compiles against. */
+ * (possibly foreign) headers bcc compiles against. A preempted task is runnable whatever state
+ * it had set (the formatted tracepoint reports it so too). */
 RAW_TRACEPOINT_PROBE(sched_switch)
 {
     u32 next_pid = 0;
     bpf_probe_read_kernel(&next_pid, sizeof(next_pid), (void *)ctx->args[2] + TASK_PID_OFFSET);
-    return on_switch((long)ctx->args[3], next_pid);
+    return on_switch(ctx->args[0] ? 0 : (long)ctx->args[3], next_pid);
 }
+
+/* TP_PROTO(struct task_struct *p) */
+RAW_TRACEPOINT_PROBE(sched_wakeup)
+{
+    u32 pid = 0;
+    bpf_probe_read_kernel(&pid, sizeof(pid), (void *)ctx->args[0] + TASK_PID_OFFSET);
+    return on_wakeup(pid);
+}
+
+#if TASK_TGID_OFFSET
+/* a new thread of the target waits for its first CPU from here */
+RAW_TRACEPOINT_PROBE(sched_wakeup_new)
+{
+    u32 pid = 0, tgid = 0;
+    void *p = (void *)ctx->args[0];
+    bpf_probe_read_kernel(&tgid, sizeof(tgid), p + TASK_TGID_OFFSET);
+    if (tgid != TARGET_TGID)
+        return 0;
+    bpf_probe_read_kernel(&pid, sizeof(pid), p + TASK_PID_OFFSET);
+    int slot = slot_of(pid);
+    struct offcpu_since_val *since = slot < 0 ? 0 : offcpu_since.lookup(&slot);
+    if (!since)
+        return 0;
+    since->start_ns = bpf_ktime_get_ns();
+    since->tid = pid;
+    since->cause = VT_CALL_OTHER;
+    since->state = VT_STATE_RUNNABLE;
+    return 0;
+}
+#endif
 #else
 TRACEPOINT_PROBE(sched, sched_switch)
 {
     return on_switch(args->prev_state, args->next_pid);
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    return on_wakeup(args->pid);
 }
 #endif
 #endif

@@ -9,7 +9,7 @@ import pytest
 def _bpf_unavailable_reason():
     if os.geteuid() != 0:
         return "needs root (or CAP_BPF+CAP_PERFMON) to load BPF programs"
-    from valkeytrace.tracers.ebpf import bcc_location
+    from valkeytrace.tracers.bcc_load import bcc_location
 
     if bcc_location() is None:
         return "bcc (Debian python3-bpfcc) not importable in this interpreter"

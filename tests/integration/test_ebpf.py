@@ -154,7 +154,7 @@ def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
     counter is read on both sides of each window edge (window_begin/window_end take a few ms, at
     ~5K fdatasync/s): the tracer's count lies between the inner and the outer window's."""
     from valkeytrace.server.process import EmbeddedServer
-    from valkeytrace.tracers import ebpf
+    from valkeytrace.tracers import bcc_load as ebpf
     from valkeytrace.workload.clients import find_client
 
     with EmbeddedServer(appendfsync="always", io_threads=1) as srv:

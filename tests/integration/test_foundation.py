@@ -9,7 +9,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_bcc_program_counts_this_process_fdatasync_calls_exactly(needs_bpf):
-    from valkeytrace.tracers import ebpf
+    from valkeytrace.tracers import bcc_load as ebpf
 
     # GIVEN the selftest probe filtering on this tgid; WHEN we make 23 fdatasync calls
     # (and another process makes some too, which must not count)

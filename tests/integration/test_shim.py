@@ -234,7 +234,7 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
     import time
 
     from valkeytrace.server.process import EmbeddedServer
-    from valkeytrace.tracers.ebpf import compile_probe
+    from valkeytrace.tracers.bcc_load import compile_probe
     from valkeytrace.workload.clients import find_client
 
     def shim_fdatasyncs():

@@ -51,7 +51,7 @@ def test_a_full_sink_counts_what_it_refuses():
 
 def test_timeline_rows_are_the_records_relative_to_the_window():
     from valkeytrace.layout import CALL_NAMES, EVENT_STATE_NAMES
-    from valkeytrace.tracers.ebpf import timeline_rows
+    from valkeytrace.tracers.ebpf_window import timeline_rows
 
     # GIVEN records of every cause and state, one starting before the window's origin
     rng = np.random.default_rng(7)

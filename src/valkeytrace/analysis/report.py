@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from valkeytrace.analysis import distributions, explain, sensitivity, whatif
-from valkeytrace.analysis.server import missed_fsyncs
+from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
 
@@ -57,7 +57,8 @@ class AnalysedRun:
     @property
     def warnings(self) -> list[str]:
         """The recording's own, then what the analysis finds inconsistent in it"""
-        return list(self.doc.get("warnings") or []) + missed_fsyncs(self.doc)
+        return (list(self.doc.get("warnings") or []) + missed_fsyncs(self.doc) + schedstat_disagreements(self.doc)
+                + backend_disagreements(self.doc))
 
     @property
     def overhead(self) -> dict | None:

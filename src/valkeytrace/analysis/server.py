@@ -80,7 +80,8 @@ def summarize_server(raws: list[dict]) -> dict | None:
             role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
             r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
                                         "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float),
-                                        "in_sync_ns": 0.0})
+                                        "in_sync_ns": 0.0, "sched_ns": defaultdict(float), "sched_windows": 0,
+                                        "windows": 0, "wall_ns": 0})
             r["in_sync_ns"] += sync_blocked_ns(t)
             r["names"].add(t["name"])
             r["tids"].add(t["tid"])
@@ -91,13 +92,19 @@ def summarize_server(raws: list[dict]) -> dict | None:
                     main_calls[call].merge(_hist(rec))
             sched = t.get("sched")
             on_cpu_measured = on_cpu_measured or bool(sched and role == "main")
-            if sched:  # the kernel's own accounting covers intervals that began before the probes
+            own = t.get("off_cpu_ns") or {}
+            if sched:  # the kernel's own figures, kept beside the tracer's
+                r["sched_ns"]["on_cpu"] += sched["on_cpu_ns"]
+                r["sched_ns"]["runqueue"] += sched["runqueue_ns"]
+                r["sched_windows"] += 1
+            if sched and not own:  # no switch seen in the window (or the shim): the kernel's accounting
                 r["off_cpu_ns"]["runnable"] += sched["runqueue_ns"]
                 r["off_cpu_ns"]["blocked"] += max(0, raw["window_ns"] - sched["on_cpu_ns"] - sched["runqueue_ns"])
-            for cause, by_state in t.get("off_cpu_ns", {}).items():
+            r["windows"] += 1
+            r["wall_ns"] += raw["window_ns"]
+            for cause, by_state in own.items():
                 for state, v in by_state.items():
-                    if not sched:
-                        r["off_cpu_ns"][state] += v
+                    r["off_cpu_ns"][state] += v
                     if role == "main":
                         main_off[cause][state] += v
     loop = main_calls["loop_iteration"]
@@ -135,6 +142,11 @@ def summarize_server(raws: list[dict]) -> dict | None:
             entry[call] = call_summary(r["calls"][call], r["bytes"][call])
         entry["off_cpu_ms"] = sum(r["off_cpu_ns"].values()) / 1e6
         entry["off_cpu_ms_by_state"] = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
+        # the kernel's own accounting (/proc/PID/task/TID/schedstat) over the same windows, when
+        # every window of every thread of the role has it
+        entry["schedstat"] = ({"on_cpu_ms": r["sched_ns"]["on_cpu"] / 1e6, "runqueue_ms": r["sched_ns"]["runqueue"] / 1e6}
+                              if r["windows"] and r["sched_windows"] == r["windows"] else None)
+        entry["wall_ms"] = r["wall_ns"] / 1e6 / max(1, len(r["tids"]))
         # an fsync still in flight at a window's end is in no histogram yet, but its blocked time is
         entry["blocked_in_sync_ms"] = r["in_sync_ns"] / 1e6
         threads.append(entry)
@@ -200,4 +212,72 @@ def missed_fsyncs(doc: dict) -> list[str]:
                        f"(the server fsyncs {'after each write' if mode == 'always' else 'about once a second'}): "
                        "a probe missed them, or the server did not fsync; this window's fsync figures are not "
                        "to be trusted")
+    return out
+
+
+TRUTH_TOLERANCE = 0.10  # the tracer's figure may differ from the kernel's by this share ...
+TRUTH_FLOOR_OF_WALL = 0.01  # ... or by this share of the wall time, whichever is larger
+BACKENDS_TOLERANCE = 0.02  # --backend both: call counts per role may differ by this share
+
+
+def _own_figures(thread: dict, window_ns: int) -> tuple[float, float] | None:
+    """(on-CPU ns, run-queue ns) of one raw thread by the tracer's own off-CPU intervals, or None
+    when it recorded none (the figures then are the kernel's: nothing to compare)."""
+    own = thread.get("off_cpu_ns") or {}
+    if not own:
+        return None
+    off = sum(v for st in own.values() for v in st.values())
+    rq = sum(v for st in own.values() for s, v in st.items() if s == "runnable")
+    return window_ns - off, rq
+
+
+def schedstat_disagreements(doc: dict) -> list[str]:
+    """The eBPF backend against the kernel's own accounting (/proc schedstat), per thread role
+    over the recording's windows: a sentence for each role whose on-CPU or run-queue time differs
+    by more than TRUTH_TOLERANCE (or TRUTH_FLOOR_OF_WALL of its wall time)."""
+    sums: dict[str, list[float]] = {}
+    for run in doc.get("runs", []):
+        srv = run.get("server")
+        if run.get("status") != "ok" or not srv or srv.get("backend") != "ebpf":
+            continue
+        main_tid = srv.get("main_tid") or srv.get("pid")
+        for t in srv.get("threads") or ():
+            own, sched = _own_figures(t, srv["window_ns"]), t.get("sched")
+            if own is None or not sched:
+                continue
+            role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
+            acc = sums.setdefault(role, [0.0] * 5)
+            for i, v in enumerate((own[0], sched["on_cpu_ns"], own[1], sched["runqueue_ns"], srv["window_ns"])):
+                acc[i] += v
+    out = []
+    for role, (on, k_on, rq, k_rq, wall) in sums.items():
+        for what, ours, kernel in (("on-CPU", on, k_on), ("run-queue (waiting for a CPU)", rq, k_rq)):
+            if abs(ours - kernel) > max(TRUTH_TOLERANCE * kernel, TRUTH_FLOOR_OF_WALL * wall):
+                out.append(f"{role}: {what} time {ours / 1e6:,.1f} ms by eBPF, {kernel / 1e6:,.1f} ms by the kernel's "
+                           f"schedstat over {wall / 1e9:.1f} s of windows: the tracer missed or misplaced "
+                           "scheduler events; this role's time budget is not to be trusted")
+    return out
+
+
+def backend_disagreements(doc: dict) -> list[str]:
+    """--backend both: per thread role, fsync and AOF-write counts as eBPF and the shim counted
+    them over the recording; a sentence for each that differs by more than BACKENDS_TOLERANCE."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for run in doc.get("runs", []):
+        srv = run.get("server")
+        if run.get("status") != "ok" or not srv or not srv.get("shim"):
+            continue
+        for i, side in enumerate((srv, srv["shim"])):
+            main_tid = side.get("main_tid") or side.get("pid")
+            for t in side.get("threads") or ():
+                role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
+                calls = t.get("calls") or {}
+                for what, kinds in (("fsync", SYNC_CALLS), ("AOF write", ("aof_write",))):
+                    n = sum((calls.get(k) or {}).get("count", 0) for k in kinds)
+                    counts.setdefault((role, what), [0, 0])[i] += n
+    out = []
+    for (role, what), (ebpf, shim) in sorted(counts.items()):
+        if max(ebpf, shim) and abs(ebpf - shim) > BACKENDS_TOLERANCE * max(ebpf, shim):
+            out.append(f"{role}: {ebpf:,} {what} calls by eBPF, {shim:,} by the shim (--backend both): the backends "
+                       f"disagree by {100 * abs(ebpf - shim) / max(ebpf, shim):.0f}%")
     return out

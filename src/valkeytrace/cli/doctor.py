@@ -39,7 +39,7 @@ def run_checks() -> list[Check]:
                   "run as root (sudo), or use --backend shim"))
 
     # bcc (imported only by the eBPF tracer module)
-    from valkeytrace.tracers import ebpf, ebpf_plan
+    from valkeytrace.tracers import bcc_load as ebpf, ebpf_plan
 
     bcc_dir = ebpf.bcc_location()
     bcc_ok = bcc_dir is not None

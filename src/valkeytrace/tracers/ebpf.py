@@ -20,25 +20,24 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 import threading
 import time
 
 import numpy as np
 
-from valkeytrace import environment, roles, system
+from valkeytrace import environment, system
 from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
-from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS,
-                               SHIM_THREAD_DTYPE, STATE_NAMES)
-from valkeytrace.recording import document
+from valkeytrace.layout import BLOCK_EVENT_DTYPE, SHIM_THREAD_DTYPE
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers import probe_source, sites
 from valkeytrace.tracers.base import Tracer
+from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source, cflags,
                                            extra_groups, plan, printable_program, uprobes)
+from valkeytrace.tracers.ebpf_window import (OFFCPU_DTYPE, SINCE_DTYPE, Snapshot, assign_extra_slots,
+                                             offcpu_reading, slot_tids, window_metrics)
 from valkeytrace.tracers.emulation import preload_env, shim_library
-from valkeytrace.tracers.windows import histogram_delta
 
 POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~40K events
 REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
@@ -49,66 +48,6 @@ LOOP_PERIOD_S = 1.0
 # the main thread's cost; 0.5% still samples hundreds of iterations a second
 # (docs/performance.md; $VALKEYTRACE_LOOP_DUTY, valkeytrace/environment.py)
 DEFAULT_LOOP_DUTY = 0.005
-
-
-def import_bcc():
-    try:
-        import bcc  # noqa: F401  (Debian python3-bpfcc)
-    except ImportError as exc:
-        raise VTError("bcc is not importable: install Debian's python3-bpfcc and use a venv made with "
-                      "--system-site-packages (make setup does both)") from exc
-    return bcc
-
-
-def bcc_location() -> str | None:
-    """Where bcc's Python bindings are, or None when they cannot be imported."""
-    try:
-        bcc = import_bcc()
-    except VTError:
-        return None
-    return os.path.dirname(bcc.__file__)
-
-
-def unusable_reason() -> str | None:
-    """Why an eBPF recording cannot run here (None when it can): the checks doctor makes."""
-    if not system.has_bpf_privileges():
-        return "needs root or CAP_BPF+CAP_PERFMON"
-    if bcc_location() is None:
-        return "bcc (Debian python3-bpfcc) is not importable"
-    if system.tracefs_dir() is None:
-        return "tracefs is not mounted (valkeytrace doctor --fix)"
-    if not system.headers_present():
-        return f"no kernel headers at {system.headers_dir()} (valkeytrace doctor --fix)"
-    return None
-
-
-def compile_probe(name: str, **defines):
-    """Compile and load probes/<name>.bpf.c; tracepoint probes attach on load."""
-    bcc = import_bcc()
-    return bcc.BPF(text=probe_source(name).encode(), cflags=cflags(**defines))
-
-
-def selftest(calls: int = 7) -> int:
-    """Load the selftest probe, make `calls` fdatasync(2) calls, return how many it counted."""
-    bpf = compile_probe("selftest", TARGET_TGID=os.getpid())
-    try:
-        with tempfile.TemporaryFile() as f:
-            for _ in range(calls):
-                os.fdatasync(f.fileno())
-        return int(bpf[b"fdatasync_calls"][0].value)
-    finally:
-        bpf.cleanup()
-
-
-def symbol_address(binary: str, symbol: str) -> int | None:
-    """The symbol's virtual address in binary, or None. A uprobe attached by address skips bcc's
-    symbol-table walk of the binary (the loop sampler attaches twice a second)."""
-    try:
-        bcc = import_bcc()
-        found = bcc.BPF.get_user_functions_and_addresses(binary.encode(), f"^{symbol}$".encode())
-    except Exception:
-        return None
-    return int(found[0][1]) if found else None
 
 
 def lower_priority():
@@ -122,11 +61,6 @@ def lower_priority():
         pass
 
 
-MAX_SLOTS = lib.VT_SHIM_MAX_THREADS
-OFFCPU_SLOT_BYTES = 8 * len(CALL_NAMES) * len(STATE_NAMES)
-_SINCE_DTYPE = np.dtype([("start_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2")])
-
-
 def _lookup(table, key: int, size: int) -> bytes:
     """One array element as raw bytes (bcc's Python map access is too slow for 140 KB values)."""
     from bcc import libbcc
@@ -138,29 +72,22 @@ def _lookup(table, key: int, size: int) -> bytes:
     return buf.raw
 
 
-class _Snapshot:
-    """The per-slot arrays at one instant; off-CPU intervals still open count up to that instant
-    (the next snapshot subtracts them back), so a window's difference is exact at its edges."""
-
-    __slots__ = ("mono_ns", "threads", "offcpu", "lost", "sched")
-
-    def __init__(self, tracer: "EbpfTracer"):
-        bpf = tracer.bpf
-        self.sched = thr.schedstats(tracer.pid, tracer.names)
-        self.mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
-        self.threads, self.offcpu = {}, {}
-        for slot in tracer.slot_tids():
-            self.threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
-                                               dtype=SHIM_THREAD_DTYPE)[0].copy()
-            off = np.frombuffer(_lookup(bpf[b"offcpu"], slot, OFFCPU_SLOT_BYTES), dtype="<u8").reshape(
-                len(CALL_NAMES), len(STATE_NAMES)).copy()
-            since = np.frombuffer(_lookup(bpf[b"offcpu_since"], slot, _SINCE_DTYPE.itemsize), dtype=_SINCE_DTYPE)[0]
-            if since["start_ns"] and self.mono_ns > since["start_ns"] and since["cause"] < len(CALL_NAMES) \
-                    and since["state"] < len(STATE_NAMES):
-                off[since["cause"], since["state"]] += self.mono_ns - int(since["start_ns"])
-            self.offcpu[slot] = off
-        sink = tracer._sink  # records the kernel kept but the sink could not
-        self.lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
+def read_snapshot(tracer: "EbpfTracer") -> Snapshot:
+    """The per-slot arrays now (ebpf_window.Snapshot); off-CPU intervals still open count up to
+    this instant (the next snapshot subtracts them back), so a window's difference is exact at its
+    edges."""
+    bpf = tracer.bpf
+    sched = thr.schedstats(tracer.pid, tracer.names)
+    mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
+    threads, offcpu = {}, {}
+    for slot in tracer.slot_tids():
+        threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
+                                      dtype=SHIM_THREAD_DTYPE)[0].copy()
+        offcpu[slot] = offcpu_reading(_lookup(bpf[b"offcpu"], slot, OFFCPU_DTYPE.itemsize),
+                                      _lookup(bpf[b"offcpu_since"], slot, SINCE_DTYPE.itemsize), mono_ns)
+    sink = tracer._sink  # records the kernel kept but the sink could not
+    lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
+    return Snapshot(mono_ns, threads, offcpu, lost, sched)
 
 
 class EbpfTracer(Tracer):
@@ -476,27 +403,25 @@ class EbpfTracer(Tracer):
         for fd in self._aof_fds - fds:
             table[table.Key(fd)] = table.Leaf(0)
         self._aof_fds = fds
-        # a thread whose tid - pid falls outside the slot range gets a free slot from the top
-        taken = {tid - self.pid for tid in live if 0 <= tid - self.pid < MAX_SLOTS}
-        extra = self.bpf[b"extra_slots"]
-        for tid in live:
-            if 0 <= tid - self.pid < MAX_SLOTS or tid in self._extra:
-                continue
-            free = [s for s in range(MAX_SLOTS - 1, -1, -1) if s not in taken and s not in self._extra.values()]
-            if not free:
-                self.untracked_threads.add(tid)
-                continue
-            self._extra[tid] = free[0]
-            extra[extra.Key(tid)] = extra.Leaf(free[0])
-        if self._extra:
+        # a thread whose tid - pid falls outside the direct range gets one of the extra slots
+        extra, self.untracked_threads = assign_extra_slots(live, self.pid, self._extra)
+        table = self.bpf[b"extra_slots"]
+        for tid in set(self._extra) - set(extra):
+            try:
+                del table[table.Key(tid)]
+            except KeyError:
+                pass
+        for tid, slot in extra.items():
+            if self._extra.get(tid) != slot:
+                table[table.Key(tid)] = table.Leaf(slot)
+        if extra or self._extra:
             counter = self.bpf[b"extra_count"]
-            counter[counter.Key(0)] = counter.Leaf(len(self._extra))
+            counter[counter.Key(0)] = counter.Leaf(len(extra))
+        self._extra = extra
 
     def slot_tids(self) -> dict:
         """{slot: tid} of every thread seen."""
-        out = {tid - self.pid: tid for tid in self.names if 0 <= tid - self.pid < MAX_SLOTS}
-        out.update({slot: tid for tid, slot in self._extra.items()})
-        return out
+        return slot_tids(self.names, self.pid, self._extra)
 
     def _open_events(self):
         """The ring buffer, consumed by the native core's C callback (csrc/events.c): a Python
@@ -558,11 +483,11 @@ class EbpfTracer(Tracer):
             self._events.clear()
         # INFO right before the snapshot at both edges, so the two windows match
         self._loop_begin = self._eventloop()
-        self._begin = _Snapshot(self)
+        self._begin = read_snapshot(self)
 
     def window_end(self) -> dict:
         loop_end = self._eventloop()
-        end = _Snapshot(self)
+        end = read_snapshot(self)
         self._consume()
         self._refresh()
         with self._events_lock:
@@ -573,56 +498,3 @@ class EbpfTracer(Tracer):
                                 "cycles": loop_end["cycles"] - self._loop_begin["cycles"],
                                 "duration_us": loop_end["duration_us"] - self._loop_begin["duration_us"]}
         return out
-
-
-def window_metrics(a: _Snapshot, b: _Snapshot, pid: int, names: dict, slots: dict, events: list[bytes],
-                   info: dict) -> dict:
-    """The recording's `server` dict for one window: raw per-thread data, nothing derived."""
-    threads: dict[int, dict] = {}
-    for slot, tid in slots.items():
-        if slot not in b.threads:
-            continue
-        name = names.get(tid, "?")
-        entry = document.thread_record(tid, name, roles.thread_role(tid, pid, name))
-        sched = thr.sched_delta(a.sched, b.sched, tid)
-        if sched:
-            entry["sched"] = sched  # total on-CPU / run-queue time, even for threads that never switched
-        tb, ta = b.threads[slot], a.threads.get(slot)
-        if ta is not None and ta["tid"] != tb["tid"]:
-            ta = None  # the slot changed hands within the window: count from zero
-        for kind, call in enumerate(CALL_NAMES):
-            hb, ha = tb["hist"][kind], (ta["hist"][kind] if ta is not None else None)
-            rec = histogram_delta(hb["buckets"], ha["buckets"] if ha is not None else 0, int(hb["sum_ns"]),
-                                  int(ha["sum_ns"]) if ha is not None else 0, int(hb["max_ns"]),
-                                  int(tb["bytes"][kind]) - (int(ta["bytes"][kind]) if ta is not None else 0))
-            if rec is not None:
-                entry["calls"][call] = rec
-        off = b.offcpu[slot] - (a.offcpu.get(slot, 0))
-        for cause, state in zip(*np.nonzero(off)):
-            if off[cause, state] > 0 and off[cause, state] < 1 << 62:
-                entry["off_cpu_ns"].setdefault(CALL_NAMES[cause], {})[STATE_NAMES[state]] = int(off[cause, state])
-        threads[tid] = entry
-    timeline = []
-    if events:
-        arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
-        keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
-        timeline = timeline_rows(arr[keep], a.mono_ns)
-    return document.server_window(
-        backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
-        lost_events=int(b.lost - a.lost),
-        blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
-                          "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
-        probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS)
-
-
-_CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)
-_EVENT_STATES = np.array(EVENT_STATE_NAMES, dtype=object)
-
-
-def timeline_rows(arr: np.ndarray, origin_ns: int) -> list[list]:
-    """The window's blocked-timeline rows, [start - origin_ns, duration, tid, cause, state], from
-    ring-buffer records (BLOCK_EVENT_DTYPE): one tolist() per column. A Python loop over the
-    records' numpy scalars took ~20 ms of CPU a window at 15K records (appendfsync always, 4 s)."""
-    cols = ((arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(), arr["duration_ns"].tolist(),
-            arr["tid"].tolist(), _CAUSE_NAMES[arr["cause"]].tolist(), _EVENT_STATES[arr["state"]].tolist())
-    return list(map(list, zip(*cols)))

@@ -31,7 +31,7 @@ SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_
 #            start); without them the start stays a call-site uprobe. A tracepoint hit costs far
 #            less than a uprobe hit of the main thread (docs/performance.md), so an
 #            `always` iteration carries no uprobe hit instead of four;
-#   sched    off-CPU intervals and causes from the raw sched_switch tracepoint;
+#   sched    off-CPU intervals and causes from the raw sched_switch and sched_wakeup tracepoints;
 #   loop     event-loop iteration durations from a uprobe on beforeSleep, attached LOOP_DUTY of
 #            each second (record --loop-sample). Not a default: its per-second attach/detach and
 #            hits cost GET TPS and p99 (docs/performance.md); the iteration
@@ -77,14 +77,16 @@ def probe_groups(extra: tuple = ()) -> set[str]:
 
 @functools.lru_cache(maxsize=1)
 def task_offsets() -> dict:
-    """{"pid": .., "stack": ..}: byte offsets of those task_struct fields in the running kernel,
-    from its BTF, or {} without BTF or bpftool. The raw sched_switch probe needs "pid" (without
-    it the regular tracepoint is used), the idle cause needs "stack". Dumping the BTF takes
+    """{"pid": .., "tgid": .., "stack": .., "sum_exec_runtime": ..}: byte offsets of those
+    task_struct fields (the last is se.sum_exec_runtime) in the running kernel, from its BTF, or {}
+    without BTF or bpftool. The raw sched_switch/sched_wakeup probes need "pid" (without it the
+    regular tracepoints are used), sched_wakeup_new "tgid", the idle cause "stack", the alignment
+    with the kernel's own charge of on-CPU time "sum_exec_runtime". Dumping the BTF takes
     ~0.25 s, so the result is cached per kernel build."""
     btf = "/sys/kernel/btf/vmlinux"
     if not environment.raw_sched() or not os.path.exists(btf):
         return {}
-    cache = os.path.join(system.cache_dir(), f"task-offsets-{system.kernel_release()}-{os.stat(btf).st_size}.json")
+    cache = os.path.join(system.cache_dir(), f"task-offsets3-{system.kernel_release()}-{os.stat(btf).st_size}.json")
     try:
         with open(cache) as f:
             return {k: int(v) for k, v in json.load(f).items()}
@@ -115,12 +117,20 @@ def _btf_task_offsets(btf: str) -> dict:
                              text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    m = re.search(r"STRUCT 'task_struct' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
-    offsets = {}
-    for field in ("pid", "stack") if m else ():
-        f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
-        if f and int(f.group(1)) % 8 == 0:
-            offsets[field] = int(f.group(1)) // 8
+    def fields(struct: str, names) -> dict:
+        m = re.search(rf"STRUCT '{struct}' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
+        found = {}
+        for field in names if m else ():
+            f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+            if f and int(f.group(1)) % 8 == 0:
+                found[field] = int(f.group(1)) // 8
+        return found
+
+    offsets = fields("task_struct", ("pid", "tgid", "stack", "se"))
+    runtime = fields("sched_entity", ("sum_exec_runtime",))
+    se = offsets.pop("se", None)
+    if se is not None and "sum_exec_runtime" in runtime:
+        offsets["sum_exec_runtime"] = se + runtime["sum_exec_runtime"]  # task_struct.se.sum_exec_runtime
     return offsets
 
 
@@ -133,6 +143,8 @@ def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, g
             "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
             "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
+            "TASK_TGID_OFFSET": offsets.get("tgid", 0) if offsets.get("pid") else 0,
+            "TASK_RUNTIME_OFFSET": offsets.get("sum_exec_runtime", 0),
             "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
 
 

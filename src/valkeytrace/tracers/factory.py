@@ -9,7 +9,7 @@ BACKENDS = ("auto", "ebpf", "shim", "both", "none")
 
 def resolve_backend(backend: str, attached: bool) -> tuple[str, str | None]:
     """(the backend to use, a note for the user when auto chose less than eBPF)."""
-    from valkeytrace.tracers.ebpf import unusable_reason
+    from valkeytrace.tracers.bcc_load import unusable_reason
 
     if backend == "auto":
         reason = unusable_reason()
