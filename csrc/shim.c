@@ -3,7 +3,8 @@
  * valkeytrace/_shim*.so; tracers/emulation.py finds it).
  *
  * Loaded into valkey-server with LD_PRELOAD. It interposes fsync, fdatasync, write, pwrite,
- * pwrite64, writev, epoll_wait and close, and, per thread, keeps log-linear latency
+ * pwrite64, writev and epoll_wait, and every call that can close or hand out an fd number (close,
+ * close_range, fclose, dup, dup2, dup3, fcntl F_DUPFD, accept, accept4), and, per thread, keeps log-linear latency
  * histograms (valkeytrace.h) in a shared-memory region valkeytrace reads live:
  *   - $VALKEYTRACE_SHM: path of the region (made by valkeytrace, mode 0600). Unset: nothing
  *     is recorded.
@@ -19,7 +20,8 @@
  * a wrapper on the same thread cannot tear them); after fork() the child (the AOF rewrite)
  * records nothing, so it cannot corrupt the parent's data. Writes are told apart by fd: regular
  * files (the AOF) vs the rest (sockets, pipes), classified once per fd with fstat and cached
- * until close(). valkeytrace can leave kinds untimed (the header's `untimed` mask): by default
+ * until that fd number is closed or handed out again (fclose closes through glibc's internal
+ * close, which no interposer sees: an AOF rewrite's temporary FILE, say). valkeytrace can leave kinds untimed (the header's `untimed` mask): by default
  * socket writes, the bulk of the calls under a GET load (~33K/s here), pass straight through.
  */
 #define _GNU_SOURCE
@@ -28,12 +30,15 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -54,6 +59,14 @@ typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*writev_fn)(int, const struct iovec *, int);
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
 typedef int (*close_fn)(int);
+typedef int (*close_range_fn)(unsigned int, unsigned int, int);
+typedef int (*fclose_fn)(FILE *);
+typedef int (*dup_fn)(int);
+typedef int (*dup2_fn)(int, int);
+typedef int (*dup3_fn)(int, int, int);
+typedef int (*fcntl_fn)(int, int, ...);
+typedef int (*accept_fn)(int, struct sockaddr *, socklen_t *);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 
 static fsync_fn real_fsync, real_fdatasync;
 static write_fn real_write;
@@ -61,6 +74,14 @@ static pwrite_fn real_pwrite, real_pwrite64;
 static writev_fn real_writev;
 static epoll_wait_fn real_epoll_wait;
 static close_fn real_close;
+static close_range_fn real_close_range;
+static fclose_fn real_fclose;
+static dup_fn real_dup;
+static dup2_fn real_dup2;
+static dup3_fn real_dup3;
+static fcntl_fn real_fcntl, real_fcntl64;
+static accept_fn real_accept;
+static accept4_fn real_accept4;
 
 static struct vt_shim_header *region;       /* NULL: not recording */
 static struct vt_shim_thread *slots;
@@ -95,6 +116,16 @@ static void resolve(void)
     real_pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
     real_writev = (writev_fn)dlsym(RTLD_NEXT, "writev");
     real_epoll_wait = (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait");
+    real_close_range = (close_range_fn)dlsym(RTLD_NEXT, "close_range");
+    real_fclose = (fclose_fn)dlsym(RTLD_NEXT, "fclose");
+    real_dup = (dup_fn)dlsym(RTLD_NEXT, "dup");
+    real_dup2 = (dup2_fn)dlsym(RTLD_NEXT, "dup2");
+    real_dup3 = (dup3_fn)dlsym(RTLD_NEXT, "dup3");
+    real_fcntl = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl");
+    real_fcntl64 = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl64");
+    real_accept = (accept_fn)dlsym(RTLD_NEXT, "accept");
+    real_accept4 = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
+    /* last: the constructor resolves everything once when real_close is unset */
     real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 }
 
@@ -418,10 +449,114 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int t
     return ret;
 }
 
+/* fd's number may now name another file: classify it again at its next write */
+static inline void forget_fd(int fd)
+{
+    if (fd >= 0 && fd < FD_CACHE)
+        __atomic_store_n(&fd_class[fd], FD_UNKNOWN, __ATOMIC_RELAXED);
+}
+
 EXPORT int close(int fd)
 {
     ENSURE(real_close);
-    if (fd >= 0 && fd < FD_CACHE)
-        __atomic_store_n(&fd_class[fd], FD_UNKNOWN, __ATOMIC_RELAXED);
+    forget_fd(fd);
     return real_close(fd);
+}
+
+EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+    int ret, saved;
+    ENSURE(real_close);
+    if (!real_close_range) {
+        errno = ENOSYS;
+        return -1;
+    }
+    ret = real_close_range(first, last, flags);
+    saved = errno;
+    if (ret == 0)
+        for (unsigned int fd = first; fd <= last && fd < FD_CACHE; fd++)
+            forget_fd((int)fd);
+    errno = saved;
+    return ret;
+}
+
+EXPORT int fclose(FILE *fp)
+{
+    ENSURE(real_close);
+    if (fp)
+        forget_fd(fileno(fp)); /* before: the number may be reused as soon as it is closed */
+    return real_fclose(fp);
+}
+
+EXPORT int dup(int oldfd)
+{
+    int ret;
+    ENSURE(real_close);
+    ret = real_dup(oldfd);
+    forget_fd(ret);
+    return ret;
+}
+
+EXPORT int dup2(int oldfd, int newfd)
+{
+    ENSURE(real_close);
+    if (oldfd != newfd)
+        forget_fd(newfd);
+    return real_dup2(oldfd, newfd);
+}
+
+EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+    ENSURE(real_close);
+    forget_fd(newfd);
+    return real_dup3(oldfd, newfd, flags);
+}
+
+static int fcntl_with(fcntl_fn fn, int fd, int cmd, void *arg)
+{
+    int ret = fn(fd, cmd, arg);
+    if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+        forget_fd(ret); /* errno untouched: forget_fd makes no call */
+    return ret;
+}
+
+/* fcntl's third argument is an int or a pointer: passed on as one machine word, as glibc does */
+EXPORT int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    void *arg;
+    ENSURE(real_close);
+    va_start(ap, cmd);
+    arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_with(real_fcntl, fd, cmd, arg);
+}
+
+EXPORT int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    void *arg;
+    ENSURE(real_close);
+    va_start(ap, cmd);
+    arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_with(real_fcntl64 ? real_fcntl64 : real_fcntl, fd, cmd, arg);
+}
+
+EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    int ret;
+    ENSURE(real_close);
+    ret = real_accept(fd, addr, len);
+    forget_fd(ret);
+    return ret;
+}
+
+EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    int ret;
+    ENSURE(real_close);
+    ret = real_accept4(fd, addr, len, flags);
+    forget_fd(ret);
+    return ret;
 }

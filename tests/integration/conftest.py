@@ -18,9 +18,11 @@ def _bpf_unavailable_reason():
 
 @pytest.fixture
 def needs_bpf():
+    from vtcli import must_have
+
     reason = _bpf_unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        must_have(reason)
 
 
 def nobody_can_run_checkout() -> bool:
@@ -44,7 +46,9 @@ def as_nobody():
     from pathlib import Path
 
     if os.geteuid() != 0:
-        pytest.skip("needs root to switch to user 'nobody'")
+        from vtcli import must_have
+
+        must_have("needs root to switch to user 'nobody'")
     changed = []
     for d in reversed(Path(sys.prefix).resolve().parents):
         mode = d.stat().st_mode

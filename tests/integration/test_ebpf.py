@@ -5,7 +5,7 @@ import subprocess
 import time
 
 import pytest
-from vtcli import VT, vt, report_json
+from vtcli import VT, vt, report_json, must_have, skip_unless_recorded
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +21,7 @@ def recordings(tmp_path_factory):
         extra = ["--aof-flush-probe", "--loop-sample"] if mode == "always" else []
         res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "3",
                  "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p), *extra)
-        if res.returncode != 0 and "needs root" in res.stderr:
-            pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-        assert res.returncode == 0, res.stderr
+        skip_unless_recorded(res)
         out[mode] = report_json(p)["runs"][0]["cells"][0]["server"]
     return out
 
@@ -35,9 +33,7 @@ def record_server(path, *args, probes=None):
     res = subprocess.run([VT, "record", "--repeat", "1", "--duration", "2", "--keyspace", "2000",
                           "--appendfsync", "always", "--backend", "ebpf", "-o", str(path), *args],
                          capture_output=True, text=True, timeout=180, env=env)
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
+    skip_unless_recorded(res)
     return report_json(path)["runs"][0]["cells"][0]["server"]
 
 
@@ -198,7 +194,7 @@ def test_no_probe_left_behind_after_record(recordings):
 
     tfs = system.tracefs_dir()
     if tfs is None:
-        pytest.skip("tracefs not mounted")
+        must_have("tracefs not mounted")
     assert "valkey" not in (tfs / "uprobe_events").read_text()
 
 
@@ -206,9 +202,7 @@ def test_export_perfetto_and_html_from_a_real_recording(tmp_path):
     p = tmp_path / "r.vtrace"
     res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
              "--keyspace", "2000", "--appendfsync", "everysec", "--backend", "ebpf", "-o", str(p))
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
+    skip_unless_recorded(res)
     out = tmp_path / "t.json"
     assert vt("export", str(p), "--perfetto", str(out)).returncode == 0
     trace = json.loads(out.read_text())

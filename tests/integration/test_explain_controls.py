@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from vtcli import VT, report_json
+from vtcli import VT, report_json, skip_unless_recorded
 
 pytestmark = pytest.mark.integration
 CELL = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1.5", "--keyspace", "5000",
@@ -17,9 +17,7 @@ CELL = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1.5", "--key
 
 def record(path, *args):
     res = subprocess.run([VT, "record", *CELL, "-o", str(path), *args], capture_output=True, text=True, timeout=300)
-    if res.returncode != 0 and "needs root" in res.stderr:
-        pytest.skip("eBPF needs root or CAP_BPF+CAP_PERFMON")
-    assert res.returncode == 0, res.stderr
+    skip_unless_recorded(res)
     return path
 
 

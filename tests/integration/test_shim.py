@@ -15,10 +15,10 @@ from vtcli import VT
 pytestmark = pytest.mark.integration
 
 
-def run_preloaded(code: str, env_extra: dict) -> subprocess.CompletedProcess:
+def run_preloaded(code: str, env_extra: dict, *args, timeout=60) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 ERRNO_PROBE = """
@@ -48,6 +48,63 @@ def test_errno_and_return_values_unchanged(with_region, with_delay):
     finally:
         if region:
             region.close()
+
+
+FD_REUSE = """
+    import ctypes, os, socket, sys, tempfile
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fileno.argtypes = [ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    path = tempfile.mktemp()
+    how = sys.argv[1]
+    def regular():  # an AOF-like file, written once: classified regular
+        fp = libc.fopen(path.encode(), b"w")
+        fd = libc.fileno(fp)
+        os.write(fd, b"aof line\\n")
+        return fp, fd
+    fp, fd = regular()
+    a, b = socket.socketpair()
+    if how == "fclose":  # glibc closes through its internal close: no interposer sees it
+        libc.fclose(fp)
+        new = os.dup(a.fileno())  # the lowest free number: fd's
+    elif how == "dup2":  # the number taken over by another file
+        new = os.dup2(a.fileno(), fd)
+    elif how == "dup3":
+        new = libc.dup3(a.fileno(), fd, os.O_CLOEXEC)
+    elif how == "fcntl":
+        libc.fclose(fp)
+        import fcntl
+        new = fcntl.fcntl(a.fileno(), fcntl.F_DUPFD, fd)
+    elif how == "close_range":
+        libc.syscall(436, fd, fd, 0)  # close_range(2) behind glibc's back, then through it
+        libc.close_range(fd, fd, 0)
+        new = os.dup(a.fileno())
+    assert new == fd, (new, fd)
+    for _ in range(25):
+        os.write(new, b"reply")
+        b.recv(16)
+    print(os.getpid())
+"""
+
+
+@pytest.mark.parametrize("how", ["fclose", "dup2", "dup3", "fcntl", "close_range"])
+def test_an_fd_number_reused_after_a_regular_file_is_classified_again(how):
+    # GIVEN an fd number that named a regular file (one AOF write), closed or replaced by each
+    # path that can reuse a number, then a socket under the same number
+    region = ShimRegion()
+    region.set_untimed(())
+    try:
+        res = run_preloaded(FD_REUSE, preload_env(shim_library(), region.path, None), how)
+        assert res.returncode == 0, res.stderr
+        kinds = region.snapshot()[int(res.stdout.strip().splitlines()[-1])]["kinds"]
+        counted = {k: int(kinds[k][0].sum()) if k in kinds else 0 for k in ("socket_write", "aof_write")}
+        # THEN the socket's 25 writes are socket writes, not AOF writes (the old class went stale)
+        assert counted["socket_write"] >= 25, counted
+        assert counted["aof_write"] <= 3, counted  # the one before, and the interpreter's own few
+    finally:
+        region.close()
 
 
 def test_counts_are_exact_and_a_fork_child_writes_nothing_into_them():

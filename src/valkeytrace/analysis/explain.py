@@ -212,7 +212,8 @@ def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
     (model.median_repeat); from the pooled repeats when a repeat lacks them (older recordings)."""
     most = model.max_iterations(doc)
     n = len(cell.ops[op].values.get("p50_us") or ())
-    reps = [{"repeat": r["repeat"], "p50_us": r["p50_us"][op], "mean_us": r["mean_us"].get(op), "server": r["server"]}
+    reps = [{"repeat": r["repeat"], "p50_us": r["p50_us"][op], "mean_us": r["mean_us"].get(op), "server": r["server"],
+             "meet": (r.get("meet") or {}).get(op)}
             for r in cell.per_repeat if r["p50_us"].get(op) is not None and r.get("server")
             and not model.unmodelled_reason(r["server"])]
     if not n or len(reps) != n:

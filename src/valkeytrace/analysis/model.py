@@ -11,18 +11,33 @@ the end of the next: 2 units. With I/O threads there is one hop more (the query 
 I/O thread between two of the main thread's iterations and executed at a later beforeSleep):
 2 or 3.
 
-The unit (loop_cycle()) is what a request waits out. When the main thread fsyncs, it is the fsync
-cycle: one fsync-carrying iteration and the iterations without one that ran before the next (an
-iteration that executed no write has nothing to fsync; it answers its reads at once, but a request
-that comes in meanwhile still waits for the next fsync). Without main-thread fsyncs it is one
-iteration. From the window's measured totals:
+The unit (loop_cycle()) is what a request waits out. When the main thread fsyncs as part of its
+loop (appendfsync always: MIN_FSYNC_CYCLES_PER_S or more), it is the fsync cycle: one
+fsync-carrying iteration and the iterations without one that ran before the next (an iteration
+that executed no write has nothing to fsync; it answers its reads at once, but a request that
+comes in meanwhile still waits for the next fsync). Otherwise it is one iteration, and the few
+main-thread fsyncs there are (at an AOF's opening or rotation, even under everysec) are stalls
+like the others below. From the window's measured totals:
   I   iterations (INFO eventloop_cycles, or the shim's count of epoll_wait returns)
-  n_f main-thread fdatasync/fsync calls (n_f <= I): the number of fsync cycles
-  U   units: n_f when n_f > 0, else I
+  n_f main-thread fdatasync/fsync calls (n_f <= I): the number of fsync cycles when regular
+  U   units: n_f when the fsyncs are regular, else I
   per unit: F = fsync time / U, and each busy cause c (on CPU, waiting for a CPU, blocked in an
       AOF write, other blocked) c / U
-The main thread's idle time (epoll_wait with nothing to do) is no request's wait: while it idles
-every request in flight is outside the server.
+
+Stalls weighed as requests meet them (stall_components()): spreading a cause's time evenly over
+the units is right for work every request goes through and for stalls short beside a unit, not
+for rare long ones. The main thread's blocked timeline holds every off-CPU part at least its
+threshold (100 µs) long; those of an interruption (a wait for a CPU, an AOF write, any other
+block, and main-thread fsyncs that are not the loop's cycle) are taken out of the spread and
+weighed by who meets them. A stall holds every request in flight: with N closed-loop clients of
+the op, n stalls in the window and R requests answered in it, a share q = min(1, N n / R) of the
+requests met one and waited it out (its mean length W each: N W n / R per request on average, what
+Little's law says). The median request: when q >= 1/2 it met one, W; otherwise the requests that
+met one sit above the median, which moves up the quick requests' distribution from its own median
+to the whole distribution's: Q(1/2) - Q((1 - q) / 2), read from the client's latency
+distribution, shared among the kinds of stall by their q. A few 5 ms fsyncs in 2 s weigh
+microseconds; a busy loop that takes the main thread's CPU in slices of milliseconds weighs what it
+moves the median. Without a timeline (the shim) or a latency distribution, stalls stay spread.
 
 Which of the two paths a typical request takes is measured, not assumed (request_iterations()):
 the op's mean latency (the benchmark client's) in units is c = mean / unit. A request takes
@@ -38,7 +53,8 @@ no write, others after one fsync cycle, others after two, with the p50 in the va
 2 cycles (1.47 and 1.62) and the mean (1.21, 1.30), pulled down by the quick fifth, picking 1.
 Each repeat is modelled on its own (median_repeat()).
 
-  per request:  fsync = k F;  each busy cause c = k c / U
+  per request:  fsync = k F (+ its residual when not the cycle);  each busy cause c = k c / U
+                (+ its residual, but for on CPU)
   outside_server = L - (fsync + aof_write + cpu_wait + on_cpu + other_blocked)
 the client, the network, and the host's CPU taken by the clients. It is negative when the
 server-side terms over-predict L. Components add up to L exactly, on each side, so the
@@ -47,13 +63,14 @@ contributions to a change add up to the change.
 from __future__ import annotations
 
 VALLEY = 0.25  # a p50 between the paths this far (in units) from the mean's path contradicts it
+MIN_FSYNC_CYCLES_PER_S = 10.0  # main-thread fsyncs this frequent are the loop's cycle; rarer ones are stalls
 ITERATIONS_PER_REQUEST = 2.0
 ITERATIONS_PER_REQUEST_IO_THREADS = 3.0
 COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "outside_server")
 SERVER_COMPONENTS = COMPONENTS[:-1]
 DURABILITY = ("fsync", "aof_write")
 LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blocked in an AOF write",
-          "cpu_wait": "waiting for a CPU", "on_cpu": "main thread on CPU",
+          "cpu_wait": "main thread waiting for a CPU", "on_cpu": "main thread on CPU",
           "other_blocked": "main thread blocked elsewhere",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
 _BUDGET = {"aof_write": "blocked_in_aof_write_pct", "cpu_wait": "waiting_for_cpu_pct",
@@ -82,19 +99,62 @@ def max_iterations(doc: dict) -> float:
     return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
 
 
-def loop_cycle(server: dict) -> dict:
+def loop_cycle(server: dict, spread_stalls: bool = True) -> dict:
     """The unit a request waits out (module docstring): the fsync cycle when the main thread
-    fsyncs, else one iteration; per unit, the fsync time and each busy cause's time (µs)."""
+    fsyncs as part of its loop, else one iteration; per unit, the fsync time and each busy cause's
+    time (µs), without the long stalls of an interruption unless spread_stalls; and those stalls
+    ({component: {"count", "sum_ms", ...}}, the blocked timeline's)."""
     m = server["main_thread"]
     wall_us = m["wall_ms"] * 1000.0
     iters = float(m["loop_iterations"])
     n_f = float(min((m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0), iters))
-    units = n_f or iters
-    fsync_us = wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0 / units if n_f else 0.0
-    busy_us = {c: wall_us * (m.get(k) or 0) / 100.0 / units for c, k in _BUDGET.items()}
-    return {"unit": "fsync cycle" if n_f else "iteration", "iterations": iters, "main_fsyncs": n_f,
-            "units": units, "fsync_us": fsync_us, "busy_us": busy_us,
+    regular = bool(n_f) and wall_us > 0 and n_f / (wall_us / 1e6) >= MIN_FSYNC_CYCLES_PER_S
+    units = n_f if regular else iters
+    total = {"fsync": wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0,
+             **{c: wall_us * (m.get(k) or 0) / 100.0 for c, k in _BUDGET.items()}}
+    stalls = {} if spread_stalls else {c: st for c, st in (m.get("stalls") or {}).items()
+                                       if c in STALLS and st.get("count") and not (c == "fsync" and regular)}
+    for c, st in stalls.items():
+        total[c] = max(0.0, total[c] - st["sum_ms"] * 1000.0)
+    fsync_us = total.pop("fsync") / units if units else 0.0
+    busy_us = {c: v / units for c, v in total.items()} if units else dict.fromkeys(total, 0.0)
+    return {"unit": "fsync cycle" if regular else "iteration", "iterations": iters, "main_fsyncs": n_f,
+            "units": units, "fsync_us": fsync_us, "busy_us": busy_us, "stalls": stalls,
             "duration_us": fsync_us + sum(busy_us.values())}
+
+
+STALLS = ("fsync", "aof_write", "cpu_wait", "other_blocked")  # interruptions the timeline weighs
+
+
+def quantile(cdf: list, pct: float) -> float | None:
+    """The latency (µs) at pct percent of requests, interpolated in a client's distribution
+    [(µs, percent at or below)] (tables.latency_cdf); None without one."""
+    pts = [(0.0, 0.0)] + [p for p in cdf if p[1] > 0]
+    if len(pts) < 2 or pct > pts[-1][1]:
+        return None
+    for (x0, p0), (x1, p1) in zip(pts, pts[1:]):
+        if p1 >= pct:
+            return x1 if p1 == p0 else x0 + (x1 - x0) * (pct - p0) / (p1 - p0)
+    return None
+
+
+def stall_components(stalls: dict, wall_ms: float, meet: dict | None) -> dict:
+    """{component: µs} of the median request's latency that the long stalls account for, and how
+    (module docstring). meet: {"clients", "tps", "cdf"} of the op; {} without it."""
+    if not stalls or not meet or not meet.get("clients") or not meet.get("tps") or not wall_ms:
+        return {"components": {}, "met_share": None, "how": None}
+    requests = meet["tps"] * wall_ms / 1000.0
+    q = {c: min(1.0, meet["clients"] * st["count"] / requests) for c, st in stalls.items()}
+    total = min(1.0, sum(q.values()))
+    if total >= 0.5:
+        comps = {c: 1000.0 * st["sum_ms"] / st["count"] * q[c] / total for c, st in stalls.items()}
+        return {"components": comps, "met_share": round(total, 3), "how": "met"}
+    hi, lo = quantile(meet.get("cdf") or [], 50.0), quantile(meet.get("cdf") or [], 50.0 * (1 - total))
+    if hi is None or lo is None:
+        return {"components": {}, "met_share": round(total, 3), "how": None}
+    shift = max(0.0, hi - lo)
+    return {"components": {c: shift * q[c] / total for c in stalls} if total else {},
+            "met_share": round(total, 3), "how": "above the median"}
 
 
 def request_iterations(server: dict, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST,
@@ -122,21 +182,31 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     return out
 
 
-def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
+def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None) -> dict:
     """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS):
-    k loop units, each split by cause; and the inputs used."""
-    cyc = loop_cycle(server)
-    comps = {"fsync": k * cyc["fsync_us"], **{c: k * v for c, v in cyc["busy_us"].items()}}
+    k loop units, each split by cause, and the long stalls as the median request met them (meet:
+    the op's clients, TPS and latency distribution; without it they are spread too); and the
+    inputs used."""
+    cyc = loop_cycle(server, spread_stalls=not meet)
+    met = stall_components(cyc["stalls"], server["main_thread"]["wall_ms"], meet)
+    if cyc["stalls"] and not met["how"]:  # no way to weigh them: spread, as before
+        cyc, met = loop_cycle(server), {"components": {}, "met_share": None, "how": None}
+    res = met["components"]
+    comps = {"fsync": k * cyc["fsync_us"] + res.get("fsync", 0.0),
+             **{c: k * v + res.get(c, 0.0) for c, v in cyc["busy_us"].items()}}
     return {"components": comps,
             "inputs": {"iterations": cyc["iterations"], "main_fsyncs": cyc["main_fsyncs"], "unit": cyc["unit"],
                        "unit_us": cyc["duration_us"], "fsync_per_unit_us": cyc["fsync_us"],
                        "busy_per_unit_us": sum(cyc["busy_us"].values()), "units_per_request": k,
+                       "stalls": {c: {"count": st["count"], "mean_ms": round(st["sum_ms"] / st["count"], 3),
+                                      "per_request_us": round(res.get(c, 0.0), 1)} for c, st in cyc["stalls"].items()},
+                       "stalls_met_share": met["met_share"], "stalls_weighed": met["how"],
                        "wall_ms": server["main_thread"]["wall_ms"]}}
 
 
-def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST) -> dict:
+def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None) -> dict:
     """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
-    res = server_residence(server, k)
+    res = server_residence(server, k, meet)
     comps = dict(res["components"])
     comps["outside_server"] = latency_us - sum(comps.values())
     return {"components": comps, "inputs": res["inputs"]}
@@ -155,7 +225,7 @@ def median_repeat(repeats: list[dict], most: float = ITERATIONS_PER_REQUEST) -> 
     for r in reps[(n - 1) // 2: n // 2 + 1]:
         it = request_iterations(r["server"], r["mean_us"], most, r["p50_us"])
         used.append({"repeat": r["repeat"], "p50_us": r["p50_us"], "request_iterations": it,
-                     **decompose(r["p50_us"], r["server"], it["k"])})
+                     **decompose(r["p50_us"], r["server"], it["k"], r.get("meet"))})
     return {"components": {c: sum(u["components"][c] for u in used) / len(used) for c in COMPONENTS},
             "k": sum(u["request_iterations"]["k"] for u in used) / len(used), "used": used}
 

@@ -107,6 +107,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
                     r["off_cpu_ns"][state] += v
                     if role == "main":
                         main_off[cause][state] += v
+    stalls = main_stalls(raws)
     loop = main_calls["loop_iteration"]
     # the server's own count (INFO eventloop_cycles) when every window has it: the eBPF backend
     # probes beforeSleep for a sample of the time only, so its histogram is a sample
@@ -133,7 +134,8 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "loop_iteration_tw_p50_us": loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
             "loop_iterations_per_s": iterations / (wall_ns / 1e9) if wall_ns else None,
             "aof_flushes": flush.count, "aof_flush_p50_us": p(flush, 50),
-            "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()}}
+            "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()},
+            "stalls": stalls}
     threads = []
     for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES)):
         r = roles[role]
@@ -164,6 +166,50 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "call_source": raws[0].get("probe", {}).get("call_source"),
             "untimed": raws[0].get("probe", {}).get("untimed", []),
             **({"cross_check": cross} if cross else {})}
+
+
+STALL_CLASSES = ("fsync", "aof_write", "cpu_wait", "other_blocked")
+
+
+def stall_class(cause: str, state: str) -> str | None:
+    """Which part of the main thread's budget an off-CPU interval (part) is: a wait for a CPU when
+    runnable, else by the call it was in; None for idle (epoll_wait) and whole-call events."""
+    if state == "call":
+        return None
+    if state == "runnable":
+        return "cpu_wait"
+    if cause in SYNC_CALLS:
+        return "fsync"
+    if cause == "aof_write":
+        return "aof_write"
+    return None if cause == "epoll_wait" else "other_blocked"
+
+
+def main_stalls(raws: list[dict]) -> dict | None:
+    """The main thread's long off-CPU intervals (the blocked timeline: each part at least its
+    threshold) by budget class: {class: {"count", "sum_ms", "sum_sq_ms2", "max_ms"}}, over windows
+    that all have a timeline (None otherwise: the shim records none). What a request arriving at
+    random meets of them is their residual, sum(W^2) / 2 per unit of wall time (analysis/model.py)."""
+    if not raws or any((r.get("blocked_timeline") or {}).get("threshold_ns") is None for r in raws):
+        return None
+    out = {c: {"count": 0, "sum_ms": 0.0, "sum_sq_ms2": 0.0, "max_ms": 0.0} for c in STALL_CLASSES}
+    for r in raws:
+        main_tid = r.get("main_tid") or r.get("pid")
+        wall = r["window_ns"]
+        for start, dur, tid, cause, state in r["blocked_timeline"].get("events") or ():
+            cls = stall_class(cause, state)
+            if tid != main_tid or cls is None:
+                continue
+            w = (min(start + dur, wall) - max(start, 0)) / 1e6  # the part inside the window
+            if w <= 0:
+                continue
+            o = out[cls]
+            o["count"] += 1
+            o["sum_ms"] += w
+            o["sum_sq_ms2"] += w * w
+            o["max_ms"] = max(o["max_ms"], w)
+    out["threshold_ms"] = raws[0]["blocked_timeline"]["threshold_ns"] / 1e6
+    return out
 
 
 def cross_check(ebpf_main: dict, shim_main: dict) -> dict:

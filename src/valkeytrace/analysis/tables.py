@@ -108,6 +108,9 @@ def repeat_detail(run: dict) -> dict:
     wait = (run.get("host_cpu") or {}).get("clients_cpu_wait") or {}
     ops = run.get("ops") or {}
     return {"repeat": run.get("repeat"), "p50_us": {op: r.get("p50_us") for op, r in ops.items()},
+            # what the model needs to weigh the main thread's long stalls (model.stall_components)
+            "meet": {op: {"clients": r.get("clients"), "tps": r.get("tps"), "cdf": latency_cdf(r)}
+                     for op, r in ops.items()},
             "mean_us": {op: r.get("mean_us") for op, r in ops.items()}, "server": srv,
             "main_cpu_wait_pct": srv["main_thread"].get("waiting_for_cpu_pct") if srv else None,
             "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}

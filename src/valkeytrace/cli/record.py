@@ -196,10 +196,14 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend, sensitivity=sensitivity)
 
-    # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured
+    # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured. SIGINT gets the same
+    # handler explicitly: a process started in the background by a non-interactive shell inherits
+    # SIGINT ignored, and Python then leaves it ignored, so Ctrl-C (or a test's SIGINT) was lost and
+    # the recording ran to its end with exit 0 (seen in a fresh clone's `make test`)
     def _on_term(signum, frame):
         raise KeyboardInterrupt
     old_term = signal.signal(signal.SIGTERM, _on_term)
+    old_int = signal.signal(signal.SIGINT, _on_term)
     target = None
     try:
         env = {**os.environ, **tracer.launch_env()}
@@ -258,6 +262,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             target.stop()
         tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
 
     ok = sum(r["status"] == "ok" for r in doc["runs"])
     failed = [r for r in doc["runs"] if r["status"] != "ok"]
