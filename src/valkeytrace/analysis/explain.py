@@ -158,6 +158,15 @@ def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
             "ranges are disjoint or the clients' interval samples are shifted, rank test p < 0.01)")
 
 
+def paths_sentence(row_base, row_cand, base_label: str, cand_label: str) -> str:
+    """Why a p50 whose repeats lie on different paths of the server gets no significance."""
+    sides = [f"{label} {' and '.join(f'{u:.2f}' for u in row.paths)}" for label, row in
+             ((base_label, row_base), (cand_label, row_cand)) if row.split]
+    return (f"no significant change (n={row_base.n} vs n={row_cand.n}): the repeats lie on different paths of the "
+            f"server, their p50s in fsync cycles {'; '.join(sides)} (one cycle per request in some, two in others): "
+            "a mode of the server, not a change; more launches would tell (nothing to explain)")
+
+
 def _fmt_delta(us: float) -> str:
     sign = "+" if us >= 0 else "\u2212"
     return sign + _ms(abs(us))
@@ -386,7 +395,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     sig = significance(row_base, row_cand, metric)
     observed = cl - bl
     head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + \
-        significance_sentence(sig, row_base.n, row_cand.n) + "."
+        (paths_sentence(row_base, row_cand, base_doc["label"], cand_doc["label"])
+         if sig is False and metric == "p50_us" and (row_base.split or row_cand.split)
+         else significance_sentence(sig, row_base.n, row_cand.n)) + "."
     if sig is False:
         head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway

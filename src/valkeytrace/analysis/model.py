@@ -129,7 +129,10 @@ STALLS = ("fsync", "aof_write", "cpu_wait", "other_blocked")  # interruptions th
 def quantile(cdf: list, pct: float) -> float | None:
     """The latency (µs) at pct percent of requests, interpolated in a client's distribution
     [(µs, percent at or below)] (tables.latency_cdf); None without one."""
-    pts = [(0.0, 0.0)] + [p for p in cdf if p[1] > 0]
+    pts = sorted(cdf)
+    if not pts or pts[0][1] > 0:
+        pts = [(0.0, 0.0)] + pts
+    pts = [p for i, p in enumerate(pts) if p[1] > 0 or i + 1 == len(pts) or pts[i + 1][1] > 0]  # the last at 0%
     if len(pts) < 2 or pct > pts[-1][1]:
         return None
     for (x0, p0), (x1, p1) in zip(pts, pts[1:]):

@@ -190,17 +190,25 @@ def main_stalls(raws: list[dict]) -> dict | None:
     threshold) by budget class: {class: {"count", "sum_ms", "sum_sq_ms2", "max_ms"}}, over windows
     that all have a timeline (None otherwise: the shim records none). What a request arriving at
     random meets of them is their residual, sum(W^2) / 2 per unit of wall time (analysis/model.py)."""
-    if not raws or any((r.get("blocked_timeline") or {}).get("threshold_ns") is None for r in raws):
+    def threshold(r):
+        t = (r.get("blocked_timeline") or {}).get("threshold_ns")
+        return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+    if not raws or any(threshold(r) is None for r in raws):
         return None
     out = {c: {"count": 0, "sum_ms": 0.0, "sum_sq_ms2": 0.0, "max_ms": 0.0} for c in STALL_CLASSES}
     for r in raws:
         main_tid = r.get("main_tid") or r.get("pid")
         wall = r["window_ns"]
-        for start, dur, tid, cause, state in r["blocked_timeline"].get("events") or ():
-            cls = stall_class(cause, state)
-            if tid != main_tid or cls is None:
+        for row in r["blocked_timeline"].get("events") or ():
+            try:
+                start, dur, tid, cause, state = row
+                cls = stall_class(cause, state) if tid == main_tid else None
+                w = (min(start + dur, wall) - max(start, 0)) / 1e6 if cls else 0  # the part inside the window
+            except (TypeError, ValueError):
+                continue  # a row the schema let through that is not one: not a stall
+            if not cls:
                 continue
-            w = (min(start + dur, wall) - max(start, 0)) / 1e6  # the part inside the window
             if w <= 0:
                 continue
             o = out[cls]
@@ -208,7 +216,7 @@ def main_stalls(raws: list[dict]) -> dict | None:
             o["sum_ms"] += w
             o["sum_sq_ms2"] += w * w
             o["max_ms"] = max(o["max_ms"], w)
-    out["threshold_ms"] = raws[0]["blocked_timeline"]["threshold_ns"] / 1e6
+    out["threshold_ms"] = threshold(raws[0]) / 1e6
     return out
 
 

@@ -13,7 +13,10 @@ Conventions (those of valkey#4029):
     for the percentiles) of one side are shifted from the other's in the direction of the metric,
     by a two-sided Mann-Whitney rank test at p < 0.01 (strict: neighbouring intervals are
     correlated; needs MIN_SAMPLES intervals a side). "Within noise" is its negation (unknown
-    counts as within noise).
+    counts as within noise). A p50 whose repeats lie on different paths of the server (p50s more
+    than PATH_SPLIT fsync cycles apart: one cycle per request in some, two in others) is no basis
+    for significance whatever its ratio (OpSummary.paths): a pair of such recordings is noise
+    between modes of the server, not a change to explain.
   - runs made at an added fsync delay (record --fsync-sensitivity) are not part of the tables:
     summarize() takes the runs at one added delay, 0 by default.
 """
@@ -38,6 +41,7 @@ HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False,
 # three of those SDs (it was 10% until 2026-12-01)
 MIN_EFFECT = 0.15
 MIN_SAMPLES = 6    # interval samples a side for the rank test
+PATH_SPLIT = 0.5   # fsync cycles between two repeats' p50s that put them on different paths
 ALPHA = 0.01
 
 
@@ -51,6 +55,14 @@ class OpSummary:
     spread: dict         # metric -> [min, max] or None
     values: dict = field(default_factory=dict)  # metric -> list of per-repeat values
     intervals: dict = field(default_factory=dict)  # "rps" / "latency_us" -> the clients' interval samples
+    # each repeat's p50 in the main thread's fsync cycles (model.loop_cycle; empty without
+    # regular main-thread fsyncs), and their unit, µs
+    paths: list = field(default_factory=list)
+
+    @property
+    def split(self) -> bool:
+        """The repeats' p50s lie on different paths (PATH_SPLIT or more fsync cycles apart)."""
+        return len(self.paths) >= 2 and max(self.paths) - min(self.paths) >= PATH_SPLIT
 
     def get(self, metric):
         return self.median.get(metric)
@@ -116,6 +128,23 @@ def repeat_detail(run: dict) -> dict:
             "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
 
 
+def repeat_paths(per_repeat: list[dict], op: str) -> list[float]:
+    """Each repeat's p50 of op in its main thread's fsync cycles, when every repeat has regular
+    main-thread fsyncs (model.loop_cycle's unit is the fsync cycle); else []."""
+    from valkeytrace.analysis import model
+
+    out = []
+    for r in per_repeat:
+        p50, srv = r["p50_us"].get(op), r.get("server")
+        if p50 is None or not srv or model.unmodelled_reason(srv):
+            return []
+        cyc = model.loop_cycle(srv)
+        if cyc["unit"] != "fsync cycle" or not cyc["duration_us"]:
+            return []
+        out.append(round(p50 / cyc["duration_us"], 2))
+    return out
+
+
 def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
     """One CellSummary per (workload, value_size) present in the recording, in matrix order,
     from the runs made at extra_delay_ns of added fsync delay (0: the recording's own cells)."""
@@ -158,8 +187,10 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
                     for k in HOST_CPU_KEYS if any(c.get(k) is not None for c in cpu)} if cpu else None
         if host_cpu:
             host_cpu["cpus"] = cpu[0].get("cpus")
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu,
-                                 [repeat_detail(r) for r in groups[key]]))
+        per_repeat = [repeat_detail(r) for r in groups[key]]
+        for op, o in ops.items():
+            o.paths = repeat_paths(per_repeat, op)
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat))
     return cells
 
 
@@ -179,6 +210,8 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
     if len(a.values.get(metric) or ()) < 2 or len(b.values.get(metric) or ()) < 2:
         return None
     if va == 0 or abs(vb - va) < MIN_EFFECT * abs(va):
+        return False
+    if metric == "p50_us" and (a.split or b.split):
         return False
     if ra[1] < rb[0] or rb[1] < ra[0]:
         return True
