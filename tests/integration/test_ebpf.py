@@ -2,6 +2,8 @@
 import json
 import os
 import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -150,13 +152,14 @@ def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
     counter is read on both sides of each window edge (window_begin/window_end take a few ms, at
     ~5K fdatasync/s): the tracer's count lies between the inner and the outer window's."""
     from valkeytrace.server.process import EmbeddedServer
-    from valkeytrace.tracers import bcc_load as ebpf
+    from valkeytrace.tracers.bcc_load import compile_probe
+    from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload.clients import find_client
 
     with EmbeddedServer(appendfsync="always", io_threads=1) as srv:
-        tracer = ebpf.EbpfTracer()
+        tracer = EbpfTracer()
         tracer.start(srv)
-        counter = ebpf.compile_probe("selftest", TARGET_TGID=srv.pid)
+        counter = compile_probe("selftest", TARGET_TGID=srv.pid)
         load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
                                  "-n", "100000000", "-r", "1000"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
@@ -280,3 +283,66 @@ def test_attached_under_load_the_probes_still_find_the_syscall_number(needs_bpf)
         for p in loads:
             p.stop()
         srv.stop()
+
+
+CHURN = """
+import sys, threading, time
+for _ in range(70):  # burn the tids of the direct slots: the threads below get extra slots
+    t = threading.Thread(target=lambda: None); t.start(); t.join()
+stop = threading.Event()
+def sleeper(n):
+    for _ in range(n):
+        if stop.is_set():
+            return
+        time.sleep(0.01)
+sys.stdin.readline()  # the tracer is loaded
+a = threading.Thread(target=sleeper, args=(200,)); a.start()
+print("A", a.native_id, flush=True); a.join()
+time.sleep(1.5)  # the tracer's refresh frees A's slot before B exists
+b = threading.Thread(target=sleeper, args=(10 ** 6,)); b.start()
+print("B", b.native_id, time.monotonic(), flush=True)
+sys.stdin.readline()
+stop.set(); b.join()
+"""
+
+
+def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tmp_path):
+    """Thread churn: thread A (an extra slot: its tid is past the direct range) sleeps 1 s and
+    exits; thread B, started later, takes A's slot. B's off-CPU time in a window that began
+    while A owned the slot is B's own (at most its lifetime), not A's history plus B's."""
+    from valkeytrace.tracers.ebpf import EbpfTracer
+    from valkeytrace.tracers.ebpf_window import MAX_SLOTS
+
+    child = subprocess.Popen([sys.executable, "-c", CHURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tracer = EbpfTracer()
+    try:
+        tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
+        tracer._load(tracer.plan(None, str(tmp_path)), None)
+        tracer._open_events()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        line = child.stdout.readline().split()
+        assert line[0] == "A" and int(line[1]) - child.pid >= MAX_SLOTS, line
+        tid_a = int(line[1])
+        tracer._poller = threading.Thread(target=tracer._poll, daemon=True)
+        tracer._poller.start()  # refreshes slots twice a second, as in a recording
+        time.sleep(0.5)
+        tracer.window_begin()
+        slot_a = tracer._extra.get(tid_a)
+        assert slot_a is not None and slot_a >= MAX_SLOTS
+        line = child.stdout.readline().split()
+        assert line[0] == "B", line
+        tid_b, b_started = int(line[1]), float(line[2])
+        time.sleep(1.2)  # two refreshes at least: B gets a slot, then sleeps on in it
+        assert tracer._extra.get(tid_b) == slot_a  # B took A's slot
+        win = tracer.window_end()
+        lifetime_ns = (time.monotonic() - b_started) * 1e9
+    finally:
+        tracer.stop()
+        child.stdin.write("stop\n")
+        child.stdin.close()
+        child.wait(timeout=10)
+    b = next(t for t in win["threads"] if t["tid"] == tid_b)
+    off_b = sum(v for st in b["off_cpu_ns"].values() for v in st.values())
+    # sleeping since it got the slot, and no more than it lived (A slept 2 s in the slot before it)
+    assert 0.3e9 <= off_b <= lifetime_ns, (off_b, lifetime_ns)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -340,3 +341,54 @@ def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs
     text = subprocess.run([VT, "report", str(out)], capture_output=True, text=True).stdout
     assert "emulated: +4 ms per call" in text
     assert "calls timed at the shim's wrappers for fsyncs" in " ".join(text.split())  # rich wraps lines
+
+
+def test_aof_rewrites_mid_load_leave_socket_writes_socket_writes():
+    """GIVEN the shim timing every write (socket writes included) in a server under a GET and SET
+    load, WHEN the AOF is rewritten three times (each rotates the AOF file, and the old fds are
+    closed by bio_close_file, the rewrite's temporary FILE by fclose), THEN no socket write is
+    taken for an AOF write: the main thread's AOF writes never outnumber the SETs it was sent (each
+    covers one or more), while GET replies are socket writes by the thousand."""
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.workload import keyspace
+    from valkeytrace.workload.clients import find_client
+
+    region = ShimRegion()
+    region.set_untimed(())
+    env = {**os.environ, **preload_env(shim_library(), region.path, None)}
+    srv = EmbeddedServer(appendfsync="everysec", io_threads=1, env=env)
+    loads = []
+    try:
+        keyspace.fill(srv.client(), 2000, 64)
+        conn = srv.client()
+        sets0 = int(conn.info("commandstats").get("cmdstat_set", {}).get("calls", 0))
+        client = find_client().path
+        loads = [subprocess.Popen([client, "-p", str(srv.port), "-t", t, "-c", c, "-n", "100000000", "-r", "2000",
+                                   "-d", "64"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for t, c in (("SET", "4"), ("GET", "20"))]
+        before = region.snapshot()[srv.pid]
+        for _ in range(3):
+            time.sleep(0.7)
+            conn.bgrewriteaof()
+            while int(conn.info("persistence")["aof_rewrite_in_progress"]):
+                time.sleep(0.05)
+        time.sleep(0.7)
+        after = region.snapshot()[srv.pid]
+        for p in loads:
+            p.kill()
+            p.wait()
+        loads = []
+        sets = int(conn.info("commandstats")["cmdstat_set"]["calls"]) - sets0
+        assert int(conn.info("persistence")["aof_rewrites"]) >= 3
+    finally:
+        for p in loads:
+            p.kill()
+        srv.stop()
+        region.close()
+
+    def count(snap, kind):
+        return int(snap["kinds"][kind][0].sum()) if kind in snap["kinds"] else 0
+    aof = count(after, "aof_write") - count(before, "aof_write")
+    sock = count(after, "socket_write") - count(before, "socket_write")
+    assert sock > 5000 and aof > 0, (aof, sock)
+    assert aof <= sets, f"{aof} AOF writes on the main thread for {sets} SETs: socket writes were taken for AOF writes"
