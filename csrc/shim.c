@@ -4,8 +4,8 @@
  *
  * Loaded into valkey-server with LD_PRELOAD. It interposes fsync, fdatasync, write, pwrite,
  * pwrite64, writev and epoll_wait, and every call that can close or hand out an fd number (close,
- * close_range, fclose, dup, dup2, dup3, fcntl F_DUPFD, accept, accept4), and, per thread, keeps log-linear latency
- * histograms (valkeytrace.h) in a shared-memory region valkeytrace reads live:
+ * close_range, fclose, dup, dup2, dup3, fcntl F_DUPFD, accept, accept4), and, per thread, keeps
+ * log-linear latency histograms (valkeytrace.h) in a shared-memory region valkeytrace reads live:
  *   - $VALKEYTRACE_SHM: path of the region (made by valkeytrace, mode 0600). Unset: nothing
  *     is recorded.
  *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
@@ -543,20 +543,17 @@ EXPORT int fcntl64(int fd, int cmd, ...)
     return fcntl_with(real_fcntl64 ? real_fcntl64 : real_fcntl, fd, cmd, arg);
 }
 
-EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
-{
-    int ret;
-    ENSURE(real_close);
-    ret = real_accept(fd, addr, len);
-    forget_fd(ret);
-    return ret;
-}
-
+/* accept and accept4: the new connection's number may be one closed behind our back */
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     int ret;
     ENSURE(real_close);
-    ret = real_accept4(fd, addr, len, flags);
+    ret = flags || !real_accept ? real_accept4(fd, addr, len, flags) : real_accept(fd, addr, len);
     forget_fd(ret);
     return ret;
+}
+
+EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    return accept4(fd, addr, len, 0);
 }

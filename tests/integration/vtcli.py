@@ -40,3 +40,22 @@ def skip_unless_recorded(res: subprocess.CompletedProcess):
     if res.returncode != 0 and "needs root" in res.stderr:
         must_have("eBPF needs root or CAP_BPF+CAP_PERFMON")
     assert res.returncode == 0, res.stderr
+
+
+def disk_fdatasync_us(n: int = 40) -> tuple[float, float]:
+    """(p50, max) µs of this disk's own fdatasync after a small append, measured now in the
+    directory the embedded server writes its AOF to (the system's temporary directory): the
+    tolerance for an injected delay judged on top of it."""
+    import os
+    import statistics
+    import tempfile
+    import time
+
+    with tempfile.NamedTemporaryFile(prefix="valkeytrace-disk-") as f:
+        times = []
+        for _ in range(n):
+            os.write(f.fileno(), b"*3\r\n$3\r\nSET\r\n" + b"x" * 100)
+            t = time.perf_counter()
+            os.fdatasync(f.fileno())
+            times.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(times), max(times)

@@ -115,3 +115,26 @@ def test_repeats_on_different_paths_are_no_basis_for_significance():
     # one path on each side, the same change: significant
     b2 = summarize(_doc("a1", [9450, 9580]))
     assert explain.explain_compare(b2, c, compare(b2, c), _doc("a1", [9450, 9580]), cand)[0]["significant"] is True
+
+
+def test_a_median_answered_within_a_fraction_of_a_cycle_waited_no_fsync():
+    # always +4 ms: a 5.2 ms fsync cycle, but the median GET at 300 µs (iterations that executed no
+    # write answered it): no fsync in its latency, not 0.06 of a cycle's fsync
+    srv = summarize_server([window(469, 20_000_000, main_fsyncs=383, fsync_us=4613)])
+    it = model.request_iterations(srv, 3700.0, 2.0, 300.0)
+    assert it["quick"] and it["k"] == 2.0
+    res = model.decompose(300.0, srv, it["k"], None, it["quick"])
+    assert res["components"]["fsync"] == 0
+    busy_per_iteration = (WALL_NS / 1000 - 383 * 4613) / 469
+    assert sum(v for c, v in res["components"].items() if c != "outside_server") == pytest.approx(2 * busy_per_iteration)
+
+
+def test_a_split_side_still_shows_a_change_beyond_all_its_repeats():
+    # a baseline with one repeat on each path (1 cycle and the quick one) against a candidate
+    # below both by far: the change is beyond every repeat, significant
+    base = _doc("always", [4551, 383])
+    cand = _doc("everysec", [200, 210])
+    b, c = summarize(base), summarize(cand)
+    assert b[0].ops["GET"].split
+    e = explain.explain_compare(b, c, compare(b, c), base, cand)[0]
+    assert e["significant"] is True, e["claim"]

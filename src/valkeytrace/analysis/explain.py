@@ -202,6 +202,10 @@ def iterations_sentence(label: str, it: dict) -> str:
     if it.get("mean_in_units") is None and it.get("p50_in_units") is None:
         return f"{label}: {it['k']:g} loop units per request (no loop time to measure it against)"
     units = f"{it['unit']}s of {_ms(it['unit_us'])}"
+    if it.get("quick"):
+        return (f"{label}: the median latency spans {it['p50_in_units']:.2f} {units}: the median request waited no "
+                "fsync cycle (answered by iterations that executed no write), so it is taken to spend "
+                f"{it['most']:g} plain iterations in the server and no fsync")
     if it.get("from") == "p50":
         mean = (f"; the mean latency, {it['mean_in_units']:.2f}, would have given {it['mean_k']:g}"
                 if it.get("mean_k") is not None else "")

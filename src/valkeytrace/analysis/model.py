@@ -51,6 +51,12 @@ came in during a unit, waited its rest and then the next. Measured so: closed-lo
 2-CPU host gave three modes, a fifth of the GETs answered at once by an iteration that executed
 no write, others after one fsync cycle, others after two, with the p50 in the valley between 1 and
 2 cycles (1.47 and 1.62) and the mean (1.21, 1.30), pulled down by the quick fifth, picking 1.
+A third path, measured on this VM (1 run in 4 at always +4 ms, GET c=50 beside SET c=8): the
+median GET answered well within one fsync cycle (~0.3 ms of a 5 ms cycle), by iterations that
+executed no write (the GET clients got their turn on their CPU before the SET clients, so the
+main thread's next iterations held GETs only: nothing to fsync). When the p50 is under K - 1 -
+VALLEY units, the median request waited no fsync cycle: it is modelled as K plain iterations
+(quick = True: no fsync, each busy cause per iteration), the rest outside the server.
 Each repeat is modelled on its own (median_repeat()).
 
   per request:  fsync = k F (+ its residual when not the cycle);  each busy cause c = k c / U
@@ -126,6 +132,16 @@ def loop_cycle(server: dict, spread_stalls: bool = True) -> dict:
 STALLS = ("fsync", "aof_write", "cpu_wait", "other_blocked")  # interruptions the timeline weighs
 
 
+def plain_iterations(cyc: dict) -> dict:
+    """The loop in iterations without their fsync: what a request answered by an iteration that
+    executed no write waits (request_iterations' quick path)."""
+    scale = cyc["units"] / cyc["iterations"] if cyc["iterations"] else 0.0
+    busy = {c: v * scale for c, v in cyc["busy_us"].items()}
+    return {**cyc, "unit": "iteration", "units": cyc["iterations"], "fsync_us": 0.0, "busy_us": busy,
+            "stalls": {c: st for c, st in cyc["stalls"].items() if c != "fsync"},
+            "duration_us": sum(busy.values())}
+
+
 def quantile(cdf: list, pct: float) -> float | None:
     """The latency (µs) at pct percent of requests, interpolated in a client's distribution
     [(µs, percent at or below)] (tables.latency_cdf); None without one."""
@@ -167,7 +183,7 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     contradicts it (or there is no mean)."""
     cyc = loop_cycle(server) if server["main_thread"].get("loop_iterations") else None
     unit = cyc["duration_us"] if cyc else None
-    out = {"k": most, "most": most, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
+    out = {"k": most, "most": most, "quick": False, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
            "shorter_path_share": None, "p50_in_units": None, "unit_us": round(unit, 1) if unit else unit,
            "mean_latency_us": mean_us, "mean_k": None, "from": None}
     if not unit:
@@ -180,20 +196,28 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     if p50_us:
         u = p50_us / unit
         out["p50_in_units"] = round(u, 3)
-        if not mean_us or (most - 1 < u < most and abs(u - out["k"]) > VALLEY):
+        if cyc["unit"] == "fsync cycle" and u < most - 1 - VALLEY:
+            out.update(k=most, quick=True, **{"from": "p50"})  # no fsync cycle: K plain iterations
+        elif not mean_us or (most - 1 < u < most and abs(u - out["k"]) > VALLEY):
             out.update(k=round(min(most, max(most - 1, u)), 3), **{"from": "p50"})
     return out
 
 
-def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None) -> dict:
+def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
+                     quick: bool = False) -> dict:
     """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS):
     k loop units, each split by cause, and the long stalls as the median request met them (meet:
     the op's clients, TPS and latency distribution; without it they are spread too); and the
-    inputs used."""
+    inputs used. quick: the request waited no fsync cycle (request_iterations): k plain
+    iterations, no fsync."""
     cyc = loop_cycle(server, spread_stalls=not meet)
+    if quick:
+        cyc = plain_iterations(cyc)
     met = stall_components(cyc["stalls"], server["main_thread"]["wall_ms"], meet)
     if cyc["stalls"] and not met["how"]:  # no way to weigh them: spread, as before
         cyc, met = loop_cycle(server), {"components": {}, "met_share": None, "how": None}
+        if quick:
+            cyc = plain_iterations(cyc)
     res = met["components"]
     comps = {"fsync": k * cyc["fsync_us"] + res.get("fsync", 0.0),
              **{c: k * v + res.get(c, 0.0) for c, v in cyc["busy_us"].items()}}
@@ -207,9 +231,10 @@ def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict
                        "wall_ms": server["main_thread"]["wall_ms"]}}
 
 
-def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None) -> dict:
+def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
+              quick: bool = False) -> dict:
     """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
-    res = server_residence(server, k, meet)
+    res = server_residence(server, k, meet, quick)
     comps = dict(res["components"])
     comps["outside_server"] = latency_us - sum(comps.values())
     return {"components": comps, "inputs": res["inputs"]}
@@ -228,7 +253,7 @@ def median_repeat(repeats: list[dict], most: float = ITERATIONS_PER_REQUEST) -> 
     for r in reps[(n - 1) // 2: n // 2 + 1]:
         it = request_iterations(r["server"], r["mean_us"], most, r["p50_us"])
         used.append({"repeat": r["repeat"], "p50_us": r["p50_us"], "request_iterations": it,
-                     **decompose(r["p50_us"], r["server"], it["k"], r.get("meet"))})
+                     **decompose(r["p50_us"], r["server"], it["k"], r.get("meet"), it["quick"])})
     return {"components": {c: sum(u["components"][c] for u in used) / len(used) for c in COMPONENTS},
             "k": sum(u["request_iterations"]["k"] for u in used) / len(used), "used": used}
 

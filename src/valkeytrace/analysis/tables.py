@@ -15,8 +15,9 @@ Conventions (those of valkey#4029):
     correlated; needs MIN_SAMPLES intervals a side). "Within noise" is its negation (unknown
     counts as within noise). A p50 whose repeats lie on different paths of the server (p50s more
     than PATH_SPLIT fsync cycles apart: one cycle per request in some, two in others) is no basis
-    for significance whatever its ratio (OpSummary.paths): a pair of such recordings is noise
-    between modes of the server, not a change to explain.
+    for significance (OpSummary.paths) unless every repeat of one side differs from every repeat
+    of the other by MIN_EFFECT: a pair of such recordings within the modes' reach is noise between
+    modes of the server, not a change to explain.
   - runs made at an added fsync delay (record --fsync-sensitivity) are not part of the tables:
     summarize() takes the runs at one added delay, 0 by default.
 """
@@ -99,8 +100,15 @@ def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
     """[(latency µs, percent of requests at or below it)] of one client result: the client's
     percentile distribution (the halving percentiles 50, 75, 87.5, ...) merged with its cumulative
     distribution (every ~0.1 ms up to 2 ms, then every ms), sorted by latency."""
-    rows = (op_result.get("percentile_distribution") or []) + (op_result.get("cumulative_distribution") or [])
-    return sorted({(float(r[1]) * 1000, float(r[0])) for r in rows if len(r) >= 2})
+    rows = [r for key in ("percentile_distribution", "cumulative_distribution")
+            if isinstance(op_result.get(key), list) for r in op_result[key]]
+    out = set()
+    for r in rows:
+        try:
+            out.add((float(r[1]) * 1000, float(r[0])))
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue  # a row the schema let through that is not one
+    return sorted(out)
 
 
 def extra_delays(doc: dict) -> list[int]:
@@ -211,7 +219,7 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
         return None
     if va == 0 or abs(vb - va) < MIN_EFFECT * abs(va):
         return False
-    if metric == "p50_us" and (a.split or b.split):
+    if metric == "p50_us" and (a.split or b.split) and not _beyond_all(a.values[metric], b.values[metric]):
         return False
     if ra[1] < rb[0] or rb[1] < ra[0]:
         return True
@@ -225,6 +233,12 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
 
         return bool(mannwhitneyu(xa, xb, alternative="two-sided").pvalue < ALPHA)
     return False
+
+
+def _beyond_all(xa: list, xb: list) -> bool:
+    """Every value of one side differs from every value of the other by MIN_EFFECT or more."""
+    lo, hi = (xa, xb) if max(xa) < min(xb) else (xb, xa)
+    return max(lo) < min(hi) and min(hi) - max(lo) >= MIN_EFFECT * max(lo)
 
 
 def within_noise(a: OpSummary, b: OpSummary, metric: str) -> bool:
