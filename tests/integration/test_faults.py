@@ -149,7 +149,52 @@ def test_server_port_already_in_use():
         port = s.getsockname()[1]
         res = vt("record", *QUICK, "--", embedded_server(), "--port", str(port), "--save", "")
     assert_one_line_error(res, 1)
-    assert "Address already in use" in res.stderr or "exited" in res.stderr
+    assert "Address already in use" in res.stderr and len(res.stderr) < 300, res.stderr  # the cause, not the log
+
+
+# -- inputs are never destroyed -------------------------------------------------------------------
+def test_outputs_never_overwrite_an_input_or_a_recording(tmp_path):
+    rec = tmp_path / "a.vtrace"
+    shutil.copy(GOLDEN, rec)
+    before = rec.read_bytes()
+    renamed = tmp_path / "report.txt"
+    shutil.copy(GOLDEN, renamed)  # a recording under another name is still one
+    for args in (["report", str(rec), "-o", str(rec)], ["report", str(rec), "-o", str(tmp_path / "b.vtrace")],
+                 ["report", str(rec), "-o", str(renamed)],
+                 ["report", "--compare", str(GOLDEN), str(rec), "-o", str(rec)],
+                 ["export", str(rec), "--perfetto", str(rec)], ["export", str(rec), "--perfetto", str(renamed)]):
+        assert_one_line_error(vt(*args), 2)
+    assert rec.read_bytes() == before and recfmt.read(renamed)
+    assert not (tmp_path / "b.vtrace").exists()
+
+
+def test_the_format_follows_the_output_extension(tmp_path):
+    for ext, probe in ((".md", lambda t: t.startswith("#") or "|---" in t), (".json", lambda t: json.loads(t)),
+                       (".html", lambda t: "<html" in t.lower()), (".csv", lambda t: "," in t.splitlines()[0])):
+        out = tmp_path / f"r{ext}"
+        res = vt("report", str(GOLDEN), "-o", str(out))
+        assert res.returncode == 0, res.stderr
+        assert probe(out.read_text()), (ext, out.read_text()[:200])
+    out = tmp_path / "forced.md"  # --format wins
+    assert vt("report", str(GOLDEN), "--format", "json", "-o", str(out)).returncode == 0
+    json.loads(out.read_text())
+
+
+def test_nothing_to_report_or_export_is_an_error(tmp_path):
+    doc = recfmt.read(GOLDEN)
+    for r in doc["runs"]:
+        r["status"], r["error"] = "failed", "the client died"
+    failed = tmp_path / "failed.vtrace"
+    recfmt.write(failed, doc)
+    res = vt("report", str(failed))
+    assert_one_line_error(res, 1)
+    assert "no measured run" in res.stderr
+    res = vt("report", "--compare", str(GOLDEN), str(GOLDEN))
+    assert_one_line_error(res, 2)
+    assert "compared with itself" in res.stderr
+    res = vt("export", str(GOLDEN), "--perfetto", str(tmp_path / "t.json"), "--from", "9000", "--to", "9001")
+    assert_one_line_error(res, 2)
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_attach_to_missing_or_non_valkey_process():

@@ -21,8 +21,13 @@ def export(recording, out, t_from, t_to):
 
     if t_from is not None and t_to is not None and t_to <= t_from:
         raise VTUsageError("--to must be after --from")
+    recfmt.refuse_overwrite(out, [recording], "--perfetto")
     doc = recfmt.read(recording)
     trace = perfetto.build(doc, t_from, t_to)
+    if t_from is not None or t_to is not None:
+        if not sum(1 for e in trace["traceEvents"] if e["ph"] == "X"):
+            raise VTUsageError(f"--from {t_from} --to {t_to}: no slice of {recording} falls in that window "
+                               "(seconds into each run's measured window)")
     try:
         with open(out, "w") as f:
             json.dump(trace, f, separators=(",", ":"))

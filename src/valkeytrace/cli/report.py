@@ -13,6 +13,9 @@ from valkeytrace.recording import format as recfmt
 # format -> reporter module; imported when used, so that `valkeytrace record` (which shares the
 # command line) never loads the analysis stack (numpy, scipy: docs/performance.md, the tracer's own cost)
 RENDERERS = {"text": "text", "markdown": "markdown", "json": "jsonfmt", "csv": "csvfmt", "html": "html"}
+# -o FILE's extension chooses the format when --format is not given
+BY_EXTENSION = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".csv": "csv", ".html": "html",
+                ".htm": "html", ".txt": "text"}
 
 
 def _renderer(fmt: str):
@@ -25,7 +28,8 @@ def _renderer(fmt: str):
 @click.argument("recordings", nargs=-1, type=click.Path(dir_okay=True))
 @click.option("--compare", "compare_paths", nargs=2, type=click.Path(), metavar="BASELINE CANDIDATE",
               help="Compare two recordings (candidate vs baseline).")
-@click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default=None,
+              help="text, markdown, json, csv or html (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), help="Also write the plots as PNG into DIR.")
 def report(recordings, compare_paths, fmt, output, plot_dir):
@@ -37,9 +41,18 @@ def report(recordings, compare_paths, fmt, output, plot_dir):
         raise VTUsageError("no recording given: valkeytrace report RECORDING, or --compare BASELINE CANDIDATE")
     if len(paths) > 1 and not compare_paths:
         raise VTUsageError("several recordings given: use --compare BASELINE CANDIDATE to compare two")
+    if compare_paths and all(os.path.exists(p) for p in paths) and os.path.samefile(*paths):
+        raise VTUsageError(f"--compare {paths[0]} {paths[1]}: a recording compared with itself has nothing to show")
+    if output:
+        recfmt.refuse_overwrite(output, paths)
+    if fmt is None:
+        fmt = BY_EXTENSION.get(os.path.splitext(output or "")[1].lower(), "text")
     from valkeytrace.analysis import report as analysis
 
     docs = [(p, recfmt.read(p)) for p in paths]
+    for p, d in docs:
+        if not any(r.get("status") == "ok" for r in d.get("runs", [])):
+            raise VTError(f"{p} has no measured run ({len(d.get('runs', []))} run(s), none ok): nothing to report")
     inp = analysis.analyse(docs)
     if inp.comparison is not None and not inp.comparison.rows:
         raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "

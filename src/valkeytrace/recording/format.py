@@ -190,3 +190,26 @@ def validate(doc, name: str = "recording") -> dict:
     from valkeytrace.recording.schema import validate_document
 
     return validate_document(doc, name)
+
+
+def is_recording(path: str | os.PathLike) -> bool:
+    """The file at path starts as a recording does (whatever its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def refuse_overwrite(output: str, inputs: list[str], flag: str = "-o") -> None:
+    """A command's output path must be none of its inputs and no recording: one line and a usage
+    error otherwise (`report a.vtrace -o a.vtrace` replaced the recording with its report)."""
+    from valkeytrace.errors import VTUsageError
+
+    out = os.path.realpath(output)
+    for p in inputs:
+        if os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out):
+            raise VTUsageError(f"{flag} {output} is an input of this command: refusing to overwrite it")
+    if out.endswith(".vtrace") or is_recording(out):
+        raise VTUsageError(f"{flag} {output} is {'a recording' if is_recording(out) else 'a .vtrace path'}: "
+                           "refusing to write a report over it (give another file name)")

@@ -176,13 +176,26 @@ class LaunchedServer(Target):
     def last_output(self, n: int = 5) -> str:
         return " | ".join(list(self._log)[-n:]) or "(no output)"
 
+    def cause(self) -> str | None:
+        """The server's own last error line (valkey logs "# Warning:"/"# Error"-marked lines, and
+        "Address already in use" when its port is taken), without its log prefix; None without one."""
+        import re
+
+        for line in reversed(list(self._log)):
+            if re.search(r"(#\s*(Error|Warning|Fatal|FATAL)|error|Address already in use|Bad directive|Can't|cannot)",
+                         line, re.I):
+                return re.sub(r"^\d+:[A-Z] [^*#]*[*#] ?", "", line).strip()
+        return None
+
     def _wait_ready(self, port_known: int | None):
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 time.sleep(0.1)  # let the drain thread catch the last lines
-                raise ServerError(f"server exited with status {self.proc.returncode} before answering "
-                                  f"PING; last output: {self.last_output()}")
+                cause = self.cause()
+                raise ServerError((f"server exited with status {self.proc.returncode} before answering PING: {cause}"
+                                   if cause else f"server exited with status {self.proc.returncode} before answering "
+                                   f"PING; last output: {self.last_output()}"))
             ports = [port_known] if port_known else listening_ports(self.pid)
             for port in ports:
                 if _ping(self.host, port):

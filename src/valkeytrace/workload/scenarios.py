@@ -21,6 +21,7 @@ from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
+from valkeytrace.workload import placement
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
                                             measured_client, run_measured, run_requests)
 
@@ -72,7 +73,10 @@ class ReadHeavy:
 
     def background(self, size: int, test: str = "SET") -> ClientProcess:
         """The steady background load, SET unless told (endless; stop() it)."""
-        return ClientProcess(self.load.argv(test, self.load.set_clients, size), self.load.client.cpus)
+        proc = ClientProcess(self.load.argv(test, self.load.set_clients, size), self.load.client.cpus)
+        if self.load.client.cpus:  # placed: it shares a CPU with the GET clients (placement.BACKGROUND_NICE)
+            placement.raise_priority(proc.proc.pid)
+        return proc
 
     def _settled_background(self, size: int, test: str = "SET") -> ClientProcess:
         """The background load, running for BACKGROUND_SETTLE_S; stopped again if it exits at once
