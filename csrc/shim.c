@@ -79,7 +79,7 @@ static fclose_fn real_fclose;
 static dup_fn real_dup;
 static dup2_fn real_dup2;
 static dup3_fn real_dup3;
-static fcntl_fn real_fcntl, real_fcntl64;
+static fcntl_fn real_fcntl;
 static accept_fn real_accept;
 static accept4_fn real_accept4;
 
@@ -122,7 +122,6 @@ static void resolve(void)
     real_dup2 = (dup2_fn)dlsym(RTLD_NEXT, "dup2");
     real_dup3 = (dup3_fn)dlsym(RTLD_NEXT, "dup3");
     real_fcntl = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl");
-    real_fcntl64 = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl64");
     real_accept = (accept_fn)dlsym(RTLD_NEXT, "accept");
     real_accept4 = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
     /* last: the constructor resolves everything once when real_close is unset */
@@ -532,16 +531,8 @@ EXPORT int fcntl(int fd, int cmd, ...)
     return fcntl_with(real_fcntl, fd, cmd, arg);
 }
 
-EXPORT int fcntl64(int fd, int cmd, ...)
-{
-    va_list ap;
-    void *arg;
-    ENSURE(real_close);
-    va_start(ap, cmd);
-    arg = va_arg(ap, void *);
-    va_end(ap);
-    return fcntl_with(real_fcntl64 ? real_fcntl64 : real_fcntl, fd, cmd, arg);
-}
+/* glibc's fcntl64 is fcntl on LP64 (the same syscall, the same argument): one wrapper, two names */
+EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 /* accept and accept4: the new connection's number may be one closed behind our back */
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
