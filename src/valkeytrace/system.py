@@ -230,6 +230,9 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
 
     t = psutil.cpu_times()
     busy = sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    # per CPU, the time the hypervisor ran something else while the CPU had work (steal): the
+    # kernel leaves it out of a task's charged runtime (PARAVIRT_TIME_ACCOUNTING), the switches do not
+    steal = [getattr(c, "steal", 0.0) for c in psutil.cpu_times(percpu=True)]
 
     def proc_cpu(pid):
         try:
@@ -238,7 +241,7 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
         except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError, ValueError):
             return None
     me = os.times()
-    return {"mono": time.monotonic(), "host_busy_s": busy, "server_s": proc_cpu(server_pid),
+    return {"mono": time.monotonic(), "host_busy_s": busy, "steal_s": steal, "server_s": proc_cpu(server_pid),
             "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids},
             "clients_sched": {pid: process_schedstat(pid) for pid in client_pids}}
 
@@ -265,6 +268,8 @@ def cpu_window(a: dict, b: dict, measured: dict | None = None) -> dict:
            "server_cores": None if server is None else round(server / wall, 3),
            "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
            "other_cores": round(max(0.0, other) / wall, 3)}
+    if a.get("steal_s") and b.get("steal_s") and len(a["steal_s"]) == len(b["steal_s"]):
+        out["steal_ms_by_cpu"] = [round(1000 * max(0.0, y - x), 1) for x, y in zip(a["steal_s"], b["steal_s"])]
     wait = {}
     if sched and sched.get("lifetime_s"):
         wait["measured"] = round(min(1.0, sched["wait_s"] / sched["lifetime_s"]), 4)

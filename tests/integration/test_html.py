@@ -76,7 +76,7 @@ def rendered(tmp_path_factory):
 def test_each_banner_once_and_no_markdown_syntax(rendered):
     page, _, _ = rendered
     text = " ".join(page.text)
-    assert page.banners == ["fsync-always: fsync latency emulated: +1 ms per call (emulated slow disk)."]
+    assert page.banners == ["fsync-always: fsync latency emulated: +1 ms per call."]
     assert text.count("fsync latency emulated") == 1, "the emulation sentence is repeated"
     for syntax in ("`", "**", "|---"):
         assert syntax not in text, f"markdown syntax {syntax!r} shows on the page"
@@ -117,3 +117,24 @@ def test_the_page_is_small_and_not_blank(rendered):
 
     img = matplotlib.image.imread(str(shot))
     assert img.shape[1] == 1280 and float(np.std(img[..., :3])) > 0.05, "the screenshot is blank"
+
+
+def test_the_verdict_comes_first_with_a_table_of_contents(rendered):
+    page, html_path, _ = rendered
+    text = " ".join(page.text)
+    html = html_path.read_text()
+    assert "<nav id='toc'>" in html and "href='#verdict'" in html and "href='#tables'" in html
+    # the verdict (with its changes in percent) before the #4029 tables and the thread appendix
+    v, t, a = text.index("Verdict"), text.index("Read-heavy (GET + SET)"), text.index("server threads (")
+    assert v < t < a, (v, t, a)
+    assert "read-heavy GET 64 B" in text[v:t] and "%" in text[v:t]
+    assert "<details id='threads'>" in html  # the per-thread tables behind a disclosure
+
+
+def test_the_cdf_is_one_readable_panel_per_cell_with_its_repeats_named(rendered):
+    page, _, _ = rendered
+    (cdf,) = [svg for svg in page.svgs if any(t[3].startswith("Client latency CDF") for t in svg["texts"])]
+    x0, y0, w, h = cdf["box"]
+    assert w / h < 3.5, f"the CDF is a {w:.0f}x{h:.0f} strip"
+    legends = [t[3] for t in cdf["texts"]]
+    assert any("fsync-always #1" in x for x in legends) and any("fsync-everysec #1" in x for x in legends), legends

@@ -426,8 +426,8 @@ def test_where_the_contention_landed_is_named():
     claim = e["claim"]
     assert "GET TPS moved significantly" in claim
     # the clients kept 25 of 50 requests in flight: the caveat says why, measured
-    assert any("25.0 of 50 clients in flight" in c and "(they waited for a CPU 48% of their time; the latency they "
-               "report holds some of that wait too" in c for c in e["caveats"]), e["caveats"]
+    assert any("GET 25.0 of 50 clients in flight (they waited for a CPU 48% of their time)" in c
+               and "the latency they report holds some of that CPU wait too" in c for c in e["caveats"]), e["caveats"]
     assert ("Waiting for a CPU: the main thread 18% -> 18%, the GET clients 5% -> 48%, the background SET clients "
             "22% -> 29%: it landed mostly on the GET clients (+43 points).") in claim
     on_main = _contended(recording("c", [(EVERYSEC, [900, 910, 890], {})]), [(0.07, 0.23)] * 3, [0.30] * 3)

@@ -14,137 +14,12 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 from __future__ import annotations
 
 from valkeytrace.analysis import model
+from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
+                                        durability_note, fsync_placement, littles_law, server_view_gap,
+                                        sets_per_fsync)
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
-
-
-IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
-
-
-def fsync_placement(server: dict) -> list[dict]:
-    """Which thread roles made fdatasync/fsync calls, with counts and rates; a role that completed
-    none but was blocked inside one (an fsync longer than the window, on a slow disk) too, with
-    count 0 and blocked_ms."""
-    wall_s = (server["main_thread"]["wall_ms"] or 0) / 1000.0
-    out = []
-    for t in server["threads"]:
-        n = t["fdatasync"]["count"] + t["fsync"]["count"]
-        if n:
-            p50 = t["fdatasync"]["p50_us"] if t["fdatasync"]["count"] else t["fsync"]["p50_us"]
-            out.append({"role": t["role"], "count": n, "per_s": n / wall_s if wall_s else None, "p50_us": p50})
-        elif (t.get("blocked_in_sync_ms") or 0) >= IN_FLIGHT_MS:
-            out.append({"role": t["role"], "count": 0, "per_s": 0.0, "p50_us": None,
-                        "blocked_ms": t["blocked_in_sync_ms"], "in_flight": True})
-    return sorted(out, key=lambda x: (-x["count"], -(x.get("blocked_ms") or 0)))
-
-
-def littles_law(cell: CellSummary) -> dict:
-    """TPS x mean latency against the number of clients, per measured op (closed-loop clients)."""
-    out = {}
-    for op, o in cell.ops.items():
-        mean, tps = o.median.get("mean_us"), o.median.get("tps")
-        if tps and mean and o.clients:
-            in_flight = tps * mean / 1e6
-            out[op] = {"tps": tps, "mean_us": mean, "clients": o.clients, "in_flight": in_flight,
-                       "ratio": in_flight / o.clients}
-    return out
-
-
-def _ms(us: float | None) -> str:
-    if us is None:
-        return "n/a"
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
-
-
-def _pct(x: float) -> str:
-    return f"{x:+.0f}%".replace("-", "\u2212")
-
-
-def _where(label: str, server: dict, latency_us: float | None = None) -> str:
-    """One sentence: where the fsyncs ran and what the main thread did (and, given a latency,
-    how many time-weighted loop iterations it spans)."""
-    m = server["main_thread"]
-    place = fsync_placement(server)
-    f_pct = (m["blocked_in_fsync_pct"] or 0)
-    parts = []
-    if any(p["role"] == "main" for p in place):
-        p = next(p for p in place if p["role"] == "main")
-        parts.append(f"the main thread spent {f_pct:.0f}% of wall time blocked in fdatasync "
-                     + ("(inside one that did not complete in the window)" if p.get("in_flight") else
-                        f"({p['per_s']:.0f}/s, p50 {_ms(p['p50_us'])})"))
-    else:
-        parts.append("the main thread is never blocked in fsync")
-    others = [p for p in place if p["role"] != "main"]
-    for p in others:
-        if p.get("in_flight"):
-            parts.append(f"fdatasync runs on {p['role']} (none completed in the window: it was blocked inside "
-                         f"one for {_ms(p['blocked_ms'] * 1000)} of it)")
-        else:
-            parts.append(f"fdatasync runs on {p['role']} ({p['per_s']:.1f}/s, p50 {_ms(p['p50_us'])})")
-    if not place:
-        parts.append("no thread called fsync in the window")
-    if m.get("loop_iteration_tw_p50_us"):
-        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted, sampled)"
-                     + _iterations(latency_us, server))
-    elif m.get("loop_iteration_mean_us") and m.get("loop_iterations_per_s") and m.get("loop_iterations_counted", True):
-        parts.append(f"{m['loop_iterations_per_s']:.0f} loop iterations/s, mean {_ms(m['loop_iteration_mean_us'])}")
-    if (m.get("waiting_for_cpu_pct") or 0) >= 10:
-        parts.append(f"it waited for a CPU {m['waiting_for_cpu_pct']:.0f}% of the time")
-    return f"{label}: " + "; ".join(parts) + "."
-
-
-def _iterations(lat_us: float | None, server: dict) -> str:
-    it = server["main_thread"].get("loop_iteration_tw_p50_us")
-    if not lat_us or not it:
-        return ""
-    return f"; the client latency spans {lat_us / it:.1f} loop iterations"
-
-
-CLIENT_WAIT_CAVEAT = 0.2  # a measuring client waiting this share of its time for a CPU gets a caveat
-
-
-def shared_client_cpus(cell: CellSummary, doc: dict) -> str | None:
-    """'CPU 1' when the cell's two client processes (read-heavy: GET measured, SET behind) were
-    placed on fewer CPUs than processes (record --client-cpus), else None."""
-    cpus = ((doc.get("client") or {}).get("placement") or {}).get("client_cpus")
-    if not cpus or cell.workload != "read-heavy" or len(cpus) >= len(cell.ops):
-        return None
-    return ("CPUs " if len(cpus) > 1 else "CPU ") + ",".join(str(c) for c in cpus)
-
-
-def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
-    out = []
-    for doc in docs:
-        emu = (doc.get("emulation") or {}).get("description")
-        if emu:
-            out.append(f"{doc['label']}: {emu} (emulated slow disk)")
-    for cell, doc in zip(cells, docs):
-        shared = shared_client_cpus(cell, doc)
-        if shared:
-            out.append(f"{doc['label']}: the GET and the background SET clients shared {shared} (--client-cpus auto on "
-                       "a host with too few CPUs to give each its own): each waited for the other's turn on it, "
-                       "which shows in their tails (p95/p99)")
-        for op, ll in littles_law(cell).items():
-            waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
-            holds = "the latency they report holds some of that wait too, not only the server's"
-            if ll["ratio"] < 0.8:
-                why = ("(a CPU-bound benchmark client?)" if waited is None else
-                       f"(they waited for a CPU {100 * waited:.0f}% of their time"
-                       + (f"; {holds})" if waited >= CLIENT_WAIT_CAVEAT else ")"))
-                out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} of {ll['clients']} "
-                           f"clients in flight: the clients spend time of their own between requests {why}")
-            elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
-                out.append(f"{doc['label']}: the {op} clients waited for a CPU {100 * waited:.0f}% of their time: {holds}")
-            if ll["ratio"] > 1.2:
-                out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} exceeds "
-                           f"{ll['clients']} clients: the recording is inconsistent")
-        if cell.server and (cell.server["main_thread"].get("waiting_for_cpu_pct") or 0) >= 20:
-            out.append(f"{doc['label']}: the main thread waited for a CPU "
-                       f"{cell.server['main_thread']['waiting_for_cpu_pct']:.0f}% of the time (CPU-bound host)")
-    return out
 
 
 def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
@@ -406,8 +281,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
         head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"], (b, c))
-    context = " " + _where(f"Baseline ({base_doc['label']})", b.server) + " " + \
-        _where(f"Candidate ({cand_doc['label']})", c.server)
+    sides = [_where(f"Baseline ({base_doc['label']})", b.server), _where(f"Candidate ({cand_doc['label']})", c.server)]
+    context = " " + " ".join(sides)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
                              "fsync_by_role": fsync_placement(b.server)},
                 "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(c.server["main_thread"]),
@@ -458,23 +333,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
     return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "claim": claim,
-            "evidence": evidence, **entry}
-
-
-def acks_before_fsync(doc: dict) -> bool:
-    """True when the server acknowledges a SET before its fsync (everysec, no): not durable."""
-    s = doc.get("server", {})
-    return not (s.get("bio_aof_offload") or s.get("appendfsync") == "always")
-
-
-def durability_note(base_doc: dict, cand_doc: dict) -> str | None:
-    b, c = not acks_before_fsync(base_doc), not acks_before_fsync(cand_doc)
-    if b == c:
-        return None
-    loose = cand_doc if b else base_doc
-    return (f"durability differs: {loose['label']} (appendfsync={loose.get('server', {}).get('appendfsync')}) "
-            "acknowledges SETs before their fsync, the other after (as appendfsync always and #3381's "
-            "offload do): SET rows are not comparable for durability")
+            "sides": sides, "evidence": evidence, **entry}
 
 
 def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, cand_doc: dict,
@@ -507,25 +366,6 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
         if gc:
             entries.append(gc)
     return entries
-
-
-def _evidence_main(m: dict) -> dict:
-    keys = ("wall_ms", "fdatasync_count", "fdatasync_p50_us", "fdatasync_p99_us", "on_cpu_pct",
-            "blocked_in_fsync_pct", "blocked_in_aof_write_pct", "waiting_for_cpu_pct", "idle_pct",
-            "other_blocked_pct", "loop_iterations", "loop_iteration_p50_us", "loop_iteration_tw_p50_us")
-    return {k: m.get(k) for k in keys}
-
-
-def sets_per_fsync(cell: CellSummary) -> float | None:
-    """SETs acknowledged per fsync in the window (group commit), from client SET TPS and all
-    threads' fsync rate."""
-    if not cell.server or "SET" not in cell.ops:
-        return None
-    tps = cell.ops["SET"].median.get("tps")
-    rate = sum(p["per_s"] or 0 for p in fsync_placement(cell.server))
-    if not tps or not rate:
-        return None
-    return tps / rate
 
 
 def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, dur) -> dict | None:
@@ -586,22 +426,3 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
                         "significant": None,
                         "caveats": caveats([cell], [doc])})
     return entries
-
-
-def server_view_gap(runs: list[dict], cell: CellSummary) -> dict | None:
-    """What the server's own INFO latencystats says against what clients measured."""
-    op = MEASURED_OP.get(cell.workload)
-    if not op or op not in cell.ops:
-        return None
-    views = [r.get("server_view", {}).get("latencystats", {}).get(op.lower()) for r in runs]
-    views = [v for v in views if v and "p50" in v]
-    if not views:
-        return None
-    server_p50 = sorted(v["p50"] for v in views)[len(views) // 2]
-    client_p50 = cell.ops[op].median["p50_us"]
-    return {"op": op, "server_p50_us": server_p50, "client_p50_us": client_p50,
-            # valkey times a command with a microsecond clock: a sub-µs command is recorded as 1 ns
-            "claim": (f"the server's INFO latencystats puts {op} p50 "
-                      f"{'under 1 µs' if server_p50 < 1 else f'at {server_p50:.3g} µs'}, clients measured "
-                      f"{_ms(client_p50)}: latencystats times command execution only, not the wait for the "
-                      "event loop (and the fsync in it) before the command runs and before its reply is written")}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from valkeytrace.analysis import distributions, explain, sensitivity, whatif
+from valkeytrace.analysis import distributions, explain, facts, sensitivity, verdict, whatif
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
@@ -87,6 +87,8 @@ class ReportInput:
     comparison: Comparison | None = None
     explanation: list | None = None  # explain.explain_compare entries (with --compare)
     whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
+    verdict: list | None = None      # verdict.Verdict records (with --compare): what every report prints first
+    detail: bool = False             # report --detail: the per-thread tables and the full accounting too
 
     @property
     def baseline(self):
@@ -105,22 +107,23 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         for c in cells:
             raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
                    and r.get("status") == "ok"]
-            gap = explain.server_view_gap(raw, c)
+            gap = facts.server_view_gap(raw, c)
             if gap:
                 views[(c.workload, c.value_size)] = gap
         sens = sensitivity.sensitivity(d)
         runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views,
                                 whatif.predict_run(cells, d), sens))
-    comparison = explanation = checked = None
+    comparison = explanation = checked = verdicts = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
         explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
                                               (runs[0].sensitivity, runs[1].sensitivity))
         # the scenario whose durability semantics the candidate has
-        early = explain.acks_before_fsync(runs[1].doc)
+        early = facts.acks_before_fsync(runs[1].doc)
         checked = whatif.check(runs[0].whatif, runs[1].cells,
                                "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
-    return ReportInput(runs, comparison, explanation, checked)
+        verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
+    return ReportInput(runs, comparison, explanation, checked, verdicts)
 
 
 def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from valkeytrace.analysis.tables import MEASURED_OP, extra_delays, summarize
+from valkeytrace.analysis.verdict import reliable
 
 MIN_POINTS = 3
 
@@ -58,8 +59,10 @@ def sensitivity(doc: dict) -> list[dict]:
                 if len(measured) < MIN_POINTS:
                     continue
                 pts = [[round(x, 1), round(y, 1)] for _, _, x, y in measured]
+                line = fit(pts)
                 out.append({"workload": key[0], "op": op, "value_size": key[1], "metric": metric,
-                            "thread_role": role, **fit(pts), "points": pts,
+                            "thread_role": role, **line, "points": pts,
+                            "reliable": reliable(pts, line["r2"]),
                             "runs_per_point": [c.repeats for _, c, _, _ in measured],
                             "point_delays_ns": [lvl for lvl, _, _, _ in measured], "added_delays_ns": levels})
     return out
@@ -79,11 +82,20 @@ def _runs(e: dict) -> str:
     return f"; each the median of {most} runs" + (f" ({', '.join(fewer)})" if fewer else "")
 
 
+def _points(e: dict) -> str:
+    return " -> ".join(f"{y / 1000:.2f}" for _, y in e["points"]) + " ms"
+
+
 def describe(entries: list[dict]) -> list[str]:
+    """A slope is stated only when reliable (R² >= 0.8, points monotonic); otherwise its points."""
     out = []
     for e in entries:
-        out.append(f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}: each extra "
-                   f"1 ms of {e['thread_role']} fsync (p50) adds {e['slope']:.2f} ms (R² {e['r2']:.2f}, "
-                   f"{len(e['points'])} points: added delays "
-                   + ", ".join(_delay(ns) for ns in e["added_delays_ns"]) + _runs(e) + ")")
+        what = f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}"
+        added = ", ".join(_delay(ns) for ns in e["added_delays_ns"]) + _runs(e)
+        if not e.get("reliable", True):
+            out.append(f"{what}: not measured reliably against {e['thread_role']} fsync (R² {e['r2']:.2f}; "
+                       f"points {_points(e)} at added delays {added})")
+            continue
+        out.append(f"{what}: each extra 1 ms of {e['thread_role']} fsync (p50) adds {e['slope']:.2f} ms (R² {e['r2']:.2f}, "
+                   f"{len(e['points'])} points: added delays {added})")
     return out

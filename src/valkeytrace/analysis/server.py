@@ -285,30 +285,47 @@ def _own_figures(thread: dict, window_ns: int) -> tuple[float, float] | None:
     return window_ns - off, rq
 
 
+def server_steal_ns(doc: dict, run: dict) -> float | None:
+    """The hypervisor's steal on the server's CPUs during the run's window (ns), or None when the
+    recording has no per-CPU steal (made before it was kept)."""
+    steal = (run.get("host_cpu") or {}).get("steal_ms_by_cpu")
+    if steal is None:
+        return None
+    cpus = ((doc.get("client") or {}).get("placement") or {}).get("server_cpus") or range(len(steal))
+    return 1e6 * sum(steal[c] for c in cpus if c < len(steal))
+
+
 def schedstat_disagreements(doc: dict) -> list[str]:
     """The eBPF backend against the kernel's own accounting (/proc schedstat), per thread role
     over the recording's windows: a sentence for each role whose on-CPU or run-queue time differs
-    by more than TRUTH_TOLERANCE (or TRUTH_FLOOR_OF_WALL of its wall time)."""
+    by more than TRUTH_TOLERANCE (or TRUTH_FLOOR_OF_WALL of its wall time). On-CPU time by the
+    switches includes what the hypervisor stole from the thread's CPU while it ran, which the
+    kernel does not charge (PARAVIRT_TIME_ACCOUNTING): up to the steal on the server's CPUs, an
+    excess is that, not a tracer fault."""
     sums: dict[str, list[float]] = {}
     for run in doc.get("runs", []):
         srv = run.get("server")
         if run.get("status") != "ok" or not srv or srv.get("backend") != "ebpf":
             continue
         main_tid = srv.get("main_tid") or srv.get("pid")
+        steal = server_steal_ns(doc, run) or 0.0
         for t in srv.get("threads") or ():
             own, sched = _own_figures(t, srv["window_ns"]), t.get("sched")
             if own is None or not sched:
                 continue
             role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
-            acc = sums.setdefault(role, [0.0] * 5)
-            for i, v in enumerate((own[0], sched["on_cpu_ns"], own[1], sched["runqueue_ns"], srv["window_ns"])):
+            acc = sums.setdefault(role, [0.0] * 6)
+            for i, v in enumerate((own[0], sched["on_cpu_ns"], own[1], sched["runqueue_ns"], srv["window_ns"], steal)):
                 acc[i] += v
     out = []
-    for role, (on, k_on, rq, k_rq, wall) in sums.items():
-        for what, ours, kernel in (("on-CPU", on, k_on), ("run-queue (waiting for a CPU)", rq, k_rq)):
-            if abs(ours - kernel) > max(TRUTH_TOLERANCE * kernel, TRUTH_FLOOR_OF_WALL * wall):
+    for role, (on, k_on, rq, k_rq, wall, steal) in sums.items():
+        for what, ours, kernel, allowed in (("on-CPU", on, k_on, steal), ("run-queue (waiting for a CPU)", rq, k_rq, 0.0)):
+            tol = max(TRUTH_TOLERANCE * kernel, TRUTH_FLOOR_OF_WALL * wall)
+            if not -tol <= ours - kernel <= allowed + tol:
+                stolen = f" (the hypervisor's steal on the server's CPUs, {allowed / 1e6:,.1f} ms, does not account " \
+                         "for it)" if allowed else ""
                 out.append(f"{role}: {what} time {ours / 1e6:,.1f} ms by eBPF, {kernel / 1e6:,.1f} ms by the kernel's "
-                           f"schedstat over {wall / 1e9:.1f} s of windows: the tracer missed or misplaced "
+                           f"schedstat over {wall / 1e9:.1f} s of windows{stolen}: the tracer missed or misplaced "
                            "scheduler events; this role's time budget is not to be trusted")
     return out
 

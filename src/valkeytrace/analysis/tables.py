@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from valkeytrace.analysis.server import summarize_server
+from valkeytrace.analysis.server import server_steal_ns, summarize_server
 
 WORKLOADS = ("read-heavy", "write-only", "none")
 MEASURED_OP = {"read-heavy": "GET", "write-only": "SET"}
@@ -117,7 +117,7 @@ def extra_delays(doc: dict) -> list[int]:
 
 
 HOST_CPU_KEYS = ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores",
-                 "measured_client_wait", "background_client_wait")
+                 "measured_client_wait", "background_client_wait", "server_steal_ms")
 
 
 def repeat_detail(run: dict) -> dict:
@@ -189,7 +189,8 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
                            "latency_us": [x for r in rows for x in r["_lat"]]})
         server = summarize_server([r.get("server") for r in groups[key]])
         # the clients' CPU-wait shares flattened beside the cores (measured_client_wait, ...)
-        cpu = [{**r["host_cpu"], **{f"{k}_client_wait": v for k, v in (r["host_cpu"].get("clients_cpu_wait") or {}).items()}}
+        cpu = [{**r["host_cpu"], **{f"{k}_client_wait": v for k, v in (r["host_cpu"].get("clients_cpu_wait") or {}).items()},
+                "server_steal_ms": None if server_steal_ns(doc, r) is None else server_steal_ns(doc, r) / 1e6}
                for r in groups[key] if r.get("host_cpu")]
         host_cpu = {k: float(np.median([c[k] for c in cpu if c.get(k) is not None]))
                     for k in HOST_CPU_KEYS if any(c.get(k) is not None for c in cpu)} if cpu else None

@@ -26,6 +26,7 @@ pass B exists).
 from __future__ import annotations
 
 from valkeytrace.analysis.tables import CellSummary
+from valkeytrace.analysis.verdict import WHATIF_TOLERANCE_PCT, whatif_verdict
 
 SCENARIOS = {"fsync_off_main_thread": "the fsync on a background thread, SETs acknowledged after it (PR #3381)",
              "fsync_off_main_thread_early_ack": "the fsync on a background thread, SETs acknowledged before "
@@ -138,7 +139,8 @@ def check(base_whatif: list[dict], cand_cells: list[CellSummary], scenario: str)
             continue
         measured = c.ops[w["op"]].get(w["metric"])
         err = None if not measured else round(100.0 * (w["predicted"] - measured) / measured, 1)
-        out.append({**w, "measured": measured, "error_pct": err})
+        out.append({**w, "measured": measured, "error_pct": err, "tolerance_pct": WHATIF_TOLERANCE_PCT,
+                    "verdict": whatif_verdict(err)})
     return out
 
 
@@ -179,6 +181,6 @@ def describe_check(checked: list[dict]) -> list[str]:
             continue
         fmt = (lambda v: f"{v / 1000:.1f}K/s") if w["metric"] == "tps" else _us
         out.append(f"{w['workload']} {w['value_size']} B {w['op']} {names[w['metric']]}: predicted "
-                   f"{fmt(w['predicted'])} from the baseline alone, measured {fmt(w['measured'])} "
-                   f"({w['error_pct']:+.0f}%)")
+                   f"{fmt(w['predicted'])} from the baseline alone, measured {fmt(w['measured'])}: "
+                   f"{w['verdict']} {w['tolerance_pct']:.0f}% ({w['error_pct']:+.0f}%)")
     return out

@@ -18,7 +18,7 @@ from valkeytrace.recorder import Recorder, Settings
 from valkeytrace.tracers.factory import BACKENDS, make_tracer, resolve_backend
 from valkeytrace.workload.scenarios import SCENARIOS
 
-EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config")
+EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary")
 # each scenario by name, and "all": every one that drives a load (the #4029 matrix)
 WORKLOAD_CHOICES = {**{name: (name,) for name in SCENARIOS},
                     "all": tuple(name for name, sc in SCENARIOS.items() if sc.drives_load)}
@@ -52,12 +52,26 @@ def positive(ctx, param, value):
     return value
 
 
-def default_label(server: dict) -> str:
+def default_label(server: dict, other_binary: bool = False) -> str:
+    """'fsync-always'; with --server-binary, what differs first: 'valkey-8.1.8-fsync-always'."""
     if not server.get("appendonly"):
-        return "aof-off"
-    if server.get("bio_aof_offload"):
-        return "bio-offload"
-    return f"fsync-{server.get('appendfsync') or 'unknown'}"
+        setting = "aof-off"
+    elif server.get("bio_aof_offload"):
+        setting = "bio-offload"
+    else:
+        setting = f"fsync-{server.get('appendfsync') or 'unknown'}"
+    if other_binary:
+        return f"{server.get('server_name') or 'server'}-{server.get('version') or 'unknown'}-{setting}"
+    return setting
+
+
+def existing_binary(ctx, param, value):
+    if value is None:
+        return None
+    path = shutil.which(value) or value
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise click.BadParameter(f"{value} is not an executable file")
+    return os.path.abspath(path)
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -66,6 +80,10 @@ def default_label(server: dict) -> str:
 @click.option("--appendfsync", type=click.Choice(["always", "everysec", "no"]), default="always",
               show_default=True, help="Embedded server only.")
 @click.option("--io-threads", type=int, callback=positive, help="Embedded server only [default: min(8, CPUs)].")
+@click.option("--server-binary", type=click.Path(dir_okay=False), callback=existing_binary, metavar="PATH",
+              help="Launch this valkey-server (or redis-server) binary instead of the embedded one, under "
+                   "exactly the embedded server's settings (--appendfsync, --io-threads, --server-config...): "
+                   "two builds, one configuration. The default label names its version.")
 @click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
               help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes).")
 @click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True)
@@ -117,7 +135,7 @@ def default_label(server: dict) -> str:
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
-def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_config, workload, sizes,
+def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_binary, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
            client_cpus, backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
            loop_sample, socket_writes, sensitivity_spec, measure_overhead, print_probes):
@@ -141,7 +159,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
         if attach_pid:
             binary, aof_dir = os.path.realpath(f"/proc/{pid}/exe"), os.path.realpath(f"/proc/{pid}/cwd")
         else:
-            binary = shutil.which(server_command[0]) if server_command else embedded_server()
+            binary = shutil.which(server_command[0]) if server_command else (server_binary or embedded_server())
             aof_dir = os.getcwd()
         tracer = EbpfTracer(block_threshold_us=block_threshold_us, aof_flush_probe=aof_flush_probe,
                             loop_sample=loop_sample, socket_writes=socket_writes)
@@ -216,7 +234,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             target = srv.CommandServer(list(server_command), env=env, run_as=run_as, ready_timeout_s=server_timeout)
         else:
             target = srv.EmbeddedServer(appendfsync=appendfsync, io_threads=io_threads, server_config=server_config,
-                                        env=env, run_as=run_as, ready_timeout_s=server_timeout)
+                                        binary=server_binary, env=env, run_as=run_as, ready_timeout_s=server_timeout)
         server = target.describe()
         warnings = []
         server_moved = False
@@ -233,7 +251,7 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_conf
             warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
-        label = label or default_label(server)
+        label = label or default_label(server, other_binary=server_binary is not None)
         if not output:
             output = f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         doc = document.new_document(

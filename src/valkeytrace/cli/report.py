@@ -32,7 +32,12 @@ def _renderer(fmt: str):
               help="text, markdown, json, csv or html (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), help="Also write the plots as PNG into DIR.")
-def report(recordings, compare_paths, fmt, output, plot_dir):
+@click.option("--label", "labels", nargs=2, metavar="BASELINE CANDIDATE",
+              help="Name the two compared systems (default: their recordings' labels; two recordings with one "
+                   "label are told apart by their file names).")
+@click.option("--detail", is_flag=True, help="Text: add the per-thread tables, the full accounting of each change, "
+              "the intervention and the what-if (markdown and HTML keep them in an appendix).")
+def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
     """Render the #4029 tables from RECORDING, or compare two recordings."""
     if compare_paths and recordings:
         raise VTUsageError("give RECORDING or --compare BASELINE CANDIDATE, not both")
@@ -53,7 +58,12 @@ def report(recordings, compare_paths, fmt, output, plot_dir):
     for p, d in docs:
         if not any(r.get("status") == "ok" for r in d.get("runs", [])):
             raise VTError(f"{p} has no measured run ({len(d.get('runs', []))} run(s), none ok): nothing to report")
+    if labels and not compare_paths:
+        raise VTUsageError("--label BASELINE CANDIDATE names the two sides of --compare")
+    if compare_paths:
+        name_sides(docs, labels)
     inp = analysis.analyse(docs)
+    inp.detail = detail
     if inp.comparison is not None and not inp.comparison.rows:
         raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "
                       f"({'; '.join(inp.comparison.missing) or 'both empty'})")
@@ -82,3 +92,21 @@ def report(recordings, compare_paths, fmt, output, plot_dir):
         click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(buf.getvalue())
+
+
+def name_sides(docs: list, labels) -> None:
+    """The two sides' names, in memory only (the recordings are never written): --label's, else
+    their own; two recordings with one label (an A/A pair, two builds recorded under one setting)
+    get their file names beside it, so that no sentence of the report can mean either side."""
+    if labels:
+        if labels[0] == labels[1]:
+            raise VTUsageError(f"--label {labels[0]} {labels[1]}: the two sides need two names")
+        for (_, d), name in zip(docs, labels):
+            d["label"] = name
+        return
+    (pa, a), (pb, b) = docs
+    if a.get("label") == b.get("label"):
+        na, nb = os.path.basename(pa), os.path.basename(pb)
+        if na == nb:
+            na, nb = pa, pb
+        a["label"], b["label"] = f"{a.get('label')} [{na}]", f"{b.get('label')} [{nb}]"

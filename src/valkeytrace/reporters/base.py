@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.tables import MEASURED_OP
 from valkeytrace.system import format_cpu_list
@@ -15,6 +16,17 @@ def fmt_pct(value: float | None) -> str:
         return "n/a"
     sign = "+" if value >= 0 else MINUS
     return f"{sign}{abs(value):.2f}%"
+
+
+def fmt_value(metric: str, v: float | None) -> str:
+    """One figure with its unit: '4.91 ms', '215 µs', '38.6K/s'."""
+    if v is None:
+        return "n/a"
+    if metric in ("tps", "rps"):
+        return f"{v / 1000:.1f}K/s"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} s"
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
 
 
 def fmt_us(value: float | None) -> str:
@@ -103,8 +115,11 @@ def client_tables(inp: ReportInput) -> list[dict]:
             note = _workload_note(base, workload, base.settings) if i == 0 else ""
             table.append((_row(base.label, r.value_size, r.op, r.base, note), "baseline"))
             table.append((_row(cand.label, r.value_size, r.op, r.cand), "candidate"))
-            noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
-            dnote = f"within noise: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
+            if min(r.base.n, r.cand.n) < 2:
+                dnote = f"significance unknown (n={r.base.n}/{r.cand.n})"
+            else:
+                noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
+                dnote = f"not significant: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
             table.append((["delta", f"{r.value_size} B", r.op, fmt_pct(r.deltas["tps"]), fmt_pct(r.deltas["mb_s"]),
                            fmt_pct(r.deltas["p50_us"]), fmt_pct(r.deltas["p95_us"]), fmt_pct(r.deltas["p99_us"]),
                            dnote], "delta"))
@@ -212,3 +227,46 @@ def _loop_note(srv: dict, m: dict) -> tuple[str, bool]:
                 + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""), False)
     return ("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
             "and Redis; record --loop-sample samples iteration durations)", True)
+
+
+SHORT = {"p50_us": "p50", "p99_us": "p99", "tps": "TPS"}
+SIG = {True: "significant", False: "not significant", None: "significance unknown"}
+
+
+def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
+    """[((cell, changes), why)]: per measured op and size, its p50/p99/TPS changes and their
+    significance, then what led the p50 change, the intervention's slope and the what-if's verdict
+    ('' when there is none of these). The verdict every report opens with."""
+    cells: dict[tuple, dict] = {}
+    for v in inp.verdict or []:
+        cells.setdefault((v.workload, v.op, v.value_size), {})[v.metric] = v
+    out = []
+    for (workload, op, size), by in cells.items():
+        shown = [by[m] for m in vd.VERDICT_METRICS if m in by and by[m].change_pct is not None]
+        same = len({v.significant for v in shown}) == 1
+        parts = []
+        for v in shown:
+            figs = f" ({fmt_value(v.metric, v.base)} -> {fmt_value(v.metric, v.cand)})" if v.metric == "p50_us" else ""
+            parts.append(f"{SHORT[v.metric]} {fmt_pct(v.change_pct)}{figs}" + ("" if same else f" {SIG[v.significant]}"))
+        if shown and same:
+            parts[-1] += ": " + ("all " if len(shown) > 1 and shown[0].significant is not None else "") \
+                + SIG[shown[0].significant]
+        why = []
+        p50 = by.get("p50_us")
+        if p50 is not None and p50.significant and p50.leading_label:
+            share = (f"; fsync + AOF write {p50.explained_share:.0%} of the p50 change"
+                     if p50.explained_share is not None else "")
+            why.append(f"led by {p50.leading_label}{share}")
+        elif p50 is not None and p50.bimodal:
+            why.append("p50 repeats on different paths of the server (one fsync cycle or two): the mean and TPS "
+                       "are the measure here")
+        if p50 is not None and p50.slope is not None:
+            s = p50.slope
+            why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"
+                       if s.reliable else f"intervention slope not measured reliably (R² {s.r2:.2f})")
+        for metric in ("p50_us", "tps"):
+            w = by.get(metric) and by[metric].whatif
+            if w:
+                why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
+        out.append(((f"{workload} {op} {size} B", "; ".join(parts)), "; ".join(why)))
+    return out

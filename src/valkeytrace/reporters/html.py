@@ -7,8 +7,9 @@ import io
 from html import escape
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       server_tables)
+                                       server_tables, verdict_lines)
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
@@ -19,7 +20,18 @@ caption{text-align:left;font-weight:bold;padding:.3em 0}
 .emu{background:#fde2e2;border:1px solid #c44e52;padding:.6em;font-weight:bold}
 .why li{margin:.5em 0}.caveat{color:#8a6d00}.warn{color:#8a3b00}figure{margin:1.5em 0}
 svg{max-width:100%;height:auto}code{background:#f2f2f2;padding:0 .25em}
+nav#toc{border:1px solid #ddd;padding:.3em 1em;display:inline-block}details summary h2{display:inline}
+ul.verdict li{margin:.4em 0}ul.verdict span{color:#444}
 """
+
+
+CAPTIONS = {
+    "latency_cdf": "Client latency CDF per cell: every repeat of each system (solid: baseline, dashed: candidate); "
+                   "a step between repeats is the server's path, a shift between systems the change.",
+    "budget": "Where the main thread's wall time went, per system and cell (the server-side tables have the figures).",
+    "fsync_hist": "fdatasync/fsync latency per cell, by system and thread role: which thread pays for durability.",
+    "blocked_timeline": "The main thread's blocked intervals (and fsync calls) over the first seconds of a run.",
+}
 
 
 def _p(text: str, cls: str = "") -> str:
@@ -34,16 +46,16 @@ def _table(head, rows, cls: str = "", caption: str = "") -> str:
                       for cells, k in rows) + "</table>")
 
 
-def _tables(inp: ReportInput) -> list[str]:
+def _client_tables(inp: ReportInput) -> list[str]:
+    out = [_table((t["title"], *t["columns"]), t["rows"]) for t in client_tables(inp)]
+    if inp.comparison is not None:
+        out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
+    return out
+
+
+def _server_tables(inp: ReportInput) -> list[str]:
     out = []
-    for t in client_tables(inp):
-        out.append(_table((t["title"], *t["columns"]), t["rows"]))
-        if inp.comparison is not None:
-            out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
-    tables = server_tables(inp)
-    if tables:
-        out.append("<h2>Server threads</h2>")
-    for t in tables:
+    for t in server_tables(inp):
         out.append(_table(("Thread role", *t["columns"]), ((cells, "last" if last else "") for cells, last in t["rows"]),
                           cls="server", caption=t["title"]))
         if t["caption"]:
@@ -57,14 +69,15 @@ def _why(inp: ReportInput) -> list[str]:
     entries, shared = explanation_entries(inp)
     out = []
     if entries:
-        out.append("<h2>Why</h2><ul class='why'>")
+        out.append("<ul class='why'>")
         for e in entries:
             tag = f" ({escape(e['tag'])})" if e["tag"] else ""
-            caveats = "".join(f"<li class='caveat'>caveat: {escape(c)}</li>" for c in e["caveats"])
+            caveats = "".join(f"<li class='caveat'>caveat: {escape(c)}</li>" for c in e["caveats"]
+                              if inp.comparison is None)  # a compare lists them once, above
             out.append(f"<li><b>{escape(e['title'])}</b>{tag}: {escape(e['claim'])}"
                        + (f"<ul>{caveats}</ul>" if caveats else "") + "</li>")
         out.append("</ul>")
-        if shared:
+        if shared and inp.comparison is None:
             out.append("<p class='caveat'>Caveats (each applies to several entries above):</p><ul>"
                        + "".join(f"<li class='caveat'>{escape(c)} ({n} entries)</li>" for c, n in shared) + "</ul>")
     for title, lines in model_sections(inp):
@@ -99,33 +112,70 @@ def _figures(inp: ReportInput) -> list[str]:
         plots.plt.close(fig)
         svg = buf.getvalue()
         svg = svg[svg.find("<svg"):]  # drop the XML prolog: inline in HTML
-        out.append(f'<figure id="{name}">{svg}<figcaption>{name.replace("_", " ")}</figcaption></figure>')
+        out.append(f'<figure id="{name}">{svg}<figcaption>{escape(CAPTIONS.get(name, name))}</figcaption></figure>')
     return out
 
 
+def _verdict(inp: ReportInput) -> list[str]:
+    out = ["<h2 id='verdict'>Verdict</h2><ul class='verdict'>"]
+    for (cell, changes), why in verdict_lines(inp):
+        out.append(f"<li><b>{escape(cell)}</b>: {escape(changes)}" + (f"<br><span>{escape(why)}</span>" if why else "")
+                   + "</li>")
+    out.append("</ul>")
+    fs = vd.findings(inp.verdict or [], inp.explanation or [])
+    if fs:
+        out.append("<h2 id='why'>Why</h2>")
+    for f in fs:
+        out.append(f"<p><b>{escape(f.title)}</b> ({escape(', '.join(f.cells))})</p><ul>"
+                   + "".join(f"<li>{escape(x)}</li>" for x in f.sides) + "</ul>")
+    items = vd.caveats_by_cell(inp.explanation or [], [run.emulation for run in inp.runs if run.emulation],
+                                tuple(run.label for run in inp.runs))
+    if items:
+        out.append("<h2 id='caveats'>Caveats</h2><ul>" + "".join(
+            f"<li class='caveat'>{escape(text)} ({escape(', '.join(cells))})</li>" for text, cells in items) + "</ul>")
+    return out
+
+
+def _details(anchor: str, title: str, parts: list[str]) -> list[str]:
+    if not parts:
+        return []
+    return [f"<details id='{anchor}'><summary><h2>{escape(title)}</h2></summary>"] + parts + ["</details>"]
+
+
 def render(inp: ReportInput, out) -> None:
-    body = []
+    head, body = [], []
     if inp.comparison is None:
         run = inp.baseline
-        body.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")
+        head.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")
         if run.emulation:
-            body.append(_p(f"{run.emulation} (emulated slow disk).", "emu"))
-        body.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}."))
+            head.append(_p(f"{run.emulation[0].upper()}{run.emulation[1:]}.", "emu"))
+        head.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}."))
     else:
         base, cand = inp.baseline, inp.candidate
-        body.append(f"<h1>valkeytrace: {escape(cand.label)} vs {escape(base.label)}</h1>")
-        body += [_p(f"{run.label}: {run.emulation} (emulated slow disk).", "emu") for run in (base, cand) if run.emulation]
-        body.append("<ul>" + "".join(
+        head.append(f"<h1>valkeytrace: {escape(cand.label)} vs {escape(base.label)}</h1>")
+        if base.emulation and base.emulation == cand.emulation:
+            head.append(_p(f"{base.emulation[0].upper()}{base.emulation[1:]} (both).", "emu"))
+        else:
+            head += [_p(f"{run.label}: {run.emulation}.", "emu") for run in (base, cand) if run.emulation]
+        head.append("<ul>" + "".join(
             f"<li>{role} <code>{escape(run.label)}</code>: server {escape(str(run.server.get('version')))} "
             f"({escape(server_note(run))})</li>" for role, run in (("baseline", base), ("candidate", cand))) + "</ul>")
-    body += _tables(inp)
+        body += _verdict(inp)
+    body.append("<h2 id='tables'>The #4029 tables</h2>")
+    body += _client_tables(inp)
     if inp.comparison is not None and inp.comparison.missing:
         body.append(_p("Not compared (missing on one side): " + "; ".join(inp.comparison.missing) + "."))
-    body += _why(inp)
     body += _notes(inp)
     figures = _figures(inp)
     if figures:
-        body.append("<h2>Plots</h2>")
+        body.append("<h2 id='plots'>Plots</h2>")
         body += figures
+    body += _details("threads", "Appendix: server threads", _server_tables(inp))
+    body += _details("accounting", "Appendix: the accounting of each change" if inp.comparison is not None
+                     else "Appendix: why", _why(inp))
+    toc = [(a, t) for a, t in (("verdict", "Verdict"), ("why", "Why"), ("caveats", "Caveats"), ("tables", "The #4029 tables"),
+                               ("plots", "Plots"), ("threads", "Server threads"), ("accounting", "Accounting"))
+           if f"id='{a}'" in "".join(body)]
+    nav = "<nav id='toc'><b>Contents</b><ul>" + "".join(f"<li><a href='#{a}'>{t}</a></li>" for a, t in toc) + "</ul></nav>"
     out.write("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>valkeytrace report</title>"
-              f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+              f"<style>{STYLE}</style></head><body>\n" + "\n".join(head + [nav] + body) + "\n</body></html>\n")

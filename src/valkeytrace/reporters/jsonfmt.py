@@ -49,6 +49,7 @@ def build(inp: ReportInput) -> dict:
                       "significant": {m: significance(row.base, row.cand, m) for m in METRICS},
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
+            "verdict": [v.as_json() for v in inp.verdict or []],
             "missing": inp.comparison.missing,
             "explanation": inp.explanation,
             "whatif": inp.whatif or [],

@@ -3,8 +3,9 @@ threads per cell; the explanation."""
 from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       server_tables)
+                                       server_tables, verdict_lines)
 
 
 def render(inp: ReportInput, out) -> None:
@@ -13,23 +14,49 @@ def render(inp: ReportInput, out) -> None:
         run = inp.baseline
         w(f"# valkeytrace: {run.label}\n\n")
         if run.emulation:
-            w(f"**{run.emulation}** (emulated slow disk).\n\n")
+            w(f"**{run.emulation[0].upper()}{run.emulation[1:]}.**\n\n")
         w(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}.\n\n")
-        _tables(inp, w)
-        _warnings(inp, w)
+        _client_tables(inp, w)
+        _server_tables(inp, w)
+        _why(inp, w)
+        _notes(inp, w)
         return
 
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
     w(f"# valkeytrace: {cand.label} vs {base.label}\n\n")
     for run in (base, cand):
         if run.emulation:
-            w(f"**{run.label}: {run.emulation}** (emulated slow disk).\n\n")
+            w(f"**{run.label}: {run.emulation}.**\n\n")
     w(f"- baseline `{base.label}`: server {base.server.get('version')} ({server_note(base)})\n")
     w(f"- candidate `{cand.label}`: server {cand.server.get('version')} ({server_note(cand)})\n\n")
-    _tables(inp, w)
+    _verdict(inp, w)
+    _client_tables(inp, w)
     if cmp.missing:
         w("Not compared (missing on one side): " + "; ".join(cmp.missing) + ".\n\n")
-    _warnings(inp, w)
+    _caveats(inp, w)
+    _notes(inp, w)
+    w("## Appendix\n\n")
+    _server_tables(inp, w)
+    _why(inp, w)
+
+
+def _verdict(inp: ReportInput, w):
+    w("## Verdict\n\n")
+    for (cell, changes), why in verdict_lines(inp):
+        w(f"- **{cell}**: {changes}" + (f"  \n  {why}" if why else "") + "\n")
+    w("\n")
+    fs = vd.findings(inp.verdict or [], inp.explanation or [])
+    if fs:
+        w("## Why\n\n")
+    for f in fs:
+        w(f"**{f.title}** ({', '.join(f.cells)})\n\n" + "".join(f"- {s}\n" for s in f.sides) + "\n")
+
+
+def _caveats(inp: ReportInput, w):
+    items = vd.caveats_by_cell(inp.explanation or [], [run.emulation for run in inp.runs if run.emulation],
+                                tuple(run.label for run in inp.runs))
+    if items:
+        w("## Caveats\n\n" + "".join(f"- {text} ({', '.join(cells)})\n" for text, cells in items) + "\n")
 
 
 def _pipe_table(w, head, rows):
@@ -37,11 +64,14 @@ def _pipe_table(w, head, rows):
     w("".join("| " + " | ".join(cells) + " |\n" for cells in rows) + "\n")
 
 
-def _tables(inp: ReportInput, w):
+def _client_tables(inp: ReportInput, w):
     for t in client_tables(inp):
         _pipe_table(w, (t["title"], *t["columns"]), (cells for cells, _kind in t["rows"]))
-        if inp.comparison is not None:
-            w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
+    if inp.comparison is not None:
+        w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
+
+
+def _server_tables(inp: ReportInput, w):
     tables = server_tables(inp)
     if tables:
         w("## Server threads\n\n")
@@ -56,13 +86,13 @@ def _why(inp: ReportInput, w):
     entries, shared = explanation_entries(inp)
     if not entries:
         return
-    w("## Why\n\n")
+    w("### The accounting of each change\n\n" if inp.comparison is not None else "## Why\n\n")
     for e in entries:
         tag = f" ({e['tag']})" if e["tag"] else ""
         w(f"- **{e['title']}**{tag}: {e['claim']}\n")
-        for c in e["caveats"]:
+        for c in e["caveats"] if inp.comparison is None else ():  # a compare lists them once, above
             w(f"  - caveat: {c}\n")
-    if shared:
+    if shared and inp.comparison is None:
         w("\nCaveats (each applies to several entries above):\n\n")
         for c, n in shared:
             w(f"- {c} ({n} entries)\n")
@@ -75,8 +105,7 @@ def _why(inp: ReportInput, w):
     w("\n")
 
 
-def _warnings(inp: ReportInput, w):
-    _why(inp, w)
+def _notes(inp: ReportInput, w):
     for run in inp.runs:
         if overhead_line(run):
             w(f"- {run.label}: {overhead_line(run)}\n")

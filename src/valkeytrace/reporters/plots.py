@@ -1,8 +1,8 @@
 """Plots of one or two analysed recordings (matplotlib, Agg backend: no display needed).
 
-  latency_cdf      client latency CDFs per value size, baseline over candidate
+  latency_cdf      client latency CDFs, a panel per cell, every repeat of both systems named
   budget           the main-thread time budget as stacked bars, per system and cell
-  fsync_hist       fdatasync/fsync latency histograms per thread role
+  fsync_hist       fdatasync/fsync latency histograms, a panel per cell, both systems' thread roles
   blocked_timeline main-thread blocked intervals (and fsync calls) over the first seconds
 """
 from __future__ import annotations
@@ -31,25 +31,42 @@ def _title(inp: ReportInput) -> str:
     return " vs ".join(labels) if len(labels) == 2 else labels[0]
 
 
+SYSTEM_COLORS = (plt.cm.Blues, plt.cm.Reds)  # baseline, candidate: a shade per repeat
+
+
+def _grid(n: int, w: float = 4.2, h: float = 3.6):
+    """Panels in rows of three at most: readable when the page shrinks the figure to its width."""
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 def latency_cdf(inp: ReportInput):
+    """One panel per measured cell; in it, each repeat of each system, named in the legend."""
     cells = sorted({(c.workload, c.value_size) for r in inp.runs for c in r.cells if MEASURED_OP.get(c.workload)})
     if not cells:
         return None
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.6), squeeze=False)
-    for ax, (workload, size) in zip(axes[0], cells):
+    fig, axes = _grid(len(cells))
+    for ax, (workload, size) in zip(axes, cells):
         op = MEASURED_OP[workload]
-        for style, run in zip(SYSTEM_STYLES, inp.runs):
-            for i, (lat_us, pct) in enumerate(run.latency_cdfs(workload, size, op)):
-                ax.step(lat_us, pct, where="post", linestyle=style, alpha=0.85,
-                        label=run.label if i == 0 else None)
+        for k, run in enumerate(inp.runs):
+            curves = run.latency_cdfs(workload, size, op)
+            for i, (lat_us, pct) in enumerate(curves):
+                shade = SYSTEM_COLORS[k % 2](0.45 + 0.5 * (i + 1) / (len(curves) + 1))
+                ax.step(lat_us, pct, where="post", linestyle=SYSTEM_STYLES[k % 2], color=shade, alpha=0.9,
+                        label=f"{run.label} #{i + 1}")
         ax.set_xscale("log")
         ax.set_xlabel(f"{op} latency (µs, log)")
         ax.set_ylabel("percentile")
-        ax.set_title(f"{workload} {size} B")
+        ax.set_title(f"{workload} {size} B {op}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, title="system #repeat", title_fontsize=7)
     fig.suptitle(f"Client latency CDF: {_title(inp)}")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))  # room for the suptitle, which tight_layout ignores
+    fig.tight_layout(rect=(0, 0, 1, 0.95))  # room for the suptitle, which tight_layout ignores
     return fig
 
 
@@ -77,29 +94,31 @@ def budget(inp: ReportInput):
 
 
 def fsync_hist(inp: ReportInput):
+    """One panel per cell, both systems in it: each thread role's fdatasync/fsync histogram."""
+    keys = sorted({(c.workload, c.value_size) for r in inp.runs for c in r.cells})
     panels = []
-    for run in inp.runs:
-        for c in run.cells:
-            hists = run.sync_histograms(c.workload, c.value_size)
-            if hists:
-                panels.append((f"{run.label} · {c.workload} {c.value_size} B", hists))
+    for workload, size in keys:
+        lines = [(run.label, k, role, h) for k, run in enumerate(inp.runs)
+                 for role, h in sorted((run.sync_histograms(workload, size) or {}).items(), key=lambda kv: -kv[1]["count"])]
+        if lines:
+            panels.append((f"{workload} {size} B", lines))
     if not panels:
         return None
-    panels = panels[:6]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    fig, axes = _grid(len(panels), h=3.4)
     edges = np.geomspace(1, 1e6, 61)  # µs, log-spaced display bins
-    for ax, (title, hists) in zip(axes[0], panels):
-        for role, h in sorted(hists.items(), key=lambda kv: -kv[1]["count"]):
+    for ax, (title, lines) in zip(axes, panels):
+        for label, k, role, h in lines:
             ax.hist(h["mids_us"], bins=edges, weights=h["counts"], histtype="step", linewidth=1.5,
-                    label=f"{role} (n={h['count']:,}, p50 {h['p50_us']:,.0f} µs)")
+                    linestyle=SYSTEM_STYLES[k % 2],
+                    label=f"{label} · {role} (n={h['count']:,}, p50 {h['p50_us']:,.0f} µs)")
         ax.set_xscale("log")
         ax.set_xlabel("fdatasync/fsync latency (µs, log)")
         ax.set_ylabel("calls")
         ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
-    fig.suptitle("fsync latency by thread role")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.suptitle("fsync latency by system and thread role")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
 

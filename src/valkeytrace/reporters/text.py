@@ -1,15 +1,29 @@
-"""Text: rich tables with n and spread (min-max) behind each median; noisy deltas marked."""
+"""Text: the verdict first (one line per measured op and size, then the cause), one short "why"
+per distinct finding, the #4029 tables, each caveat once with its cells; per-thread tables, the
+full accounting and the model's sections behind --detail. The terminal's width is respected
+(COLUMNS, else the terminal, else 100)."""
 from __future__ import annotations
+
+import os
+import shutil
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from valkeytrace.analysis.tables import METRICS
+from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
-from valkeytrace.reporters.base import client_note, fmt_pct, server_note, server_table
+from valkeytrace.analysis.tables import METRICS
+from valkeytrace.reporters.base import client_note, client_tables, server_note, server_table, verdict_lines
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
+
+
+def width() -> int:
+    cols = os.environ.get("COLUMNS")
+    if cols and cols.isdigit() and int(cols) > 20:
+        return int(cols)
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 def _val(metric, v):
@@ -22,6 +36,119 @@ def _val(metric, v):
     return f"{v:,.0f}"
 
 
+def render(inp: ReportInput, out) -> None:
+    console = Console(file=out, width=width(), force_terminal=False, soft_wrap=False,
+                      color_system=None if not out.isatty() else "auto")
+    _header(console, inp)
+    if inp.comparison is None:
+        _single(console, inp)
+    else:
+        _verdict(console, inp)
+        _why(console, inp)
+        _tables(console, inp)
+        _caveats(console, inp)
+    _warnings(console, inp)
+    if inp.detail:
+        _detail(console, inp)
+    else:
+        console.print("[dim]--detail adds the per-thread tables, the full accounting of each change, the "
+                      "intervention and the what-if.[/dim]")
+
+
+def _header(console, inp: ReportInput) -> None:
+    if inp.comparison is not None:
+        console.print(f"[bold]{escape(inp.candidate.label)} vs {escape(inp.baseline.label)}[/bold] "
+                      "(candidate vs baseline; each figure the median of its repeats)")
+    for run in inp.runs:
+        console.print(f"  {escape(run.label)}: server {run.server.get('version')} ({server_note(run)}); "
+                      f"client {client_note(run)}" + ("" if run.complete else "  [red](incomplete)[/red]"))
+    banners = list(dict.fromkeys(run.emulation for run in inp.runs if run.emulation))
+    for b in banners:
+        who = [run.label for run in inp.runs if run.emulation == b]
+        console.print(f"  [bold red]{escape(b[0].upper() + b[1:])}[/bold red]"
+                      + (f" ({', '.join(who)})" if len(inp.runs) > 1 and len(who) < len(inp.runs) else ""))
+
+
+def _verdict(console, inp: ReportInput) -> None:
+    console.rule("[bold]Verdict[/bold]")
+    for head, why in verdict_lines(inp):
+        console.print(f"[bold]{escape(head[0])}[/bold]: " + escape(head[1]))
+        if why:
+            console.print("    " + escape(why))
+
+
+def _why(console, inp: ReportInput) -> None:
+    fs = vd.findings(inp.verdict or [], inp.explanation or [])
+    if not fs:
+        return
+    console.rule("[bold]Why[/bold]")
+    for f in fs:
+        console.print(f"[bold]{escape(f.title)}[/bold] ({', '.join(f.cells)})")
+        for s in f.sides:
+            console.print("  " + escape(s))
+
+
+def _tables(console, inp: ReportInput) -> None:
+    for t in client_tables(inp):
+        table = Table(show_edge=False, pad_edge=False)  # the title heads the first column, as in the seed
+        cols = [c for c in t["columns"] if c != "Notes"]
+        for col in (t["title"], *cols):
+            table.add_column(col, justify="left" if col in (t["title"], "Value", "Op") else "right")
+        notes = []
+        for cells, kind in t["rows"]:
+            table.add_row(*cells[:-1], end_section=kind == "delta")
+            if cells[-1]:
+                notes.append(cells[-1])
+        console.print(table)
+        if notes:
+            console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")
+    console.print("[dim]Delta: candidate vs baseline; TPS positive = better, latencies negative = better.[/dim]")
+    if inp.comparison.missing:
+        console.print("[yellow]not compared:[/yellow] " + "; ".join(inp.comparison.missing))
+
+
+def _caveats(console, inp: ReportInput) -> None:
+    banners = [run.emulation for run in inp.runs if run.emulation]
+    items = vd.caveats_by_cell(inp.explanation or [], banners,
+                                tuple(run.label for run in inp.runs))
+    if not items:
+        return
+    console.rule("[bold]Caveats[/bold]")
+    for text, cells in items:
+        console.print(f"- {escape(text)} [dim]({', '.join(cells)})[/dim]")
+
+
+def _warnings(console, inp: ReportInput) -> None:
+    for run in inp.runs:
+        for w in dict.fromkeys(run.warnings):
+            console.print(f"[yellow]warning ({escape(run.label)}):[/yellow] {escape(w)}")
+        for r in run.problems:
+            console.print(f"[red]{escape(run.label)}: {r['workload']} {r['value_size']} B #{r['repeat']} "
+                          f"{r['status']}:[/red] {escape(str(r['error']))}")
+
+
+def _single(console, inp: ReportInput) -> None:
+    run = inp.baseline
+    if overhead_line(run):
+        console.print(f"{run.label}: {overhead_line(run)}")
+    t = Table(title="median of repeats (min–max below)", show_edge=False, pad_edge=False)
+    for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
+        t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left")
+    for cell in run.cells:
+        for op, o in cell.ops.items():
+            t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
+                      *[_cell(o, m) for m in METRICS], end_section=True)
+    console.print(t)
+    entries = run.explanation or []
+    if entries:
+        console.rule("[bold]Why[/bold]")
+        for e in entries:
+            tag = share_tag(e, False)
+            console.print(f"[bold]{e['workload']} {e['value_size']} B {e['op']} p50[/bold]"
+                          + (f" [cyan]({tag})[/cyan]" if tag else ""))
+            console.print("  " + escape(e["claim"]))
+
+
 def _cell(o, metric) -> str:
     med, spread = o.median.get(metric), o.spread.get(metric)
     s = _val(metric, med)
@@ -30,65 +157,36 @@ def _cell(o, metric) -> str:
     return s
 
 
-def render(inp: ReportInput, out) -> None:
-    console = Console(file=out, width=140, force_terminal=False, color_system=None if not out.isatty() else "auto")
+def _detail(console, inp: ReportInput) -> None:
+    console.rule("[bold]Detail[/bold]")
     for run in inp.runs:
-        c = run.client
-        console.print(f"[bold]{run.label}[/bold]: server {run.server.get('version')} ({server_note(run)}), "
-                      f"client {client_note(run)}, recording {run.path}"
-                      + ("" if run.complete else "  [red](incomplete)[/red]"))
-        if overhead_line(run):
+        if overhead_line(run) and inp.comparison is not None:
             console.print(f"{run.label}: {overhead_line(run)}")
-        if run.emulation:
-            console.print(f"[bold red]{run.label}: {run.emulation.upper()[:1]}{run.emulation[1:]} "
-                          "(emulated slow disk, not a measured one)[/bold red]")
-    if inp.comparison is None:
-        run = inp.baseline
-        t = Table(title="median of repeats (min–max below)")
-        for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
-            t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left")
-        for cell in run.cells:
-            for op, o in cell.ops.items():
-                t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
-                          *[_cell(o, m) for m in METRICS], end_section=True)
-        console.print(t)
-    else:
-        cmp = inp.comparison
-        t = Table(title=f"{inp.candidate.label} vs {inp.baseline.label}: median of repeats; "
-                        "~ = within noise (ranges overlap or n<2)")
-        for col in ("Workload", "Value", "Op", "System", "n", *HEAD.values()):
-            t.add_column(col, justify="right" if col not in ("Workload", "Op", "System") else "left")
-        for r in cmp.rows:
-            t.add_row(r.workload, f"{r.value_size} B", r.op, inp.baseline.label, str(r.base.n),
-                      *[_cell(r.base, m) for m in METRICS])
-            t.add_row("", "", "", inp.candidate.label, str(r.cand.n), *[_cell(r.cand, m) for m in METRICS])
-            t.add_row("", "", "", "[bold]delta[/bold]", "",
-                      *[fmt_pct(r.deltas[m]) + (" ~" if r.noise[m] else "") for m in METRICS], end_section=True)
-        console.print(t)
-        console.print("Delta: candidate vs baseline; TPS/MB/s positive = better, latencies negative = better.")
-        if cmp.missing:
-            console.print("[yellow]not compared:[/yellow] " + "; ".join(cmp.missing))
-    for run in inp.runs:
         for cell in run.cells:
             if cell.server:
                 server_tables(console, run.label, cell)
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
-                console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] {gap['claim']}")
-    explain_section(console, inp)
-    for run in inp.runs:
-        for w in run.warnings:
-            console.print(f"[yellow]warning ({run.label}):[/yellow] {w}")
-        for r in run.problems:
-            console.print(f"[red]{run.label}: {r['workload']} {r['value_size']} B #{r['repeat']} "
-                          f"{r['status']}:[/red] {r['error']}")
+                console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
+                              + escape(gap["claim"]))
+    if inp.comparison is not None and inp.explanation:
+        console.rule("[bold]The accounting of each change[/bold]")
+        for e in inp.explanation:
+            head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
+            tag = share_tag(e, True)
+            console.print(head + (f" [cyan]({tag})[/cyan]" if tag else ""))
+            console.print("  " + escape(e["claim"]))
+    for title, lines in model_sections(inp):
+        console.rule(f"[bold]{escape(title)}[/bold]")
+        for line in lines:
+            console.print("  " + escape(line))
 
 
 def server_tables(console, label: str, cell) -> None:
     """Per cell: thread role | call | count | p50 | p99 | max | total ms | % of wall; the main-thread
     budget and what its figures are (reporters.base.server_table)."""
     st = server_table(label, cell)
-    t = Table(title=st["title"], caption=st["caption"])
+    t = Table(title=st["title"], caption=st["caption"], show_edge=False, pad_edge=False)
     for col in ("Thread role", *st["columns"]):
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
     for cells, last in st["rows"]:
@@ -96,23 +194,3 @@ def server_tables(console, label: str, cell) -> None:
     console.print(t)
     for text, warn in st["notes"]:
         console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))
-
-
-def explain_section(console, inp: ReportInput) -> None:
-    entries = inp.explanation if inp.comparison is not None else [e for r in inp.runs for e in (r.explanation or [])]
-    if not entries:
-        return
-    console.rule("[bold]Why[/bold]")
-    for e in entries:
-        head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
-        tag = share_tag(e, inp.comparison is not None)
-        if tag:
-            head += f" [cyan]({tag})[/cyan]"
-        console.print(head)
-        console.print("  " + e["claim"])
-        for c in e.get("caveats", []):
-            console.print(f"  [yellow]caveat:[/yellow] {c}")
-    for title, lines in model_sections(inp):
-        console.rule(f"[bold]{title}[/bold]")
-        for line in lines:
-            console.print("  " + line)

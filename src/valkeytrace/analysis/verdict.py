@@ -1,0 +1,181 @@
+"""The verdict of a compare, as data: one record per measured op, value size and metric (p50, p99,
+TPS), with what changed, whether it is significant and by which rule, what led the change, the
+intervention's slope and the what-if's verdict. Reporters print these first and nothing in them
+is prose but the labels: every figure is a field (docs/report-json.md, compare.verdict[]).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from valkeytrace.analysis import model
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, significance
+
+VERDICT_METRICS = ("p50_us", "p99_us", "tps")
+# a what-if is "within" when its prediction is this close to the candidate's measurement; the
+# goal the model is held to (issue 32: 30%, aiming at 15%). docs/explain.md §3.
+WHATIF_TOLERANCE_PCT = 30.0
+
+
+@dataclass
+class Slope:
+    """The intervention's least-squares slope (ms of the metric per ms of fsync), and whether it is
+    stated at all (sensitivity.reliable)."""
+    thread_role: str
+    value: float
+    r2: float
+    reliable: bool
+    points: list
+
+
+@dataclass
+class WhatIf:
+    predicted: float
+    measured: float
+    error_pct: float
+    tolerance_pct: float
+    verdict: str  # "within" or "outside"
+
+
+@dataclass
+class Verdict:
+    workload: str
+    op: str
+    value_size: int
+    metric: str
+    base: float | None
+    cand: float | None
+    change_pct: float | None
+    significant: bool | None
+    rule: str                         # how significance was decided (or why it is unknown)
+    n: list                           # repeats [baseline, candidate]
+    leading_component: str | None = None
+    leading_label: str | None = None
+    explained_share: float | None = None
+    bimodal: bool = False             # a side's repeats lie on different paths of the server
+    slope: Slope | None = None        # the baseline's intervention slope for this metric
+    whatif: WhatIf | None = None      # the baseline's prediction of this metric against the candidate
+    extra: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def rule_of(row, metric: str, sig: bool | None) -> str:
+    b, c = row.base, row.cand
+    if sig is None:
+        return f"unknown: n={b.n} vs n={c.n} (2 repeats a side or more are needed)"
+    if metric == "p50_us" and (b.split or c.split) and sig is False:
+        return f"repeats on different paths of the server (n={b.n} vs n={c.n}): not a basis"
+    return f"repeats: {MIN_EFFECT:.0%} floor, disjoint ranges or rank test (n={b.n} vs n={c.n})"
+
+
+def reliable(points: list, r2: float, min_r2: float = 0.8) -> bool:
+    """A slope is stated only when its fit is good and its points move one way: R² >= min_r2 and
+    the metric monotonic in the fsync time (ties allowed)."""
+    if r2 is None or r2 < min_r2 or len(points) < 3:
+        return False
+    ys = [y for _, y in sorted(points)]
+    up = all(b >= a for a, b in zip(ys, ys[1:]))
+    down = all(b <= a for a, b in zip(ys, ys[1:]))
+    return up or down
+
+
+def whatif_verdict(error_pct: float | None, tolerance: float = WHATIF_TOLERANCE_PCT) -> str | None:
+    if error_pct is None:
+        return None
+    return "within" if abs(error_pct) <= tolerance else "outside"
+
+
+def build(comparison, explanation: list, base_sensitivity: list, whatif_checked: list) -> list[Verdict]:
+    """One Verdict per measured op (GET in read-heavy, SET in write-only), size and metric."""
+    if comparison is None:
+        return []
+    entries = {(e["workload"], e["op"], e["value_size"], e["metric"]): e for e in explanation or []}
+    slopes = {}
+    for s in base_sensitivity or []:
+        key = (s["workload"], s["op"], s["value_size"], s["metric"])
+        if key not in slopes or s["thread_role"] == "main":
+            slopes[key] = s
+    checks = {(w["workload"], w["op"], w["value_size"], w["metric"]): w for w in whatif_checked or []}
+    out = []
+    for row in comparison.rows:
+        if row.op != MEASURED_OP.get(row.workload):
+            continue
+        for metric in VERDICT_METRICS:
+            key = (row.workload, row.op, row.value_size, metric)
+            sig = significance(row.base, row.cand, metric)
+            b, c = row.base.get(metric), row.cand.get(metric)
+            v = Verdict(row.workload, row.op, row.value_size, metric, b, c,
+                        None if row.deltas.get(metric) is None else round(row.deltas[metric], 2), sig,
+                        rule_of(row, metric, sig), [row.base.n, row.cand.n],
+                        bimodal=metric == "p50_us" and (row.base.split or row.cand.split))
+            e = entries.get(key)
+            if e is not None and e.get("leading_component"):
+                v.leading_component = e["leading_component"]
+                v.leading_label = model.LABELS.get(e["leading_component"], e["leading_component"])
+                v.explained_share = e.get("explained_share")
+            s = slopes.get(key)
+            if s is not None:
+                v.slope = Slope(s["thread_role"], s["slope"], s["r2"], bool(s.get("reliable")), s["points"])
+            w = checks.get(key)
+            if w is not None and w.get("measured") and w.get("error_pct") is not None:
+                v.whatif = WhatIf(w["predicted"], w["measured"], w["error_pct"], w["tolerance_pct"], w["verdict"])
+            out.append(v)
+    return out
+
+
+@dataclass
+class Finding:
+    """One distinct finding behind the verdict: the cells (p50 changes) it covers and the servers'
+    own facts for the first of them (where the fsyncs ran, what the main thread did)."""
+    kind: str          # a leading component (model.COMPONENTS), or "no_change", "unknown", "unattributed"
+    title: str
+    cells: list
+    sides: list
+
+
+TITLES = {"no_change": "No significant change", "unknown": "Significance unknown (fewer than 2 repeats a side)",
+          "unattributed": "Significant, not attributed (no server-side trace or not modelled)"}
+
+
+def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
+    """The p50 verdicts grouped by what explains them, in the order they first appear."""
+    entries = {(e["workload"], e["op"], e["value_size"], e["metric"]): e for e in explanation or []}
+    groups: dict[str, Finding] = {}
+    for v in verdicts:
+        if v.metric != "p50_us":
+            continue
+        if v.significant is None:
+            kind = "unknown"
+        elif not v.significant:
+            kind = "no_change"
+        else:
+            kind = v.leading_component or "unattributed"
+        title = TITLES.get(kind) or f"{model.LABELS.get(kind, kind)[0].upper()}{model.LABELS.get(kind, kind)[1:]}"
+        f = groups.setdefault(kind, Finding(kind, title, [], []))
+        f.cells.append(f"{v.workload} {v.op} {v.value_size} B")
+        e = entries.get((v.workload, v.op, v.value_size, v.metric))
+        if not f.sides and e is not None:
+            f.sides = list(e.get("sides") or [])
+    return list(groups.values())
+
+
+def caveats_by_cell(explanation: list, banners: list[str], labels: tuple = ()) -> list[tuple[str, list[str]]]:
+    """[(caveat, [cells])]: each caveat once, with the cells it applies to; one said of both sides
+    ("LABEL: text" twice) said once for both; the emulation sentence (every report's banner) left
+    out."""
+    out: dict[str, list[str]] = {}
+    who: dict[str, list[str]] = {}
+    for e in explanation or []:
+        for c in e.get("caveats") or []:
+            if any(b and b in c for b in banners):
+                continue
+            label = next((lb for lb in labels if c.startswith(f"{lb}: ")), None)
+            text = c[len(label) + 2:] if label else c
+            cell = f"{e['workload']} {e['op']} {e['value_size']} B"
+            cells = out.setdefault(text, [])
+            if cell not in cells:
+                cells.append(cell)
+            if label and label not in who.setdefault(text, []):
+                who[text].append(label)
+    return [(f"{' and '.join(who[t])}: {t}" if who.get(t) else t, cells) for t, cells in out.items()]

@@ -1,0 +1,76 @@
+"""The verdict as data, on synthetic recordings whose answer is known (the builders of
+test_explain): an fsync-led change, no change, a slope stated only when its fit is reliable, and a
+what-if judged against its tolerance."""
+from test_explain import recording, window
+
+from valkeytrace.analysis import explain, sensitivity, verdict, whatif
+from valkeytrace.analysis.tables import compare, summarize
+
+
+def _verdicts(base_doc, cand_doc):
+    b, c = summarize(base_doc), summarize(cand_doc)
+    cmp = compare(b, c)
+    entries = explain.explain_compare(b, c, cmp, base_doc, cand_doc)
+    return verdict.build(cmp, entries, [], []), entries
+
+
+def test_an_fsync_led_change_is_significant_and_led_by_fsync():
+    base = recording("always", [(window(500, main_fsyncs=400, fsync_us=4000, cpu_wait=0.01), [4300, 4400, 4350], {})])
+    cand = recording("everysec", [(window(40000, bio_fsyncs=2, cpu_wait=0.01), [200, 210, 205], {})],
+                     appendfsync="everysec")
+    vs, entries = _verdicts(base, cand)
+    by = {v.metric: v for v in vs}
+    assert set(by) == {"p50_us", "p99_us", "tps"}
+    p50 = by["p50_us"]
+    assert p50.significant is True and p50.change_pct < -90
+    assert p50.leading_component == "fsync" and p50.leading_label == "main thread blocked in fsync"
+    assert 0.7 <= p50.explained_share <= 1.3
+    assert p50.n == [3, 3] and "15% floor" in p50.rule
+    (f,) = [f for f in verdict.findings(vs, entries) if f.kind == "fsync"]
+    assert f.cells == ["read-heavy GET 64 B"]
+    assert any("blocked in fdatasync" in s for s in f.sides)  # the servers' own facts, not the model
+
+
+def test_no_change_is_not_significant_and_has_no_cause():
+    base = recording("a", [(window(500, main_fsyncs=400, fsync_us=4000), [4300, 4400, 4350], {})])
+    cand = recording("b", [(window(500, main_fsyncs=400, fsync_us=4000), [4350, 4310, 4420], {})])
+    vs, entries = _verdicts(base, cand)
+    p50 = next(v for v in vs if v.metric == "p50_us")
+    assert p50.significant is False and p50.leading_component is None and p50.explained_share is None
+    assert [f.kind for f in verdict.findings(vs, entries)] == ["no_change"]
+
+
+def test_one_repeat_a_side_is_unknown():
+    base = recording("a", [(window(500, main_fsyncs=400, fsync_us=4000), [4300], {})], repeats=1)
+    cand = recording("b", [(window(40000, bio_fsyncs=2), [200], {})], appendfsync="everysec", repeats=1)
+    vs, _ = _verdicts(base, cand)
+    p50 = next(v for v in vs if v.metric == "p50_us")
+    assert p50.significant is None and p50.rule.startswith("unknown")
+
+
+def test_reliable_needs_a_good_fit_and_monotonic_points():
+    assert verdict.reliable([[100, 1000], [2000, 3000], [4000, 5100]], 0.99)
+    # the issue's case: 6.44 -> 13.88 -> 10.22 ms, R² 0.24
+    assert not verdict.reliable([[100, 6440], [2000, 13880], [4000, 10220]], 0.24)
+    # a good R² over points that turn back is not a slope either
+    assert not verdict.reliable([[0, 1000], [1000, 2000], [2000, 1990], [3000, 4000]], 0.85)
+    assert not verdict.reliable([[0, 1], [1, 2]], 1.0)  # two points
+
+
+def test_an_unreliable_slope_is_not_stated():
+    e = {"workload": "read-heavy", "op": "GET", "value_size": 1024, "metric": "p50_us", "thread_role": "main",
+         "slope": 0.89, "r2": 0.24, "points": [[100, 6440], [2100, 13880], [4100, 10220]], "reliable": False,
+         "added_delays_ns": [0, 2_000_000, 4_000_000], "runs_per_point": [1, 1, 1], "point_delays_ns": [0, 2e6, 4e6]}
+    (line,) = sensitivity.describe([e])
+    assert "not measured reliably" in line and "0.89" not in line and "6.44 -> 13.88 -> 10.22 ms" in line
+
+
+def test_whatif_verdict_against_its_tolerance():
+    base = [{"workload": "read-heavy", "op": "GET", "value_size": 64, "metric": "tps", "scenario": "s",
+             "predicted": 40_000.0, "inputs": {}}]
+    cand = recording("b", [(window(40000, bio_fsyncs=2), [200, 210, 205], {})], appendfsync="everysec")
+    (w,) = whatif.check(base, summarize(cand), "s")
+    assert w["tolerance_pct"] == verdict.WHATIF_TOLERANCE_PCT
+    assert w["verdict"] == ("within" if abs(w["error_pct"]) <= 30 else "outside")
+    assert verdict.whatif_verdict(54.0) == "outside" and verdict.whatif_verdict(-7.0) == "within"
+    assert verdict.whatif_verdict(None) is None
