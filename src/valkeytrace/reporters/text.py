@@ -91,12 +91,13 @@ def _why(console, inp: ReportInput) -> None:
 def _tables(console, inp: ReportInput) -> None:
     for t in client_tables(inp):
         table = Table(show_edge=False, pad_edge=False)  # the title heads the first column, as in the seed
-        cols = [c for c in t["columns"] if c != "Notes"]
-        for col in (t["title"], *cols):
-            table.add_column(col, justify="left" if col in (t["title"], "Value", "Op") else "right")
+        # below 100 columns MB/s (TPS x value size) gives way
+        keep = [i for i, c in enumerate(t["columns"]) if c != "Notes" and (console.width >= 100 or c != "MB/s")]
+        for i, col in enumerate((t["title"], *[t["columns"][k] for k in keep])):
+            table.add_column(col, justify="left" if i < 3 else "right", no_wrap=i == 0)
         notes = []
         for cells, kind in t["rows"]:
-            table.add_row(*cells[:-1], end_section=kind == "delta")
+            table.add_row(cells[0], *[cells[1 + k] for k in keep], end_section=kind == "delta")
             if cells[-1]:
                 notes.append(cells[-1])
         console.print(table)
