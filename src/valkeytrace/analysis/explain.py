@@ -17,7 +17,7 @@ from valkeytrace.analysis import model
 from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
                                         durability_note, fsync_placement, littles_law, server_view_gap,
                                         sets_per_fsync)
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, significance
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
@@ -273,10 +273,17 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     name = metric.replace("_us", "")
     sig = significance(row_base, row_cand, metric)
     observed = cl - bl
-    head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + \
-        (paths_sentence(row_base, row_cand, base_doc["label"], cand_doc["label"])
-         if sig is False and metric == "p50_us" and (row_base.split or row_cand.split)
-         else significance_sentence(sig, row_base.n, row_cand.n)) + "."
+    iv = launch_interval(row_base, row_cand, metric)
+    if iv is not None:
+        lo, hi = iv["interval_pct"]
+        judged = (f"{'significant' if sig else 'no significant change'} ({iv['launches'][0]} vs {iv['launches'][1]} "
+                  f"server launches: the change of their means {_pct(iv['change_pct'])}, 95% interval "
+                  f"[{lo:+.1f}%, {hi:+.1f}%]{'' if sig else ': nothing to explain'})")
+    elif sig is False and metric == "p50_us" and (row_base.split or row_cand.split):
+        judged = paths_sentence(row_base, row_cand, base_doc["label"], cand_doc["label"])
+    else:
+        judged = significance_sentence(sig, row_base.n, row_cand.n)
+    head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + judged + "."
     if sig is False:
         head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from valkeytrace.analysis import launches
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 
 WORKLOADS = ("read-heavy", "write-only", "none")
@@ -59,6 +60,8 @@ class OpSummary:
     # each repeat's p50 in the main thread's fsync cycles (model.loop_cycle; empty without
     # regular main-thread fsyncs), and their unit, µs
     paths: list = field(default_factory=list)
+    # metric -> one figure per server launch (valkeytrace compare; analysis/launches.py), [] for one launch
+    launch_values: dict = field(default_factory=dict)
 
     @property
     def split(self) -> bool:
@@ -93,7 +96,7 @@ def _op_values(run: dict, op: str, size: int) -> dict | None:
     return {"_rps": [float(p[1]) for p in prog], "_lat": [float(p[2]) * 1000 for p in prog],
             "tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
             "p95_us": res.get("p95_us"), "p99_us": res.get("p99_us"),
-            "_role": res.get("role", "measured"), "_clients": res.get("clients")}
+            "_role": res.get("role", "measured"), "_clients": res.get("clients"), "_launch": run.get("launch")}
 
 
 def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
@@ -185,6 +188,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
                 median={m: float(np.median(v)) if v else None for m, v in values.items()},
                 spread={m: [float(min(v)), float(max(v))] if v else None for m, v in values.items()},
                 values=values,
+                launch_values={m: launches.launch_figures(rows, m) for m in METRICS + ("mean_us",)},
                 intervals={"rps": [x for r in rows for x in r["_rps"]],
                            "latency_us": [x for r in rows for x in r["_lat"]]})
         server = summarize_server([r.get("server") for r in groups[key]])
@@ -209,9 +213,18 @@ def delta_pct(base: float | None, cand: float | None) -> float | None:
     return (cand - base) / base * 100.0
 
 
+def launch_interval(a: OpSummary, b: OpSummary, metric: str) -> dict | None:
+    """The launches' rule (analysis/launches.py) for metric, or None below 3 launches a side."""
+    return launches.interval(a.launch_values.get(metric) or [], b.launch_values.get(metric) or [])
+
+
 def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
     """True: a significant change of metric from a to b; False: within noise; None: unknown
-    (fewer than 2 repeats on a side, or the metric missing)."""
+    (fewer than 2 repeats on a side, or the metric missing). With 3 launches a side or more, the
+    launches decide (a 95% interval of the change that excludes 0); else the repeats do."""
+    iv = launch_interval(a, b, metric)
+    if iv is not None:
+        return iv["significant"]
     ra, rb = a.spread.get(metric), b.spread.get(metric)
     va, vb = a.get(metric), b.get(metric)
     if ra is None or rb is None or va is None or vb is None:

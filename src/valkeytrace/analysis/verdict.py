@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis import model
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, significance
+from valkeytrace.analysis import launches as ln
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, launch_interval, significance
 
 VERDICT_METRICS = ("p50_us", "p99_us", "tps")
 # a what-if is "within" when its prediction is this close to the candidate's measurement; the
@@ -54,7 +55,9 @@ class Verdict:
     bimodal: bool = False             # a side's repeats lie on different paths of the server
     slope: Slope | None = None        # the baseline's intervention slope for this metric
     whatif: WhatIf | None = None      # the baseline's prediction of this metric against the candidate
-    extra: dict = field(default_factory=dict)
+    interval_pct: list | None = None  # 95% interval of the change, from the launches (compare)
+    launches: list | None = None      # server launches [baseline, candidate]
+    launches_needed: int | None = None  # a side, for an interval narrower than the change (when not significant)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -62,6 +65,11 @@ class Verdict:
 
 def rule_of(row, metric: str, sig: bool | None) -> str:
     b, c = row.base, row.cand
+    iv = launch_interval(b, c, metric)
+    if iv is not None:
+        nb, nc = iv["launches"]
+        return (f"launches: the 95% interval of the change (Welch's t on the launches' logarithms) excludes 0 "
+                f"or not ({nb} vs {nc} launches, each the median of its repeats)")
     if sig is None:
         return f"unknown: n={b.n} vs n={c.n} (2 repeats a side or more are needed)"
     if metric == "p50_us" and (b.split or c.split) and sig is False:
@@ -109,6 +117,13 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                         None if row.deltas.get(metric) is None else round(row.deltas[metric], 2), sig,
                         rule_of(row, metric, sig), [row.base.n, row.cand.n],
                         bimodal=metric == "p50_us" and (row.base.split or row.cand.split))
+            iv = launch_interval(row.base, row.cand, metric)
+            if iv is not None:
+                v.change_pct, v.interval_pct, v.launches = iv["change_pct"], iv["interval_pct"], iv["launches"]
+                lb, lc = row.base.launch_values[metric], row.cand.launch_values[metric]
+                v.bimodal = metric == "p50_us" and any(max(x) >= 1.5 * min(x) > 0 for x in (lb, lc))
+                if not iv["significant"]:
+                    v.launches_needed = ln.launches_needed(lb, lc)
             e = entries.get(key)
             if e is not None and e.get("leading_component"):
                 v.leading_component = e["leading_component"]

@@ -247,7 +247,8 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
         parts = []
         for v in shown:
             figs = f" ({fmt_value(v.metric, v.base)} -> {fmt_value(v.metric, v.cand)})" if v.metric == "p50_us" else ""
-            parts.append(f"{SHORT[v.metric]} {fmt_pct(v.change_pct)}{figs}" + ("" if same else f" {SIG[v.significant]}"))
+            ci = f" [{v.interval_pct[0]:+.1f}, {v.interval_pct[1]:+.1f}]" if v.interval_pct else ""
+            parts.append(f"{SHORT[v.metric]} {fmt_pct(v.change_pct)}{ci}{figs}" + ("" if same else f" {SIG[v.significant]}"))
         if shown and same:
             parts[-1] += ": " + ("all " if len(shown) > 1 and shown[0].significant is not None else "") \
                 + SIG[shown[0].significant]
@@ -258,8 +259,11 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
                      if p50.explained_share is not None else "")
             why.append(f"led by {p50.leading_label}{share}")
         elif p50 is not None and p50.bimodal:
-            why.append("p50 repeats on different paths of the server (one fsync cycle or two): the mean and TPS "
-                       "are the measure here")
+            where = "launches" if p50.launches else "repeats"
+            why.append(f"p50 {where} on different paths of the server (one fsync cycle or two): the mean (Little's "
+                       "law) and TPS are the measure here")
+        if p50 is not None and p50.launches_needed:
+            why.append(f"about {p50.launches_needed} launches a side would resolve a p50 change this size")
         if p50 is not None and p50.slope is not None:
             s = p50.slope
             why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"
@@ -270,3 +274,18 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
                 why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
         out.append(((f"{workload} {op} {size} B", "; ".join(parts)), "; ".join(why)))
     return out
+
+
+def rule_line(inp: ReportInput) -> str:
+    """How the verdict judged significance, said once: from the launches or from the repeats."""
+    vs = inp.verdict or []
+    with_launches = [v for v in vs if v.launches]
+    if with_launches:
+        nb, nc = with_launches[0].launches
+        return (f"significance from the server launches: {nb} vs {nc}, interleaved; [lo, hi] is the 95% interval "
+                "of the change (Welch's t over the launches, each the median of its repeats)")
+    if vs:
+        n = vs[0].n
+        return (f"significance from the repeats of one launch each (n={n[0]} vs n={n[1]}): a change of 15% or more "
+                "with disjoint repeats or shifted interval samples; valkeytrace compare judges it from launches")
+    return ""

@@ -9,7 +9,7 @@ from html import escape
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       server_tables, verdict_lines)
+                                       rule_line, server_tables, verdict_lines)
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
@@ -117,7 +117,7 @@ def _figures(inp: ReportInput) -> list[str]:
 
 
 def _verdict(inp: ReportInput) -> list[str]:
-    out = ["<h2 id='verdict'>Verdict</h2><ul class='verdict'>"]
+    out = ["<h2 id='verdict'>Verdict</h2>" + (_p(rule_line(inp) + ".") if rule_line(inp) else "") + "<ul class='verdict'>"]
     for (cell, changes), why in verdict_lines(inp):
         out.append(f"<li><b>{escape(cell)}</b>: {escape(changes)}" + (f"<br><span>{escape(why)}</span>" if why else "")
                    + "</li>")

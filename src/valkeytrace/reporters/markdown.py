@@ -5,7 +5,7 @@ from __future__ import annotations
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       server_tables, verdict_lines)
+                                       rule_line, server_tables, verdict_lines)
 
 
 def render(inp: ReportInput, out) -> None:
@@ -41,7 +41,7 @@ def render(inp: ReportInput, out) -> None:
 
 
 def _verdict(inp: ReportInput, w):
-    w("## Verdict\n\n")
+    w("## Verdict\n\n" + (f"{rule_line(inp)}.\n\n" if rule_line(inp) else ""))
     for (cell, changes), why in verdict_lines(inp):
         w(f"- **{cell}**: {changes}" + (f"  \n  {why}" if why else "") + "\n")
     w("\n")

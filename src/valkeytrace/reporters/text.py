@@ -14,7 +14,8 @@ from rich.table import Table
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import client_note, client_tables, server_note, server_table, verdict_lines
+from valkeytrace.reporters.base import (client_note, client_tables, rule_line, server_note, server_table,
+                                       verdict_lines)
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -71,6 +72,8 @@ def _header(console, inp: ReportInput) -> None:
 
 def _verdict(console, inp: ReportInput) -> None:
     console.rule("[bold]Verdict[/bold]")
+    if rule_line(inp):
+        console.print(f"[dim]{escape(rule_line(inp))}[/dim]")
     for head, why in verdict_lines(inp):
         console.print(f"[bold]{escape(head[0])}[/bold]: " + escape(head[1]))
         if why:

@@ -1,0 +1,64 @@
+"""Significance from the launches (`valkeytrace compare`): the variance of a server on this kind
+of host lives mostly between launches, so a change is judged against the launch-to-launch spread.
+
+Each launch's repeats are summarised first (their median: one figure per launch); the change is
+the ratio of the sides' geometric means of those figures, and its 95% interval is Welch's t
+interval on their logarithms (unequal spreads allowed; a latency's spread grows with its level):
+significant when the interval excludes 0. A percentile bootstrap over 4 launches a side, tried
+first, called 16% of simulated A/A pairs significant (tests/unit/test_launches.py); Welch's t
+keeps to its 5% on the same pairs. Used when both sides have MIN_LAUNCHES or more; a
+single-launch recording keeps the repeats' rule (tables.significance). Pure.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MIN_LAUNCHES = 3
+LEVEL = 0.95
+
+
+def launch_figures(rows: list[dict], metric: str) -> list[float]:
+    """One figure per launch (the median of its repeats), in launch order; [] when the rows carry
+    no launch (a plain recording)."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("_launch") is None or r.get(metric) is None:
+            continue
+        by.setdefault(int(r["_launch"]), []).append(float(r[metric]))
+    return [float(np.median(v)) for _, v in sorted(by.items())]
+
+
+def interval(base: list[float], cand: list[float]) -> dict | None:
+    """{"change_pct", "interval_pct": [lo, hi], "significant", "launches": [nb, nc]} for the change
+    of the launch figures, or None below MIN_LAUNCHES a side (or a figure <= 0)."""
+    if len(base) < MIN_LAUNCHES or len(cand) < MIN_LAUNCHES or min(base) <= 0 or min(cand) <= 0:
+        return None
+    from scipy.stats import t as student
+
+    lb, lc = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(cand, dtype=float))
+    diff = lc.mean() - lb.mean()
+    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
+    se = float(np.sqrt(vb + vc))
+    if se == 0:
+        lo = hi = diff
+    else:
+        df = (vb + vc) ** 2 / ((vb ** 2 / (len(lb) - 1) if vb else 0) + (vc ** 2 / (len(lc) - 1) if vc else 0))
+        q = float(student.ppf((1 + LEVEL) / 2, df))
+        lo, hi = diff - q * se, diff + q * se
+    pct = lambda x: round(100.0 * (float(np.exp(x)) - 1.0), 2)  # noqa: E731
+    return {"change_pct": pct(diff), "interval_pct": [pct(lo), pct(hi)], "significant": bool(lo > 0 or hi < 0),
+            "launches": [len(lb), len(lc)]}
+
+
+def launches_needed(base: list[float], cand: list[float], width_goal: float | None = None) -> int | None:
+    """Launches a side that would bring the interval's half-width under the change seen (or
+    width_goal, in percent): the half-width shrinks as 1/sqrt(n)."""
+    iv = interval(base, cand)
+    if iv is None:
+        return None
+    half = (iv["interval_pct"][1] - iv["interval_pct"][0]) / 2
+    goal = width_goal or abs(iv["change_pct"])
+    if goal <= 0 or half <= goal:
+        return None
+    n = max(len(base), len(cand))
+    return int(np.ceil(n * (half / goal) ** 2))

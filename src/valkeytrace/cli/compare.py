@@ -1,0 +1,200 @@
+"""`valkeytrace compare [RECORD OPTIONS] --launches N -o DIR`: two sides in one command.
+
+Most of the noise on a host like this one lies between server launches (docs/explain.md §1), so
+the sides are launched N times each, alternating (ABBA: B C C B B C C B ...), each launch a fresh
+server running the whole matrix: drift lands on both sides alike, and the report's significance
+comes from the launch-to-launch spread (analysis/launches.py). Each launch is one `record`, run
+as a child with the common options and its side's own; the runs are gathered per side into
+DIR/baseline.vtrace and DIR/candidate.vtrace, each run tagged with its launch. Ctrl-C keeps what
+both sides measured.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import click
+
+from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recording import format as recfmt
+
+SIDES = ("baseline", "candidate")
+# options of `record` that name one side: compare takes them per side, never in common
+PER_SIDE = ("--server-binary", "--server-config", "--label", "--inject-fsync-delay", "-o", "--output", "--attach")
+
+
+def launch_order(n: int) -> list[tuple[str, int]]:
+    """[(side, launch number)]: ABBA pairs, so that a linear drift weighs both sides alike and no
+    side runs three times in a row."""
+    out = []
+    for i in range(n):
+        pair = SIDES if i % 2 == 0 else SIDES[::-1]
+        out += [(side, i + 1) for side in pair]
+    return out
+
+
+def side_args(side: str, binary, configs, label, inject) -> list[str]:
+    args = []
+    if binary:
+        args += ["--server-binary", binary]
+    for c in configs:
+        args += ["--server-config", c]
+    if label:
+        args += ["--label", label]
+    if inject:
+        args += ["--inject-fsync-delay", inject]
+    return args
+
+
+def merge(paths: list[tuple[int, str]], side: str) -> dict | None:
+    """One side's launches as one recording: the first launch's description, every launch's runs
+    (each tagged with its launch), every launch's warnings once, and per launch what was launched."""
+    docs = [(k, p, recfmt.read(p)) for k, p in paths if os.path.exists(p)]
+    if not docs:
+        return None
+    out = copy.deepcopy(docs[0][2])
+    out["runs"], out["launches"], warnings = [], [], []
+    for k, p, d in docs:
+        out["runs"] += [dict(r, launch=k) for r in d.get("runs", [])]
+        srv = d.get("server") or {}
+        out["launches"].append({"launch": k, "side": side, "pid": srv.get("pid"), "version": srv.get("version"),
+                                "started_at": min((r.get("started_at") for r in d.get("runs", []) if r.get("started_at")),
+                                                  default=None), "complete": bool(d.get("complete"))})
+        warnings += [w for w in d.get("warnings") or [] if w not in warnings]
+    out["warnings"] = warnings
+    out["complete"] = all(d.get("complete") for _, _, d in docs)
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--launches", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Server launches per side, alternating (ABBA); 3 or more give significance from the launches.")
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
+              help="Directory for baseline.vtrace and candidate.vtrace (created; never overwritten).")
+@click.option("--baseline-binary", type=click.Path(dir_okay=False), help="The baseline's valkey-server binary.")
+@click.option("--candidate-binary", type=click.Path(dir_okay=False), help="The candidate's valkey-server binary.")
+@click.option("--baseline-config", multiple=True, metavar="KEY=VALUE", help="Baseline server config (repeatable).")
+@click.option("--candidate-config", multiple=True, metavar="KEY=VALUE", help="Candidate server config (repeatable).")
+@click.option("--baseline-label", help="The baseline's name in reports.")
+@click.option("--candidate-label", help="The candidate's name in reports.")
+@click.option("--baseline-inject-fsync-delay", metavar="DURATION", help="The baseline's emulated fsync delay.")
+@click.option("--candidate-inject-fsync-delay", metavar="DURATION", help="The candidate's emulated fsync delay.")
+@click.option("--inject-fsync-delay", "common_inject", metavar="DURATION",
+              help="Both sides' emulated fsync delay (a side's own option replaces it).")
+@click.pass_context
+def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
+            baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay, common_inject):
+    """Record a baseline and a candidate in alternating server launches, then compare them.
+
+    Every other option is `record`'s (--workload, --sizes, --repeat, --duration, --appendfsync,
+    --io-threads, --backend, ...) and applies to both sides; the per-side options above shape
+    each side. Writes DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
+    """
+    common = list(ctx.args)
+    bad = [a for a in common if a.split("=")[0] in PER_SIDE]
+    if bad:
+        raise VTUsageError(f"{bad[0].split('=')[0]} names one side here: use --baseline-/--candidate- options "
+                           "(or -o DIR for the output)")
+    if any(not a.startswith("-") for a in common if a not in _values(common)):
+        raise VTUsageError("compare launches the embedded server (or --baseline-/--candidate-binary); "
+                           "it takes no SERVER_COMMAND")
+    if os.path.exists(outdir) and any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
+        raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
+    parent = os.path.dirname(os.path.abspath(outdir))
+    if not os.path.isdir(parent):
+        raise VTUsageError(f"-o {outdir}: directory {parent} does not exist")
+    os.makedirs(outdir, exist_ok=True)
+    work = os.path.join(outdir, ".launches")
+    os.makedirs(work, exist_ok=True)
+    per_side = {"baseline": side_args("baseline", baseline_binary, baseline_config, baseline_label,
+                                      baseline_inject_fsync_delay or common_inject),
+                "candidate": side_args("candidate", candidate_binary, candidate_config, candidate_label,
+                                       candidate_inject_fsync_delay or common_inject)}
+    order = launch_order(launches)
+    done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
+    interrupted = False
+    started = time.monotonic()
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
+        task = progress.add_task("launching", total=len(order))
+        for i, (side, k) in enumerate(order):
+            path = os.path.join(work, f"{side}-{k}.vtrace")
+            progress.update(task, completed=i, description=f"{side} launch {k}")
+            argv = [sys.executable, "-m", "valkeytrace", "record", *common, *per_side[side], "-o", path]
+            status, err, interrupted = run_launch(argv)
+            if os.path.exists(path):
+                done[side].append((k, path))
+            if interrupted:
+                break
+            if status != 0:
+                last = (err.strip().splitlines() or ["no output"])[-1]
+                if not done["baseline"] and not done["candidate"]:
+                    shutil.rmtree(work, ignore_errors=True)
+                    raise VTError(f"{side} launch {k} failed: {last.removeprefix('valkeytrace: error: ')}")
+                click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
+        progress.update(task, completed=len(order) if not interrupted else progress.tasks[0].completed)
+    written = []
+    docs = {s: merge(done[s], s) for s in SIDES}
+    if docs["baseline"] and docs["candidate"] and docs["baseline"].get("label") == docs["candidate"].get("label"):
+        for s in SIDES:
+            docs[s]["label"] = f"{docs[s]['label']} ({s})"
+    for s in SIDES:
+        if docs[s] is not None:
+            path = os.path.join(outdir, f"{s}.vtrace")
+            recfmt.write(path, docs[s])
+            written.append(path)
+    shutil.rmtree(work, ignore_errors=True)
+    took = time.monotonic() - started
+    click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done['baseline'])} + {len(done['candidate'])} launches "
+               f"in {took:.0f} s", err=True)
+    if len(written) == 2:
+        from valkeytrace.cli.report import report
+
+        ctx.invoke(report, compare_paths=tuple(written), recordings=(), fmt=None, output=None, plot_dir=None,
+                   labels=None, detail=False)
+    if interrupted:
+        sys.exit(130)
+    if len(written) < 2:
+        raise VTError("one side has no launch measured: nothing to compare")
+
+
+def _values(args: list[str]) -> set:
+    """The words of args that are option values (the word after an option without '=')."""
+    out = set()
+    for a, b in zip(args, args[1:]):
+        if a.startswith("-") and "=" not in a and not b.startswith("-"):
+            out.add(b)
+    return out
+
+
+def run_launch(argv: list[str]) -> tuple[int, str, bool]:
+    """(exit status, stderr, interrupted): one `record` child. Ctrl-C reaches it through the
+    terminal's process group, and a SIGINT/SIGTERM sent to this process alone is passed on: the
+    child stops cleanly and keeps its runs (exit 130) while this process waits for it, instead
+    of killing it as subprocess.run would."""
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    hit = []
+
+    def forward(signum, frame):
+        hit.append(signum)
+        try:
+            child.send_signal(signal.SIGINT)
+        except OSError:
+            pass
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _, err = child.communicate()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return child.returncode, err or "", bool(hit) or child.returncode == 130
