@@ -1,0 +1,71 @@
+"""`valkeytrace compare` end to end, with real launches of the embedded server: the sides
+alternate (ABBA), each run carries its launch, the verdict's significance comes from the launches
+(interval_pct, launches), and Ctrl-C keeps what both sides measured and leaves no server behind."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from valkeytrace.recording import format as recfmt
+from vtcli import VT, vt
+
+pytestmark = pytest.mark.integration
+COMMON = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
+          "--keyspace", "500", "--appendfsync", "everysec", "--backend", "none"]
+
+
+def _servers():
+    return [p for p in psutil.process_iter(["name", "cmdline"]) if "valkey-server" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_launches_alternate_and_decide_significance(tmp_path):
+    out = tmp_path / "cmp"
+    res = vt("compare", "--launches", "3", *COMMON, "--candidate-config", "hz=20", "-o", out, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "Verdict" in res.stdout and "significance from the server launches: 3 vs 3" in res.stdout
+    starts = []
+    for side in ("baseline", "candidate"):
+        doc = recfmt.read(out / f"{side}.vtrace")
+        runs = [r for r in doc["runs"] if r["status"] == "ok"]
+        assert sorted(r["launch"] for r in runs) == [1, 2, 3]
+        assert [x["launch"] for x in doc["launches"]] == [1, 2, 3]
+        starts += [(r["started_at"], side[0]) for r in runs]
+    assert "".join(s for _, s in sorted(starts)) == "bccbbc"  # ABBA, never three in a row
+    assert not (out / ".launches").exists()
+    d = json.loads(vt("report", "--compare", out / "baseline.vtrace", out / "candidate.vtrace", "--format", "json").stdout)
+    (v,) = [x for x in d["compare"]["verdict"] if x["metric"] == "p50_us"]
+    assert v["launches"] == [3, 3] and len(v["interval_pct"]) == 2
+    assert v["interval_pct"][0] <= v["change_pct"] <= v["interval_pct"][1]
+    assert v["rule"].startswith("launches")
+    again = vt("compare", "--launches", "3", *COMMON, "-o", out)
+    assert again.returncode == 2 and "already holds a comparison" in again.stderr
+
+
+def test_per_side_options_are_refused_in_common(tmp_path):
+    res = vt("compare", "--launches", "3", *COMMON, "--label", "x", "-o", tmp_path / "c")
+    assert res.returncode == 2 and "names one side" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
+    before = {p.pid for p in _servers()}
+    out = tmp_path / "cmp"
+    proc = subprocess.Popen([VT, "compare", "--launches", "3", *COMMON, "-o", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (out / ".launches" / "candidate-1.vtrace").exists():
+        time.sleep(0.2)
+    assert (out / ".launches" / "candidate-1.vtrace").exists(), "two launches did not finish in time"
+    time.sleep(2.0)  # inside the third launch
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    for side in ("baseline", "candidate"):
+        doc = recfmt.read(out / f"{side}.vtrace")
+        assert any(r["status"] == "ok" for r in doc["runs"]), side
+    time.sleep(0.5)
+    assert not ({p.pid for p in _servers()} - before), "a server was left running"
+    assert not os.path.exists(out / ".launches")
