@@ -30,21 +30,21 @@ unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
 
 # the demo: fsync-always vs fsync-everysec on the embedded server, fsync emulated at +4 ms (an
-# EBS-like disk; this VM's own fsync takes ~0.25 ms), all three value sizes, median of 3, eBPF
-# tracing when this machine allows it (else the shim), the baseline also run at +2 and +4 ms more
-# (the fsync-sensitivity intervention); then the compare report and report.html.
-# --io-threads 1: on this 2-core VM the default (2) spins a core in the I/O thread and blurs the
-# mechanism (docs/explain.md, Limits, has the demo's figures at 2).
-DEMO_ARGS ?= --sizes 64,256,1024 --repeat 3 --duration 2 --keyspace 20000 --io-threads 1 --inject-fsync-delay 4ms
+# EBS-like disk; this VM's own fsync takes ~0.25 ms), all three value sizes, in 3 alternating
+# server launches a side (valkeytrace compare: significance from the launches), eBPF tracing when
+# this machine allows it (else the shim), the baseline also run at +2 and +4 ms more per fsync
+# (the fsync-sensitivity intervention, 3 runs a level over the launches); then the compare report
+# and report.html. --io-threads 1: on this 2-core VM the default (2) spins a core in the I/O thread
+# and blurs the mechanism (docs/explain.md, Limits, has the demo's figures at 2).
+DEMO_ARGS ?= --sizes 64,256,1024 --repeat 1 --duration 2 --keyspace 20000 --io-threads 1 --inject-fsync-delay 4ms
 demo: setup
-	@mkdir -p demo
+	@rm -rf demo && mkdir -p demo
 	@echo "demo: fsync latency emulated at +4 ms per call (not this disk's own)"
-	$(VENV)/bin/valkeytrace record --appendfsync always $(DEMO_ARGS) --fsync-sensitivity 2ms,4ms -o demo/fsync-always.vtrace
-	$(VENV)/bin/valkeytrace record --appendfsync everysec $(DEMO_ARGS) -o demo/fsync-everysec.vtrace
-	$(VENV)/bin/valkeytrace report --compare demo/fsync-always.vtrace demo/fsync-everysec.vtrace
-	$(VENV)/bin/valkeytrace report --compare demo/fsync-always.vtrace demo/fsync-everysec.vtrace \
+	$(VENV)/bin/valkeytrace compare --launches 3 $(DEMO_ARGS) --appendfsync always \
+		--candidate-config appendfsync=everysec --baseline-fsync-sensitivity 2ms,4ms -o demo/cmp
+	$(VENV)/bin/valkeytrace report --compare demo/cmp/baseline.vtrace demo/cmp/candidate.vtrace \
 		--format html -o demo/report.html --plot demo/plots
-	@echo "demo: open demo/report.html; Perfetto: valkeytrace export demo/fsync-always.vtrace --perfetto demo/trace.json"
+	@echo "demo: open demo/report.html; Perfetto: valkeytrace export demo/cmp/baseline.vtrace --perfetto demo/trace.json"
 
 # README's demo excerpt, from the last `make demo` (scripts/readme-excerpt.py)
 readme-excerpt: setup

@@ -23,7 +23,7 @@ class build_py_with_header(build_py):
 # build and found by path next to the _native module (as memray does with its _inject library).
 shim = Extension(
     "valkeytrace._shim",
-    sources=["csrc/shim.c"],
+    sources=["csrc/shim.c", "csrc/offload.c"],
     include_dirs=["csrc"],
     libraries=["m", "dl", "pthread"],
     extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",

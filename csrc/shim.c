@@ -14,6 +14,9 @@
  *   valkeytrace for record --fsync-sensitivity), with or without $VALKEYTRACE_FSYNC_DELAY.
  *   With neither variable set, every wrapper is a pure pass-through.
  *
+ * With $VALKEYTRACE_OFFLOAD (durable | early-ack) it also emulates valkey#3381's AOF offload
+ * (csrc/offload.c): the main thread's AOF write and fdatasync go to a thread of the shim.
+ *
  * It runs inside a production server, so on the hot path: errno and return values are
  * preserved; no allocation, no locks (a thread claims its slot once with an atomic increment,
  * then is the slot's only writer; counters use relaxed atomics so a signal handler interrupting
@@ -45,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "offload.h"
 #include "valkeytrace.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -55,6 +59,7 @@
 
 typedef int (*fsync_fn)(int);
 typedef ssize_t (*write_fn)(int, const void *, size_t);
+typedef ssize_t (*read_fn)(int, void *, size_t);
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*writev_fn)(int, const struct iovec *, int);
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
@@ -70,6 +75,7 @@ typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 
 static fsync_fn real_fsync, real_fdatasync;
 static write_fn real_write;
+static read_fn real_read;
 static pwrite_fn real_pwrite, real_pwrite64;
 static writev_fn real_writev;
 static epoll_wait_fn real_epoll_wait;
@@ -112,6 +118,7 @@ static void resolve(void)
     real_fsync = (fsync_fn)dlsym(RTLD_NEXT, "fsync");
     real_fdatasync = (fsync_fn)dlsym(RTLD_NEXT, "fdatasync");
     real_write = (write_fn)dlsym(RTLD_NEXT, "write");
+    real_read = (read_fn)dlsym(RTLD_NEXT, "read");
     real_pwrite = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite");
     real_pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
     real_writev = (writev_fn)dlsym(RTLD_NEXT, "writev");
@@ -161,6 +168,7 @@ static inline uint64_t now_ns(void)
 
 static void child_after_fork(void)
 {
+    vt_offload_after_fork_child();
     recording_disabled = 1; /* the AOF-rewrite child must not write into the parent's slots */
     my_tid = 0;             /* the child's only thread has a new tid */
 }
@@ -229,7 +237,7 @@ __attribute__((constructor)) static void shim_init(void)
     main_pid = getpid();
     parse_delay(getenv("VALKEYTRACE_FSYNC_DELAY"));
     map_region(getenv("VALKEYTRACE_SHM"));
-    if (region)
+    if (vt_offload_init() || region)
         pthread_atfork(NULL, NULL, child_after_fork);
 }
 
@@ -355,16 +363,49 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
     return ret;
 }
 
-EXPORT int fdatasync(int fd)
+/* The real call and the emulated delay: what the eBPF backend probes as the call (its uprobes
+ * are on these two symbols, tracers/ebpf_plan.py SHIM_SYMBOLS), so that a call the virtual
+ * offload takes from the main thread (in fdatasync/fsync below) is no call at all to it, and the
+ * offload thread's, made through here, is timed whole. noinline: the uprobe is at the entry. */
+EXPORT __attribute__((noinline)) int vt_shim_fdatasync(int fd)
 {
     ENSURE(real_fdatasync);
     return timed_sync(real_fdatasync, fd, VT_CALL_FDATASYNC);
 }
 
-EXPORT int fsync(int fd)
+EXPORT __attribute__((noinline)) int vt_shim_fsync(int fd)
 {
     ENSURE(real_fsync);
     return timed_sync(real_fsync, fd, VT_CALL_FSYNC);
+}
+
+EXPORT int fdatasync(int fd)
+{
+    if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_sync(fd))
+        return 0; /* the virtual offload's: the main thread goes on */
+    return vt_shim_fdatasync(fd);
+}
+
+EXPORT int fsync(int fd)
+{
+    if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_sync(fd))
+        return 0;
+    return vt_shim_fsync(fd);
+}
+
+/* read: only under the durable virtual offload, which notes the write commands clients send */
+EXPORT ssize_t read(int fd, void *buf, size_t count)
+{
+    ssize_t ret;
+    int saved;
+    ENSURE(real_read);
+    if (__builtin_expect(!vt_offload_enabled(), 1))
+        return real_read(fd, buf, count);
+    ret = real_read(fd, buf, count);
+    saved = errno;
+    vt_offload_read(fd, buf, ret);
+    errno = saved;
+    return ret;
 }
 
 EXPORT ssize_t write(int fd, const void *buf, size_t count)
@@ -373,6 +414,8 @@ EXPORT ssize_t write(int fd, const void *buf, size_t count)
     ssize_t ret;
     int saved, kind;
     ENSURE(real_write);
+    if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_write(fd, buf, count, &ret))
+        return ret;
     if (!recording() || untimed(kind = write_kind(fd)))
         return real_write(fd, buf, count);
     t0 = now_ns();
@@ -416,6 +459,8 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
     ssize_t ret;
     int saved, kind;
     ENSURE(real_writev);
+    if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_writev(fd, iov, iovcnt, &ret))
+        return ret;
     if (!recording() || untimed(kind = write_kind(fd)))
         return real_writev(fd, iov, iovcnt);
     t0 = now_ns();
@@ -453,11 +498,14 @@ static inline void forget_fd(int fd)
 {
     if (fd >= 0 && fd < FD_CACHE)
         __atomic_store_n(&fd_class[fd], FD_UNKNOWN, __ATOMIC_RELAXED);
+    vt_offload_forget(fd); /* the virtual offload's own classes too (offload.c) */
 }
 
 EXPORT int close(int fd)
 {
     ENSURE(real_close);
+    if (__builtin_expect(vt_offload_enabled(), 0))
+        vt_offload_close(fd); /* what it has queued or held goes first */
     forget_fd(fd);
     return real_close(fd);
 }

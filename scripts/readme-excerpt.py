@@ -3,8 +3,8 @@
 
 Usage: .venv/bin/python scripts/readme-excerpt.py [DEMO_DIR]   (or: make readme-excerpt)
 
-Renders `report --compare` of the demo's two recordings as markdown, keeps the read-heavy table,
-the read-heavy 64 B GET p50 explanation, the what-if check and the intervention slopes, and
+Renders `report --compare` of the demo's two recordings as markdown, keeps the verdict and the
+why (as the report opens), the read-heavy table, the what-if check and the intervention slopes, and
 replaces the text between the README's `<!-- demo-excerpt -->` markers. Nothing is typed by hand:
 what the README shows is what the last demo printed.
 """
@@ -21,23 +21,31 @@ START, END = "<!-- demo-excerpt:start -->", "<!-- demo-excerpt:end -->"
 
 
 def excerpt(demo: Path) -> str:
-    paths = [demo / "fsync-always.vtrace", demo / "fsync-everysec.vtrace"]
+    paths = [demo / "cmp" / "baseline.vtrace", demo / "cmp" / "candidate.vtrace"]
     buf = io.StringIO()
     markdown.render(analyse([(str(p), recfmt.read(p)) for p in paths]), buf)
     lines = buf.getvalue().splitlines()
+    out, keep = [], False
+    for line in lines:  # the verdict and the why, as the report opens
+        if line.startswith("## "):
+            keep = line in ("## Verdict", "## Why")
+            if keep:
+                out.append(f"**{line[3:]}**\n")
+            continue
+        if keep:
+            out.append(line)
     table = [line for line in lines if line.startswith("| Read-heavy") or line.startswith("|---")][:2]
     table += [line for line in lines if re.match(r"\| (fsync-always|fsync-everysec|delta) \| \d+ B \| GET", line)]
-    why = [line for line in lines if line.startswith("- **read-heavy 64 B GET p50**")]
     sections, keep = [], False
     for line in lines:
         if line.startswith("### "):
             keep = line.startswith("### What-if check") or line.startswith("### Intervention")
             if keep:
-                sections.append(f"\n**{line[4:]}**\n")
+                sections.append(f"\n**{line[4:]}** (from the report's appendix)\n")
             continue
         if keep and line.startswith("- read-heavy"):
             sections.append(line)
-    return "\n".join(table + [""] + why + sections)
+    return "\n".join([x for x in out if x.strip() or True]).strip() + "\n\n" + "\n".join(table + sections)
 
 
 def main():

@@ -39,17 +39,20 @@ class Settings:
     write_clients: int
     backend: str
     sensitivity: tuple = ()  # added fsync delays (ns) each cell is also run at (--fsync-sensitivity)
+    # runs per added delay in this recording; `compare` asks for fewer a launch, the launches together making
+    # up SENSITIVITY_MIN_RUNS (the slope is fitted on each level's median over the merged recording)
+    sensitivity_runs: int = SENSITIVITY_MIN_RUNS
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
         return {"workloads": list(self.workloads), "sizes": list(self.sizes), "repeat": self.repeat,
                 "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
-                "fsync_sensitivity_ns": list(self.sensitivity)}
+                "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs}
 
     def matrix(self):
         """[(repeat, workload, value_size, added fsync delay ns)] in execution order: each cell,
-        then the same cell at each --fsync-sensitivity level; below SENSITIVITY_MIN_RUNS repeats,
+        then the same cell at each --fsync-sensitivity level; below sensitivity_runs repeats,
         the levels (not the cells) are swept again after the matrix until each has that many runs,
         so that the slope is fitted on medians (analysis/sensitivity.py)."""
         out = []
@@ -63,7 +66,7 @@ class Settings:
                     if w in loaded:
                         out += [(r, w, size, level) for level in self.sensitivity]
         if self.sensitivity:
-            for r in range(self.repeat + 1, SENSITIVITY_MIN_RUNS + 1):
+            for r in range(self.repeat + 1, self.sensitivity_runs + 1):
                 for size in self.sizes:
                     for w in loaded:
                         out += [(r, w, size, level) for level in self.sensitivity]
@@ -85,6 +88,7 @@ class Recorder:
         self.doc = doc
         self.doc.setdefault("runs", [])
         self._encoder = recfmt.GrowingDocument()
+        self.offload = None  # tracers.offload.OffloadStats under record --emulate-offload
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -119,12 +123,20 @@ class Recorder:
             view.begin()
             run["window_start"] = time.time()
             run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
+            if self.offload is not None:
+                run["_offload"] = self.offload.snapshot()
             if traced:
                 self.tracer.window_begin()
 
         def end():
             run["window_end"] = time.time()
             run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
+            if self.offload is not None:
+                from valkeytrace.tracers import offload
+
+                figures = offload.window(run.pop("_offload", None), self.offload.snapshot())
+                if figures is not None:
+                    run["offload"] = figures
             metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
                 run["server"] = metrics
@@ -178,6 +190,7 @@ class Recorder:
                 except Exception:
                     pass
             run.pop("_cpu", None)  # snapshots of a window that did not end
+            run.pop("_offload", None)
             run["ended_at"] = time.time()
             self.checkpoint()
         return run

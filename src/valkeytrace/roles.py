@@ -16,14 +16,15 @@ name that is in no family's list is `unknown`. The main thread is the one whose 
 | bio_rdb_save, bio_tls_reload, other bio_* | bio_other | Valkey 9.x (and later bio jobs) |
 | io_thd_N | io_thread | Redis 6+, Valkey |
 | jemalloc_bg_thd | jemalloc | builds with jemalloc background threads |
+| vt_offload | vt_offload | valkeytrace's virtual offload (record --emulate-offload), the shim's thread |
 """
 from __future__ import annotations
 
-ROLES = ("main", "bio_aof", "bio_close_file", "bio_lazy_free", "bio_other", "io_thread", "jemalloc", "unknown",
-         "other")  # "other": recordings made before the table (their roles are recomputed from names)
+ROLES = ("main", "bio_aof", "bio_close_file", "bio_lazy_free", "bio_other", "io_thread", "jemalloc", "vt_offload",
+         "unknown", "other")  # "other": recordings made before the table (their roles are recomputed from names)
 ROLE_BY_NAME = {"bio_aof": "bio_aof", "bio_aof_fsync": "bio_aof", "bio_close_file": "bio_close_file",
                 "bio_lazy_free": "bio_lazy_free", "bio_rdb_save": "bio_other", "bio_tls_reload": "bio_other",
-                "jemalloc_bg_thd": "jemalloc"}
+                "jemalloc_bg_thd": "jemalloc", "vt_offload": "vt_offload"}
 ROLE_BY_PREFIX = (("io_thd_", "io_thread"), ("bio_", "bio_other"))
 
 

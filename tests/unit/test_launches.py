@@ -46,3 +46,32 @@ def test_a_split_side_is_not_a_change_and_says_how_many_launches_it_would_take()
     assert not iv["significant"] and iv["interval_pct"][0] < 0 < iv["interval_pct"][1]
     need = launches.launches_needed(base, cand)
     assert need is not None and need > 4
+
+
+def test_launch_order_alternates_abba():
+    from valkeytrace.cli.compare import launch_order
+
+    order = "".join(s[0] for s, _ in launch_order(4))
+    assert order == "bccbbccb" and "bbb" not in order and "ccc" not in order
+    assert [k for _, k in launch_order(2)] == [1, 1, 2, 2]
+
+
+def test_the_intervention_is_spread_over_the_launches():
+    from valkeytrace.recorder import Settings
+
+    common = dict(workloads=("read-heavy",), sizes=(64,), repeat=1, duration_s=1, keyspace=10, get_clients=1,
+                  set_clients=1, write_clients=1, backend="none", sensitivity=(2_000_000,))
+    alone = [m for m in Settings(**common).matrix() if m[3]]
+    per_launch = [m for m in Settings(**common, sensitivity_runs=1).matrix() if m[3]]
+    assert len(alone) == 3 and len(per_launch) == 1  # 3 launches of 1 make the level's 3 runs
+
+
+def test_merged_launches_keep_every_run_tagged():
+    from valkeytrace.recording.document import merge_launches
+
+    docs = [(k, {"label": "x", "server": {"pid": 10 + k, "version": "9"}, "warnings": ["w"], "complete": k != 2,
+                 "runs": [{"repeat": 1, "started_at": 100.0 * k}]}) for k in (1, 2, 3)]
+    m = merge_launches(docs, "baseline")
+    assert [r["launch"] for r in m["runs"]] == [1, 2, 3] and m["warnings"] == ["w"] and m["complete"] is False
+    assert [x["pid"] for x in m["launches"]] == [11, 12, 13] and merge_launches([], "baseline") is None
+    assert "launch" not in docs[0][1]["runs"][0]  # the launch's own document is left as it was

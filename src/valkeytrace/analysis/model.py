@@ -72,12 +72,15 @@ VALLEY = 0.25  # a p50 between the paths this far (in units) from the mean's pat
 MIN_FSYNC_CYCLES_PER_S = 10.0  # main-thread fsyncs this frequent are the loop's cycle; rarer ones are stalls
 ITERATIONS_PER_REQUEST = 2.0
 ITERATIONS_PER_REQUEST_IO_THREADS = 3.0
-COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "outside_server")
+COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "offload_wait", "outside_server")
 SERVER_COMPONENTS = COMPONENTS[:-1]
-DURABILITY = ("fsync", "aof_write")
+# offload_wait: a reply held until its batch is durable, the write + fdatasync on the offload thread
+# (a durable offload: the virtual one, record --emulate-offload durable, or #3381's)
+DURABILITY = ("fsync", "aof_write", "offload_wait")
 LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blocked in an AOF write",
           "cpu_wait": "main thread waiting for a CPU", "on_cpu": "main thread on CPU",
           "other_blocked": "main thread blocked elsewhere",
+          "offload_wait": "waiting for its batch's write + fdatasync off the main thread",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
 _BUDGET = {"aof_write": "blocked_in_aof_write_pct", "cpu_wait": "waiting_for_cpu_pct",
            "on_cpu": "on_cpu_pct", "other_blocked": "other_blocked_pct"}
@@ -220,7 +223,7 @@ def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict
             cyc = plain_iterations(cyc)
     res = met["components"]
     comps = {"fsync": k * cyc["fsync_us"] + res.get("fsync", 0.0),
-             **{c: k * v + res.get(c, 0.0) for c, v in cyc["busy_us"].items()}}
+             **{c: k * v + res.get(c, 0.0) for c, v in cyc["busy_us"].items()}, "offload_wait": 0.0}
     return {"components": comps,
             "inputs": {"iterations": cyc["iterations"], "main_fsyncs": cyc["main_fsyncs"], "unit": cyc["unit"],
                        "unit_us": cyc["duration_us"], "fsync_per_unit_us": cyc["fsync_us"],

@@ -120,7 +120,7 @@ def extra_delays(doc: dict) -> list[int]:
 
 
 HOST_CPU_KEYS = ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores",
-                 "measured_client_wait", "background_client_wait", "server_steal_ms")
+                 "measured_client_wait", "background_client_wait", "server_steal_ms", "wall_s")
 
 
 def repeat_detail(run: dict) -> dict:

@@ -95,8 +95,40 @@ def _from_laws(d: dict, n_get: int, n_set: int, wait_us: float) -> tuple[dict, d
     return pred, inputs
 
 
+def predict_set(cell: CellSummary, scenario: str) -> list[dict]:
+    """Write-only SET under a durable offload (#3381), from the baseline alone: the fsync leaves the
+    main thread but each SET is still acknowledged after its batch's fdatasync, so a SET waits k
+    jobs of J, J the main thread's fsync (and AOF write) per cycle, k the fsync cycles a SET
+    waits on the baseline (its p50 in cycles, rounded: the clients answer in the same cohorts
+    whichever thread fsyncs); SET TPS = clients / (k x J) (Little's law). Nothing for early-ack
+    (a SET there waits no fsync: its latency is the loop's, which the baseline does not show)."""
+    if scenario != "fsync_off_main_thread" or cell.workload != "write-only" or not cell.server or "SET" not in cell.ops:
+        return []
+    from valkeytrace.analysis import model
+
+    m = cell.server["main_thread"]
+    n_f = (m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0)
+    o = cell.ops["SET"]
+    cyc = model.loop_cycle(cell.server)
+    if not n_f or cyc["unit"] != "fsync cycle" or not cyc["duration_us"] or not o.get("p50_us") or not o.clients:
+        return []
+    wall_us = m["wall_ms"] * 1000
+    job_us = wall_us * ((m.get("blocked_in_fsync_pct") or 0) + (m.get("blocked_in_aof_write_pct") or 0)) / 100 / n_f
+    if job_us <= 0:
+        return []
+    k = max(1, round(o.get("p50_us") / cyc["duration_us"]))
+    inputs = {"model": "jobs_per_set", "jobs_per_set": k, "job_us": round(job_us, 1),
+              "baseline_set_p50_cycles": round(o.get("p50_us") / cyc["duration_us"], 2),
+              "fsync_cycle_us": round(cyc["duration_us"], 1), "write_clients": o.clients, "sets_wait_for_fsync": True}
+    base = {"scenario": scenario, "workload": cell.workload, "op": "SET", "value_size": cell.value_size}
+    return [{**base, "metric": "p50_us", "predicted": round(k * job_us, 1), "inputs": inputs},
+            {**base, "metric": "tps", "predicted": round(o.clients / (k * job_us) * 1e6, 1), "inputs": inputs}]
+
+
 def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
     """[{"scenario", "workload", "op", "value_size", "metric", "predicted", "inputs"}] or []."""
+    if cell.workload == "write-only":
+        return predict_set(cell, scenario)
     if cell.workload != "read-heavy" or not cell.server or "GET" not in cell.ops:
         return []
     m = cell.server["main_thread"]
@@ -156,6 +188,12 @@ def describe(entries: list[dict]) -> list[str]:
         groups.setdefault((e["workload"], e["value_size"], e["scenario"]), {})[e["metric"]] = e
     for (workload, size, scenario), g in groups.items():
         i = g["tps"]["inputs"]
+        if i.get("model") == "jobs_per_set":
+            out.append(f"{workload} {size} B, {SCENARIOS[scenario]}: SET {g['tps']['predicted'] / 1000:.1f}K/s, "
+                       f"p50 {_us(g['p50_us']['predicted'])} (inputs: each SET waits {i['jobs_per_set']} job(s) "
+                       f"of {_us(i['job_us'])}, as it waits {i['baseline_set_p50_cycles']:.2f} fsync cycles of "
+                       f"{_us(i['fsync_cycle_us'])} here; {i['write_clients']} SET clients)")
+            continue
         if i.get("model") == "get_passes":
             used = (f"GET alone {i['demand_get_tps'] / 1000:.1f}K/s, p50 {_us(i['demand_p50_us'])}; with "
                     f"{i['loaded_background_clients']} background clients reading "

