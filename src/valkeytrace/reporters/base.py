@@ -189,10 +189,11 @@ def server_table(label: str, cell) -> dict:
         notes.append((f"off-CPU intervals added up to {m['off_cpu_over_wall_pct']:.0f}% of the window (intervals "
                       "straddling its edges): the budget is scaled to 100%", True))
     notes.append(_loop_note(srv, m))
-    steal = (cell.host_cpu or {}).get("server_steal_ms")
+    host = getattr(cell, "host_cpu", None) or {}
+    steal = host.get("server_steal_ms")
     if steal is not None:
         notes.append((f"the hypervisor's steal on the server's CPU: {steal:,.0f} ms per window of "
-                      f"{(cell.host_cpu or {}).get('wall_s') or 0:.1f} s (median of the repeats): in on-CPU time by the "
+                      f"{host.get('wall_s') or 0:.1f} s (median of the repeats): in on-CPU time by the "
                       "context switches, not in the kernel's schedstat", False))
     cc = srv.get("cross_check")
     if cc:

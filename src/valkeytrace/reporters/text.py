@@ -49,7 +49,7 @@ def render(inp: ReportInput, out) -> None:
         _tables(console, inp)
         _caveats(console, inp)
     _warnings(console, inp)
-    if inp.detail:
+    if inp.detail or inp.comparison is None:  # one recording: its threads are the story, shown whole
         _detail(console, inp)
     else:
         console.print("[dim]--detail adds the per-thread tables, the full accounting of each change, the "
