@@ -16,7 +16,8 @@ from __future__ import annotations
 from valkeytrace.analysis import model
 from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
                                         durability_note, fsync_placement, littles_law, offload_jobs,
-                                        offload_sentence, server_view_gap, sets_per_fsync)
+                                        offload_sentence, reply_blocking_sentence, server_view_gap,
+                                        sets_per_fsync)
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, significance
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
@@ -301,9 +302,10 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
         head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"], (b, c))
     sides = [_where(f"Baseline ({base_doc['label']})", b.server), _where(f"Candidate ({cand_doc['label']})", c.server)]
-    if op == "SET":
-        sides += [x for x in (offload_sentence(f"Baseline ({base_doc['label']})", base_doc, b),
-                              offload_sentence(f"Candidate ({cand_doc['label']})", cand_doc, c)) if x]
+    for name, doc, cell in (("Baseline", base_doc, b), ("Candidate", cand_doc, c)):
+        label = f"{name} ({doc['label']})"
+        sides += [x for x in ((offload_sentence(label, doc, cell) if op == "SET" else ""),
+                              reply_blocking_sentence(label, doc, cell)) if x]
     context = " " + " ".join(sides)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
                              "fsync_by_role": fsync_placement(b.server)},

@@ -249,3 +249,27 @@ def offload_sentence(label: str, doc: dict, cell: CellSummary) -> str:
            "its own" if w >= 1.5 else "one batch per round trip: group commit")
     return (f"{label}: each SET waited {w:.1f} jobs of {j['job_ms_mean']:.2f} ms (a batch's write + fdatasync on "
             f"vt_offload; {j['sets_per_job']:.1f} SETs a job, {j['held_replies']:,} replies held): {how}.")
+
+
+def reply_blocking_sentence(label: str, doc: dict, cell: CellSummary) -> str:
+    """A real #3381 build (bio-aof-offload-enabled yes): what the server's INFO debug says it held,
+    the median of the cell's runs at their windows' end; '' elsewhere."""
+    if not (doc.get("server") or {}).get("bio_aof_offload"):
+        return ""
+    seen = [r["server_view"]["reply_blocking"] for r in doc.get("runs", [])
+            if r.get("status") == "ok" and r["workload"] == cell.workload and r["value_size"] == cell.value_size
+            and (r.get("server_view") or {}).get("reply_blocking")]
+    if not seen:
+        return (f"{label}: #3381's offload is on (bio-aof-offload-enabled yes), but its INFO debug gave no "
+                "reply_blocking fields: the replies it held are not counted.")
+
+    def med(key):
+        vals = sorted(v[key] for v in seen if isinstance(v.get(key), (int, float)))
+        return vals[len(vals) // 2] if vals else None
+    parts = [f"{what} {med(key):,}" for key, what in (("write_blocked_count", "writes held"),
+                                                      ("read_blocked_count", "reads held"),
+                                                      ("clients_waiting_ack", "clients waiting for an ack"))
+             if med(key) is not None]
+    return (f"{label}: #3381's own count (INFO debug reply_blocking, at the window's end, median of "
+            f"{len(seen)} run(s)): " + ", ".join(parts) + "; the wait for each batch is not split out "
+            "(a real build counts no jobs per reply: record --emulate-offload measures them).")

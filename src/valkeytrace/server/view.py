@@ -32,6 +32,9 @@ class ServerView:
             stats = conn.info("commandstats")
             view["commandstats"] = {k[len("cmdstat_"):]: {"calls": v.get("calls"), "usec_per_call": v.get("usec_per_call")}
                                     for k, v in stats.items() if k in ("cmdstat_get", "cmdstat_set")}
+            blocking = reply_blocking(_info_debug(conn))
+            if blocking is not None:
+                view["reply_blocking"] = blocking
             threshold = conn.config_get("latency-monitor-threshold").get("latency-monitor-threshold")
             view["latency_monitor_threshold_ms"] = int(threshold) if threshold is not None else None
             if threshold not in (None, "0"):
@@ -40,3 +43,44 @@ class ServerView:
         except Exception as exc:  # the view is context, never a reason to lose the run
             view["error"] = str(exc)
         return view
+
+
+# valkey#3381's INFO debug fields (reply blocking behind the AOF offload); absent elsewhere
+REPLY_BLOCKING_FIELDS = ("reply_blocking_enabled", "reply_blocking_read_blocked_count",
+                         "reply_blocking_write_blocked_count", "reply_blocking_clients_waiting_ack",
+                         "reply_blocking_uncommitted_keys", "reply_blocking_previous_acked_offset",
+                         "reply_blocking_primary_repl_offset")
+
+
+def _info_debug(conn) -> dict:
+    try:
+        return conn.info("debug")
+    except Exception:  # a server without the section (Redis, older valkey): nothing to read
+        return {}
+
+
+def parse_info(text: str) -> dict:
+    """INFO's text ("# Section" lines, "key:value" lines) as {key: value}, numbers as numbers."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        value = value.strip()
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            try:
+                out[key.strip()] = float(value)
+            except ValueError:
+                out[key.strip()] = value
+    return out
+
+
+def reply_blocking(info: dict | str) -> dict | None:
+    """The reply_blocking_* fields of INFO debug (a #3381 build with bio-aof-offload-enabled), as
+    {field without the prefix: number}, or None when the server has none of them."""
+    if isinstance(info, str):
+        info = parse_info(info)
+    found = {k[len("reply_blocking_"):]: info[k] for k in REPLY_BLOCKING_FIELDS if k in info}
+    return found or None
