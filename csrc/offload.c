@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -117,24 +116,6 @@ static void hist_add(struct vt_hist *h, uint64_t v)
     __atomic_fetch_add(&h->count, 1, __ATOMIC_RELEASE);
 }
 
-static void map_stats(const char *path)
-{
-    struct stat st;
-    int fd;
-    void *p;
-    if (!path || !*path)
-        return;
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct vt_offload_stats)) {
-        p = mmap(NULL, sizeof(struct vt_offload_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED)
-            stats = (struct vt_offload_stats *)p;
-    }
-    syscall(SYS_close, fd);
-}
-
 int vt_offload_init(void)
 {
     const char *m = getenv("VALKEYTRACE_OFFLOAD");
@@ -145,7 +126,10 @@ int vt_offload_init(void)
         return 0;
     main_pid = getpid();
     raw_write = (write_fn)dlsym(RTLD_NEXT, "write");
-    map_stats(getenv("VALKEYTRACE_OFFLOAD_STATS"));
+    size_t size = 0;
+    void *p = vt_map_shared(getenv("VALKEYTRACE_OFFLOAD_STATS"), sizeof(struct vt_offload_stats), &size);
+    if (p)
+        stats = (struct vt_offload_stats *)p;
     stats->magic = VT_OFFLOAD_MAGIC;
     stats->version = VT_OFFLOAD_VERSION;
     stats->mode = (vt_u32)mode;

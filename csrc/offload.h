@@ -49,6 +49,7 @@ int vt_offload_write(int fd, const void *buf, size_t n, ssize_t *ret);
 int vt_offload_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret);
 void vt_offload_read(int fd, const void *buf, ssize_t n); /* after a read: notes write commands */
 void vt_offload_close(int fd);             /* before a close: drains what the fd has pending */
-void vt_offload_forget(int fd);            /* fd's number may name another file now: classify it again */
+void vt_offload_forget(int fd);
+void *vt_map_shared(const char *path, size_t min_size, size_t *size); /* shim.c */            /* fd's number may name another file now: classify it again */
 
 #endif

@@ -198,30 +198,38 @@ static void parse_delay(const char *spec)
     }
 }
 
-static void map_region(const char *path)
+/* A file valkeytrace made, mapped shared (read-write) when it holds at least min_size bytes; NULL
+ * otherwise. *size gets its size. Also the virtual offload's statistics file (offload.c). */
+void *vt_map_shared(const char *path, size_t min_size, size_t *size)
 {
     struct stat st;
     int fd;
-    void *p;
+    void *p = NULL;
     if (!path || !*path)
-        return;
+        return NULL;
     fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0)
-        return;
-    if (fstat(fd, &st) != 0 ||
-        (size_t)st.st_size < sizeof(struct vt_shim_header) + VT_SHIM_MAX_THREADS * sizeof(struct vt_shim_thread)) {
-        real_close(fd);
-        return;
+        return NULL;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= min_size) {
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        *size = (size_t)st.st_size;
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     real_close(fd);
-    if (p == MAP_FAILED)
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void map_region(const char *path)
+{
+    size_t size = 0;
+    void *p = vt_map_shared(path, sizeof(struct vt_shim_header) + VT_SHIM_MAX_THREADS * sizeof(struct vt_shim_thread),
+                            &size);
+    if (!p)
         return;
     struct vt_shim_header *h = (struct vt_shim_header *)p;
     /* valkeytrace wrote the header: refuse a region of another layout rather than corrupt it */
     if (h->magic != VT_SHIM_MAGIC || h->version != VT_SHIM_VERSION || h->max_threads != VT_SHIM_MAX_THREADS ||
         h->hist_buckets != VT_HIST_BUCKETS || h->thread_size != sizeof(struct vt_shim_thread)) {
-        munmap(p, (size_t)st.st_size);
+        munmap(p, size);
         return;
     }
     h->pid = (vt_u32)getpid();

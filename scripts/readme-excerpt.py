@@ -3,8 +3,10 @@
 
 Usage: .venv/bin/python scripts/readme-excerpt.py [DEMO_DIR]   (or: make readme-excerpt)
 
-Renders `report --compare` of the demo's two recordings as markdown, keeps the verdict and the
-why (as the report opens), the read-heavy table, the what-if check and the intervention slopes, and
+Renders `report --compare` of the demo's baseline and virtual offload as markdown, keeps the
+verdict and the why (as the report opens), both #4029 tables, the what-if check and the
+intervention slopes, then the write-only table of the baseline against everysec (the early-ack
+reference), and
 replaces the text between the README's `<!-- demo-excerpt -->` markers. Nothing is typed by hand:
 what the README shows is what the last demo printed.
 """
@@ -20,22 +22,41 @@ from valkeytrace.analysis.report import analyse
 START, END = "<!-- demo-excerpt:start -->", "<!-- demo-excerpt:end -->"
 
 
-def excerpt(demo: Path) -> str:
-    paths = [demo / "cmp" / "baseline.vtrace", demo / "cmp" / "candidate.vtrace"]
+def _markdown(paths) -> list[str]:
     buf = io.StringIO()
     markdown.render(analyse([(str(p), recfmt.read(p)) for p in paths]), buf)
-    lines = buf.getvalue().splitlines()
+    return buf.getvalue().splitlines()
+
+
+def _tables(lines: list[str], titles=("Read-heavy", "Write-only")) -> list[str]:
+    out = []
+    for title in titles:
+        head = [x for x in lines if x.startswith(f"| {title}")][:1]
+        if not head:
+            continue
+        i = lines.index(head[0])
+        block = [head[0]]
+        for x in lines[i + 1:]:
+            if not x.startswith("|"):
+                break
+            block.append(x)
+        out += block + [""]
+    return out
+
+
+def excerpt(demo: Path) -> str:
+    lines = _markdown([demo / "cmp" / "baseline.vtrace", demo / "cmp" / "candidate.vtrace"])
     out, keep = [], False
     for line in lines:  # the verdict and the why, as the report opens
         if line.startswith("## "):
             keep = line in ("## Verdict", "## Why")
             if keep:
-                out.append(f"**{line[3:]}**\n")
+                out.append(f"**{line[3:]}**")
             continue
-        if keep:
+        if keep and line.startswith("|"):  # the tables follow the why: taken whole below
+            keep = False
+        if keep and (line.strip() or (out and out[-1].strip())):
             out.append(line)
-    table = [line for line in lines if line.startswith("| Read-heavy") or line.startswith("|---")][:2]
-    table += [line for line in lines if re.match(r"\| (fsync-always|fsync-everysec|delta) \| \d+ B \| GET", line)]
     sections, keep = [], False
     for line in lines:
         if line.startswith("### "):
@@ -43,9 +64,12 @@ def excerpt(demo: Path) -> str:
             if keep:
                 sections.append(f"\n**{line[4:]}** (from the report's appendix)\n")
             continue
-        if keep and line.startswith("- read-heavy"):
+        if keep and line.startswith(("- read-heavy", "- write-only")) and (" p50" in line or " TPS" in line):
             sections.append(line)
-    return "\n".join([x for x in out if x.strip() or True]).strip() + "\n\n" + "\n".join(table + sections)
+    ref = _tables(_markdown([demo / "cmp" / "baseline.vtrace", demo / "everysec.vtrace"]), ("Write-only",))
+    return ("\n".join(out).strip() + "\n\n" + "\n".join(_tables(lines)) + "\n".join(sections)
+            + "\n\n**The early-ack reference: fsync-always vs fsync-everysec (SETs acknowledged before their "
+            "fsync)**\n\n" + "\n".join(ref).strip())
 
 
 def main():

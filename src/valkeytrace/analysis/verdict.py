@@ -15,6 +15,9 @@ VERDICT_METRICS = ("p50_us", "p99_us", "tps")
 # a what-if is "within" when its prediction is this close to the candidate's measurement; the
 # goal the model is held to (issue 32: 30%, aiming at 15%). docs/explain.md §3.
 WHATIF_TOLERANCE_PCT = 30.0
+# the change the launches should resolve: a verdict that is not significant says how many launches
+# a side would bring its 95% interval's half-width under this
+DETECT_PCT = 10.0
 
 
 @dataclass
@@ -57,7 +60,7 @@ class Verdict:
     whatif: WhatIf | None = None      # the baseline's prediction of this metric against the candidate
     interval_pct: list | None = None  # 95% interval of the change, from the launches (compare)
     launches: list | None = None      # server launches [baseline, candidate]
-    launches_needed: int | None = None  # a side, for an interval narrower than the change (when not significant)
+    launches_needed: int | None = None  # a side, for a 95% interval of +-DETECT_PCT (when not significant)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -123,7 +126,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                 lb, lc = row.base.launch_values[metric], row.cand.launch_values[metric]
                 v.bimodal = metric == "p50_us" and any(max(x) >= 1.5 * min(x) > 0 for x in (lb, lc))
                 if not iv["significant"]:
-                    v.launches_needed = ln.launches_needed(lb, lc)
+                    v.launches_needed = ln.launches_needed(lb, lc, DETECT_PCT)
             e = entries.get(key)
             if e is not None and e.get("leading_component"):
                 v.leading_component = e["leading_component"]

@@ -26,7 +26,7 @@ from valkeytrace.recording import format as recfmt
 SIDES = ("baseline", "candidate")
 # options of `record` that name one side: compare takes them per side, never in common
 PER_SIDE = ("--server-binary", "--server-config", "--label", "--inject-fsync-delay", "-o", "--output", "--attach",
-            "--fsync-sensitivity", "--sensitivity-runs")
+            "--fsync-sensitivity", "--sensitivity-runs", "--emulate-offload")
 
 
 def launch_order(n: int) -> list[tuple[str, int]]:
@@ -65,6 +65,10 @@ def side_args(side: str, binary, configs, label, inject) -> list[str]:
 @click.option("--candidate-label", help="The candidate's name in reports.")
 @click.option("--baseline-inject-fsync-delay", metavar="DURATION", help="The baseline's emulated fsync delay.")
 @click.option("--candidate-inject-fsync-delay", metavar="DURATION", help="The candidate's emulated fsync delay.")
+@click.option("--baseline-emulate-offload", type=click.Choice(["durable", "early-ack"]),
+              help="The baseline as a virtual offload (record --emulate-offload).")
+@click.option("--candidate-emulate-offload", type=click.Choice(["durable", "early-ack"]),
+              help="The candidate as a virtual offload (emulated #3381; record --emulate-offload).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
@@ -73,7 +77,7 @@ def side_args(side: str, binary, configs, label, inject) -> list[str]:
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
-            baseline_fsync_sensitivity, common_inject):
+            baseline_emulate_offload, candidate_emulate_offload, baseline_fsync_sensitivity, common_inject):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     Every other option is `record`'s (--workload, --sizes, --repeat, --duration, --appendfsync,
@@ -100,6 +104,9 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
                                       baseline_inject_fsync_delay or common_inject),
                 "candidate": side_args("candidate", candidate_binary, candidate_config, candidate_label,
                                        candidate_inject_fsync_delay or common_inject)}
+    for side, mode in (("baseline", baseline_emulate_offload), ("candidate", candidate_emulate_offload)):
+        if mode:
+            per_side[side] += ["--emulate-offload", mode]
     if baseline_fsync_sensitivity:
         per_side["baseline"] += ["--fsync-sensitivity", baseline_fsync_sensitivity,
                                  "--sensitivity-runs", str(-(-3 // launches))]

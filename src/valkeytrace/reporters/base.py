@@ -269,7 +269,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             why.append(f"p50 {where} on different paths of the server (one fsync cycle or two): the mean (Little's "
                        "law) and TPS are the measure here")
         if p50 is not None and p50.launches_needed:
-            why.append(f"about {p50.launches_needed} launches a side would resolve a p50 change this size")
+            why.append(f"about {p50.launches_needed} launches a side would resolve a {vd.DETECT_PCT:.0f}% p50 change")
         if p50 is not None and p50.slope is not None:
             s = p50.slope
             why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"

@@ -102,7 +102,7 @@ def _tables(console, inp: ReportInput) -> None:
         for cells, kind in t["rows"]:
             table.add_row(cells[0], *[cells[1 + k] for k in keep], end_section=kind == "delta")
             if cells[-1]:
-                notes.append(cells[-1])
+                notes.append(f"{cells[1]}: {cells[-1]}" if kind == "delta" else cells[-1])
         console.print(table)
         if notes:
             console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")

@@ -72,14 +72,9 @@ class OffloadStats:
         return s
 
     def close(self):
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        from valkeytrace.tracers.region import close_shared
+
+        close_shared(self.mm, self.path)
 
 
 def _hist(a, b) -> LatencyHistogram:

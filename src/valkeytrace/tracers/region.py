@@ -88,12 +88,17 @@ class ShimRegion:
         return out
 
     def close(self):
-        try:
-            self.base = self.header = None
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self.base = self.header = None
+        close_shared(self.mm, self.path)
+
+
+def close_shared(mm: mmap.mmap, path: str) -> None:
+    """Unmap a file shared with the server and remove it (a view still alive keeps the mapping)."""
+    try:
+        mm.close()
+    except (BufferError, ValueError):
+        pass
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
