@@ -20,7 +20,7 @@ def test_an_fsync_led_change_is_significant_and_led_by_fsync():
                      appendfsync="everysec")
     vs, entries = _verdicts(base, cand)
     by = {v.metric: v for v in vs}
-    assert set(by) == {"p50_us", "p99_us", "tps"}
+    assert set(by) == {"p50_us", "p99_us", "mean_us", "tps"}
     p50 = by["p50_us"]
     assert p50.significant is True and p50.change_pct < -90
     assert p50.leading_component == "fsync" and p50.leading_label == "main thread blocked in fsync"

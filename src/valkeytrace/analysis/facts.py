@@ -153,6 +153,13 @@ def offload_mode(doc: dict) -> str | None:
     return (((doc.get("emulation") or {}).get("offload")) or {}).get("mode")
 
 
+def fsync_off_main(doc: dict) -> bool:
+    """The recording's server keeps the AOF fsync off its main thread: everysec/no, #3381's
+    offload, or the virtual offload; the systems the what-if predicts."""
+    s = doc.get("server", {})
+    return bool(offload_mode(doc) or s.get("bio_aof_offload") or s.get("appendfsync") in ("everysec", "no"))
+
+
 def acks_before_fsync(doc: dict) -> bool:
     """True when the server acknowledges a SET before its fsync (everysec, no, or the virtual
     offload's early-ack): not durable."""

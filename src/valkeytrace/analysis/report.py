@@ -118,10 +118,12 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
         explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
                                               (runs[0].sensitivity, runs[1].sensitivity))
-        # the scenario whose durability semantics the candidate has
-        early = facts.acks_before_fsync(runs[1].doc)
-        checked = whatif.check(runs[0].whatif, runs[1].cells,
-                               "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
+        # the scenario whose durability semantics the candidate has; none when the candidate's fsync
+        # is on its main thread too (an A/A pair, two builds under appendfsync always): nothing to check
+        if facts.fsync_off_main(runs[1].doc):
+            early = facts.acks_before_fsync(runs[1].doc)
+            checked = whatif.check(runs[0].whatif, runs[1].cells,
+                                   "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
     return ReportInput(runs, comparison, explanation, checked, verdicts)
 

@@ -235,7 +235,7 @@ def _loop_note(srv: dict, m: dict) -> tuple[str, bool]:
             "and Redis; record --loop-sample samples iteration durations)", True)
 
 
-SHORT = {"p50_us": "p50", "p99_us": "p99", "tps": "TPS"}
+SHORT = {"p50_us": "p50", "p99_us": "p99", "mean_us": "mean", "tps": "TPS"}
 SIG = {True: "significant", False: "not significant", None: "significance unknown"}
 
 
