@@ -111,6 +111,8 @@ class Run(TypedDict, total=False):
     host_cpu: dict
     demand: dict
     fsync_extra_delay_ns: int
+    offload: dict      # record --emulate-offload: the virtual offload's figures over the window
+    launch: int        # valkeytrace compare: the server launch the run belongs to
 
 
 class Document(TypedDict, total=False):
@@ -132,6 +134,7 @@ class Document(TypedDict, total=False):
     overhead: dict
     tracer: dict
     upgraded_from: int
+    launches: list     # valkeytrace compare: one entry per server launch of this side (merge_launches)
 
 
 def _now() -> str:
