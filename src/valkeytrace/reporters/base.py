@@ -240,7 +240,7 @@ SIG = {True: "significant", False: "not significant", None: "significance unknow
 
 
 def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
-    """[((cell, changes), why)]: per measured op and size, its p50/p99/TPS changes and their
+    """[((cell, changes), why)]: per measured op and size, its p50/p99/mean/TPS changes and their
     significance, then what led the p50 change, the intervention's slope and the what-if's verdict
     ('' when there is none of these). The verdict every report opens with."""
     cells: dict[tuple, dict] = {}
@@ -261,7 +261,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
         why = []
         p50 = by.get("p50_us")
         if p50 is not None and p50.significant and p50.leading_label:
-            share = (f"; fsync + AOF write {p50.explained_share:.0%} of the p50 change"
+            share = (f"; durability work {p50.explained_share:.0%} of the p50 change"
                      if p50.explained_share is not None else "")
             why.append(f"led by {p50.leading_label}{share}")
         elif p50 is not None and p50.bimodal:
