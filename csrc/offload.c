@@ -194,16 +194,22 @@ static struct chunk *new_chunk(int fd, size_t len)
     return c;
 }
 
+/* c at the end of the list head..tail */
+static void append(struct chunk **head, struct chunk **tail, struct chunk *c)
+{
+    if (*tail)
+        (*tail)->next = c;
+    else
+        *head = c;
+    *tail = c;
+}
+
 /* The main thread's AOF bytes: queued, the call returns their length */
 static void queue_aof_locked(struct chunk *c)
 {
     queued += c->len;
     c->seq = queued;
-    if (aof_tail)
-        aof_tail->next = c;
-    else
-        aof_head = c;
-    aof_tail = c;
+    append(&aof_head, &aof_tail, c);
     stats->offloaded_writes++;
     start_locked();
 }
@@ -231,11 +237,7 @@ static void hold_locked(struct chunk *c, int answers_write)
     c->jobs_at_hold = stats->jobs;
     held_seq[c->fd] = c->seq;
     held_count[c->fd]++;
-    if (held_tail)
-        held_tail->next = c;
-    else
-        held_head = c;
-    held_tail = c;
+    append(&held_head, &held_tail, c);
     stats->held_replies++;
     stats->held_bytes += c->len;
     start_locked();
@@ -391,14 +393,12 @@ static void *offload_main(void *arg)
     prctl(PR_SET_NAME, (unsigned long)"vt_offload", 0, 0, 0);
     pthread_mutex_lock(&mu);
     for (;;) {
-        while (!stopping && sync_wanted <= durable && !(held_head && held_head->seq <= durable))
+        /* a held reply always waits for bytes not yet durable (take() writes the others straight
+         * out), so only a sync request starts a job, and every job ends with a release */
+        while (!stopping && sync_wanted <= durable)
             pthread_cond_wait(&work, &mu);
         if (stopping && sync_wanted <= durable && queued <= durable)
             break;
-        if (sync_wanted <= durable && held_head && held_head->seq <= durable) {
-            release_locked(); /* replies waiting for bytes already durable (queued behind others) */
-            continue;
-        }
         struct chunk *batch = aof_head;
         uint64_t end = queued, t0 = now_ns();
         aof_head = aof_tail = NULL;
