@@ -18,7 +18,8 @@ from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_
                                         durability_note, fsync_placement, littles_law, offload_jobs,
                                         offload_sentence, reply_blocking_sentence, server_view_gap,
                                         sets_per_fsync)
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, significance
+from valkeytrace.analysis.tables import (MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, path_bound,
+                                         significance)
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
@@ -37,10 +38,11 @@ def significance_sentence(sig: bool | None, n_base: int, n_cand: int) -> str:
 def paths_sentence(row_base, row_cand, base_label: str, cand_label: str) -> str:
     """Why a p50 whose repeats lie on different paths of the server gets no significance."""
     sides = [f"{label} {' and '.join(f'{u:.2f}' for u in row.paths)}" for label, row in
-             ((base_label, row_base), (cand_label, row_cand)) if row.split]
-    return (f"no significant change (n={row_base.n} vs n={row_cand.n}): the repeats lie on different paths of the "
-            f"server, their p50s in fsync cycles {'; '.join(sides)} (one cycle per request in some, two in others): "
-            "a mode of the server, not a change; more launches would tell (nothing to explain)")
+             ((base_label, row_base), (cand_label, row_cand)) if row.paths]
+    return (f"no significant change (n={row_base.n} vs n={row_cand.n}, one server launch a side): the repeats lie on "
+            f"different paths of the server, their p50s in fsync cycles {'; '.join(sides)} (one cycle per request "
+            "in some launches, two in others): a mode of the server cannot be told from a change in one launch; "
+            "valkeytrace compare --launches 3 would tell (nothing to explain)")
 
 
 def _fmt_delta(us: float) -> str:
@@ -292,7 +294,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         judged = (f"{'significant' if sig else 'no significant change'} ({iv['launches'][0]} vs {iv['launches'][1]} "
                   f"server launches: the change of their means {_pct(iv['change_pct'])}, 95% interval "
                   f"[{lo:+.1f}%, {hi:+.1f}%]{'' if sig else ': nothing to explain'})")
-    elif sig is False and metric == "p50_us" and (row_base.split or row_cand.split):
+    elif sig is False and metric == "p50_us" and path_bound(row_base, row_cand):
         judged = paths_sentence(row_base, row_cand, base_doc["label"], cand_doc["label"])
     else:
         judged = significance_sentence(sig, row_base.n, row_cand.n)

@@ -17,7 +17,12 @@ Conventions (those of valkey#4029):
     than PATH_SPLIT fsync cycles apart: one cycle per request in some, two in others) is no basis
     for significance (OpSummary.paths) unless every repeat of one side differs from every repeat
     of the other by MIN_EFFECT: a pair of such recordings within the modes' reach is noise between
-    modes of the server, not a change to explain.
+    modes of the server, not a change to explain. The same holds between the sides with one launch
+    each (path_bound): when both main threads fsync regularly and the sides' median p50s in fsync
+    cycles differ by PATH_CHANGE or more, the change is (in part) a change of path, which one launch
+    a side cannot tell from the launch's mode (A/A pairs at always +4 ms: 1.07-1.46 cycles in one
+    launch, 1.73-1.75 in the next, +38%); it is significant only beyond the paths' reach (every
+    path of one side, 1 to 2 cycles, beyond every path of the other).
   - runs made at an added fsync delay (record --fsync-sensitivity) are not part of the tables:
     summarize() takes the runs at one added delay, 0 by default.
 """
@@ -44,6 +49,8 @@ HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False,
 MIN_EFFECT = 0.15
 MIN_SAMPLES = 6    # interval samples a side for the rank test
 PATH_SPLIT = 0.5   # fsync cycles between two repeats' p50s that put them on different paths
+PATH_CHANGE = 0.1  # fsync cycles between the two sides' median p50s that make the change one of path
+PATH_REACH = (1.0, 2.0)  # fsync cycles a request's p50 spans on the paths seen (one cycle, or two)
 ALPHA = 0.01
 
 
@@ -60,6 +67,7 @@ class OpSummary:
     # each repeat's p50 in the main thread's fsync cycles (model.loop_cycle; empty without
     # regular main-thread fsyncs), and their unit, µs
     paths: list = field(default_factory=list)
+    cycles_us: list = field(default_factory=list)
     # metric -> one figure per server launch (valkeytrace compare; analysis/launches.py), [] for one launch
     launch_values: dict = field(default_factory=dict)
 
@@ -139,21 +147,23 @@ def repeat_detail(run: dict) -> dict:
             "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
 
 
-def repeat_paths(per_repeat: list[dict], op: str) -> list[float]:
-    """Each repeat's p50 of op in its main thread's fsync cycles, when every repeat has regular
-    main-thread fsyncs (model.loop_cycle's unit is the fsync cycle); else []."""
+def repeat_paths(per_repeat: list[dict], op: str) -> tuple[list[float], list[float]]:
+    """Each repeat's p50 of op in its main thread's fsync cycles, and the cycles' length (µs), when
+    every repeat has regular main-thread fsyncs (model.loop_cycle's unit is the fsync cycle); else
+    ([], [])."""
     from valkeytrace.analysis import model
 
-    out = []
+    out, cycles = [], []
     for r in per_repeat:
         p50, srv = r["p50_us"].get(op), r.get("server")
         if p50 is None or not srv or model.unmodelled_reason(srv):
-            return []
+            return [], []
         cyc = model.loop_cycle(srv)
         if cyc["unit"] != "fsync cycle" or not cyc["duration_us"]:
-            return []
+            return [], []
         out.append(round(p50 / cyc["duration_us"], 2))
-    return out
+        cycles.append(cyc["duration_us"])
+    return out, cycles
 
 
 def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
@@ -202,7 +212,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
             host_cpu["cpus"] = cpu[0].get("cpus")
         per_repeat = [repeat_detail(r) for r in groups[key]]
         for op, o in ops.items():
-            o.paths = repeat_paths(per_repeat, op)
+            o.paths, o.cycles_us = repeat_paths(per_repeat, op)
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat))
     return cells
 
@@ -233,7 +243,7 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
         return None
     if va == 0 or abs(vb - va) < MIN_EFFECT * abs(va):
         return False
-    if metric == "p50_us" and (a.split or b.split) and not _beyond_all(a.values[metric], b.values[metric]):
+    if metric == "p50_us" and path_bound(a, b):
         return False
     if ra[1] < rb[0] or rb[1] < ra[0]:
         return True
@@ -247,6 +257,20 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
 
         return bool(mannwhitneyu(xa, xb, alternative="two-sided").pvalue < ALPHA)
     return False
+
+
+def path_bound(a: OpSummary, b: OpSummary) -> bool:
+    """The p50's change from a to b (one launch a side) may be the server's path, not a change: a
+    side's repeats lie on different paths (split) and not every repeat of one side is MIN_EFFECT
+    beyond every repeat of the other; or the sides' median paths differ by PATH_CHANGE cycles or
+    more and their reaches (PATH_REACH cycles of each side's cycle lengths) overlap."""
+    if (a.split or b.split) and not _beyond_all(a.values.get("p50_us") or [0], b.values.get("p50_us") or [0]):
+        return True
+    if not a.paths or not b.paths or abs(float(np.median(a.paths)) - float(np.median(b.paths))) < PATH_CHANGE:
+        return False
+    lo_a, hi_a = PATH_REACH[0] * min(a.cycles_us), PATH_REACH[1] * max(a.cycles_us)
+    lo_b, hi_b = PATH_REACH[0] * min(b.cycles_us), PATH_REACH[1] * max(b.cycles_us)
+    return not (hi_a < lo_b or hi_b < lo_a)
 
 
 def _beyond_all(xa: list, xb: list) -> bool:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis import model
 from valkeytrace.analysis import launches as ln
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, launch_interval, significance
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, launch_interval, path_bound, significance
 
 # the mean beside the percentiles: a p50 can lie on another path of the server from launch to
 # launch (one fsync cycle per request or two), the mean cannot (Little's law: the clients'
@@ -78,8 +78,8 @@ def rule_of(row, metric: str, sig: bool | None) -> str:
                 f"or not ({nb} vs {nc} launches, each the median of its repeats)")
     if sig is None:
         return f"unknown: n={b.n} vs n={c.n} (2 repeats a side or more are needed)"
-    if metric == "p50_us" and (b.split or c.split) and sig is False:
-        return f"repeats on different paths of the server (n={b.n} vs n={c.n}): not a basis"
+    if metric == "p50_us" and path_bound(b, c) and sig is False:
+        return f"repeats on different paths of the server (n={b.n} vs n={c.n}, one launch a side): not a basis"
     return f"repeats: {MIN_EFFECT:.0%} floor, disjoint ranges or rank test (n={b.n} vs n={c.n})"
 
 
@@ -122,7 +122,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
             v = Verdict(row.workload, row.op, row.value_size, metric, b, c,
                         None if delta_pct(b, c) is None else round(delta_pct(b, c), 2), sig,
                         rule_of(row, metric, sig), [row.base.n, row.cand.n],
-                        bimodal=metric == "p50_us" and (row.base.split or row.cand.split))
+                        bimodal=metric == "p50_us" and path_bound(row.base, row.cand))
             iv = launch_interval(row.base, row.cand, metric)
             if iv is not None:
                 v.change_pct, v.interval_pct, v.launches = iv["change_pct"], iv["interval_pct"], iv["launches"]
