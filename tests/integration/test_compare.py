@@ -46,8 +46,12 @@ def test_launches_alternate_and_decide_significance(tmp_path):
 
 
 def test_per_side_options_are_refused_in_common(tmp_path):
+    # compare takes record's common options (cli/options.py) and a side's own as --baseline-/--candidate-
     res = vt("compare", "--launches", "3", *COMMON, "--label", "x", "-o", tmp_path / "c")
-    assert res.returncode == 2 and "names one side" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "No such option '--label'" in res.stderr and "--baseline-label" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = vt("compare", "--launches", "3", *COMMON, "-o", tmp_path / "c", "--", "valkey-server")
+    assert res.returncode == 2 and "unexpected extra argument" in res.stderr and not (tmp_path / "c").exists()
 
 
 def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):

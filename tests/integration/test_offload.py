@@ -7,6 +7,7 @@ answered at once and reaches the file later. Then a real recording: 0 early repl
 thread never fdatasyncs, the offload thread carries the delay; refusals in one line."""
 import glob
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -69,6 +70,7 @@ def server(request):
     proc.terminate()
     proc.wait(timeout=15)
     stats.close()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _aof_text(workdir) -> bytes:

@@ -1,6 +1,7 @@
 """The LD_PRELOAD shim in real processes: valkey-server, and small probes of its contract."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -251,8 +252,7 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
     region = ShimRegion()
     env = {**os.environ, **preload_env(shim_library(), region.path, parse_fsync_delay("2ms"))}
     srv = EmbeddedServer(appendfsync="always", env=env, keep_dir=True)
-    workdir = srv.workdir
-    acked = []
+    workdir, restarted, acked = srv.workdir, None, []
     try:
         load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
                                  "-n", "100000000", "-r", "5000"], stdout=subprocess.DEVNULL,
@@ -280,6 +280,11 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
     finally:
         srv.stop()
         region.close()
+        # both servers kept the directory (keep_dir): the test owns it; the restarted one made its
+        # own empty one too, which its stop() left
+        shutil.rmtree(workdir, ignore_errors=True)
+        if restarted is not None:
+            shutil.rmtree(restarted.workdir, ignore_errors=True)
     assert len(acked) == 300 and missing == []
 
 

@@ -3,13 +3,16 @@
 Most of the noise on a host like this one lies between server launches (docs/explain.md §1), so
 the sides are launched N times each, alternating (ABBA: B C C B B C C B ...), each launch a fresh
 server running the whole matrix: drift lands on both sides alike, and the report's significance
-comes from the launch-to-launch spread (analysis/launches.py). Each launch is one `record`, run
-as a child with the common options and its side's own; the runs are gathered per side into
+comes from the launch-to-launch spread (analysis/launches.py). The common options (record's,
+cli/options.py) make one plan (valkeytrace.plan); each side's plan is that one with the side's own
+options (RecordPlan.for_side); each launch is a `record` child running its side's plan (a fresh
+process a launch, as two users' `record`s would be); the runs are gathered per side into
 DIR/baseline.vtrace and DIR/candidate.vtrace, each run tagged with its launch. Ctrl-C keeps what
 both sides measured.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -19,16 +22,13 @@ import time
 
 import click
 
+from valkeytrace import plan as planning
+from valkeytrace.cli.options import build_kwargs, common_options, existing_binary, parse_server_config
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 SIDES = ("baseline", "candidate")
-# options of `record` that name one side: compare takes them per side, never in common
-PER_SIDE = ("--server-binary", "--server-config", "--label", "--inject-fsync-delay", "-o", "--output", "--attach",
-            "--fsync-sensitivity", "--sensitivity-runs", "--emulate-offload")
-
-
 def launch_order(n: int) -> list[tuple[str, int]]:
     """[(side, launch number)]: ABBA pairs, so that a linear drift weighs both sides alike and no
     side runs three times in a row."""
@@ -39,28 +39,17 @@ def launch_order(n: int) -> list[tuple[str, int]]:
     return out
 
 
-def side_args(side: str, binary, configs, label, inject) -> list[str]:
-    args = []
-    if binary:
-        args += ["--server-binary", binary]
-    for c in configs:
-        args += ["--server-config", c]
-    if label:
-        args += ["--label", label]
-    if inject:
-        args += ["--inject-fsync-delay", inject]
-    return args
-
-
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.command()
 @click.option("--launches", type=click.IntRange(min=1), default=4, show_default=True,
               help="Server launches per side, alternating (ABBA); 3 or more give significance from the launches.")
 @click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
               help="Directory for baseline.vtrace and candidate.vtrace (created; never overwritten).")
-@click.option("--baseline-binary", type=click.Path(dir_okay=False), help="The baseline's valkey-server binary.")
-@click.option("--candidate-binary", type=click.Path(dir_okay=False), help="The candidate's valkey-server binary.")
-@click.option("--baseline-config", multiple=True, metavar="KEY=VALUE", help="Baseline server config (repeatable).")
-@click.option("--candidate-config", multiple=True, metavar="KEY=VALUE", help="Candidate server config (repeatable).")
+@click.option("--baseline-binary", type=click.Path(dir_okay=False), callback=existing_binary, help="The baseline's valkey-server binary.")
+@click.option("--candidate-binary", type=click.Path(dir_okay=False), callback=existing_binary, help="The candidate's valkey-server binary.")
+@click.option("--baseline-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
+              help="Baseline server config, on top of --server-config (repeatable).")
+@click.option("--candidate-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
+              help="Candidate server config, on top of --server-config (repeatable).")
 @click.option("--baseline-label", help="The baseline's name in reports.")
 @click.option("--candidate-label", help="The candidate's name in reports.")
 @click.option("--baseline-inject-fsync-delay", metavar="DURATION", help="The baseline's emulated fsync delay.")
@@ -72,26 +61,33 @@ def side_args(side: str, binary, configs, label, inject) -> list[str]:
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
-@click.option("--inject-fsync-delay", "common_inject", metavar="DURATION",
-              help="Both sides' emulated fsync delay (a side's own option replaces it).")
+@common_options
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
-            baseline_emulate_offload, candidate_emulate_offload, baseline_fsync_sensitivity, common_inject):
+            baseline_emulate_offload, candidate_emulate_offload, baseline_fsync_sensitivity, **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
-    Every other option is `record`'s (--workload, --sizes, --repeat, --duration, --appendfsync,
-    --io-threads, --backend, ...) and applies to both sides; the per-side options above shape
-    each side. Writes DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
+    The options below the per-side ones are `record`'s (--workload, --sizes, --repeat, --duration,
+    --appendfsync, --io-threads, --server-config, --inject-fsync-delay, --backend, ...) and apply
+    to both sides; a side's own option replaces (or, for config, adds to) the common one. Writes
+    DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
-    common = list(ctx.args)
-    bad = [a for a in common if a.split("=")[0] in PER_SIDE]
-    if bad:
-        raise VTUsageError(f"{bad[0].split('=')[0]} names one side here: use --baseline-/--candidate- options "
-                           "(or -o DIR for the output)")
-    if any(not a.startswith("-") for a in common if a not in _values(common)):
-        raise VTUsageError("compare launches the embedded server (or --baseline-/--candidate-binary); "
-                           "it takes no SERVER_COMMAND")
+    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_sensitivity
+
+    common_plan = planning.build(**build_kwargs(common))
+    for note in common_plan.notes:
+        click.echo(f"note: {note}", err=True)
+    plans = {side: common_plan.for_side(binary=binary, config=config, label=label,
+                                        fsync_delay=parse_fsync_delay(inject) if inject else None, offload=offload)
+             for side, binary, config, label, inject, offload in (
+                 ("baseline", baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
+                  baseline_emulate_offload),
+                 ("candidate", candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
+                  candidate_emulate_offload))}
+    if baseline_fsync_sensitivity:
+        plans["baseline"] = plans["baseline"].for_side(sensitivity_ns=parse_sensitivity(baseline_fsync_sensitivity),
+                                                       sensitivity_runs=-(-3 // launches))
     if os.path.exists(outdir) and any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
         raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
     parent = os.path.dirname(os.path.abspath(outdir))
@@ -100,16 +96,6 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     os.makedirs(outdir, exist_ok=True)
     work = os.path.join(outdir, ".launches")
     os.makedirs(work, exist_ok=True)
-    per_side = {"baseline": side_args("baseline", baseline_binary, baseline_config, baseline_label,
-                                      baseline_inject_fsync_delay or common_inject),
-                "candidate": side_args("candidate", candidate_binary, candidate_config, candidate_label,
-                                       candidate_inject_fsync_delay or common_inject)}
-    for side, mode in (("baseline", baseline_emulate_offload), ("candidate", candidate_emulate_offload)):
-        if mode:
-            per_side[side] += ["--emulate-offload", mode]
-    if baseline_fsync_sensitivity:
-        per_side["baseline"] += ["--fsync-sensitivity", baseline_fsync_sensitivity,
-                                 "--sensitivity-runs", str(-(-3 // launches))]
     order = launch_order(launches)
     done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
     interrupted = False
@@ -125,7 +111,10 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         for i, (side, k) in enumerate(order):
             path = os.path.join(work, f"{side}-{k}.vtrace")
             progress.update(task, completed=i, description=f"{side} launch {k}")
-            argv = [sys.executable, "-m", "valkeytrace", "record", *common, *per_side[side], "-o", path]
+            plan_path = os.path.join(work, f"{side}-{k}.plan.json")
+            with open(plan_path, "w") as f:
+                f.write(dataclasses.replace(plans[side], output=path, notes=()).as_json())
+            argv = [sys.executable, "-m", "valkeytrace", "record", "--plan", plan_path]
             status, err, interrupted = run_launch(argv)
             if os.path.exists(path):
                 done[side].append((k, path))
@@ -162,15 +151,6 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         sys.exit(130)
     if len(written) < 2:
         raise VTError("one side has no launch measured: nothing to compare")
-
-
-def _values(args: list[str]) -> set:
-    """The words of args that are option values (the word after an option without '=')."""
-    out = set()
-    for a, b in zip(args, args[1:]):
-        if a.startswith("-") and "=" not in a and not b.startswith("-"):
-            out.add(b)
-    return out
 
 
 def run_launch(argv: list[str]) -> tuple[int, str, bool]:

@@ -1,0 +1,115 @@
+"""The options `record` and `compare` share (both sides of a comparison get them), parsed into the
+keyword arguments of plan.build(). A new recording option is a field of plan.RecordPlan, its check in
+plan.py, and one click option here: both commands then take it."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import click
+
+from valkeytrace.tracers.factory import BACKENDS
+from valkeytrace.workload.scenarios import SCENARIOS
+
+# each scenario by name, and "all": every one that drives a load (the #4029 matrix)
+WORKLOAD_CHOICES = {**{name: (name,) for name in SCENARIOS},
+                    "all": tuple(name for name, sc in SCENARIOS.items() if sc.drives_load)}
+
+
+def parse_sizes(ctx, param, value: str) -> tuple:
+    sizes = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise click.BadParameter(f"{part!r} is not a positive number of bytes (e.g. 64,256,1024)")
+        sizes.append(int(part))
+    if len(set(sizes)) != len(sizes):
+        raise click.BadParameter("a size is listed twice")
+    return tuple(sizes)
+
+
+def parse_server_config(ctx, param, values) -> dict:
+    out = {}
+    for item in values:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key.strip()] = val
+    return out
+
+
+def positive(ctx, param, value):
+    if value is not None and value <= 0:
+        raise click.BadParameter("must be greater than 0")
+    return value
+
+
+def existing_binary(ctx, param, value):
+    if value is None:
+        return None
+    path = shutil.which(value) or value
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise click.BadParameter(f"{value} is not an executable file")
+    return os.path.abspath(path)
+
+
+COMMON = [
+    click.option("--appendfsync", type=click.Choice(["always", "everysec", "no"]), default="always",
+                 show_default=True, help="Embedded server only."),
+    click.option("--io-threads", type=int, callback=positive, help="Embedded server only [default: min(8, CPUs)]."),
+    click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
+                 help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes)."),
+    click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True),
+    click.option("--sizes", default="64,256,1024", callback=parse_sizes, show_default=True,
+                 help="Value sizes in bytes, comma separated."),
+    click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+                 help="Repeats per cell; tables show the median."),
+    click.option("--duration", type=float, default=10.0, callback=positive, show_default=True,
+                 help="Seconds per measured run."),
+    click.option("--keyspace", type=click.IntRange(min=1), default=100000, show_default=True),
+    click.option("--get-clients", type=click.IntRange(min=1), default=50, show_default=True),
+    click.option("--set-clients", type=click.IntRange(min=1), default=8, show_default=True,
+                 help="Background SET clients during read-heavy."),
+    click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True),
+    click.option("--benchmark", "benchmark_path",
+                 help="Benchmark client [default: valkey-benchmark, else redis-benchmark]."),
+    click.option("--client-cpus", default="auto", show_default=True, metavar="auto|none|LIST",
+                 help="CPUs the benchmark clients run on (e.g. 3 or 2-3). auto: CPUs of their own, apart "
+                      "from the server's main and I/O threads (the last one or two; none on a 1-CPU host). "
+                      "A server valkeytrace launches then gets the other CPUs when they are enough for its "
+                      "threads; an attached one is never moved. none: wherever the kernel puts them."),
+    click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                 help="Tracer: eBPF (root), the LD_PRELOAD shim (no privileges), both side by side, or none."),
+    click.option("--block-threshold-us", type=float, default=100.0, callback=positive, show_default=True,
+                 help="Main-thread off-CPU intervals at least this long go to the blocked timeline."),
+    click.option("--inject-fsync-delay", "inject_spec", metavar="DURATION",
+                 help="Emulate a slow disk: add DURATION (e.g. 4ms, or lognormal:4ms,0.3) after every "
+                      "fsync/fdatasync, by sleeping. Launched servers only; reports say so."),
+    click.option("--as-root", is_flag=True,
+                 help="Under sudo, run a launched server as root (default: as the invoking user)."),
+    click.option("--server-timeout", type=float, default=15.0, callback=positive, show_default=True,
+                 help="Seconds to wait for a launched server to answer PING."),
+    click.option("--aof-flush-probe", is_flag=True,
+                 help="eBPF: also time flushAppendOnlyFile (two more uprobe hits per loop iteration)."),
+    click.option("--loop-sample", is_flag=True,
+                 help="eBPF: sample event-loop iteration durations (a beforeSleep uprobe, attached for a small "
+                      "part of each second; its cost: docs/performance.md). Without it, only the count and mean (INFO)."),
+    click.option("--socket-writes", is_flag=True,
+                 help="Also time every socket write per thread (shim: in its wrapper; eBPF: the raw syscall "
+                      "tracepoints, which every syscall on the host pays for; costs: docs/performance.md)."),
+    click.option("--measure-overhead", is_flag=True,
+                 help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio."),
+]
+
+
+def common_options(f):
+    for opt in reversed(COMMON):
+        f = opt(f)
+    return f
+
+
+def build_kwargs(common: dict) -> dict:
+    """The COMMON options' values as plan.build()'s keyword arguments."""
+    out = dict(common)
+    out["workloads"] = WORKLOAD_CHOICES[out.pop("workload")]
+    return out

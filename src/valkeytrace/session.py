@@ -1,0 +1,149 @@
+"""Run one RecordPlan (valkeytrace.plan): launch or attach the server, place the clients, start the
+tracer and the emulation, let the Recorder run the matrix, and finish the recording.
+
+SIGTERM behaves like Ctrl-C: stop cleanly, keep what was measured. SIGINT gets the same handler
+explicitly: a process started in the background by a non-interactive shell inherits SIGINT
+ignored, and Python then leaves it ignored, so Ctrl-C (or a test's SIGINT) was lost and the
+recording ran to its end with exit 0 (seen in a fresh clone's `make test`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from valkeytrace import system
+from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.plan import RecordPlan
+from valkeytrace.recorder import Recorder
+from valkeytrace.recording import document
+
+
+@dataclass
+class Outcome:
+    doc: dict
+    output: str
+    interrupted: bool
+
+
+def default_label(server: dict, other_binary: bool = False) -> str:
+    """'fsync-always'; with --server-binary, what differs first: 'valkey-8.1.8-fsync-always'."""
+    if not server.get("appendonly"):
+        setting = "aof-off"
+    elif server.get("bio_aof_offload"):
+        setting = "bio-offload"
+    else:
+        setting = f"fsync-{server.get('appendfsync') or 'unknown'}"
+    if other_binary:
+        return f"{server.get('server_name') or 'server'}-{server.get('version') or 'unknown'}-{setting}"
+    return setting
+
+
+def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str], None] = print) -> Outcome:
+    """Record plan; progress(recorder, measure_overhead) runs the matrix (a progress display),
+    echo gets the notes and warnings for the user (one line each)."""
+    from valkeytrace.server import process as srv
+    from valkeytrace.tracers import offload as voff
+    from valkeytrace.tracers.emulation import describe_delay, describe_sensitivity, shim_library
+    from valkeytrace.tracers.factory import make_tracer
+    from valkeytrace.workload import placement
+    from valkeytrace.workload.clients import find_client
+
+    s, e, t, settings = plan.server, plan.emulation, plan.tracer, plan.settings
+    loads = settings.workloads != ("none",)
+    client = find_client(plan.benchmark_path) if loads else None
+    for note in plan.notes:
+        echo(f"note: {note}")
+    tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
+                         t.socket_writes, delay_control=bool(e.sensitivity_ns))
+
+    def _on_term(signum, frame):
+        raise KeyboardInterrupt
+    old_term = signal.signal(signal.SIGTERM, _on_term)
+    old_int = signal.signal(signal.SIGINT, _on_term)
+    target = offload = None
+    output = plan.output
+    try:
+        env = {**os.environ, **tracer.launch_env()}
+        run_as = None if s.as_root else srv.invoking_user()
+        if run_as:
+            tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
+        if e.offload:
+            offload = voff.OffloadStats(e.offload)
+            if run_as:
+                offload.chown(*run_as)
+            env.update(offload.env())
+            if shim_library() not in env.get("LD_PRELOAD", ""):
+                env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
+        if s.attach_pid:
+            target = srv.AttachedServer(s.attach_pid)
+        elif s.command:
+            target = srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
+        else:
+            target = srv.EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
+                                        binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
+        server = target.describe()
+        warnings, server_moved = [], False
+        if client is not None:
+            threads = server.get("io_threads") or 1
+            client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads))
+            rest = None if s.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
+            if rest:
+                placement.pin(target.pid, rest)  # a server we launched: its threads on the clients' complement
+                server_moved = True
+        if e.fsync_delay:
+            echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
+        if not server["appendonly"]:
+            warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
+        if e.offload and server.get("appendfsync") != "always":
+            raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
+                               f"runs appendfsync {server.get('appendfsync')}")
+        for w in warnings:
+            echo(f"warning: {w}")
+        label = plan.label or (f"virtual-offload-{e.offload}" if e.offload else
+                               default_label(server, other_binary=s.binary is not None))
+        output = output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
+        doc = document.new_document(
+            label=label, server=server, host=system.host_facts(server["config"].get("dir")),
+            client=None if client is None else {
+                "name": client.name, "version": client.version, "path": client.path,
+                "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
+            settings=settings.as_recorded(),
+            emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(e.sensitivity_ns),
+                        "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
+                                                             describe_sensitivity(e.fsync_delay, e.sensitivity_ns)) if x),
+                        **({"offload": {"mode": e.offload}} if e.offload else {})}
+                       if e.fsync_delay or e.sensitivity_ns or e.offload else None),
+            warnings=warnings)
+        recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
+        recorder.offload = offload
+        recorder.checkpoint()
+        interrupted = False
+        try:
+            measure = plan.measure_overhead and loads
+            if progress is not None:
+                progress(recorder, measure)
+            else:
+                recorder.run(lambda i, n, what: None, measure_overhead=measure)
+        except KeyboardInterrupt:
+            interrupted = True
+            document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
+        if offload is not None:
+            doc["emulation"]["offload"] = voff.summary(e.offload, doc["runs"])
+        document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
+        try:
+            recorder.finish()
+        except VTError as exc:
+            raise VTError(f"{exc}; what was measured is in {recorder.partial_path}") from exc
+    finally:
+        if target is not None:
+            target.stop()
+        tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
+        if offload is not None:
+            offload.close()
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+    return Outcome(doc, output, interrupted)
