@@ -79,3 +79,6 @@ void vt_hist_record_array(struct vt_hist *h, const uint64_t *values_ns, size_t n
 void vt_hist_merge(struct vt_hist *dst, const struct vt_hist *src);
 int vt_hist_set_buckets(struct vt_hist *h, const uint64_t *counts, size_t n_buckets);
 int vt_hist_percentiles(const struct vt_hist *h, const double *pcts, size_t n, uint64_t *out_ns);
+
+int vt_sched_set_slice(int tid, int nice, uint64_t slice_ns);
+int64_t vt_sched_get_slice(int tid);

@@ -21,6 +21,7 @@ state.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from valkeytrace.errors import VTUsageError
@@ -92,38 +93,86 @@ def describe(cpus, server_pid: int | None, spec: str, server_moved: bool) -> dic
     return {"requested": spec, "client_cpus": None if cpus is None else list(cpus),
             "server_cpus": list(server_affinity(server_pid)), "server_moved": server_moved,
             "host_cpus": list(allowed),
-            # the background clients' niceness (BACKGROUND_NICE; null: equal priority)
-            "background_nice": background_nice() if cpus is not None else None}
+            # how the background clients are preferred on the CPU they share with the GET clients
+            **(background_priority() if cpus is not None else {"background_nice": None, "background_slice_us": None})}
 
 
-# the background SET clients' niceness when they share a CPU with the measured GET clients (a
-# 2-CPU host): at equal priority the GET process, woken first after the fsync cycle's replies, kept
-# the shared CPU for whole rounds of GET-only iterations (no write: no fsync) while the SETs waited,
-# so in 1 run in 3 to 1 in 4 the median GET waited no fsync at all (p50 ~0.3 ms instead of ~4.5 at
-# always +4 ms) and the "steady" SET load was not steady; at -5, 1 in 18 (docs/explain.md). Needs
-# root or CAP_SYS_NICE; without them the clients keep equal priority and the recording says so.
-BACKGROUND_NICE = -5
+# The background SET clients share a CPU with the measured GET clients on a 2-CPU host, and the
+# order in which the two processes run after a fsync cycle's replies decides the GETs' path: the
+# SETs that reach the server before its next read make that iteration fsync, and the GETs that come
+# after them wait the rest of it and their own (two cycles), while GETs read in an iteration without
+# a SET are answered at once.
+# - At equal priority the GET process, woken first, kept the CPU for whole rounds of GET-only
+#   iterations while the SETs waited: in 1 run in 3 to 1 in 4 the median GET waited no fsync at
+#   all (p50 ~0.3 ms instead of ~9 at always +4 ms), and the "steady" load was not steady.
+# - At nice -5 (2026-12-01 to 12-02) that fell to 1 in 18, but the GETs that took one cycle were
+#   34-48% of a run's (6 runs), so the p50 sat on the edge between one and two cycles and flipped
+#   to one cycle in about 1 launch in 8 (5.5-6.9 ms against 9.1-9.6): the launches' p50 was
+#   bimodal and a +1 ms fsync change was lost in it (docs/explain.md). Under everysec the weight
+#   nice -5 gives also took the GET clients' CPU: GET TPS 24K/s against 46K/s at equal weight.
+# - A short EEVDF slice (Linux 6.12+, sched_setattr's sched_runtime) makes the SET process run first
+#   when it wakes, at equal weight: one-cycle GETs 17-30% of a run (8 runs), p50 9.1-9.4 ms, and
+#   everysec's GET TPS 45-48K/s (3 runs). That is the default; where the kernel keeps no custom
+#   slice, nice -5 as before; without root or CAP_SYS_NICE for that, equal priority, and the
+#   recording says which (client.placement.background_slice_us, background_nice).
+BACKGROUND_SLICE_US = 100   # the kernel's smallest custom slice (0.1 ms)
+BACKGROUND_NICE = -5        # where the kernel has no custom slice
 
 
-def raise_priority(pid: int, nice: int = BACKGROUND_NICE) -> int | None:
-    """Set process pid's niceness (its main thread: the benchmark client runs one);
-    the value set, or None when not permitted."""
+def _tids(pid: int) -> list[int]:
     try:
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-        return nice
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
-        return None
+        return [pid]
 
 
-def background_nice() -> int | None:
-    """BACKGROUND_NICE when this process may set it (root, CAP_SYS_NICE), else None."""
+@functools.lru_cache(maxsize=1)
+def _slice_supported() -> bool:
+    """Whether this kernel keeps a custom slice: set one on a thread of our own and read it back."""
+    import threading
+
+    from valkeytrace._native import lib
+
+    out = []
+
+    def probe():
+        tid = threading.get_native_id()
+        ok = lib.vt_sched_set_slice(tid, os.getpriority(os.PRIO_PROCESS, tid), BACKGROUND_SLICE_US * 1000) == 0
+        out.append(ok and lib.vt_sched_get_slice(tid) == BACKGROUND_SLICE_US * 1000)
+    t = threading.Thread(target=probe, name="vt-slice-probe")
+    t.start()
+    t.join()
+    return bool(out and out[0])
+
+
+def background_priority() -> dict:
+    """What prefer_background() applies here: {background_slice_us, background_nice}."""
+    if _slice_supported():
+        return {"background_slice_us": BACKGROUND_SLICE_US, "background_nice": 0}
     try:
         cur = os.getpriority(os.PRIO_PROCESS, 0)
         os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
         os.setpriority(os.PRIO_PROCESS, 0, cur)
-        return BACKGROUND_NICE
+        return {"background_slice_us": None, "background_nice": BACKGROUND_NICE}
     except OSError:
-        return None
+        return {"background_slice_us": None, "background_nice": None}
+
+
+def prefer_background(pid: int) -> dict:
+    """Prefer process pid (a background client) on wake-up, as background_priority() says, on
+    every thread it has; what was applied."""
+    from valkeytrace._native import lib
+
+    how = background_priority()
+    for tid in _tids(pid):
+        if how["background_slice_us"]:
+            lib.vt_sched_set_slice(tid, 0, BACKGROUND_SLICE_US * 1000)
+        elif how["background_nice"] is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, BACKGROUND_NICE)
+            except OSError:
+                pass
+    return how
 
 
 def pin(pid: int, cpus) -> None:

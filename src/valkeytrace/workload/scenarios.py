@@ -74,8 +74,8 @@ class ReadHeavy:
     def background(self, size: int, test: str = "SET") -> ClientProcess:
         """The steady background load, SET unless told (endless; stop() it)."""
         proc = ClientProcess(self.load.argv(test, self.load.set_clients, size), self.load.client.cpus)
-        if self.load.client.cpus:  # placed: it shares a CPU with the GET clients (placement.BACKGROUND_NICE)
-            placement.raise_priority(proc.proc.pid)
+        if self.load.client.cpus:  # placed: it shares a CPU with the GET clients (placement.prefer_background)
+            placement.prefer_background(proc.proc.pid)
         return proc
 
     def _settled_background(self, size: int, test: str = "SET") -> ClientProcess:
