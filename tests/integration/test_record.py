@@ -177,6 +177,20 @@ def test_a_scenario_s_real_clients_are_on_the_placed_cpus():
                 allowed = next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
             assert allowed == str(cpu)
         assert len(os.sched_getaffinity(srv.pid)) == len(os.sched_getaffinity(0))  # the server is not moved
+        # the background client asks for the short slice (the kernel's own /proc/PID/sched), the GET
+        # client keeps the default; where the kernel keeps no custom slice, nice -5 instead
+        from valkeytrace.workload import placement
+
+        def sched(pid, key):
+            with open(f"/proc/{pid}/sched") as f:
+                return next((int(float(line.split(":")[1])) for line in f if line.split(":")[0].strip() == key), None)
+        how = placement.background_priority()
+        if how["background_slice_us"]:
+            assert sched(procs[0].pid, "se.slice") == placement.BACKGROUND_SLICE_US * 1000
+            assert sched(procs[1].pid, "se.slice") > placement.BACKGROUND_SLICE_US * 1000
+            assert os.getpriority(os.PRIO_PROCESS, procs[0].pid) == 0  # equal weight: no CPU taken from the GETs
+        else:
+            assert os.getpriority(os.PRIO_PROCESS, procs[0].pid) == placement.BACKGROUND_NICE
     finally:
         for p in procs:
             p.stop()

@@ -111,8 +111,8 @@ def describe(cpus, server_pid: int | None, spec: str, server_moved: bool) -> dic
 #   bimodal and a +1 ms fsync change was lost in it (docs/explain.md). Under everysec the weight
 #   nice -5 gives also took the GET clients' CPU: GET TPS 24K/s against 46K/s at equal weight.
 # - A short EEVDF slice (Linux 6.12+, sched_setattr's sched_runtime) makes the SET process run first
-#   when it wakes, at equal weight: one-cycle GETs 17-30% of a run (8 runs), p50 9.1-9.4 ms, and
-#   everysec's GET TPS 45-48K/s (3 runs). That is the default; where the kernel keeps no custom
+#   when it wakes, at equal weight: one-cycle GETs 20-30% of a run (10 runs), p50 9.04-9.65 ms, and
+#   everysec's GET TPS 45-48K/s (3 runs); no launch on the short path in 120 (docs/explain.md). That is the default; where the kernel keeps no custom
 #   slice, nice -5 as before; without root or CAP_SYS_NICE for that, equal priority, and the
 #   recording says which (client.placement.background_slice_us, background_nice).
 BACKGROUND_SLICE_US = 100   # the kernel's smallest custom slice (0.1 ms)
