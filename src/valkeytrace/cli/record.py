@@ -39,7 +39,7 @@ from valkeytrace.recorder import Recorder
 @click.option("--sensitivity-runs", type=click.IntRange(min=1), default=3, hidden=True,
               help="Runs per --fsync-sensitivity level in this recording (compare: the launches make up 3).")
 @click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False), hidden=True,
-              help="Run this plan (JSON, from compare) instead of the options.")
+              help="Run this plan (JSON, written by compare for each launch); every other option is ignored.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, offload_mode, sensitivity_spec,
