@@ -148,7 +148,7 @@ def _slice_supported() -> bool:
 def background_priority() -> dict:
     """What prefer_background() applies here: {background_slice_us, background_nice}."""
     if _slice_supported():
-        return {"background_slice_us": BACKGROUND_SLICE_US, "background_nice": 0}
+        return {"background_slice_us": BACKGROUND_SLICE_US, "background_nice": os.getpriority(os.PRIO_PROCESS, 0)}
     try:
         cur = os.getpriority(os.PRIO_PROCESS, 0)
         os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
@@ -165,8 +165,12 @@ def prefer_background(pid: int) -> dict:
 
     how = background_priority()
     for tid in _tids(pid):
-        if how["background_slice_us"]:
-            lib.vt_sched_set_slice(tid, 0, BACKGROUND_SLICE_US * 1000)
+        if how["background_slice_us"]:  # its own niceness kept: the GET clients' weight, as they inherit ours
+            try:
+                nice = os.getpriority(os.PRIO_PROCESS, tid)
+            except OSError:
+                continue
+            lib.vt_sched_set_slice(tid, nice, BACKGROUND_SLICE_US * 1000)
         elif how["background_nice"] is not None:
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, BACKGROUND_NICE)
