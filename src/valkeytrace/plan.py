@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 
 from valkeytrace.errors import VTUsageError
@@ -51,7 +52,7 @@ class TracerPlan:
 class EmulationPlan:
     fsync_delay: dict | None = None    # tracers.emulation.parse_fsync_delay's
     offload: str | None = None         # durable, early-ack
-    sensitivity_ns: tuple = ()         # --fsync-sensitivity levels
+    # --fsync-sensitivity's levels are the matrix's (Settings.sensitivity): one copy
 
 
 @dataclass(frozen=True)
@@ -67,20 +68,24 @@ class RecordPlan:
     measure_overhead: bool = False
     notes: tuple = ()                  # for the user, e.g. what --backend auto chose
 
+    @property
+    def sensitivity_ns(self) -> tuple:
+        return self.settings.sensitivity
+
     def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None,
-                 sensitivity_ns=None, sensitivity_runs=None, output=None) -> "RecordPlan":
+                 sensitivity_ns=None, sensitivity_runs=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
-        one), label, emulation and output; None leaves the common value."""
+        one), label and emulation; None leaves the common value."""
         server = dataclasses.replace(self.server, binary=binary or self.server.binary,
                                      config={**self.server.config, **(config or {})})
         emulation = dataclasses.replace(self.emulation,
                                         fsync_delay=fsync_delay if fsync_delay is not None else self.emulation.fsync_delay,
-                                        offload=offload or self.emulation.offload,
-                                        sensitivity_ns=tuple(sensitivity_ns) if sensitivity_ns else self.emulation.sensitivity_ns)
-        settings = dataclasses.replace(self.settings, sensitivity=emulation.sensitivity_ns,
+                                        offload=offload or self.emulation.offload)
+        settings = dataclasses.replace(self.settings,
+                                       sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)
         plan = dataclasses.replace(self, server=server, emulation=emulation, settings=settings,
-                                   label=label or self.label, output=output or self.output)
+                                   label=label or self.label)
         plan.check()
         return plan
 
@@ -93,7 +98,7 @@ class RecordPlan:
             raise VTUsageError(f"{', '.join(ebpf_only)} needs the eBPF backend (this run's backend is {t.backend})")
         if t.socket_writes and t.backend == "none":
             raise VTUsageError("--socket-writes needs a tracer: --backend ebpf, shim or both")
-        if self.emulation.sensitivity_ns and t.backend == "none":
+        if self.sensitivity_ns and t.backend == "none":
             raise VTUsageError("--fsync-sensitivity needs a tracer to measure the fsync time it moves: "
                                "--backend ebpf, shim or both")
 
@@ -109,10 +114,10 @@ class RecordPlan:
             raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
-        if e.sensitivity_ns and not s.launched:
+        if self.sensitivity_ns and not s.launched:
             raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
                                "the shim to add the delay); it cannot apply to --attach")
-        if e.sensitivity_ns and not any(SCENARIOS[w].drives_load for w in self.settings.workloads):
+        if self.sensitivity_ns and not any(SCENARIOS[w].drives_load for w in self.settings.workloads):
             raise VTUsageError("--fsync-sensitivity needs a workload: with --workload none there is no "
                                "client latency to relate to the fsync time")
 
@@ -129,7 +134,7 @@ class RecordPlan:
                                "sensitivity": tuple(st["sensitivity"])})
         return cls(server=ServerPlan(**{**d["server"], "command": tuple(d["server"]["command"])}),
                    settings=settings, tracer=TracerPlan(**d["tracer"]),
-                   emulation=EmulationPlan(**{**d["emulation"], "sensitivity_ns": tuple(d["emulation"]["sensitivity_ns"])}),
+                   emulation=EmulationPlan(**d["emulation"]),
                    **{k: d[k] for k in ("benchmark_path", "client_cpus", "label", "output", "measure_overhead")},
                    notes=tuple(d.get("notes") or ()))
 
@@ -143,8 +148,6 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           embedded_only_given=()) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
-    import os
-
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_sensitivity
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
@@ -164,12 +167,11 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=dict(server_config or {}),
                         binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
                         as_root=as_root, timeout_s=server_timeout)
-    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None,
-                              offload=offload_mode,
-                              sensitivity_ns=tuple(parse_sensitivity(sensitivity_spec)) if sensitivity_spec else ())
+    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode)
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
-                        write_clients=write_clients, backend=backend, sensitivity=emulation.sensitivity_ns,
+                        write_clients=write_clients, backend=backend,
+                        sensitivity=tuple(parse_sensitivity(sensitivity_spec)) if sensitivity_spec else (),
                         sensitivity_runs=sensitivity_runs)
     plan = RecordPlan(server, settings, TracerPlan(backend), emulation, benchmark_path=benchmark_path,
                       client_cpus=client_cpus, label=label, output=output, measure_overhead=measure_overhead)

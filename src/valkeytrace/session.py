@@ -58,7 +58,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     for note in plan.notes:
         echo(f"note: {note}")
     tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
-                         t.socket_writes, delay_control=bool(e.sensitivity_ns))
+                         t.socket_writes, delay_control=bool(plan.sensitivity_ns))
 
     def _on_term(signum, frame):
         raise KeyboardInterrupt
@@ -112,11 +112,11 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
                 "name": client.name, "version": client.version, "path": client.path,
                 "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
             settings=settings.as_recorded(),
-            emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(e.sensitivity_ns),
+            emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns),
                         "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
-                                                             describe_sensitivity(e.fsync_delay, e.sensitivity_ns)) if x),
+                                                             describe_sensitivity(e.fsync_delay, plan.sensitivity_ns)) if x),
                         **({"offload": {"mode": e.offload}} if e.offload else {})}
-                       if e.fsync_delay or e.sensitivity_ns or e.offload else None),
+                       if e.fsync_delay or plan.sensitivity_ns or e.offload else None),
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
         recorder.offload = offload

@@ -40,7 +40,8 @@ def test_a_side_adds_to_the_common_config_and_replaces_the_rest():
 
 
 def test_the_plan_survives_json():
-    p = _plan(sensitivity_spec="2ms,4ms", backend="shim").for_side(offload="durable", output="/tmp/x.vtrace")
+    p = dataclasses.replace(_plan(sensitivity_spec="2ms,4ms", backend="shim").for_side(offload="durable"),
+                            output="/tmp/x.vtrace")
     back = planning.RecordPlan.from_json(p.as_json())
     assert back == p and back.settings.matrix() == p.settings.matrix()
 

@@ -29,6 +29,8 @@ from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 SIDES = ("baseline", "candidate")
+
+
 def launch_order(n: int) -> list[tuple[str, int]]:
     """[(side, launch number)]: ABBA pairs, so that a linear drift weighs both sides alike and no
     side runs three times in a row."""
