@@ -5,504 +5,495 @@
  * The main thread's AOF write() and fdatasync()/fsync() (on an `*.incr.aof` file, the one the
  * server appends to) return at once; the bytes go, in order, to a queue. A thread of the shim,
  * `vt_offload`, takes everything queued when a sync is due (one job in flight; the queue keeps
- * filling meanwhile and the next job takes all of it), writes it and fdatasyncs it through the
- * shim's own wrappers (so the emulated disk delay and every tracer see the call on vt_offload),
- * then marks those bytes durable.
+ * filling meanwhile and the next job takes all of it; with a gather window, a job starts only once
+ * that long has passed since its first write), writes it (short writes completed) and fdatasyncs
+ * it through the shim's timed path (shim_io.h: the emulated delay and every tracer see the calls
+ * on vt_offload), then marks those bytes durable and delivers the replies that waited for them
+ * (offload_conn.h decides which those are, and keeps the witness).
  *
- * durable: a connection that sent a write command (RESP arrays or inline commands naming one of
- * WRITE_COMMANDS, seen in what the server read from it) has its next reply held: the bytes are
- * kept, in order per connection, until every AOF byte queued when the server wrote the reply is
- * durable; then the offload thread writes them to the socket. Any later reply on a connection
- * with held bytes waits behind them. Not emulated: a read of a key written by a batch not yet
- * durable is not held (#3381 holds it); a value that contains a write command's RESP name can
- * make a read count as a write (held, never early).
- * early-ack: nothing is held (the fsync leaves the main thread, SETs are acknowledged before it).
- *
- * Nothing the server would not lose is lost: a connection closed with held bytes gets them first
- * (the close waits up to CLOSE_WAIT_NS), an AOF fd closed with queued bytes waits for them to be
- * durable, and at exit the queue is drained; a reply socket that would block is polled. A fork
- * child (the AOF rewrite) takes nothing.
+ * Failures as the server would meet them: a write or fdatasync that fails stops every release
+ * for good (the job's bytes are truncated away, as valkey removes a short write), and the error
+ * reaches the server at its next AOF write or fdatasync (valkey with appendfsync always then logs
+ * it and exits 1); if none comes within FAIL_GRACE_NS (every client waits on a held reply), the
+ * main thread, back from epoll_wait, writes valkey's own log line and exits 1. No fd with queued
+ * bytes is closed or replaced before they are durable; at exit (SHUTDOWN, SIGTERM) everything
+ * queued is made durable and every held reply delivered (the drain), unless the offload failed.
+ * A fork child (the AOF rewrite) takes nothing.
  */
 #define _GNU_SOURCE
-#include <ctype.h>
-#include <dlfcn.h>
+#include "offload.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "offload.h"
+#include "offload_conn.h"
+#include "offload_state.h"
+#include "shim_io.h"
+#include "vt_cmds.h"
+#include "vt_resp.h"
 
 #define MAX_FD 65536
-#define CLOSE_WAIT_NS 1000000000ull
 #define CLASS_UNKNOWN 0
 #define CLASS_AOF 1
-#define CLASS_SOCKET 2
-#define CLASS_OTHER 3
-#define AOF_CLOSE_WAIT_NS 30000000000ull
+#define CLASS_OTHER 2
+#define FAIL_GRACE_NS 200000000ull
+#define BLOCKED_MAX 256
 
-typedef ssize_t (*write_fn)(int, const void *, size_t);
-
-struct chunk {
-    struct chunk *next;
+struct aof_chunk {
+    struct aof_chunk *next;
     int fd;
-    int answers_write; /* a reply to a write command */
-    uint64_t seq;      /* AOF: the queue position after these bytes; reply: the position it waits for */
-    uint64_t held_ns;
-    uint64_t jobs_at_hold;
     size_t len;
     char data[];
 };
 
-static int mode;
-static pid_t main_pid;
-static write_fn raw_write; /* libc's: the released replies bypass every wrapper */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
+static struct aof_chunk *aof_head, *aof_tail; /* under vt_off.mu */
+static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
 static pthread_t thread;
-static int started, stopping;
-static struct chunk *aof_head, *aof_tail;   /* queued AOF bytes, not yet in a job */
-static struct chunk *held_head, *held_tail; /* held replies, in hold order (their seq never decreases) */
-static uint64_t queued, durable, sync_wanted;
+static int started;
 static uint8_t fd_class[MAX_FD];
-static uint8_t dirty[MAX_FD];     /* durable: a write command was read since the last reply */
-static uint16_t held_count[MAX_FD];
-static uint64_t held_seq[MAX_FD]; /* the seq of the fd's last held chunk */
-static struct vt_offload_stats local_stats;
-static struct vt_offload_stats *stats = &local_stats;
-static __thread pid_t my_tid;
+static struct vt_req_parser aof_parser; /* the main thread's: the witness's view of the AOF */
+static int aof_skip;
+static uint64_t aof_chunk_end;
 
-/* the shim's own wrappers (csrc/shim.c): the emulated delay and the tracers see these calls */
-extern ssize_t write(int fd, const void *buf, size_t count);
-extern int fdatasync(int fd);
+/* -- the witness's view of the AOF: each command's first key, with the position it is durable at */
 
-static const char *WRITE_COMMANDS[] = {"SET", "SETEX", "PSETEX", "SETNX", "MSET", "MSETNX", "APPEND", "INCR",
-                                       "INCRBY", "DECR", "DECRBY", "DEL", "UNLINK", "LPUSH", "RPUSH", "HSET",
-                                       "HMSET", "SADD", "ZADD", "EXPIRE", "GETSET", "GETDEL", "LPOP", "RPOP",
-                                       NULL};
-
-static inline uint64_t now_ns(void)
+static void aof_begin(void *ctx, int64_t argc) { aof_skip = 0; }
+static void aof_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p, size_t plen)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (i == 0)
+        aof_skip = len == plen && ((plen == 6 && !strncasecmp(p, "select", 6)) ||
+                                   (plen == 5 && !strncasecmp(p, "multi", 5)) || (plen == 4 && !strncasecmp(p, "exec", 4)));
+    else if (i == 1 && !aof_skip && len <= 256)
+        vt_wit_put(h & ~15ull, aof_chunk_end, vt_off_durable());
 }
+static void aof_end(void *ctx) {}
+static void aof_error(void *ctx) { vt_req_init(&aof_parser, 0); } /* start again at the next chunk */
+static const struct vt_req_cb AOF_CB = {aof_begin, aof_arg, aof_end, aof_error};
 
-static inline int on_main_thread(void)
-{
-    if (!my_tid)
-        my_tid = (pid_t)syscall(SYS_gettid);
-    return my_tid == main_pid;
-}
-
-static void hist_add(struct vt_hist *h, uint64_t v)
-{
-    h->buckets[vt_hist_bucket_index(v)]++;
-    h->sum_ns += v;
-    if (v > h->max_ns)
-        h->max_ns = v;
-    if (!h->min_ns || v < h->min_ns)
-        h->min_ns = v;
-    __atomic_fetch_add(&h->count, 1, __ATOMIC_RELEASE);
-}
-
-int vt_offload_init(void)
-{
-    const char *m = getenv("VALKEYTRACE_OFFLOAD");
-    if (!m)
-        return 0;
-    mode = strcmp(m, "durable") == 0 ? VT_OFFLOAD_DURABLE : strcmp(m, "early-ack") == 0 ? VT_OFFLOAD_EARLY_ACK : 0;
-    if (!mode)
-        return 0;
-    main_pid = getpid();
-    raw_write = (write_fn)dlsym(RTLD_NEXT, "write");
-    size_t size = 0;
-    void *p = vt_map_shared(getenv("VALKEYTRACE_OFFLOAD_STATS"), sizeof(struct vt_offload_stats), &size);
-    if (p)
-        stats = (struct vt_offload_stats *)p;
-    stats->magic = VT_OFFLOAD_MAGIC;
-    stats->version = VT_OFFLOAD_VERSION;
-    stats->mode = (vt_u32)mode;
-    stats->hist_buckets = VT_HIST_BUCKETS;
-    return mode;
-}
-
-int vt_offload_enabled(void) { return mode != 0; }
-
-void vt_offload_after_fork_child(void)
-{
-    mode = 0; /* the child (AOF rewrite, RDB) has no offload thread: it takes nothing */
-    my_tid = 0;
-}
-
-/* What an fd is: the file the server appends to (multi-part AOF: appendonlydir/<name>.N.incr.aof),
- * a socket (a client connection), or something else; classified once until it is closed */
+/* What an fd is: the file the server appends to (multi-part AOF: appendonlydir/<name>.N.incr.aof)
+ * or something else; classified once until it is closed */
 static int fd_kind(int fd)
 {
     char link[64], path[512];
     struct stat st;
-    ssize_t n;
     int c = __atomic_load_n(&fd_class[fd], __ATOMIC_RELAXED);
     if (c != CLASS_UNKNOWN)
         return c;
     c = CLASS_OTHER;
-    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
-        c = CLASS_SOCKET;
-    } else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-        n = readlink(link, path, sizeof(path) - 1);
-        if (n > 9) {
-            path[n] = '\0';
-            if (strcmp(path + n - 9, ".incr.aof") == 0)
-                c = CLASS_AOF;
-        }
+        ssize_t n = readlink(link, path, sizeof(path) - 1);
+        if (n > 9 && strncmp(path + n - 9, ".incr.aof", 9) == 0)
+            c = CLASS_AOF;
     }
     __atomic_store_n(&fd_class[fd], (uint8_t)c, __ATOMIC_RELAXED);
     return c;
 }
 
-static int is_aof(int fd) { return fd >= 0 && fd < MAX_FD && fd_kind(fd) == CLASS_AOF; }
+/* -- failure -------------------------------------------------------------------------------- */
 
-static void *offload_main(void *arg);
-
-static void start_locked(void)
+static void fail_locked(int err, int kind)
 {
-    if (started)
-        return;
-    started = 1;
-    pthread_create(&thread, NULL, offload_main, NULL);
-}
-
-static struct chunk *new_chunk(int fd, size_t len)
-{
-    struct chunk *c = malloc(sizeof(struct chunk) + len);
-    if (c) {
-        memset(c, 0, sizeof(*c));
-        c->fd = fd;
-        c->len = len;
+    vt_off.fail_errno = err ? err : EIO;
+    vt_off.fail_kind = kind;
+    vt_off.failed_ns = vt_now_ns();
+    __atomic_store_n(&vt_off.failed, 1, __ATOMIC_RELEASE);
+    vt_off.stats->fail_errno = (vt_u32)vt_off.fail_errno;
+    vt_off.stats->fail_kind = (vt_u32)kind;
+    __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_FAILED, __ATOMIC_RELEASE);
+    while (aof_head) { /* never written: nothing after a failure is */
+        struct aof_chunk *c = aof_head;
+        aof_head = c->next;
+        free(c);
     }
-    return c;
+    aof_tail = NULL;
+    pthread_cond_broadcast(&vt_off.done);
 }
 
-/* c at the end of the list head..tail */
-static void append(struct chunk **head, struct chunk **tail, struct chunk *c)
+static void log_line(int fd, const char *msg)
 {
-    if (*tail)
-        (*tail)->next = c;
-    else
-        *head = c;
-    *tail = c;
+    char when[64], line[512];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(when, sizeof(when), "%d %b %Y %H:%M:%S", &tm);
+    snprintf(when + n, sizeof(when) - n, ".%03d", (int)(ts.tv_nsec / 1000000));
+    int len = snprintf(line, sizeof(line), "%d:M %s # %s\n", (int)getpid(), when, msg);
+    if (len > 0 && vt_real.write(fd, line, (size_t)len) < 0)
+        return;
 }
 
-/* The main thread's AOF bytes: queued, the call returns their length */
-static void queue_aof_locked(struct chunk *c)
+/* The server never came back to the AOF to meet the error: end it as valkey would have */
+static void exit_as_valkey(void)
 {
-    queued += c->len;
-    c->seq = queued;
-    append(&aof_head, &aof_tail, c);
-    stats->offloaded_writes++;
-    start_locked();
+    char msg[400];
+    const char *path = vt_off.control ? vt_off.control->logfile : "";
+    int fd = path[0] ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : 1;
+    if (fd < 0)
+        fd = 1;
+    snprintf(msg, sizeof(msg), "valkeytrace virtual offload: the AOF %s on vt_offload failed (%s) and no AOF write "
+             "came to meet it: the server ends as valkey would", vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC ? "fdatasync" : "write",
+             strerror(vt_off.fail_errno));
+    log_line(fd, msg);
+    if (vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC) {
+        snprintf(msg, sizeof(msg), "Can't persist AOF for fsync error when the AOF fsync policy is 'always': %s. Exiting...",
+                 strerror(vt_off.fail_errno));
+    } else {
+        snprintf(msg, sizeof(msg), "Error writing to the AOF file: %s", strerror(vt_off.fail_errno));
+        log_line(fd, msg);
+        snprintf(msg, sizeof(msg), "Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting...");
+    }
+    log_line(fd, msg);
+    exit(1);
 }
 
-int vt_offload_sync(int fd)
+void vt_offload_main_idle(void)
 {
-    if (!mode || !on_main_thread() || !is_aof(fd))
-        return 0;
-    pthread_mutex_lock(&mu);
-    sync_wanted = queued;
-    stats->offloaded_syncs++;
-    start_locked();
-    pthread_cond_signal(&work);
-    pthread_mutex_unlock(&mu);
+    if (vt_off.mode && vt_off_failed() && vt_off_on_main_thread() && vt_now_ns() - vt_off.failed_ns > FAIL_GRACE_NS)
+        exit_as_valkey();
+}
+
+/* -- the main thread's AOF writes and syncs --------------------------------------------------- */
+
+/* no memory to queue it: wait for the queue to be durable, then write and fdatasync in place */
+static int write_through(int fd, const struct iovec *iov, int iovcnt, size_t len, ssize_t *ret)
+{
+    int rc = 0;
+    pthread_mutex_lock(&vt_off.mu);
+    vt_off.sync_wanted = vt_off.queued;
+    pthread_cond_signal(&vt_off.work);
+    while (!vt_off_failed() && vt_off_durable() < vt_off.queued)
+        vt_off_wait_done_locked(50);
+    for (int i = 0; i < iovcnt && !vt_off_failed() && rc == 0; i++) {
+        for (size_t off = 0; off < iov[i].iov_len && rc == 0;) {
+            ssize_t w = vt_io_write(fd, (const char *)iov[i].iov_base + off, iov[i].iov_len - off);
+            if (w > 0)
+                off += (size_t)w;
+            else if (!(w < 0 && errno == EINTR))
+                rc = -1, fail_locked(w < 0 ? errno : ENOSPC, VT_OFFLOAD_FAIL_WRITE);
+        }
+    }
+    if (rc == 0 && !vt_off_failed() && vt_shim_fdatasync(fd) != 0)
+        fail_locked(errno, VT_OFFLOAD_FAIL_FSYNC);
+    if (!vt_off_failed()) {
+        __atomic_store_n(&vt_off.queued, vt_off.queued + len, __ATOMIC_RELEASE);
+        __atomic_store_n(&vt_off.durable, vt_off.queued, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&vt_off.mu);
+    if (vt_off_failed()) {
+        *ret = -1;
+        errno = vt_off.fail_errno;
+    } else {
+        *ret = (ssize_t)len;
+    }
     return 1;
 }
 
-/* A reply to hold: waits for every AOF byte queued now (the write command's among them: the
- * server appends a command to the AOF before it writes any reply of that loop iteration) */
-static void hold_locked(struct chunk *c, int answers_write)
-{
-    c->answers_write = answers_write;
-    c->seq = queued > held_seq[c->fd] ? queued : held_seq[c->fd];
-    c->held_ns = now_ns();
-    c->jobs_at_hold = stats->jobs;
-    held_seq[c->fd] = c->seq;
-    held_count[c->fd]++;
-    append(&held_head, &held_tail, c);
-    stats->held_replies++;
-    stats->held_bytes += c->len;
-    start_locked();
-}
-
-/* 1 when this write is the offload's: an AOF write of the main thread (queued), or a reply on a
- * connection that must wait (held); *ret is what the caller returns */
-static int take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
+static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
 {
     size_t len = 0;
-    int aof, answers;
-    struct chunk *c;
-    if (!mode || fd < 0 || fd >= MAX_FD)
-        return 0;
-    aof = on_main_thread() && is_aof(fd);
-    answers = !aof && mode == VT_OFFLOAD_DURABLE && __atomic_load_n(&dirty[fd], __ATOMIC_ACQUIRE);
-    if (!aof && !answers && !__atomic_load_n(&held_count[fd], __ATOMIC_ACQUIRE))
-        return 0;
-    if (!aof && fd_kind(fd) != CLASS_SOCKET)
-        return 0; /* another thread's write to the AOF (none in valkey), or not a client: its own */
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
-    c = new_chunk(fd, len);
-    if (!c)
-        return 0; /* no memory: the call goes through unemulated rather than fail */
-    for (int i = 0, off = 0; i < iovcnt; off += (int)iov[i].iov_len, i++)
-        memcpy(c->data + off, iov[i].iov_base, iov[i].iov_len);
-    pthread_mutex_lock(&mu);
-    if (aof) {
-        queue_aof_locked(c);
-    } else if (answers && !held_count[fd] && queued <= durable) {
-        /* every AOF byte, the write command's among them, is durable already: no wait */
-        __atomic_store_n(&dirty[fd], 0, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&mu);
-        free(c);
-        return 0;
-    } else if (answers || held_count[fd]) {
-        if (answers)
-            __atomic_store_n(&dirty[fd], 0, __ATOMIC_RELEASE);
-        hold_locked(c, answers);
-    } else { /* released meanwhile: straight out, in order */
-        pthread_mutex_unlock(&mu);
-        free(c);
-        return 0;
+    if (vt_off_failed()) { /* the server meets the error now, as on its own write */
+        *ret = -1;
+        errno = vt_off.fail_errno;
+        return 1;
     }
-    pthread_mutex_unlock(&mu);
+    struct aof_chunk *c = malloc(sizeof(struct aof_chunk) + len);
+    if (!c)
+        return write_through(fd, iov, iovcnt, len, ret);
+    c->next = NULL;
+    c->fd = fd;
+    c->len = len;
+    for (size_t off = 0, i = 0; i < (size_t)iovcnt; off += iov[i].iov_len, i++)
+        memcpy(c->data + off, iov[i].iov_base, iov[i].iov_len);
+    pthread_mutex_lock(&vt_off.mu);
+    uint64_t end = vt_off.queued + len;
+    if (aof_tail)
+        aof_tail->next = c;
+    else
+        aof_head = c, first_queued_ns = vt_now_ns();
+    aof_tail = c;
+    __atomic_store_n(&vt_off.queued, end, __ATOMIC_RELEASE);
+    vt_stat_add(&vt_off.stats->offloaded_writes, 1);
+    __atomic_store_n(&vt_off.stats->queued_bytes, end, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&vt_off.mu);
+    aof_chunk_end = end;
+    for (int i = 0; i < iovcnt; i++)
+        vt_req_feed(&aof_parser, iov[i].iov_base, iov[i].iov_len, &AOF_CB, NULL);
+    vt_flush_tick(end);
     *ret = (ssize_t)len;
     return 1;
+}
+
+int vt_offload_sync(int fd, int *ret)
+{
+    if (!vt_off.mode || fd < 0 || fd >= MAX_FD || !vt_off_on_main_thread() || fd_kind(fd) != CLASS_AOF)
+        return 0;
+    if (vt_off_failed()) {
+        *ret = -1;
+        errno = vt_off.fail_errno;
+        return 1;
+    }
+    pthread_mutex_lock(&vt_off.mu);
+    vt_off.sync_wanted = vt_off.queued;
+    vt_stat_add(&vt_off.stats->offloaded_syncs, 1);
+    pthread_cond_signal(&vt_off.work);
+    pthread_mutex_unlock(&vt_off.mu);
+    *ret = 0;
+    return 1;
+}
+
+int vt_offload_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
+{
+    if (!vt_off.mode || fd < 0 || fd >= MAX_FD || iovcnt <= 0)
+        return 0;
+    if (vt_conn_is_client(fd))
+        return vt_conn_take(fd, iov, iovcnt, ret, vt_io_writev);
+    if (vt_off_on_main_thread() && fd_kind(fd) == CLASS_AOF)
+        return take_aof(fd, iov, iovcnt, ret);
+    return 0;
 }
 
 int vt_offload_write(int fd, const void *buf, size_t n, ssize_t *ret)
 {
     struct iovec v = {(void *)buf, n};
-    return take(fd, &v, 1, ret);
+    return vt_offload_writev(fd, &v, 1, ret);
 }
 
-int vt_offload_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
-{
-    return iovcnt > 0 && take(fd, iov, iovcnt, ret);
-}
-
-/* One command name at p (len bytes): a write command? */
-static int names_write(const char *p, size_t len)
-{
-    for (const char **w = WRITE_COMMANDS; *w; w++)
-        if (strlen(*w) == len && strncasecmp(p, *w, len) == 0)
-            return 1;
-    return 0;
-}
-
-/* The commands in a read: RESP arrays ("*N\r\n$L\r\nNAME\r\n") and inline commands ("NAME ...") */
 void vt_offload_read(int fd, const void *buf, ssize_t n)
 {
-    const char *s = buf, *end;
-    int found = 0;
-    if (mode != VT_OFFLOAD_DURABLE || n <= 0 || fd < 0 || fd >= MAX_FD || fd_kind(fd) != CLASS_SOCKET)
-        return;
-    end = s + n;
-    for (const char *p = s; p < end; p++) {
-        if (*p == '*' && (p == s || p[-1] == '\n')) {
-            const char *q = memchr(p, '\n', (size_t)(end - p));
-            if (!q || q + 1 >= end || q[1] != '$')
-                continue;
-            long l = strtol(q + 2, NULL, 10);
-            const char *r = memchr(q + 1, '\n', (size_t)(end - q - 1));
-            if (r && l > 0 && l < 16 && r + 1 + l <= end && names_write(r + 1, (size_t)l))
-                found++;
-        }
-    }
-    if (!found && isalpha((unsigned char)s[0])) { /* an inline command */
-        const char *sp = s;
-        while (sp < end && isalpha((unsigned char)*sp))
-            sp++;
-        found = names_write(s, (size_t)(sp - s));
-    }
-    if (found) {
-        __atomic_store_n(&dirty[fd], 1, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&stats->write_commands, (vt_u64)found, __ATOMIC_RELAXED);
-    }
+    if (vt_off.mode && n > 0)
+        vt_conn_read(fd, buf, (size_t)n);
 }
 
-/* Write a released reply to its socket, polling while it would block; 0 when the connection
- * failed (its bytes are dropped: the client is gone) */
-static int deliver(struct chunk *c)
+void vt_offload_accepted(int fd)
 {
-    size_t off = 0;
-    int tries = 0;
-    while (off < c->len) {
-        ssize_t w = raw_write(c->fd, c->data + off, c->len - off);
-        if (w > 0) {
-            off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && tries++ < 100) {
-            struct pollfd pfd = {c->fd, POLLOUT, 0};
-            poll(&pfd, 1, 10);
-            continue;
-        }
-        return 0;
-    }
-    return 1;
-}
-
-/* Every held reply whose batch is durable now, in hold order */
-static void release_locked(void)
-{
-    uint64_t t = now_ns();
-    while (held_head && held_head->seq <= durable) {
-        struct chunk *c = held_head;
-        uint64_t waited = stats->jobs - c->jobs_at_hold;
-        held_head = c->next;
-        if (!held_head)
-            held_tail = NULL;
-        if (deliver(c)) {
-            stats->released_replies++;
-            if (c->answers_write)
-                stats->released_after_write++;
-            stats->jobs_waited_sum += waited;
-            stats->jobs_waited[waited < VT_OFFLOAD_WAITED_MAX ? waited : VT_OFFLOAD_WAITED_MAX - 1]++;
-            hist_add(&stats->hold_ns, t - c->held_ns);
-        } else {
-            stats->dropped_replies++;
-        }
-        held_count[c->fd]--;
-        free(c);
-    }
-}
-
-static void *offload_main(void *arg)
-{
-    prctl(PR_SET_NAME, (unsigned long)"vt_offload", 0, 0, 0);
-    pthread_mutex_lock(&mu);
-    for (;;) {
-        /* a held reply always waits for bytes not yet durable (take() writes the others straight
-         * out), so only a sync request starts a job, and every job ends with a release */
-        while (!stopping && sync_wanted <= durable)
-            pthread_cond_wait(&work, &mu);
-        if (stopping && sync_wanted <= durable && queued <= durable)
-            break;
-        struct chunk *batch = aof_head;
-        uint64_t end = queued, t0 = now_ns();
-        aof_head = aof_tail = NULL;
-        pthread_mutex_unlock(&mu);
-        int last_fd = -1;
-        uint64_t bytes = 0;
-        for (struct chunk *c = batch; c;) {
-            struct chunk *next = c->next;
-            size_t off = 0;
-            if (last_fd >= 0 && c->fd != last_fd)
-                fdatasync(last_fd); /* the file changed (AOF rotation): the old one first */
-            while (off < c->len) {
-                ssize_t w = write(c->fd, c->data + off, c->len - off);
-                if (w > 0)
-                    off += (size_t)w;
-                else if (!(w < 0 && errno == EINTR))
-                    break; /* the server would have seen this error; its bytes are lost as its write's */
-            }
-            bytes += c->len;
-            last_fd = c->fd;
-            free(c);
-            c = next;
-        }
-        if (last_fd >= 0)
-            fdatasync(last_fd);
-        pthread_mutex_lock(&mu);
-        durable = end;
-        stats->jobs++;
-        stats->job_bytes += bytes;
-        hist_add(&stats->job_ns, now_ns() - t0);
-        release_locked();
-        pthread_cond_broadcast(&done);
-    }
-    pthread_mutex_unlock(&mu);
-    return NULL;
-}
-
-/* Wait (lock held) for a job to complete, or until the deadline passes */
-static void wait_done_locked(uint64_t deadline_ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t left = deadline_ns > now_ns() ? deadline_ns - now_ns() : 0;
-    if (left > 50000000ull)
-        left = 50000000ull; /* re-check at least every 50 ms */
-    ts.tv_sec += (time_t)((ts.tv_nsec + left) / 1000000000ull);
-    ts.tv_nsec = (long)((ts.tv_nsec + left) % 1000000000ull);
-    pthread_cond_timedwait(&done, &mu, &ts);
+    if (vt_off.mode && fd >= 0)
+        vt_conn_accepted(fd);
 }
 
 void vt_offload_close(int fd)
 {
-    uint64_t deadline;
-    if (!mode || fd < 0 || fd >= MAX_FD)
+    if (!vt_off.mode || fd < 0 || fd >= MAX_FD)
         return;
-    pthread_mutex_lock(&mu);
-    deadline = now_ns() + CLOSE_WAIT_NS;
-    if (started && fd_class[fd] == CLASS_AOF && queued > durable) {
-        uint64_t aof_deadline = now_ns() + AOF_CLOSE_WAIT_NS;
-        sync_wanted = queued; /* its bytes reach the file before it closes */
-        pthread_cond_signal(&work);
-        while (queued > durable && now_ns() < aof_deadline)
-            wait_done_locked(aof_deadline);
+    if (!vt_conn_close(fd) && __atomic_load_n(&fd_class[fd], __ATOMIC_RELAXED) == CLASS_AOF) {
+        pthread_mutex_lock(&vt_off.mu); /* its bytes reach the file before the number can be reused */
+        uint64_t target = vt_off.queued;
+        vt_off.sync_wanted = target;
+        pthread_cond_signal(&vt_off.work);
+        while (!vt_off_failed() && vt_off_durable() < target)
+            vt_off_wait_done_locked(50);
+        pthread_mutex_unlock(&vt_off.mu);
     }
-    while (held_count[fd] && now_ns() < deadline)
-        wait_done_locked(deadline);
-    if (held_count[fd]) { /* still not durable after CLOSE_WAIT_NS: the connection is going anyway */
-        struct chunk **pp = &held_head, *prev = NULL;
-        while (*pp) {
-            struct chunk *c = *pp;
-            if (c->fd == fd) {
-                *pp = c->next;
-                if (held_tail == c)
-                    held_tail = prev;
-                stats->dropped_replies++;
-                free(c);
-            } else {
-                prev = c;
-                pp = &c->next;
-            }
-        }
-        held_count[fd] = 0;
-    }
-    dirty[fd] = 0;
-    held_seq[fd] = 0;
-    fd_class[fd] = CLASS_UNKNOWN;
-    pthread_mutex_unlock(&mu);
+    __atomic_store_n(&fd_class[fd], CLASS_UNKNOWN, __ATOMIC_RELAXED);
 }
 
-void vt_offload_forget(int fd)
+/* -- the offload thread --------------------------------------------------------------------- */
+
+/* write (every byte) and fdatasync a batch, in order; 0, or -1 with *err and *kind */
+static int run_job(struct aof_chunk *batch, int *err, int *kind)
 {
-    if (fd >= 0 && fd < MAX_FD)
-        __atomic_store_n(&fd_class[fd], CLASS_UNKNOWN, __ATOMIC_RELAXED);
+    int fd = -1, rc = 0;
+    off_t start = -1;
+    for (struct aof_chunk *c = batch, *next; c; c = next) {
+        next = c->next;
+        if (rc == 0 && c->fd != fd) {
+            struct stat st;
+            if (fd >= 0 && vt_shim_fdatasync(fd) != 0) /* the file changed (AOF rotation): the old one first */
+                *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
+            fd = c->fd;
+            start = fstat(fd, &st) == 0 ? st.st_size : -1;
+        }
+        for (size_t off = 0; rc == 0 && off < c->len;) {
+            ssize_t w = vt_io_write(fd, c->data + off, c->len - off);
+            if (w > 0) {
+                off += (size_t)w;
+            } else if (!(w < 0 && errno == EINTR)) {
+                *err = w < 0 ? errno : ENOSPC;
+                *kind = VT_OFFLOAD_FAIL_WRITE;
+                rc = -1;
+                if (start >= 0 && ftruncate(fd, start) != 0) /* as valkey removes a short write */
+                    start = -1;
+            }
+        }
+        free(c);
+    }
+    if (rc == 0 && fd >= 0 && vt_shim_fdatasync(fd) != 0)
+        *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
+    return rc;
+}
+
+struct blocked {
+    struct vt_held_node *node;
+    int fd;
+};
+
+/* deliver one connection; keep it for polling when its socket would block */
+static void deliver_one(struct vt_held_node *n, struct blocked *b, int *nb)
+{
+    int fd, st = vt_conn_deliver(n, &fd);
+    if (st == 1)
+        vt_off_register_held(n, UINT64_MAX); /* still waiting for a later job */
+    else if (st == 2 && *nb < BLOCKED_MAX)
+        b[(*nb)++] = (struct blocked){n, fd};
+    else if (st == 2)
+        vt_off_register_held(n, 0); /* no room to poll it: the next pass tries again */
+}
+
+static void *offload_main(void *arg)
+{
+    static struct blocked blocked[BLOCKED_MAX];
+    static struct vt_held_node *ready[MAX_FD]; /* the held list, copied: registering may relink it */
+    int nb = 0;
+    uint64_t stop_deadline = 0;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* the server's signals go to its own threads */
+    prctl(PR_SET_NAME, (unsigned long)"vt_offload", 0, 0, 0);
+    pthread_mutex_lock(&vt_off.mu);
+    for (;;) {
+        uint64_t gather = vt_off.control ? __atomic_load_n(&vt_off.control->gather_ns, __ATOMIC_RELAXED) : 0;
+        int job = !vt_off_failed() && aof_head && vt_off.sync_wanted > vt_off_durable();
+        if (!job && !vt_off.release_wanted && !vt_off.stopping && !nb) {
+            pthread_cond_wait(&vt_off.work, &vt_off.mu);
+            continue;
+        }
+        if (job && gather && !vt_off.stopping && vt_now_ns() < first_queued_ns + gather) {
+            struct timespec ts;
+            uint64_t left = first_queued_ns + gather - vt_now_ns();
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += (time_t)((ts.tv_nsec + left) / 1000000000ull);
+            ts.tv_nsec = (long)((ts.tv_nsec + left) % 1000000000ull);
+            pthread_cond_timedwait(&vt_off.work, &vt_off.mu, &ts);
+            continue;
+        }
+        if (job) {
+            struct aof_chunk *batch = aof_head;
+            uint64_t end = vt_off.queued, t0 = vt_now_ns();
+            int err = 0, kind = 0;
+            aof_head = aof_tail = NULL;
+            pthread_mutex_unlock(&vt_off.mu);
+            int rc = run_job(batch, &err, &kind);
+            pthread_mutex_lock(&vt_off.mu);
+            if (rc == 0) {
+                __atomic_store_n(&vt_off.durable, end, __ATOMIC_RELEASE);
+                vt_stat_add(&vt_off.stats->jobs, 1);
+                vt_stat_add(&vt_off.stats->job_bytes, end - vt_off.stats->durable_bytes);
+                __atomic_store_n(&vt_off.stats->durable_bytes, end, __ATOMIC_RELAXED);
+                vt_off_hist_add(&vt_off.stats->job_ns, vt_now_ns() - t0, 1);
+            } else {
+                fail_locked(err, kind);
+            }
+        }
+        vt_off.release_wanted = 0;
+        size_t nready = 0;
+        for (struct vt_held_node *n = vt_off.held; n && nready < MAX_FD; n = n->next) {
+            n->listed = 0;
+            ready[nready++] = n;
+        }
+        vt_off.held = NULL;
+        pthread_mutex_unlock(&vt_off.mu); /* replies are written outside the lock */
+        if (nb > 0 && nb <= BLOCKED_MAX) {
+            struct pollfd p[BLOCKED_MAX];
+            struct blocked again[BLOCKED_MAX];
+            int na = 0;
+            for (int i = 0; i < nb; i++)
+                p[i] = (struct pollfd){blocked[i].fd, POLLOUT, 0};
+            poll(p, (nfds_t)nb, nready ? 0 : 2);
+            for (int i = 0; i < nb; i++) {
+                if (p[i].revents)
+                    deliver_one(blocked[i].node, again, &na);
+                else
+                    again[na++] = blocked[i];
+            }
+            memcpy(blocked, again, sizeof(struct blocked) * (size_t)na);
+            nb = na;
+        }
+        for (size_t i = 0; i < nready && !vt_off_failed(); i++)
+            deliver_one(ready[i], blocked, &nb);
+        pthread_mutex_lock(&vt_off.mu);
+        pthread_cond_broadcast(&vt_off.done);
+        if (vt_off.stopping && vt_off_failed())
+            break;
+        if (vt_off.stopping && !aof_head && vt_off_durable() >= vt_off.queued) {
+            if (!stop_deadline)
+                stop_deadline = vt_now_ns() + 1000000000ull; /* a client that reads nothing gets 1 s */
+            if (!vt_off.held && (!nb || vt_now_ns() > stop_deadline))
+                break;
+        }
+    }
+    pthread_mutex_unlock(&vt_off.mu);
+    return NULL;
+}
+
+/* -- start, fork, exit ---------------------------------------------------------------------- */
+
+int vt_offload_init(void)
+{
+    const char *m = getenv("VALKEYTRACE_OFFLOAD");
+    int mode = !m ? 0 : !strcmp(m, "durable") ? VT_OFFLOAD_DURABLE : !strcmp(m, "early-ack") ? VT_OFFLOAD_EARLY_ACK : 0;
+    size_t size = 0;
+    if (!mode)
+        return 0;
+    VT_ENSURE(vt_real.close);
+    vt_off.main_pid = getpid();
+    vt_off.raw_write = vt_real.write;
+    struct vt_offload_shared *shm = vt_map_shared(getenv("VALKEYTRACE_OFFLOAD_STATS"), sizeof(*shm), &size);
+    if (shm) {
+        vt_off.stats = &shm->stats;
+        vt_off.control = &shm->control;
+    } /* else: no table ever (every command unknown, so held), counters kept locally */
+    struct vt_offload_stats *st = vt_off.stats;
+    st->magic = VT_OFFLOAD_MAGIC;
+    st->version = VT_OFFLOAD_VERSION;
+    st->mode = (vt_u32)mode;
+    st->hist_buckets = VT_HIST_BUCKETS;
+    __atomic_store_n(&st->state, VT_OFFLOAD_RUNNING, __ATOMIC_RELEASE);
+    vt_cmds_attach(vt_off.control, st);
+    vt_req_init(&aof_parser, 0);
+    int err = pthread_create(&thread, NULL, offload_main, NULL);
+    if (err) {
+        dprintf(2, "valkeytrace: --emulate-offload: cannot start the offload thread: %s\n", strerror(err));
+        _exit(1);
+    }
+    started = 1;
+    vt_off.mode = mode; /* last: the hooks take calls from now on */
+    return mode;
+}
+
+int vt_offload_enabled(void) { return vt_off.mode != 0; }
+
+void vt_offload_after_fork_child(void)
+{
+    vt_off.mode = 0; /* the child (AOF rewrite, RDB) has no offload thread: it takes nothing */
+    started = 0;
 }
 
 /* At exit: what was queued reaches the file, what was held reaches its client */
 __attribute__((destructor)) static void offload_drain(void)
 {
-    if (!mode || !started || getpid() != main_pid)
-        return;
-    pthread_mutex_lock(&mu);
-    sync_wanted = queued;
-    stopping = 1;
-    pthread_cond_signal(&work);
-    pthread_mutex_unlock(&mu);
+    if (!vt_off.mode || !started || getpid() != vt_off.main_pid || vt_off_failed())
+        return; /* failed: what it holds was never durable, and is lost with the process */
+    __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_DRAINING, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&vt_off.mu);
+    vt_off.stopping = 1;
+    vt_off.sync_wanted = vt_off.queued;
+    pthread_cond_signal(&vt_off.work);
+    pthread_mutex_unlock(&vt_off.mu);
     pthread_join(thread, NULL);
+    __atomic_store_n(&vt_off.stats->state, vt_off_failed() ? VT_OFFLOAD_FAILED : VT_OFFLOAD_DRAINED,
+                     __ATOMIC_RELEASE);
 }

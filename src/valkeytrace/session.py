@@ -86,6 +86,10 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             target = srv.EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
                                         binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
         server = target.describe()
+        if offload is not None:
+            target.drain_state = offload.state
+            offload.load_commands(target)  # before any load: the shim holds what the server's table says
+            voff.check_engaged(target.pid)
         warnings, server_moved = [], False
         if client is not None:
             threads = server.get("io_threads") or 1
@@ -133,6 +137,9 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
         if offload is not None:
             doc["emulation"]["offload"] = voff.summary(e.offload, doc["runs"])
+            failure = offload.failure()
+            if failure:
+                document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
         document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
         try:
             recorder.finish()

@@ -15,7 +15,7 @@ class Cell:
 def _run(waited: float, jobs=100, job_ms=4.6, sets=2500, workload="write-only"):
     hist = LatencyHistogram.from_values(np.full(jobs, int(job_ms * 1e6), dtype=np.uint64)).to_dict()
     figures = {c: 0 for c in offload.COUNTERS}
-    figures.update(jobs=jobs, released_replies=sets, released_after_write=sets, held_replies=sets,
+    figures.update(jobs=jobs, released_replies=sets, held_write_replies=sets, held_replies=sets,
                    jobs_waited_sum=int(waited * sets))
     figures.update(jobs_waited=[0, int(sets * (2 - waited)), int(sets * (waited - 1)), 0, 0, 0, 0, 0],
                    job_ns=hist, hold_ns=hist)

@@ -241,7 +241,7 @@ def offload_jobs(doc: dict, cell: CellSummary) -> dict | None:
     waited = sum(o["jobs_waited_sum"] for o in runs) / released
     job_ms = h.sum_ns / h.count / 1e6 if h.count else None
     return {"jobs_waited_mean": waited, "job_ms_mean": job_ms, "job_ms_p50": h.percentile(50) / 1e6 if h.count else None,
-            "sets_per_job": sum(o["released_after_write"] for o in runs) / jobs,
+            "sets_per_job": sum(o.get("held_write_replies", o.get("released_after_write", 0)) for o in runs) / jobs,
             "held_replies": sum(o["held_replies"] for o in runs),
             "wait_us": waited * job_ms * 1000 if job_ms else None}
 

@@ -23,6 +23,9 @@ from valkeytrace.server import binaries
 
 READY_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0
+# a server whose virtual offload is draining at exit (writing what it queued, answering what it held)
+# is given this long between two of its jobs, and this long in all, before SIGKILL
+DRAIN_PROGRESS_S, DRAIN_MAX_S = 10.0, 120.0
 CONFIG_KEYS = ("appendonly", "appendfsync", "io-threads", "dir", "appenddirname", "appendfilename",
                "bio-aof-offload-enabled")
 
@@ -136,6 +139,8 @@ class LaunchedServer(Target):
 
     ready_timeout_s = READY_TIMEOUT_S
     run_as: tuple[int, int] | None = None
+    # () -> (state, jobs) of a virtual offload in the server (tracers.offload.OffloadStats.state)
+    drain_state = None
 
     def _launch(self, argv: list[str], port_known: int | None, env: dict | None = None):
         self.command = argv
@@ -218,6 +223,7 @@ class LaunchedServer(Target):
             try:
                 proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
+                self._wait_drain(proc)
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -227,6 +233,24 @@ class LaunchedServer(Target):
         self.proc = None
         if getattr(self, "_own_workdir", False) and self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+    def _wait_drain(self, proc) -> None:
+        """While the virtual offload drains (its jobs still progressing), the server is not killed:
+        what it acknowledged is durable only once the drain has written it."""
+        if self.drain_state is None:
+            return
+        from valkeytrace.tracers.offload import STATE_DRAINING
+
+        start = last_progress = time.monotonic()
+        state, jobs = self.drain_state()
+        while proc.poll() is None and state == STATE_DRAINING and time.monotonic() - start < DRAIN_MAX_S:
+            time.sleep(0.1)
+            state, now_jobs = self.drain_state()
+            if now_jobs != jobs:
+                jobs, last_progress = now_jobs, time.monotonic()
+            elif time.monotonic() - last_progress > DRAIN_PROGRESS_S:
+                break
 
 
 class EmbeddedServer(LaunchedServer):

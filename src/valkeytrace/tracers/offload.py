@@ -1,30 +1,52 @@
 """The virtual offload (record --emulate-offload durable|early-ack): valkey#3381's mechanism
-emulated by the preloaded shim (csrc/offload.c) on any build. This module makes its statistics
-file, gives the server's environment, reads the counters at each window's edges, and sums a
-recording's runs into `emulation.offload` (docs/recording-format.md).
+emulated by the preloaded shim (csrc/offload.c) on any build. This module makes its shared file
+(statistics the shim counts, control valkeytrace writes), reads the server's own command table
+into it before any load, checks the emulation can apply to the server, reads the counters at each
+window's edges, and sums a recording's runs into `emulation.offload` (docs/recording-format.md).
 """
 from __future__ import annotations
 
 import mmap
 import os
 import secrets
+import time
 
 import numpy as np
 
-from valkeytrace.errors import VTUsageError
+from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 1, 8
-COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "write_commands", "held_replies",
-            "held_bytes", "released_replies", "early_replies", "dropped_replies", "released_after_write",
-            "jobs_waited_sum")
-STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4")]
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 2, 8
+STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
+FAIL_KINDS = {1: "write", 2: "fdatasync"}
+COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
+            "write_commands", "unknown_commands", "replies", "held_replies", "held_write_replies",
+            "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
+            "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum")
+STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
+                        ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
                        + [(c, "<u8") for c in COUNTERS]
-                       + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE)])
+                       + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE),
+                          ("hold_read_ns", HIST_DTYPE)])
+CMD_NAME, CMD_MAX = 40, 2048
+CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first", "<u2"), ("step", "<u2"),
+                            ("last_plus", "<u4"), ("pad", "<u4")])
+CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_ns", "<u8"), ("logfile", "S256"),
+                          ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
+SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
+# VT_CMD_F_* (csrc/offload.h)
+F_WRITE, F_READONLY, F_WIDE_READ, F_BLOCKING, F_MOVABLE, F_CONTAINER, F_NOKEYS, F_DURABILITY = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80)
+# the commands whose reply says something is durable (WAIT: on replicas; WAITAOF: in the AOF): a
+# durable offload answers them only once what they wait for is durable, like a write
+DURABILITY_COMMANDS = ("wait", "waitaof")
+WRITING_KEY_FLAGS = {b"RW", b"OW", b"RM"}  # key-spec flags of a key the command may change
+
 DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's AOF write and fdatasync run on "
-                          "the shim's vt_offload thread, replies to writes held until their batch is durable",
+                          "the shim's vt_offload thread, replies to writes and reads of keys not yet durable held "
+                          "until their batch is durable",
                "early-ack": "virtual offload (emulated #3381, early-ack): the main thread's AOF write and "
                             "fdatasync run on the shim's vt_offload thread, nothing held (SETs acknowledged "
                             "before their fsync)"}
@@ -42,21 +64,70 @@ def check_usage(mode: str | None, appendfsync: str, attached: bool, has_command:
                            f"this server would run appendfsync {appendfsync}")
 
 
-class OffloadStats:
-    """The statistics file the shim maps ($VALKEYTRACE_OFFLOAD_STATS): made 0600 and exclusive in
-    /dev/shm, removed on close."""
+def command_flags(info: list) -> int:
+    """VT_CMD_F_* of one entry of COMMAND's reply (name, arity, flags, first, last, step, ACL
+    categories, tips, key specs, subcommands): what the server itself says of the command."""
+    name, flags, first = _s(info[0]).lower(), {_s(f) for f in info[2]}, int(info[3])
+    cats = {_s(c) for c in info[6]} if len(info) > 6 else set()
+    specs = info[8] if len(info) > 8 else []
+    subs = info[9] if len(info) > 9 else []
+    spec_flags = set()
+    for spec in specs:
+        fields = dict(zip(spec[::2], spec[1::2]))
+        spec_flags |= {bytes(f) if isinstance(f, (bytes, bytearray)) else str(f).encode()
+                       for f in fields.get(b"flags", fields.get("flags", []))}
+    out = 0
+    if "write" in flags or "may_replicate" in flags or spec_flags & WRITING_KEY_FLAGS:
+        out |= F_WRITE
+    if "readonly" in flags:
+        out |= F_READONLY
+    nokeys = first == 0 and not specs
+    if nokeys:
+        out |= F_NOKEYS
+    if "readonly" in flags and "@keyspace" in cats and nokeys:
+        out |= F_WIDE_READ
+    if "blocking" in flags:
+        out |= F_BLOCKING
+    if "movablekeys" in flags:
+        out |= F_MOVABLE
+    if subs:
+        out |= F_CONTAINER
+    if name in DURABILITY_COMMANDS:
+        out |= F_DURABILITY
+    return out
 
-    def __init__(self, mode: str):
+
+def _s(x) -> str:
+    return x.decode() if isinstance(x, (bytes, bytearray)) else str(x)
+
+
+def command_table(reply: list) -> list[tuple[str, int, int, int, int]]:
+    """(name, flags, first, last, step) for every command and subcommand of COMMAND's reply."""
+    out = []
+    for info in reply:
+        out.append((_s(info[0]).lower(), command_flags(info), int(info[3]), int(info[4]), int(info[5])))
+        for sub in (info[9] if len(info) > 9 else []):
+            out.append((_s(sub[0]).lower(), command_flags(sub), int(sub[3]), int(sub[4]), int(sub[5])))
+    return out
+
+
+class OffloadStats:
+    """The file the shim maps ($VALKEYTRACE_OFFLOAD_STATS): statistics it counts, control we
+    write; made 0600 and exclusive in /dev/shm, removed on close."""
+
+    def __init__(self, mode: str, gather_ns: int = 0):
         if mode not in MODES:
             raise VTUsageError(f"--emulate-offload {mode!r}: expected durable or early-ack")
         self.mode = mode
         self.path = os.path.join("/dev/shm", f"valkeytrace-offload-{os.getpid()}-{secrets.token_hex(4)}")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(fd, STATS_DTYPE.itemsize)
-            self.mm = mmap.mmap(fd, STATS_DTYPE.itemsize, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.ftruncate(fd, SHARED_DTYPE.itemsize)
+            self.mm = mmap.mmap(fd, SHARED_DTYPE.itemsize, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
+        self.shared = np.frombuffer(self.mm, dtype=SHARED_DTYPE, count=1)
+        self.shared[0]["control"]["gather_ns"] = gather_ns
 
     def chown(self, uid: int, gid: int):
         os.chown(self.path, uid, gid)
@@ -64,17 +135,78 @@ class OffloadStats:
     def env(self) -> dict:
         return {"VALKEYTRACE_OFFLOAD": self.mode, "VALKEYTRACE_OFFLOAD_STATS": self.path}
 
+    def load_commands(self, target) -> int:
+        """The server's own command table (COMMAND), written for the shim before any load; and
+        where the server logs (its exit line, should the offload fail). Returns the entries."""
+        client = target.client()
+        client.set_response_callback("COMMAND", lambda r, **kw: r)
+        table = command_table(client.execute_command("COMMAND"))
+        try:
+            logfile = client.config_get("logfile").get("logfile") or ""
+            where = client.config_get("dir").get("dir") or ""
+        except Exception:
+            logfile = where = ""
+        if len(table) > CMD_MAX:
+            raise VTError(f"--emulate-offload: the server has {len(table)} commands, the shim's table holds {CMD_MAX}")
+        ctl = self.shared[0]["control"]
+        entries = np.zeros(CMD_MAX, dtype=CMD_ENTRY_DTYPE)
+        for i, (name, flags, first, last, step) in enumerate(table):
+            entries[i] = (name.encode()[:CMD_NAME - 1], flags, first, max(step, 0), last + 0x8000, 0)
+        ctl["entries"] = entries
+        ctl["logfile"] = os.path.join(where, logfile).encode()[:255] if logfile else b""  # valkey runs in `dir`
+        ctl["nentries"] = len(table)
+        ctl["table_ready"] = 1  # last: the shim indexes the entries once it sees this
+        return len(table)
+
     def snapshot(self) -> np.ndarray | None:
-        """The counters now (a copy), or None while the shim has not mapped the file."""
-        s = np.frombuffer(self.mm, dtype=STATS_DTYPE, count=1)[0].copy()
+        """The counters now (a copy), or None while the shim has not initialised the file."""
+        s = self.shared[0]["stats"].copy()
         if int(s["magic"]) != MAGIC or int(s["version"]) != VERSION or int(s["hist_buckets"]) != HIST_BUCKETS:
             return None
         return s
 
+    def state(self) -> tuple[int, int]:
+        """(state, jobs): valkeytrace waits on a draining offload before it would kill the server."""
+        s = self.shared[0]["stats"]
+        return int(s["state"]), int(s["jobs"])
+
+    def failure(self) -> str | None:
+        """What failed on vt_offload (its write or fdatasync, with the errno), or None."""
+        s = self.shared[0]["stats"]
+        if int(s["state"]) != STATE_FAILED:
+            return None
+        return f"the AOF {FAIL_KINDS.get(int(s['fail_kind']), 'call')} on vt_offload failed: {os.strerror(int(s['fail_errno']))}"
+
     def close(self):
         from valkeytrace.tracers.region import close_shared
 
+        del self.shared
         close_shared(self.mm, self.path)
+
+
+def check_engaged(pid: int, timeout_s: float = 5.0) -> None:
+    """The emulation offloads the server's multi-part AOF (appendonlydir/*.incr.aof): refuse in
+    one line when the launched server keeps none open (a single-file AOF, an older server)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = []
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.endswith(".incr.aof"):
+                    return
+                if target.endswith(".aof"):
+                    found.append(os.path.basename(target))
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            what = f"a single-file AOF ({found[0]})" if found else "no AOF file open"
+            raise VTUsageError(f"--emulate-offload offloads a multi-part AOF (appendonlydir/*.incr.aof, Valkey 7.2+ "
+                               f"and Redis 7.0+); this server has {what}: nothing would be offloaded")
+        time.sleep(0.05)
 
 
 def _hist(a, b) -> LatencyHistogram:
@@ -88,8 +220,8 @@ def window(a: np.ndarray | None, b: np.ndarray | None) -> dict | None:
         return None
     out = {c: int(b[c] - a[c]) for c in COUNTERS}
     out["jobs_waited"] = [int(x) for x in b["jobs_waited"] - a["jobs_waited"]]
-    out["job_ns"] = _hist(a["job_ns"], b["job_ns"]).to_dict()
-    out["hold_ns"] = _hist(a["hold_ns"], b["hold_ns"]).to_dict()
+    for h in ("job_ns", "hold_ns", "hold_read_ns"):
+        out[h] = _hist(a[h], b[h]).to_dict()
     return out
 
 
@@ -99,13 +231,16 @@ def summary(mode: str, runs: list[dict]) -> dict:
     measured = [r for r in runs if r.get("status") == "ok" and r.get("offload")]
     write_only = [r for r in measured if r["workload"] == "write-only"]
     basis = write_only or measured
-    tot = {c: sum(r["offload"][c] for r in measured) for c in COUNTERS}
-    b = {c: sum(r["offload"][c] for r in basis) for c in COUNTERS}
-    jobs = LatencyHistogram()
-    holds = LatencyHistogram()
-    for r in basis:
-        jobs.merge(LatencyHistogram.from_dict(r["offload"]["job_ns"]))
-        holds.merge(LatencyHistogram.from_dict(r["offload"]["hold_ns"]))
+    tot = {c: sum(r["offload"].get(c, 0) for r in measured) for c in COUNTERS}
+    b = {c: sum(r["offload"].get(c, 0) for r in basis) for c in COUNTERS}
+
+    def merged(key, rs):
+        h = LatencyHistogram()
+        for r in rs:
+            if r["offload"].get(key):
+                h.merge(LatencyHistogram.from_dict(r["offload"][key]))
+        return h
+    jobs, holds, reads = merged("job_ns", basis), merged("hold_ns", basis), merged("hold_read_ns", measured)
     waited = np.sum([r["offload"]["jobs_waited"] for r in basis], axis=0).tolist() if basis else [0] * WAITED_MAX
     return {"mode": mode, "description": DESCRIPTION[mode], **tot,
             "basis": "write-only runs" if write_only else "all runs",
@@ -114,5 +249,5 @@ def summary(mode: str, runs: list[dict]) -> dict:
             "job_ms_p50": round(jobs.percentile(50) / 1e6, 3) if jobs.count else None,
             "job_ms_mean": round(jobs.sum_ns / jobs.count / 1e6, 3) if jobs.count else None,
             "hold_ms_p50": round(holds.percentile(50) / 1e6, 3) if holds.count else None,
-            "sets_per_job_mean": round(b["released_after_write"] / b["jobs"], 2) if b["jobs"] else None,
-            "not_emulated": "a read of a key written by a batch not yet durable is not held (#3381 holds it)"}
+            "hold_read_ms_p50": round(reads.percentile(50) / 1e6, 3) if reads.count else None,
+            "sets_per_job_mean": round(b["held_write_replies"] / b["jobs"], 2) if b["jobs"] else None}

@@ -1,0 +1,72 @@
+/*
+ * offload_conn_int.h: what offload_req.c (a connection's requests) and offload_conn.c (its
+ * replies) share: the connection, its command FIFO and its held replies.
+ */
+#ifndef VT_OFFLOAD_CONN_INT_H
+#define VT_OFFLOAD_CONN_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "offload_state.h"
+#include "vt_cmds.h"
+#include "vt_resp.h"
+
+#define MAX_FD 65536
+#define WIT_ARG_MAX 256
+#define H_READ 1   /* a read's argument: must find its key durable */
+#define H_WIT 2    /* an argument the witness compares with the AOF's keys */
+#define H_PEND 4   /* a key this write made pending until its reply */
+#define H_COMMIT 8 /* a key a blocking write commits at its reply */
+#define H_FLAGS 15ull
+
+enum { E_OTHER, E_WRITE, E_READ, E_WIDE_READ };
+enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT };
+
+struct entry {
+    uint8_t kind, blocking;
+    uint16_t nwide; /* keyspace-wide writes it answers (pending until its reply) */
+    uint32_t nh;    /* its hashes, next in the connection's hash queue */
+};
+
+struct chunk {
+    struct chunk *next;
+    uint64_t need, wneed, held_ns, jobs_at_hold;
+    uint32_t replies, writes, reads, suspects;
+    size_t len, off;
+    char data[];
+};
+
+struct conn {
+    pthread_mutex_t mu;
+    int fd, active, unsynced;
+    struct vt_req_parser rp;
+    struct vt_reply_framer fr;
+    /* the command being parsed */
+    int64_t argc;
+    int proto, known, sub_wanted;
+    struct vt_cmdinfo ci;
+    char name[VT_CMD_NAME];
+    size_t nlen;
+    uint32_t nh;
+    /* MULTI ... EXEC: the queued commands' hashes wait at the queue's tail for EXEC */
+    int in_multi, tx_write, tx_wide_read;
+    uint32_t tx_start, tx_wide;
+    struct entry *q;
+    uint32_t qh, qt, qcap;
+    uint64_t *hv;
+    uint32_t hh, ht, hcap;
+    struct chunk *held, *held_tail;
+    uint32_t held_n;
+    uint64_t held_need;
+    struct vt_held_node node;
+};
+
+extern const struct vt_req_cb vt_conn_req_cb; /* ctx: the connection */
+/* replies can no longer be matched with commands (offload_req.c) */
+void vt_conn_unsync(struct conn *c);
+/* what its queued commands made pending is settled: at what is queued now (they may have run),
+ * or, defer, handed to the deferred keyspace-wide count (they may not have run yet) */
+void vt_conn_settle_all(struct conn *c, int defer);
+
+#endif

@@ -1,0 +1,412 @@
+/*
+ * shim_io.c: the shim's timed I/O path (shim_io.h).
+ *
+ * Per thread, log-linear latency histograms (valkeytrace.h) in a shared-memory region valkeytrace
+ * reads live:
+ *   - $VALKEYTRACE_SHM: path of the region (made by valkeytrace, mode 0600). Unset: nothing
+ *     is recorded.
+ *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
+ *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA". Unset: none.
+ *   The region's header may add a delay of its own while the server runs (extra_delay_ns, set by
+ *   valkeytrace for record --fsync-sensitivity), with or without $VALKEYTRACE_FSYNC_DELAY.
+ *
+ * It runs inside a production server, so on the hot path: errno and return values are
+ * preserved; no allocation, no locks (a thread claims its slot once with an atomic increment,
+ * then is the slot's only writer; counters use relaxed atomics so a signal handler interrupting
+ * a wrapper on the same thread cannot tear them); after fork() the child (the AOF rewrite)
+ * records nothing. Writes are told apart by fd: regular files (the AOF) vs the rest (sockets,
+ * pipes), classified once per fd with fstat and cached until that fd number is closed or handed
+ * out again. valkeytrace can leave kinds untimed (the header's `untimed` mask): by default socket
+ * writes, the bulk of the calls under a GET load (~33K/s here), pass straight through.
+ */
+#define _GNU_SOURCE
+#include "shim_io.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "valkeytrace.h"
+
+#define FD_CACHE 65536
+#define FD_UNKNOWN 0
+#define FD_REGULAR 1
+#define FD_OTHER 2
+
+static struct vt_shim_header *region;       /* NULL: not recording */
+static struct vt_shim_thread *slots;
+static volatile int recording_disabled;      /* set in a fork child */
+static pid_t main_pid;
+
+static int delay_kind; /* 0 none, 1 constant, 2 lognormal */
+static uint64_t delay_ns;
+static double delay_sigma;
+
+static uint8_t fd_class[FD_CACHE];
+
+static __thread struct vt_shim_thread *my_slot __attribute__((tls_model("initial-exec")));
+static __thread int my_slot_failed __attribute__((tls_model("initial-exec")));
+static __thread uint64_t rng_state __attribute__((tls_model("initial-exec")));
+static __thread uint64_t last_loop_ns __attribute__((tls_model("initial-exec")));
+static __thread pid_t my_tid __attribute__((tls_model("initial-exec")));
+
+static inline pid_t self_tid(void)
+{
+    if (__builtin_expect(!my_tid, 0))
+        my_tid = (pid_t)syscall(SYS_gettid);
+    return my_tid;
+}
+
+struct vt_real vt_real;
+
+void vt_io_resolve(void)
+{
+    struct vt_real r;
+    r.fsync = (fsync_fn)dlsym(RTLD_NEXT, "fsync");
+    r.fdatasync = (fsync_fn)dlsym(RTLD_NEXT, "fdatasync");
+    r.write = (write_fn)dlsym(RTLD_NEXT, "write");
+    r.read = (read_fn)dlsym(RTLD_NEXT, "read");
+    r.pwrite = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite");
+    r.pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
+    r.writev = (writev_fn)dlsym(RTLD_NEXT, "writev");
+    r.epoll_wait = (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait");
+    r.close_range = (close_range_fn)dlsym(RTLD_NEXT, "close_range");
+    r.fclose = (fclose_fn)dlsym(RTLD_NEXT, "fclose");
+    r.dup = (dup_fn)dlsym(RTLD_NEXT, "dup");
+    r.dup2 = (dup2_fn)dlsym(RTLD_NEXT, "dup2");
+    r.dup3 = (dup3_fn)dlsym(RTLD_NEXT, "dup3");
+    r.fcntl = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl");
+    r.accept = (accept_fn)dlsym(RTLD_NEXT, "accept");
+    r.accept4 = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
+    r.close = (close_fn)dlsym(RTLD_NEXT, "close");
+    vt_real = r;
+}
+
+/* Recording is on: a region is mapped, this is not a fork child, and valkeytrace has not paused
+ * it (it pauses the shim for the untraced half of --measure-overhead). */
+static inline int recording(void)
+{
+    return region != NULL && !recording_disabled && !__atomic_load_n(&region->paused, __ATOMIC_RELAXED);
+}
+
+/* A kind valkeytrace asked to pass through untimed (socket writes, unless record --socket-writes) */
+static inline int untimed(int kind)
+{
+    return (__atomic_load_n(&region->untimed, __ATOMIC_RELAXED) >> kind) & 1;
+}
+
+/* The delay valkeytrace adds at run time (record --fsync-sensitivity), on top of the emulation */
+static inline uint64_t extra_delay(void)
+{
+    return region ? __atomic_load_n(&region->extra_delay_ns, __ATOMIC_RELAXED) : 0;
+}
+
+static inline int timed(int kind)
+{
+    return recording() && !untimed(kind);
+}
+
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void vt_io_after_fork_child(void)
+{
+    recording_disabled = 1; /* the AOF-rewrite child must not write into the parent's slots */
+    my_tid = 0;             /* the child's only thread has a new tid */
+}
+
+int vt_io_recording(void) { return region != NULL; }
+
+/* "const:4000000" or "lognormal:4000000,0.3" (nanoseconds). Anything else: no injection. */
+static void parse_delay(const char *spec)
+{
+    char *end;
+    if (!spec)
+        return;
+    if (strncmp(spec, "const:", 6) == 0) {
+        unsigned long long v = strtoull(spec + 6, &end, 10);
+        if (end != spec + 6 && *end == '\0' && v > 0) {
+            delay_ns = v;
+            delay_kind = 1;
+        }
+    } else if (strncmp(spec, "lognormal:", 10) == 0) {
+        unsigned long long v = strtoull(spec + 10, &end, 10);
+        if (end != spec + 10 && *end == ',') {
+            double sigma = strtod(end + 1, &end);
+            if (*end == '\0' && v > 0 && sigma >= 0) {
+                delay_ns = v;
+                delay_sigma = sigma;
+                delay_kind = 2;
+            }
+        }
+    }
+}
+
+/* A file valkeytrace made, mapped shared (read-write) when it holds at least min_size bytes; NULL
+ * otherwise. *size gets its size. Also the virtual offload's statistics file (offload.c). */
+void *vt_map_shared(const char *path, size_t min_size, size_t *size)
+{
+    struct stat st;
+    int fd;
+    void *p = NULL;
+    if (!path || !*path)
+        return NULL;
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= min_size) {
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        *size = (size_t)st.st_size;
+    }
+    vt_real.close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void map_region(const char *path)
+{
+    size_t size = 0;
+    void *p = vt_map_shared(path, sizeof(struct vt_shim_header) + VT_SHIM_MAX_THREADS * sizeof(struct vt_shim_thread),
+                            &size);
+    if (!p)
+        return;
+    struct vt_shim_header *h = (struct vt_shim_header *)p;
+    /* valkeytrace wrote the header: refuse a region of another layout rather than corrupt it */
+    if (h->magic != VT_SHIM_MAGIC || h->version != VT_SHIM_VERSION || h->max_threads != VT_SHIM_MAX_THREADS ||
+        h->hist_buckets != VT_HIST_BUCKETS || h->thread_size != sizeof(struct vt_shim_thread)) {
+        munmap(p, size);
+        return;
+    }
+    h->pid = (vt_u32)getpid();
+    h->inject_delay_ns = delay_ns;
+    slots = (struct vt_shim_thread *)(h + 1);
+    region = h;
+}
+
+void vt_io_init(void)
+{
+    VT_ENSURE(vt_real.close);
+    main_pid = getpid();
+    parse_delay(getenv("VALKEYTRACE_FSYNC_DELAY"));
+    map_region(getenv("VALKEYTRACE_SHM"));
+}
+
+static inline struct vt_shim_thread *slot(void)
+{
+    struct vt_shim_thread *s = my_slot;
+    if (__builtin_expect(s != NULL, 1))
+        return s;
+    if (!region || recording_disabled || my_slot_failed)
+        return NULL;
+    uint32_t i = __atomic_fetch_add(&region->nthreads, 1, __ATOMIC_RELAXED);
+    if (i >= VT_SHIM_MAX_THREADS) {
+        my_slot_failed = 1;
+        return NULL;
+    }
+    s = &slots[i];
+    s->tid = (vt_u32)self_tid();
+    prctl(PR_GET_NAME, (unsigned long)s->name, 0, 0, 0); /* async-signal-safe syscall */
+    __atomic_store_n(&s->claimed, 1, __ATOMIC_RELEASE);
+    my_slot = s;
+    return s;
+}
+
+static inline void record(int kind, uint64_t dur_ns, uint64_t bytes)
+{
+    struct vt_shim_thread *s;
+    struct vt_hist *h;
+    if (__builtin_expect(!timed(kind), 0))
+        return;
+    s = slot();
+    if (!s) {
+        __atomic_fetch_add(&region->dropped_calls, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    h = &s->hist[kind];
+    __atomic_fetch_add(&h->buckets[vt_hist_bucket_index(dur_ns)], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->sum_ns, dur_ns, __ATOMIC_RELAXED);
+    if (dur_ns > __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED))
+        __atomic_store_n(&h->max_ns, dur_ns, __ATOMIC_RELAXED);
+    /* count last: a reader that sees count sees the bucket */
+    __atomic_fetch_add(&h->count, 1, __ATOMIC_RELEASE);
+    if (bytes)
+        __atomic_fetch_add(&s->bytes[kind], bytes, __ATOMIC_RELAXED);
+}
+
+/* xorshift64*: per-thread, no locks, no libc state */
+static inline double uniform01(void)
+{
+    uint64_t x = rng_state;
+    if (!x)
+        x = 0x9E3779B97F4A7C15ull ^ ((uint64_t)self_tid() << 17) ^ now_ns();
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return ((x * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void inject_delay(void)
+{
+    uint64_t ns = 0, extra = extra_delay();
+    struct timespec req, rem;
+    if (!delay_kind && !extra)
+        return;
+    if (delay_kind == 1)
+        ns = delay_ns;
+    if (delay_kind == 2) {
+        double u1 = uniform01(), u2 = uniform01();
+        if (u1 < 1e-300)
+            u1 = 1e-300;
+        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        ns = (uint64_t)((double)delay_ns * exp(delay_sigma * z));
+    }
+    ns += extra;
+    req.tv_sec = (time_t)(ns / 1000000000ull);
+    req.tv_nsec = (long)(ns % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem) == EINTR)
+        req = rem;
+    if (recording()) {
+        struct vt_shim_thread *s = slot();
+        if (s)
+            __atomic_fetch_add(&s->injected_ns, ns, __ATOMIC_RELAXED);
+    }
+}
+
+static inline int classify(int fd)
+{
+    struct stat st;
+    int c;
+    if (fd < 0 || fd >= FD_CACHE)
+        return (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ? FD_REGULAR : FD_OTHER;
+    c = __atomic_load_n(&fd_class[fd], __ATOMIC_RELAXED);
+    if (c != FD_UNKNOWN)
+        return c;
+    c = (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ? FD_REGULAR : FD_OTHER;
+    __atomic_store_n(&fd_class[fd], (uint8_t)c, __ATOMIC_RELAXED);
+    return c;
+}
+
+static inline int write_kind(int fd)
+{
+    return classify(fd) == FD_REGULAR ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE;
+}
+
+static int timed_sync(fsync_fn fn, int fd, int kind)
+{
+    uint64_t t0;
+    int ret, saved;
+    if (!delay_kind && !timed(kind) && !extra_delay())
+        return fn(fd);
+    t0 = now_ns();
+    ret = fn(fd);
+    saved = errno;
+    inject_delay();
+    record(kind, now_ns() - t0, 0);
+    errno = saved;
+    return ret;
+}
+
+/* The real call and the emulated delay: what the eBPF backend probes as the call (its uprobes
+ * are on these two symbols, tracers/ebpf_plan.py SHIM_SYMBOLS), so that a call the virtual
+ * offload takes from the main thread (in fdatasync/fsync below) is no call at all to it, and the
+ * offload thread's, made through here, is timed whole. noinline: the uprobe is at the entry. */
+EXPORT __attribute__((noinline)) int vt_shim_fdatasync(int fd)
+{
+    VT_ENSURE(vt_real.fdatasync);
+    return timed_sync(vt_real.fdatasync, fd, VT_CALL_FDATASYNC);
+}
+
+EXPORT __attribute__((noinline)) int vt_shim_fsync(int fd)
+{
+    VT_ENSURE(vt_real.fsync);
+    return timed_sync(vt_real.fsync, fd, VT_CALL_FSYNC);
+}
+
+ssize_t vt_io_write(int fd, const void *buf, size_t count)
+{
+    uint64_t t0;
+    ssize_t ret;
+    int saved, kind;
+    VT_ENSURE(vt_real.write);
+    if (!recording() || untimed(kind = write_kind(fd)))
+        return vt_real.write(fd, buf, count);
+    t0 = now_ns();
+    ret = vt_real.write(fd, buf, count);
+    saved = errno;
+    record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);
+    errno = saved;
+    return ret;
+}
+
+ssize_t vt_io_pwrite(pwrite_fn fn, int fd, const void *buf, size_t count, off_t off)
+{
+    uint64_t t0;
+    ssize_t ret;
+    int saved, kind;
+    if (!recording() || untimed(kind = write_kind(fd)))
+        return fn(fd, buf, count, off);
+    t0 = now_ns();
+    ret = fn(fd, buf, count, off);
+    saved = errno;
+    record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);
+    errno = saved;
+    return ret;
+}
+
+ssize_t vt_io_writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    uint64_t t0;
+    ssize_t ret;
+    int saved, kind;
+    VT_ENSURE(vt_real.writev);
+    if (!recording() || untimed(kind = write_kind(fd)))
+        return vt_real.writev(fd, iov, iovcnt);
+    t0 = now_ns();
+    ret = vt_real.writev(fd, iov, iovcnt);
+    saved = errno;
+    record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);
+    errno = saved;
+    return ret;
+}
+
+/* epoll_wait on the main thread: idle time, and event-loop iterations (return -> return) */
+int vt_io_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+    uint64_t t0, t1;
+    int ret, saved;
+    VT_ENSURE(vt_real.epoll_wait);
+    if (!timed(VT_CALL_EPOLL_WAIT))
+        return vt_real.epoll_wait(epfd, events, maxevents, timeout);
+    t0 = now_ns();
+    ret = vt_real.epoll_wait(epfd, events, maxevents, timeout);
+    saved = errno;
+    t1 = now_ns();
+    record(VT_CALL_EPOLL_WAIT, t1 - t0, 0);
+    if (self_tid() == main_pid) {
+        if (last_loop_ns)
+            record(VT_CALL_LOOP_ITERATION, t1 - last_loop_ns, 0);
+        last_loop_ns = t1;
+    }
+    errno = saved;
+    return ret;
+}
+
+void vt_io_forget_fd(int fd)
+{
+    if (fd >= 0 && fd < FD_CACHE)
+        __atomic_store_n(&fd_class[fd], FD_UNKNOWN, __ATOMIC_RELAXED);
+}
