@@ -51,6 +51,72 @@ struct vt_shim_header {
     uint64_t extra_delay_ns;
 };
 
+/* the virtual offload's shared file (csrc/offload.h): mirrored by tracers/offload.py, checked by a test */
+#define VT_OFFLOAD_MAGIC ...
+#define VT_OFFLOAD_VERSION ...
+#define VT_OFFLOAD_WAITED_MAX ...
+#define VT_CMD_MAX ...
+#define VT_CMD_NAME ...
+
+struct vt_offload_stats {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t mode;
+    uint32_t hist_buckets;
+    uint32_t state;
+    uint32_t fail_kind;
+    uint32_t fail_errno;
+    uint32_t table_entries;
+    uint64_t jobs;
+    uint64_t job_bytes;
+    uint64_t offloaded_writes;
+    uint64_t offloaded_syncs;
+    uint64_t queued_bytes;
+    uint64_t durable_bytes;
+    uint64_t commands;
+    uint64_t write_commands;
+    uint64_t unknown_commands;
+    uint64_t replies;
+    uint64_t held_replies;
+    uint64_t held_write_replies;
+    uint64_t held_read_replies;
+    uint64_t held_bytes;
+    uint64_t released_replies;
+    uint64_t dropped_replies;
+    uint64_t early_replies;
+    uint64_t witness_checked;
+    uint64_t witness_overflow;
+    uint64_t unsynced_conns;
+    uint64_t blocked_deliveries;
+    uint64_t jobs_waited_sum;
+    uint64_t jobs_waited[...];
+    struct vt_hist job_ns;
+    struct vt_hist hold_ns;
+    struct vt_hist hold_read_ns;
+};
+
+struct vt_cmd_entry {
+    char name[...];
+    uint32_t flags;
+    uint16_t first;
+    uint16_t step;
+    uint32_t last_plus;
+    uint32_t pad;
+};
+
+struct vt_offload_control {
+    uint32_t table_ready;
+    uint32_t nentries;
+    uint64_t gather_ns;
+    char logfile[...];
+    struct vt_cmd_entry entries[...];
+};
+
+struct vt_offload_shared {
+    struct vt_offload_stats stats;
+    struct vt_offload_control control;
+};
+
 struct vt_event_sink {
     uint8_t *buf;
     size_t len;

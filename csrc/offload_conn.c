@@ -56,7 +56,8 @@ static uint64_t need_of(const struct conn *c, const struct entry *e, uint32_t at
     return n;
 }
 
-/* the witness: the latest AOF position among its arguments' keys (an AOF command's first key) */
+/* the witness: the latest AOF position among its arguments' keys (an AOF command's first key),
+ * of the commands queued before the reply was framed (queued): a later one is not what it answers */
 static uint64_t wneed_of(const struct conn *c, const struct entry *e, uint32_t at, uint64_t queued)
 {
     uint64_t w = 0;
@@ -65,7 +66,7 @@ static uint64_t wneed_of(const struct conn *c, const struct entry *e, uint32_t a
     for (uint32_t k = at; k < at + e->nh; k++) {
         if (c->hv[k] & H_WIT) {
             uint64_t m = vt_wit_get(c->hv[k] & ~H_FLAGS);
-            w = m > w ? m : w;
+            w = m > w && m <= queued ? m : w;
         }
     }
     return w;
@@ -124,7 +125,7 @@ static void commit_start(void *ctx, size_t off)
         struct chunk *ch = m->ch;
         ch->replies++;
         ch->writes += kind == E_WRITE;
-        ch->reads += kind == E_READ && need > m->durable;
+        ch->reads += (kind == E_READ || kind == E_WIDE_READ) && need > m->durable;
         ch->need = need > ch->need ? need : ch->need;
         ch->wneed = wneed > ch->wneed ? wneed : ch->wneed;
         ch->suspects += wneed > need;

@@ -179,7 +179,7 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
     if (!f)
         return;
     if (f & H_PEND)
-        vt_keys_pending(h, 1);
+        vt_keys_pending(h & ~H_FLAGS, 1);
     push_hash(c, (h & ~H_FLAGS) | f);
 }
 

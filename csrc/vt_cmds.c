@@ -106,7 +106,8 @@ static void atomic_max(uint64_t *p, uint64_t v)
         ;
 }
 
-static inline uint32_t key_slot(uint64_t h) { return (uint32_t)(h >> 3) & (KEY_SLOTS - 1); }
+/* the low 4 bits of a hash carry the caller's flags (offload_conn_int.h): never part of the slot */
+static inline uint32_t key_slot(uint64_t h) { return (uint32_t)(h >> 4) & (KEY_SLOTS - 1); }
 
 void vt_keys_pending(uint64_t h, int delta)
 {
@@ -178,7 +179,7 @@ void vt_flush_tick(uint64_t queued)
 
 /* -- the witness ---------------------------------------------------------------------------- */
 
-static inline uint64_t wit_bucket(uint64_t h) { return ((h >> 3) * 0x9E3779B97F4A7C15ull) >> (64 - WIT_BITS); }
+static inline uint64_t wit_bucket(uint64_t h) { return ((h >> 4) * 0x9E3779B97F4A7C15ull) >> (64 - WIT_BITS); }
 static inline uint64_t wit_tag(uint64_t h)
 {
     uint64_t t = (h >> 40) & 0xFFFFFF;

@@ -32,7 +32,7 @@ int vt_cmds_lookup(const char *name, size_t len, struct vt_cmdinfo *out);
 /* 1 when the table is indexed (lookups can find something) */
 int vt_cmds_ready(void);
 
-/* the decision's key table; h: a key's hash */
+/* the decision's key table; h: a key's hash (its low 4 bits are ignored: callers keep flags there) */
 void vt_keys_pending(uint64_t h, int delta);       /* a write to h parsed (+1) or dropped unanswered (-1) */
 void vt_keys_commit(uint64_t h, uint64_t seq, int was_pending); /* its reply framed: durable at seq */
 uint64_t vt_keys_need(uint64_t h, uint64_t queued); /* what a read of h must wait for */

@@ -88,7 +88,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         server = target.describe()
         if offload is not None:
             target.drain_state = offload.state
-            offload.load_commands(target)  # before any load: the shim holds what the server's table says
+            offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
             voff.check_engaged(target.pid)
         warnings, server_moved = [], False
         if client is not None:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from valkeytrace.server.binaries import embedded_server
+from valkeytrace.server.process import connect
 from valkeytrace.tracers.emulation import shim_library
 from valkeytrace.tracers.offload import OffloadStats
 from vtcli import report_json, skip_unless_recorded, vt
@@ -64,6 +65,7 @@ def server(request):
                 proc.kill()
                 raise
             time.sleep(0.1)
+    stats.load_commands(connect("127.0.0.1", port))  # as record does, before any load
     yield request.param, socks, workdir, stats
     for s in socks:
         s.close()

@@ -37,3 +37,17 @@ def test_shim_region_layout_matches_c():
     _check("struct vt_shim_header", layout.SHIM_HEADER_DTYPE)
     assert lib.vt_shim_region_size() == layout.SHIM_HEADER_DTYPE.itemsize + \
         lib.VT_SHIM_MAX_THREADS * layout.SHIM_THREAD_DTYPE.itemsize
+
+
+def test_offload_shared_file_layout_matches_c():
+    """tracers/offload.py reads the shim's counters and writes its command table through numpy
+    dtypes: every field at the offset the C compiler gave it (a moved field would be read as
+    another counter, or a command name written over a flag)."""
+    from valkeytrace.tracers import offload
+
+    _check("struct vt_offload_stats", offload.STATS_DTYPE)
+    _check("struct vt_cmd_entry", offload.CMD_ENTRY_DTYPE)
+    _check("struct vt_offload_control", offload.CONTROL_DTYPE)
+    _check("struct vt_offload_shared", offload.SHARED_DTYPE)
+    assert (offload.MAGIC, offload.VERSION, offload.WAITED_MAX, offload.CMD_MAX, offload.CMD_NAME) == (
+        lib.VT_OFFLOAD_MAGIC, lib.VT_OFFLOAD_VERSION, lib.VT_OFFLOAD_WAITED_MAX, lib.VT_CMD_MAX, lib.VT_CMD_NAME)

@@ -135,10 +135,10 @@ class OffloadStats:
     def env(self) -> dict:
         return {"VALKEYTRACE_OFFLOAD": self.mode, "VALKEYTRACE_OFFLOAD_STATS": self.path}
 
-    def load_commands(self, target) -> int:
-        """The server's own command table (COMMAND), written for the shim before any load; and
-        where the server logs (its exit line, should the offload fail). Returns the entries."""
-        client = target.client()
+    def load_commands(self, client) -> int:
+        """The server's own command table (COMMAND, through a valkey-py client), written for the
+        shim before any load; and where the server logs (its exit line, should the offload fail).
+        Returns the entries."""
         client.set_response_callback("COMMAND", lambda r, **kw: r)
         table = command_table(client.execute_command("COMMAND"))
         try:
