@@ -10,7 +10,9 @@ enum { RQ_START, RQ_MB_NUM, RQ_MB_LF, RQ_DOLLAR, RQ_BULK_NUM, RQ_BULK_LF, RQ_BUL
 
 void vt_req_init(struct vt_req_parser *p, int inline_ok)
 {
+    unsigned errors = p->errors; /* kept: a feed in progress sees that an error ended it */
     memset(p, 0, sizeof(*p));
+    p->errors = errors;
     p->state = RQ_START;
     p->inline_ok = inline_ok;
 }
@@ -18,8 +20,9 @@ void vt_req_init(struct vt_req_parser *p, int inline_ok)
 static void fail(struct vt_req_parser *p, const struct vt_req_cb *cb, void *ctx)
 {
     p->state = RQ_ERROR;
+    p->errors++;
     if (cb->error)
-        cb->error(ctx);
+        cb->error(ctx); /* it may start the parser again (the AOF's): this feed still ends here */
 }
 
 /* One digit (or the sign) of a length line; 0 when the character cannot belong to it */
@@ -106,7 +109,8 @@ static size_t feed_inline(struct vt_req_parser *p, const char *b, size_t n, cons
 void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct vt_req_cb *cb, void *ctx)
 {
     size_t i = 0;
-    while (i < n && p->state != RQ_ERROR) {
+    unsigned errors = p->errors;
+    while (i < n && p->state != RQ_ERROR && p->errors == errors) {
         char ch = b[i];
         switch (p->state) {
         case RQ_START:

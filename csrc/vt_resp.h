@@ -55,10 +55,12 @@ struct vt_req_parser {
     size_t line_len;    /* inline: bytes of the line so far */
     int line_quoted;
     int64_t line_args;
+    unsigned errors; /* protocol errors so far (survives vt_req_init) */
 };
 
 void vt_req_init(struct vt_req_parser *p, int inline_ok);
-/* Feed n bytes; events go to cb with ctx. After an error the parser ignores everything. */
+/* Feed n bytes; events go to cb with ctx. An error ends the feed (the rest of buf is ignored),
+ * and every later one unless the error callback starts the parser again with vt_req_init. */
 void vt_req_feed(struct vt_req_parser *p, const char *buf, size_t n, const struct vt_req_cb *cb, void *ctx);
 
 struct vt_reply_framer {
