@@ -30,7 +30,8 @@ from valkeytrace.recorder import Recorder
 @click.option("--emulate-offload", "offload_mode", type=click.Choice(["durable", "early-ack"]),
               help="Virtual offload (emulated #3381; launched servers, appendfsync always): the shim hands the main "
                    "thread's AOF write and fdatasync to a thread of its own (vt_offload); durable: replies to writes "
-                   "are held until their batch is durable; early-ack: nothing held. docs/explain.md.")
+                   "(by the server's own command table) and reads of keys not yet durable are held until their "
+                   "batch is durable; early-ack: nothing held. docs/explain.md.")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
