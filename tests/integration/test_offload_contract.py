@@ -280,3 +280,20 @@ def test_refused_where_nothing_would_be_offloaded(tmp_path):
              "--server-config", "appendonly=no", "-o", tmp_path / "x.vtrace")
     assert res.returncode == 2 and "multi-part AOF" in res.stderr, res.stderr
     assert len([x for x in res.stderr.splitlines() if x.strip()]) == 1 and not (tmp_path / "x.vtrace").exists()
+
+
+def test_a_client_that_reads_late_gets_every_held_reply_whole(durable):
+    """Twenty 2 MB replies held behind a SET (pipelined, nobody reading): released, they fill the
+    socket, which would block; the offload keeps the rest for later, and the client, reading at
+    last, parses every reply whole and in order."""
+    target, stats = durable
+    a, b = Conn(target.port), Conn(target.port)
+    big = b"".join(b"%07d" % i for i in range(300000))[:2_000_000]
+    a.timed("SET", "big", big)
+    b.s.sendall(cmd("SET", "k", "v") + b"".join(cmd("GET", "big") for _ in range(20)) + cmd("PING"))
+    time.sleep(1.0)  # the SET's job ends; the replies behind it meet a full socket
+    b.s.settimeout(30)
+    assert b.reply() == b"+OK"
+    assert all(b.reply() == big for _ in range(20)) and b.reply() == b"+PONG"
+    s = stats.snapshot()
+    assert s["blocked_deliveries"] >= 1 and s["dropped_replies"] == 0 and s["early_replies"] == 0
