@@ -40,9 +40,14 @@
 #define VT_STATE_SLEEPING 1 /* TASK_INTERRUPTIBLE */
 #define VT_STATE_IO 2       /* TASK_UNINTERRUPTIBLE: blocked in I/O */
 #define VT_STATE_KINDS 3
-/* vt_block_event.state of an event that is a whole call (fdatasync/fsync on any thread), not an
- * off-CPU interval */
+/* vt_block_event.state of an event that is a whole call (fdatasync/fsync or an AOF write, on any
+ * thread), not an off-CPU interval */
 #define VT_EVENT_CALL 3
+/* ... of a client request's moments on one connection (duration_ns: the kernel's socket, an id
+ * only): data arrived on the server's socket, the server read it, the server wrote to it */
+#define VT_EVENT_ARRIVE 4
+#define VT_EVENT_RECV 5
+#define VT_EVENT_SEND 6
 
 #if defined(__BPF__) || defined(VT_BPF) /* VT_BPF: set by valkeytrace when bcc compiles a probe */
 typedef __u64 vt_u64;
@@ -64,8 +69,9 @@ struct vt_hist {
     vt_u64 buckets[VT_HIST_BUCKETS];
 };
 
-/* One main-thread off-CPU interval longer than the threshold (state = VT_STATE_*), or one
- * fdatasync/fsync call on any thread (state = VT_EVENT_CALL), sent through the ring buffer. */
+/* One main-thread off-CPU interval longer than the threshold (state = VT_STATE_*), one
+ * fdatasync/fsync or AOF write on any thread (state = VT_EVENT_CALL), or one moment of a client
+ * request (VT_EVENT_ARRIVE/RECV/SEND), sent through the ring buffer. */
 struct vt_block_event {
     vt_u64 start_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
     vt_u64 duration_ns;

@@ -11,7 +11,7 @@
  *     symbol (LOOP_FROM_EPOLL=1), epoll_wait return -> return;
  *   - flushAppendOnlyFile calls and durations (uprobe + uretprobe, when attached);
  *   - every main-thread off-CPU interval >= BLOCK_THRESHOLD_NS, and every fdatasync/fsync call
- *     on any thread, as an event in a ring buffer, submitted without waking the reader
+ *     and AOF write on any thread, as an event in a ring buffer, submitted without waking the reader
  *     (userspace polls on a timer); failed submissions are counted in `lost`, never dropped
  *     silently.
  *
@@ -25,6 +25,11 @@
  *     first direct branch after it returns (on_site_exit); both instructions are emulated by the
  *     kernel, not single-stepped (tracers/sites.py finds them). Nothing runs for any other
  *     process or syscall.
+ *   - TRACE_REQUESTS=1: while userspace sets requests_on (write-only windows), each client
+ *     request's moments: its data arriving on a socket of the server (raw sk_data_ready, any
+ *     context: the sockets the server used are kept in server_socks), the server's read of it and
+ *     its write back (raw sock_recv_length/sock_send_length, threads of the target only). No
+ *     syscall tracepoint: these fire for socket I/O only.
  *   - TRACE_SYSCALLS=1: raw_syscalls sys_enter/sys_exit, for binaries without usable call sites,
  *     and for per-thread socket-write and epoll_wait figures. Enabling any syscall tracepoint
  *     puts every syscall on the machine on the kernel's slow path (docs/performance.md).
@@ -41,7 +46,7 @@
  * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
  * kernel struct from the headers (they may belong to another kernel version). Parameters come as
  * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
+ * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"
@@ -240,7 +245,7 @@ static __always_inline int end_call(long ret, u32 wrapper)
     if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
         bytes = 0;
     account(slot, tid, kind, dur, bytes);
-    if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC)
+    if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC || kind == VT_CALL_AOF_WRITE)
         emit(tid, start, dur, kind, VT_EVENT_CALL);
 #if LOOP_FROM_EPOLL
     if (kind == VT_CALL_EPOLL_WAIT && tid == MAIN_TID) {
@@ -761,6 +766,44 @@ int on_flush_return(struct pt_regs *ctx)
     *start = 0;
     return 0;
 }
+
+#if TRACE_REQUESTS
+BPF_ARRAY(requests_on, u32, 1);
+BPF_HASH(server_socks, u64, u8, 16384);
+
+static __always_inline int requests_wanted(void)
+{
+    int zero = 0;
+    u32 *on = requests_on.lookup(&zero);
+    return on && *on;
+}
+
+/* the server read (RECV) or wrote (SEND) ret bytes on socket sk: TP_PROTO(struct sock *sk, int ret, int flags) */
+static __always_inline int sock_io(u64 sk, long ret, u32 state)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u8 one = 1;
+    if ((id >> 32) != TARGET_TGID || ret <= 0 || !requests_wanted())
+        return 0;
+    server_socks.update(&sk, &one);
+    emit((u32)id, bpf_ktime_get_ns(), sk, VT_CALL_OTHER, state);
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sock_recv_length) { return sock_io(ctx->args[0], (long)(int)ctx->args[1], VT_EVENT_RECV); }
+RAW_TRACEPOINT_PROBE(sock_send_length) { return sock_io(ctx->args[0], (long)(int)ctx->args[1], VT_EVENT_SEND); }
+
+/* data arrived on a socket (the sender's context on loopback): ours when the server used it.
+ * TP_PROTO(const struct sock *sk) */
+RAW_TRACEPOINT_PROBE(sk_data_ready)
+{
+    u64 sk = ctx->args[0];
+    if (!requests_wanted() || !server_socks.lookup(&sk))
+        return 0;
+    emit(0, bpf_ktime_get_ns(), sk, VT_CALL_OTHER, VT_EVENT_ARRIVE);
+    return 0;
+}
+#endif
 
 /* The shim's fdatasync/fsync wrappers (real call + injected delay): the wrapper is the call. */
 int on_shim_fdatasync_enter(struct pt_regs *ctx) { return begin_call(VT_CALL_FDATASYNC, 0, 1); }

@@ -13,7 +13,8 @@ CALL_NAMES = ("fdatasync", "fsync", "aof_write", "socket_write", "epoll_wait",
 STATE_RUNNABLE, STATE_SLEEPING, STATE_IO = 0, 1, 2
 STATE_NAMES = ("runnable", "sleeping", "io")
 EVENT_CALL = 3  # vt_block_event.state of a whole-call event (VT_EVENT_CALL)
-EVENT_STATE_NAMES = STATE_NAMES + ("call",)
+EVENT_ARRIVE, EVENT_RECV, EVENT_SEND = 4, 5, 6  # a client request's moments (VT_EVENT_ARRIVE/RECV/SEND)
+EVENT_STATE_NAMES = STATE_NAMES + ("call", "arrive", "recv", "send")
 
 HIST_DTYPE = np.dtype([
     ("count", "<u8"), ("sum_ns", "<u8"), ("min_ns", "<u8"), ("max_ns", "<u8"),

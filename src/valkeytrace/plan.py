@@ -52,6 +52,7 @@ class TracerPlan:
 class EmulationPlan:
     fsync_delay: dict | None = None    # tracers.emulation.parse_fsync_delay's
     offload: str | None = None         # durable, early-ack
+    gather_ns: int = 0                 # --offload-gather: a job starts this long after its first write
     # --fsync-sensitivity's levels are the matrix's (Settings.sensitivity): one copy
 
 
@@ -72,7 +73,7 @@ class RecordPlan:
     def sensitivity_ns(self) -> tuple:
         return self.settings.sensitivity
 
-    def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None,
+    def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None, gather_ns=None,
                  sensitivity_ns=None, sensitivity_runs=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
         one), label and emulation; None leaves the common value."""
@@ -80,7 +81,8 @@ class RecordPlan:
                                      config={**self.server.config, **(config or {})})
         emulation = dataclasses.replace(self.emulation,
                                         fsync_delay=fsync_delay if fsync_delay is not None else self.emulation.fsync_delay,
-                                        offload=offload or self.emulation.offload)
+                                        offload=offload or self.emulation.offload,
+                                        gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns)
         settings = dataclasses.replace(self.settings,
                                        sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)
@@ -114,6 +116,9 @@ class RecordPlan:
             raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
+        if e.gather_ns and e.offload != "durable":
+            raise VTUsageError("--offload-gather shapes the durable virtual offload's jobs: it needs "
+                               "--emulate-offload durable")
         if self.sensitivity_ns and not s.launched:
             raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
                                "the shim to add the delay); it cannot apply to --attach")
@@ -144,11 +149,11 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           get_clients=50, set_clients=8, write_clients=50, benchmark_path=None, client_cpus="auto",
           backend="auto", label=None, output=None, block_threshold_us=100.0, inject_spec=None,
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
-          offload_mode=None, sensitivity_spec=None, sensitivity_runs=3, measure_overhead=False,
+          offload_mode=None, offload_gather=None, sensitivity_spec=None, sensitivity_runs=3, measure_overhead=False,
           embedded_only_given=()) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
-    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_sensitivity
+    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
 
@@ -167,7 +172,8 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=dict(server_config or {}),
                         binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
                         as_root=as_root, timeout_s=server_timeout)
-    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode)
+    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,
+                              gather_ns=parse_gather(offload_gather) if offload_gather else 0)
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend,

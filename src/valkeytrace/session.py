@@ -72,7 +72,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         if run_as:
             tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
         if e.offload:
-            offload = voff.OffloadStats(e.offload)
+            offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns)
             if run_as:
                 offload.chown(*run_as)
             env.update(offload.env())
@@ -107,7 +107,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
                                f"runs appendfsync {server.get('appendfsync')}")
         for w in warnings:
             echo(f"warning: {w}")
-        label = plan.label or (f"virtual-offload-{e.offload}" if e.offload else
+        label = plan.label or (f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
+                               if e.offload else
                                default_label(server, other_binary=s.binary is not None))
         output = output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         doc = document.new_document(
@@ -119,7 +120,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns),
                         "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
                                                              describe_sensitivity(e.fsync_delay, plan.sensitivity_ns)) if x),
-                        **({"offload": {"mode": e.offload}} if e.offload else {})}
+                        **({"offload": {"mode": e.offload, "gather_ns": e.gather_ns}} if e.offload else {})}
                        if e.fsync_delay or plan.sensitivity_ns or e.offload else None),
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
@@ -136,7 +137,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             interrupted = True
             document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
         if offload is not None:
-            doc["emulation"]["offload"] = voff.summary(e.offload, doc["runs"])
+            doc["emulation"]["offload"] = {**voff.summary(e.offload, doc["runs"]), "gather_ns": e.gather_ns}
             failure = offload.failure()
             if failure:
                 document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")

@@ -60,3 +60,19 @@ def test_usage_errors_are_made_once_for_both_commands():
     with pytest.raises(VTUsageError, match="appendfsync always"):
         everysec.for_side(offload="durable")
     assert dataclasses.replace(everysec, label="x").label == "x"
+
+
+def test_a_gather_window_belongs_to_the_durable_offload_and_travels_with_its_side():
+    g = _plan(offload_mode="durable", offload_gather="1ms")
+    assert g.emulation.gather_ns == 1_000_000
+    assert planning.RecordPlan.from_json(g.as_json()).emulation.gather_ns == 1_000_000
+    for bad in ("-1ms", "nan", "2s", "fast"):
+        with pytest.raises(VTUsageError, match="--offload-gather"):
+            _plan(offload_mode="durable", offload_gather=bad)
+    for mode in (None, "early-ack"):
+        with pytest.raises(VTUsageError, match="needs --emulate-offload durable"):
+            _plan(offload_mode=mode, offload_gather="1ms")
+    side = _plan().for_side(offload="durable", gather_ns=500_000)
+    assert side.emulation.gather_ns == 500_000
+    with pytest.raises(VTUsageError, match="needs --emulate-offload durable"):
+        _plan().for_side(gather_ns=500_000)

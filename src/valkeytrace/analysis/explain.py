@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from valkeytrace.analysis import model
 from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
-                                        durability_note, fsync_placement, littles_law, offload_jobs,
-                                        offload_sentence, reply_blocking_sentence, server_view_gap,
-                                        sets_per_fsync)
+                                        durability_note, durability_sentence, fsync_placement, littles_law,
+                                        offload_jobs, offload_sentence, reply_blocking_sentence, server_view_gap,
+                                        set_mechanism, sets_per_fsync)
 from valkeytrace.analysis.tables import (MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, path_bound,
                                          significance)
 
@@ -306,8 +306,11 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     sides = [_where(f"Baseline ({base_doc['label']})", b.server), _where(f"Candidate ({cand_doc['label']})", c.server)]
     for name, doc, cell in (("Baseline", base_doc, b), ("Candidate", cand_doc, c)):
         label = f"{name} ({doc['label']})"
-        sides += [x for x in ((offload_sentence(label, doc, cell) if op == "SET" else ""),
+        sides += [x for x in ((durability_sentence(label, cell) if op == "SET" else ""),
+                              (offload_sentence(label, doc, cell) if op == "SET" else ""),
                               reply_blocking_sentence(label, doc, cell)) if x]
+    if op == "SET" and metric == "p50_us" and set_mechanism(b, c):
+        sides.append(set_mechanism(b, c))
     context = " " + " ".join(sides)
     evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
                              "fsync_by_role": fsync_placement(b.server)},

@@ -280,3 +280,64 @@ def reply_blocking_sentence(label: str, doc: dict, cell: CellSummary) -> str:
     return (f"{label}: #3381's own count (INFO debug reply_blocking, at the window's end, median of "
             f"{len(seen)} run(s)): " + ", ".join(parts) + "; the wait for each batch is not split out "
             "(a real build counts no jobs per reply: record --emulate-offload measures them).")
+
+
+# the seed's write-only 64 B SET row (valkey-io/valkey#4029, ../shared/seed): what its numbers imply
+# is computed below, never typed
+SEED_SET = {"clients": 50, "baseline": {"tps": 4840.0, "p50_us": 10831.0}, "candidate": {"tps": 9020.0, "p50_us": 5463.0}}
+
+
+def seed_set_reading() -> str:
+    """The seed's SET halving read by Little's law: two cohorts on the main thread, then either
+    one cohort (every SET in one job) or the same two cohorts with an fsync twice as fast."""
+    n, b, c = SEED_SET["clients"], SEED_SET["baseline"], SEED_SET["candidate"]
+    in_flight = b["tps"] * b["p50_us"] / 1e6
+    cyc_b = (n / 2) / b["tps"] * 1e3
+    return (f"the seed's write-only 64 B SET went {b['tps'] / 1000:.2f}K/s at p50 {b['p50_us'] / 1000:.1f} ms "
+            f"({in_flight:.0f} SETs in flight by Little's law: its {n} clients; two cohorts: "
+            f"{b['tps'] / (n / 2):.0f} cycles/s of {n // 2} SETs, {cyc_b:.2f} ms each) to "
+            f"{c['tps'] / 1000:.2f}K/s at {c['p50_us'] / 1000:.2f} ms: either one cohort "
+            f"({c['tps'] / n:.0f} jobs/s of {n} SETs, {n / c['tps'] * 1e3:.2f} ms a job, as long as the cycle before: "
+            f"one wait instead of two) or two cohorts with the fsync twice as fast off the main thread "
+            f"({c['tps'] / (n / 2):.0f} jobs/s of {n // 2}, {(n / 2) / c['tps'] * 1e3:.2f} ms a job)")
+
+
+def _cohort_words(k: int | None, unit: str) -> str:
+    if k == 1:
+        return f"one cohort: every client's write rides the same {unit}"
+    if k == 2:
+        return (f"two cohorts: a write that arrives while the other cohort's {unit} is in flight waits it out, "
+                "then its own")
+    return f"{k} cohorts taking turns" if k else "cohorts not counted"
+
+
+def durability_sentence(label: str, cell: CellSummary) -> str:
+    """What a write waited for, from the kernel's durability record (analysis/durability.py)."""
+    d = (cell.server or {}).get("durability")
+    if not d or d.get("jobs_waited_per_write") is None or not d.get("job_ms_p50"):
+        return ""
+    unit = "fsync cycle" if d["thread"] == "main" else "job"
+    spread = d.get("arrival_spread_us")
+    return (f"{label}: each SET waited {d['jobs_waited_per_write']:.1f} {unit}s of {d['job_ms_p50']:.2f} ms on "
+            f"{d['thread']} ({d['jobs_per_s']:.0f}/s, {d['writes_per_job']:.1f} writes {'an' if unit[0] == 'f' else 'a'} {unit}"
+            + (f"; a released cohort's next writes arrive within {spread:.0f} µs" if spread is not None else "")
+            + f", from the kernel's timestamps): {_cohort_words(d.get('cohorts'), unit)}.")
+
+
+def set_mechanism(b: CellSummary, c: CellSummary) -> str:
+    """Which of the SET's possible mechanisms the two sides show: the cohorts (how many jobs a
+    write waits) or each job's length (a faster fsync), or neither."""
+    db, dc = (b.server or {}).get("durability"), (c.server or {}).get("durability")
+    if not db or not dc or db.get("jobs_waited_per_write") is None or dc.get("jobs_waited_per_write") is None:
+        return ""
+    wb, wc = db["jobs_waited_per_write"], dc["jobs_waited_per_write"]
+    jb, jc = db["job_ms_p50"], dc["job_ms_p50"]
+    if db.get("cohorts") != dc.get("cohorts") or abs(wc - wb) >= 0.3:
+        what = (f"the cohorts ({db.get('cohorts')} -> {dc.get('cohorts')}): a write waits {wb:.1f} -> {wc:.1f} "
+                f"of them, each {jb:.2f} -> {jc:.2f} ms")
+    elif abs(jc - jb) >= 0.15 * jb:
+        what = f"each job's length ({jb:.2f} -> {jc:.2f} ms, a faster fsync), {wb:.1f} -> {wc:.1f} a write"
+    else:
+        what = (f"neither: a write waits {wb:.1f} -> {wc:.1f} jobs of {jb:.2f} -> {jc:.2f} ms, the same "
+                f"{_cohort_words(dc.get('cohorts'), 'job').split(':')[0]}")
+    return f"The SET's mechanism: {what}. For reference, {seed_set_reading()}."

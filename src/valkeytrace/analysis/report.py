@@ -122,7 +122,8 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         # is on its main thread too (an A/A pair, two builds under appendfsync always): nothing to check
         if facts.fsync_off_main(runs[1].doc):
             early = facts.acks_before_fsync(runs[1].doc)
-            checked = whatif.check(runs[0].whatif, runs[1].cells,
+            gather = ((runs[1].doc.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0
+            checked = whatif.check(whatif.with_gather(runs[0].whatif, runs[0].cells, gather), runs[1].cells,
                                    "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
     return ReportInput(runs, comparison, explanation, checked, verdicts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.analysis.durability import durability
 from valkeytrace.roles import ROLES, thread_role
 
 CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
@@ -165,6 +166,7 @@ def summarize_server(raws: list[dict]) -> dict | None:
             "loop_source": raws[0].get("probe", {}).get("loop_source"),
             "call_source": raws[0].get("probe", {}).get("call_source"),
             "untimed": raws[0].get("probe", {}).get("untimed", []),
+            "durability": durability(raws),
             **({"cross_check": cross} if cross else {})}
 
 

@@ -125,6 +125,45 @@ def predict_set(cell: CellSummary, scenario: str) -> list[dict]:
             {**base, "metric": "tps", "predicted": round(o.clients / (k * job_us) * 1e6, 1), "inputs": inputs}]
 
 
+def predict_gather(cell: CellSummary, gather_ns: int) -> list[dict]:
+    """Write-only SET under the durable offload with a gather window W (record --offload-gather),
+    from the baseline alone (its durability record: a job J, a cohort's arrival spread S, the
+    clients' turnaround D after a release). With W >= S every client's write rides one job (one
+    cohort): the job starts W after the first write, so a SET waits from its arrival, on average
+    S/2 after the first, to the job's end: p50 = W + J - S/2; one round trip of the whole
+    population takes D + W + J: TPS = clients / (D + W + J). With W < S the cohorts stay as on the
+    baseline (k of them, each job W longer). The smallest window for one cohort is S."""
+    d = (cell.server or {}).get("durability") if cell.workload == "write-only" else None
+    if not d or "SET" not in cell.ops or not d.get("job_ms_p50") or d.get("arrival_spread_us") is None:
+        return []
+    w, j, spread = gather_ns / 1e3, d["job_ms_p50"] * 1e3, d["arrival_spread_us"]
+    delay, clients = d.get("arrival_delay_us") or 0.0, cell.ops["SET"].clients or d.get("write_clients")
+    if not clients:
+        return []
+    if w >= spread:
+        cohorts, p50, cycle = 1, w + j - spread / 2, delay + w + j
+    else:
+        cohorts = d.get("cohorts") or 1
+        p50, cycle = cohorts * (w + j), cohorts * (w + j)
+    inputs = {"model": "gather_window", "window_us": round(w, 1), "job_us": round(j, 1),
+              "arrival_spread_us": round(spread, 1), "arrival_delay_us": round(delay, 1), "cohorts": cohorts,
+              "smallest_one_cohort_window_us": round(spread, 1), "write_clients": clients, "sets_wait_for_fsync": True}
+    base = {"scenario": "fsync_off_main_thread", "workload": cell.workload, "op": "SET", "value_size": cell.value_size}
+    return [{**base, "metric": "p50_us", "predicted": round(p50, 1), "inputs": inputs},
+            {**base, "metric": "tps", "predicted": round(clients / cycle * 1e6, 1), "inputs": inputs}]
+
+
+def with_gather(base_whatif: list[dict], base_cells: list[CellSummary], gather_ns: int) -> list[dict]:
+    """The baseline's predictions for a candidate with a gather window: its SET rows are the
+    window's (predict_gather), the rest unchanged."""
+    if not gather_ns:
+        return base_whatif
+    gathered = [e for c in base_cells for e in predict_gather(c, gather_ns)]
+    cells = {(e["workload"], e["value_size"]) for e in gathered}
+    keep = [e for e in base_whatif if not (e["op"] == "SET" and (e["workload"], e["value_size"]) in cells)]
+    return keep + gathered
+
+
 def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
     """[{"scenario", "workload", "op", "value_size", "metric", "predicted", "inputs"}] or []."""
     if cell.workload == "write-only":
@@ -188,6 +227,13 @@ def describe(entries: list[dict]) -> list[str]:
         groups.setdefault((e["workload"], e["value_size"], e["scenario"]), {})[e["metric"]] = e
     for (workload, size, scenario), g in groups.items():
         i = g["tps"]["inputs"]
+        if i.get("model") == "gather_window":
+            out.append(f"{workload} {size} B, the durable offload with a {_us(i['window_us'])} gather window: SET "
+                       f"{g['tps']['predicted'] / 1000:.1f}K/s, p50 {_us(g['p50_us']['predicted'])} (inputs: a job "
+                       f"{_us(i['job_us'])}, a cohort's arrival spread {_us(i['arrival_spread_us'])}, clients back "
+                       f"{_us(i['arrival_delay_us'])} after a release: {i['cohorts']} cohort(s); one cohort from a "
+                       f"{_us(i['smallest_one_cohort_window_us'])} window on)")
+            continue
         if i.get("model") == "jobs_per_set":
             out.append(f"{workload} {size} B, {SCENARIOS[scenario]}: SET {g['tps']['predicted'] / 1000:.1f}K/s, "
                        f"p50 {_us(g['p50_us']['predicted'])} (inputs: each SET waits {i['jobs_per_set']} job(s) "

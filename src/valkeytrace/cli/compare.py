@@ -60,6 +60,8 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The baseline as a virtual offload (record --emulate-offload).")
 @click.option("--candidate-emulate-offload", type=click.Choice(["durable", "early-ack"]),
               help="The candidate as a virtual offload (emulated #3381; record --emulate-offload).")
+@click.option("--baseline-offload-gather", metavar="DURATION", help="The baseline's --offload-gather (record).")
+@click.option("--candidate-offload-gather", metavar="DURATION", help="The candidate's --offload-gather (record).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
@@ -67,7 +69,8 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
-            baseline_emulate_offload, candidate_emulate_offload, baseline_fsync_sensitivity, **common):
+            baseline_emulate_offload, candidate_emulate_offload, baseline_offload_gather, candidate_offload_gather,
+            baseline_fsync_sensitivity, **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     The options below the per-side ones are `record`'s (--workload, --sizes, --repeat, --duration,
@@ -75,18 +78,19 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     to both sides; a side's own option replaces (or, for config, adds to) the common one. Writes
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
-    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_sensitivity
+    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
 
     common_plan = planning.build(**build_kwargs(common))
     for note in common_plan.notes:
         click.echo(f"note: {note}", err=True)
     plans = {side: common_plan.for_side(binary=binary, config=config, label=label,
-                                        fsync_delay=parse_fsync_delay(inject) if inject else None, offload=offload)
-             for side, binary, config, label, inject, offload in (
+                                        fsync_delay=parse_fsync_delay(inject) if inject else None, offload=offload,
+                                        gather_ns=parse_gather(gather) if gather else None)
+             for side, binary, config, label, inject, offload, gather in (
                  ("baseline", baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
-                  baseline_emulate_offload),
+                  baseline_emulate_offload, baseline_offload_gather),
                  ("candidate", candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
-                  candidate_emulate_offload))}
+                  candidate_emulate_offload, candidate_offload_gather))}
     if baseline_fsync_sensitivity:
         plans["baseline"] = plans["baseline"].for_side(sensitivity_ns=parse_sensitivity(baseline_fsync_sensitivity),
                                                        sensitivity_runs=-(-3 // launches))

@@ -32,6 +32,10 @@ from valkeytrace.recorder import Recorder
                    "thread's AOF write and fdatasync to a thread of its own (vt_offload); durable: replies to writes "
                    "(by the server's own command table) and reads of keys not yet durable are held until their "
                    "batch is durable; early-ack: nothing held. docs/explain.md.")
+@click.option("--offload-gather", "offload_gather", metavar="DURATION",
+              help="With --emulate-offload durable: a job starts only when the previous one has ended and this "
+                   "long has passed since the first write it will carry (default 0: at once). A window as long as "
+                   "the clients' arrival spread lets one job carry every client's write (one cohort).")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
@@ -43,7 +47,7 @@ from valkeytrace.recorder import Recorder
               help="Run this plan (JSON, written by compare for each launch); every other option is ignored.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
 @click.pass_context
-def record(ctx, server_command, attach_pid, server_binary, label, output, offload_mode, sensitivity_spec,
+def record(ctx, server_command, attach_pid, server_binary, label, output, offload_mode, offload_gather, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -59,7 +63,8 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, offloa
     else:
         given = [p for p in planning.EMBEDDED_ONLY if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
         plan = planning.build(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
-                              label=label, output=output, offload_mode=offload_mode, sensitivity_spec=sensitivity_spec,
+                              label=label, output=output, offload_mode=offload_mode, offload_gather=offload_gather,
+                              sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given, **build_kwargs(common))
     from valkeytrace import session
 

@@ -209,6 +209,13 @@ def _server_metrics(c: _Check, s, path: str, nested: bool = False):
         c.int_(ev[2], f"{path}.blocked_timeline.events[]", optional=False, minimum=0)
         c.str_(ev[3], f"{path}.blocked_timeline.events[]", optional=False)
         c.str_(ev[4], f"{path}.blocked_timeline.events[]", optional=False)
+    req = c.sub_obj(s, "requests", f"{path}.requests")
+    if req:
+        cols = [c.lst(req.get(k), f"{path}.requests.{k}") for k in ("offset_ns", "conn", "event", "tid")]
+        if len({len(col) for col in cols}) != 1:
+            c.fail(f"{path}.requests", "its columns offset_ns, conn, event and tid differ in length")
+        if any(not isinstance(v, int) or isinstance(v, bool) for col in cols for v in col[:1000]):
+            c.fail(f"{path}.requests", "its columns hold integers")
     c.sub_obj(s, "probe", f"{path}.probe")
     loop = c.sub_obj(s, "eventloop", f"{path}.eventloop")
     for key in ("cycles", "duration_us") if loop else ():

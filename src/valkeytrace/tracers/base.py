@@ -41,8 +41,9 @@ class Tracer:
     def pause(self, target) -> None:
         """Stop tracing for a while; resume() continues."""
 
-    def window_begin(self) -> None:
-        """A measured window opens."""
+    def window_begin(self, requests: bool = False) -> None:
+        """A measured window opens; requests: time each client request too (the eBPF backend's
+        request events, for a write-only cell's durability record)."""
 
     def window_end(self):
         """The window closes: its recording.document.ServerWindow, or None."""

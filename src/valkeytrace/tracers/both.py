@@ -39,9 +39,9 @@ class EbpfWithShimTracer(Tracer):
         self.shim.pause(target)
         self.ebpf.pause(target)
 
-    def window_begin(self):
+    def window_begin(self, requests: bool = False):
         self.shim.window_begin()
-        self.ebpf.window_begin()
+        self.ebpf.window_begin(requests)
 
     def window_end(self) -> dict:
         metrics = self.ebpf.window_end()

@@ -476,7 +476,14 @@ class EbpfTracer(Tracer):
             return None
         return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
 
-    def window_begin(self):
+    def _requests(self, on: bool):
+        """Emit client requests' moments (the probe's requests_on) or not."""
+        if self.bpf is not None and self.info.get("defines", {}).get("TRACE_REQUESTS"):
+            table = self.bpf[b"requests_on"]
+            table[table.Key(0)] = table.Leaf(int(on))
+
+    def window_begin(self, requests: bool = False):
+        self._requests(requests)
         self._refresh()
         self._consume()
         with self._events_lock:
@@ -488,6 +495,7 @@ class EbpfTracer(Tracer):
     def window_end(self) -> dict:
         loop_end = self._eventloop()
         end = read_snapshot(self)
+        self._requests(False)
         self._consume()
         self._refresh()
         with self._events_lock:

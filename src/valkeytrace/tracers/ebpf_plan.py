@@ -41,14 +41,18 @@ SHIM_SYMBOLS = {"vt_shim_fdatasync": "on_shim_fdatasync_enter", "vt_shim_fsync":
 #   flush    uprobe + uretprobe on flushAppendOnlyFile (record --aof-flush-probe): valkey calls it
 #            from every beforeSleep, so its count is the loop count and its time the AOF write +
 #            fsync already measured; two more uprobe hits per iteration;
+#   requests a client request's arrival, read and reply (raw sk_data_ready, sock_recv_length,
+#            sock_send_length, kernel 6.4+; no syscall tracepoint), emitted only while a window asks
+#            for them (write-only cells): the durability record's per-write figures (analysis/durability.py);
 #   syscalls raw sys_enter/sys_exit: the calls from syscalls instead (used when the binary has no
 #            usable call sites), plus socket writes and epoll_wait per thread. Any syscall
 #            tracepoint sends every syscall on the machine through the kernel's slow path:
 #            a measurable part of GET TPS (docs/performance.md), hence not a default.
 # $VALKEYTRACE_PROBES (e.g. "calls,sched") sets the groups for overhead experiments
 # (benchmarks/overhead.py --probes; valkeytrace/environment.py).
-PROBE_GROUPS = ("calls", "fs", "sched", "loop", "flush", "syscalls")
-DEFAULT_GROUPS = ("calls", "fs", "sched")
+PROBE_GROUPS = ("calls", "fs", "sched", "requests", "loop", "flush", "syscalls")
+DEFAULT_GROUPS = ("calls", "fs", "sched", "requests")
+REQUEST_TRACEPOINTS = (("sock", "sock_recv_length"), ("sock", "sock_send_length"), ("sock", "sk_data_ready"))
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
 FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
                            "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
@@ -141,6 +145,8 @@ def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, g
     offsets = task_offsets() if sched else {}
     return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
+            "TRACE_REQUESTS": int("requests" in groups and all(system.tracepoint_exists(c, e)
+                                                              for c, e in REQUEST_TRACEPOINTS)),
             "TRACE_SYSCALLS": int("syscalls" in groups),
             "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
             "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from valkeytrace._native import lib
-from valkeytrace.layout import BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_STATE_NAMES, HIST_BUCKETS, STATE_NAMES
+from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_ARRIVE, EVENT_STATE_NAMES, HIST_BUCKETS,
+                                STATE_NAMES)
 from valkeytrace.recording import document
 from valkeytrace.roles import thread_role
 from valkeytrace.server import threads as thr
@@ -113,17 +114,41 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
             if charged > 0:
                 entry["charged_on_cpu_ns"] = charged
         threads[tid] = entry
-    timeline = []
+    timeline, requests = [], None
     if events:
         arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
+        is_req = arr["state"] >= EVENT_ARRIVE
+        reqs, arr = arr[is_req], arr[~is_req]
         keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
         timeline = timeline_rows(arr[keep], a.mono_ns)
-    return document.server_window(
+        reqs = reqs[(reqs["start_ns"] >= a.mono_ns) & (reqs["start_ns"] < b.mono_ns)]
+        requests = request_columns(reqs, a.mono_ns) if len(reqs) else None
+    out = document.server_window(
         backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
         lost_events=int(b.lost - a.lost),
         blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
                           "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
         probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS)
+    if requests is not None:
+        out["requests"] = requests
+    return out
+
+
+REQUEST_EVENTS = ("arrive", "recv", "send")
+
+
+def request_columns(arr: np.ndarray, origin_ns: int) -> dict:
+    """A write-only window's client requests as the kernel saw them, in time order, by column:
+    offset_ns (from the window's start), conn (the socket, numbered in order of appearance),
+    event (an index into `events`: data arrived, the server read it, the server wrote back) and
+    tid (the server's thread that read or wrote; 0 for an arrival)."""
+    arr = arr[np.argsort(arr["start_ns"], kind="stable")]
+    _, first, conn = np.unique(arr["duration_ns"], return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # number the sockets by first appearance
+    return {"events": list(REQUEST_EVENTS),
+            "offset_ns": (arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(),
+            "conn": order[conn].tolist(), "event": (arr["state"].astype(np.int64) - EVENT_ARRIVE).tolist(),
+            "tid": arr["tid"].tolist()}
 
 
 _CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)

@@ -57,6 +57,17 @@ def describe_delay(inject: dict | None) -> str:
     return f"fsync latency emulated: +lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) per call"
 
 
+def parse_gather(spec: str) -> int:
+    """--offload-gather '1ms' -> 1000000 (ns): 0 up to 1 s."""
+    try:
+        ns = _duration_ns(spec)
+    except ValueError:
+        ns = -1
+    if not 0 <= ns <= 1_000_000_000:
+        raise VTUsageError(f"--offload-gather {spec!r}: expected a duration from 0 to 1s, like 1ms or 500us")
+    return ns
+
+
 def parse_sensitivity(spec: str) -> tuple:
     """'1ms,2ms,4ms' -> (1000000, 2000000, 4000000): the added fsync delays, ascending."""
     try:

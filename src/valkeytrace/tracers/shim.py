@@ -78,7 +78,7 @@ class ShimTracer(Tracer):
                 "sched": thr.schedstats(self.pid, names),
                 "dropped": self.region.dropped_calls}
 
-    def window_begin(self):
+    def window_begin(self, requests: bool = False):
         self._begin = self._snap()
 
     def window_end(self) -> dict:

@@ -1,0 +1,145 @@
+"""Each side's durability, from the kernel's timestamps alone (the eBPF backend's window: the
+fdatasync/fsync and AOF-write calls of every thread, and in write-only cells each client request's
+arrival, read and reply): the same record for any build, whichever thread makes writes durable.
+
+- thread: the role whose fdatasync/fsync calls are most frequent (main under `always`, bio_aof
+  under `everysec` or a real #3381 build, vt_offload under the virtual offload);
+- a job: on that thread, the AOF write(s) since its previous sync and the sync that makes them
+  durable, from the first write to the sync's end (jobs_per_s, job_ms_p50);
+- a write: a request on a client connection, from its data's arrival on the server's socket to
+  the server's reply; jobs_waited_per_write: the jobs that ended in that interval (mean);
+  writes_per_job: writes answered per job;
+- arrival_spread_us: after a job's end, the writes it released come back (their clients' next
+  requests): how far apart those arrivals are, the spread of one cohort (median over jobs);
+  arrival_delay_us: from the job's end to the first of them (the clients' turnaround);
+- cohorts: the write clients over the writes a job carries, rounded: the groups that take turns.
+No emulation counter is read: a real #3381 build and the virtual offload are measured alike.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+SYNC_CALLS = ("fdatasync", "fsync")
+MIN_REQUESTS_PER_CONN = 10  # fewer in a window: not a load client (valkeytrace's own INFO, say)
+
+
+def _jobs(server: dict, tids: set) -> tuple[np.ndarray, np.ndarray]:
+    """(job start, job end) offsets in ns, in end order, of the durability thread(s)."""
+    syncs, writes = [], []
+    for start, dur, tid, cause, state in server.get("blocked_timeline", {}).get("events", []):
+        if state != "call" or tid not in tids:
+            continue
+        if cause in SYNC_CALLS:
+            syncs.append((start + dur, start))
+        elif cause == "aof_write":
+            writes.append(start)
+    if not syncs:
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    syncs.sort()
+    ends = np.array([e for e, _ in syncs], dtype=np.int64)
+    sync_starts = np.array([s for _, s in syncs], dtype=np.int64)
+    writes = np.sort(np.array(writes, dtype=np.int64))
+    if not len(writes):
+        return sync_starts, ends
+    # the job begins at its first AOF write after the previous sync ended (if one came before
+    # this sync began), else at the sync
+    prev_ends = np.concatenate(([np.iinfo(np.int64).min], ends[:-1]))
+    first = writes[np.minimum(np.searchsorted(writes, prev_ends, side="left"), len(writes) - 1)]
+    return np.where((first >= prev_ends) & (first <= sync_starts), first, sync_starts), ends
+
+
+def _requests(cols: dict) -> list[tuple[int, int, int, int]]:
+    """(conn, arrival, read, reply) of each request answered in the window, in reply order per
+    connection; an arrival not seen (a request already queued) is its read."""
+    out, state = [], {}
+    for off, conn, ev, _tid in zip(cols["offset_ns"], cols["conn"], cols["event"], cols["tid"]):
+        s = state.setdefault(conn, [None, None])
+        if ev == 0:  # arrive
+            if s[0] is None and s[1] is None:
+                s[0] = off
+        elif ev == 1:  # recv
+            if s[1] is None:
+                s[1] = off
+                if s[0] is None:
+                    s[0] = off
+        elif s[1] is not None:  # send: the reply to what was read
+            out.append((conn, s[0], s[1], off))
+            state[conn] = [None, None]
+    return out
+
+
+def _role_of_syncs(server: dict) -> tuple[str | None, set]:
+    by_role, tids = Counter(), {}
+    for t in server.get("threads", []):
+        n = sum((t.get("calls", {}).get(c) or {}).get("count", 0) for c in SYNC_CALLS)
+        by_role[t["role"]] += n
+        tids.setdefault(t["role"], set()).add(t["tid"])
+    if not by_role or not max(by_role.values()):
+        return None, set()
+    role = by_role.most_common(1)[0][0]
+    return role, tids[role]
+
+
+def run_durability(server: dict | None) -> dict | None:
+    """One window's durability record (see the module), or None without syncs."""
+    if not server:
+        return None
+    role, tids = _role_of_syncs(server)
+    if role is None:
+        return None
+    starts, ends = _jobs(server, tids)
+    window_s = server["window_ns"] / 1e9
+    rec = {"thread": role, "jobs": int(len(ends)), "jobs_per_s": len(ends) / window_s if window_s else None,
+           "job_ms_p50": float(np.median(ends - starts)) / 1e6 if len(ends) else None,
+           "writes": 0, "writes_per_job": None, "arrival_spread_us": None, "arrival_delay_us": None,
+           "jobs_waited_per_write": None,
+           "cohorts": None, "write_clients": 0}
+    cols = server.get("requests")
+    if not cols or not len(ends):
+        return rec
+    reqs = _requests(cols)
+    per_conn = Counter(r[0] for r in reqs)
+    reqs = [r for r in reqs if per_conn[r[0]] >= MIN_REQUESTS_PER_CONN]
+    if not reqs:
+        return rec
+    arr = np.array(reqs, dtype=np.int64)
+    waited = np.searchsorted(ends, arr[:, 3], side="right") - np.searchsorted(ends, arr[:, 1], side="right")
+    clients = len({r[0] for r in reqs})
+    rec.update(writes=len(reqs), write_clients=clients, jobs_waited_per_write=float(waited.mean()),
+               writes_per_job=len(reqs) / len(ends))
+    rec["cohorts"] = max(1, int(round(clients / rec["writes_per_job"])))
+    # a cohort: the replies one job released, and when their clients' next requests arrived
+    released = np.searchsorted(ends, arr[:, 3], side="right") - 1
+    nxt = {}
+    order = np.lexsort((arr[:, 3], arr[:, 0]))
+    for a, b in zip(order[:-1], order[1:]):
+        if arr[a, 0] == arr[b, 0] and released[a] >= 0:
+            nxt.setdefault(int(released[a]), []).append(int(arr[b, 1]))
+    spreads = [max(v) - min(v) for v in nxt.values() if len(v) >= 2]
+    delays = [min(v) - int(ends[k]) for k, v in nxt.items()]
+    rec["arrival_spread_us"] = float(np.median(spreads)) / 1e3 if spreads else None
+    rec["arrival_delay_us"] = float(np.median(delays)) / 1e3 if delays else None
+    return rec
+
+
+def durability(raws: list[dict]) -> dict | None:
+    """A cell's record over its repeats: the medians of the windows' figures, the jobs a write
+    waited averaged over every write."""
+    per = [d for d in (run_durability(r) for r in raws if r) if d]
+    if not per:
+        return None
+
+    def med(key):
+        vals = [d[key] for d in per if d[key] is not None]
+        return float(np.median(vals)) if vals else None
+    writes = sum(d["writes"] for d in per)
+    waited = (sum(d["jobs_waited_per_write"] * d["writes"] for d in per if d["writes"]) / writes) if writes else None
+    cohorts = med("cohorts")
+    return {"thread": Counter(d["thread"] for d in per).most_common(1)[0][0], "jobs_per_s": med("jobs_per_s"),
+            "job_ms_p50": med("job_ms_p50"), "writes_per_job": med("writes_per_job"),
+            "arrival_spread_us": med("arrival_spread_us"), "arrival_delay_us": med("arrival_delay_us"),
+            "jobs_waited_per_write": waited,
+            "cohorts": int(round(cohorts)) if cohorts is not None else None,
+            "write_clients": int(med("write_clients") or 0), "windows": len(per)}

@@ -1,0 +1,147 @@
+"""The durability record (analysis/durability.py) against a simulation that knows the answer:
+closed-loop clients writing to a server whose durability thread runs one job at a time (it takes
+every write that arrived, optionally only once a gather window has passed since the first), each
+reply sent when its job ends. The simulation emits what the probe would (the arrival, read and
+reply of each request; each job's AOF write and fdatasync) and counts, for each write, the jobs
+that ended while it waited; the analysis sees only the events."""
+import random
+
+import numpy as np
+import pytest
+
+from valkeytrace.analysis.durability import durability, run_durability
+
+
+def simulate(clients=50, job_us=4000, turnaround_us=(30, 230), gather_us=0, seconds=2.0, thread="vt_offload", seed=1,
+             start_spread_us=500):
+    rng = random.Random(seed)
+    ev, req = [], []  # timeline rows; (offset, conn, event, tid)
+    tid = 200 if thread != "main" else 100
+    arrive = sorted((rng.uniform(0, start_spread_us), c) for c in range(clients))
+    pending, t, end_s = list(arrive), 0.0, seconds * 1e6
+    waited, job_ends, busy_until = [], [], 0.0
+    waiting = []  # (arrival, conn)
+    while t < end_s:
+        # next job: after the previous ended, once a write is there (and the gather window passed)
+        pending.sort()
+        if not waiting and not pending:
+            break
+        while pending and pending[0][0] <= busy_until:
+            waiting.append(pending.pop(0))
+        if not waiting:
+            waiting.append(pending.pop(0))
+        first = min(a for a, _ in waiting)
+        start = max(busy_until, first + gather_us)
+        while pending and pending[0][0] <= start:
+            waiting.append(pending.pop(0))
+        end = start + job_us
+        ev.append([int(start * 1e3), 20_000, tid, "aof_write", "call"])
+        ev.append([int((start + 20) * 1e3), int((job_us - 20) * 1e3), tid, "fdatasync", "call"])
+        for a, c in waiting:
+            waited.append(sum(1 for e in job_ends if e > a) + 1)  # jobs that ended while it waited, its own
+            req += [(a, c, 0, 0), (a + 5, c, 1, 100), (end + 10, c, 2, tid)]
+            pending.append((end + 10 + rng.uniform(*turnaround_us), c))
+        job_ends.append(end)
+        waiting, busy_until, t = [], end, end
+    req.sort()
+    cols = {"events": ["arrive", "recv", "send"], "offset_ns": [int(r[0] * 1e3) for r in req],
+            "conn": [r[1] for r in req], "event": [r[2] for r in req], "tid": [r[3] for r in req]}
+    threads = [{"tid": 100, "name": "valkey-server", "role": "main", "calls": {}},
+               {"tid": tid, "name": thread, "role": thread, "calls": {"fdatasync": {"count": len(job_ends)}}}]
+    server = {"window_ns": int(job_ends[-1] * 1e3) + 1, "threads": threads, "requests": cols,
+              "blocked_timeline": {"events": ev}}
+    return server, float(np.mean(waited)), len(job_ends)
+
+
+def test_two_cohorts_wait_two_jobs_and_are_counted():
+    server, truth, jobs = simulate()
+    d = run_durability(server)
+    assert d["thread"] == "vt_offload" and d["jobs"] == jobs
+    assert abs(d["jobs_waited_per_write"] - truth) < 0.02 and 1.8 < truth < 2.1
+    assert d["cohorts"] == 2 and abs(d["writes_per_job"] - 25) < 2
+    assert abs(d["job_ms_p50"] - 4.0) < 0.01
+    assert 100 <= d["arrival_spread_us"] <= 200  # turnarounds spread over 200 µs, half a cohort each
+
+
+@pytest.mark.parametrize("gather_us", [300, 1000])
+def test_a_gather_window_wider_than_the_spread_keeps_one_cohort(gather_us):
+    """Clients that start within the window ride one job each round from then on."""
+    server, truth, _ = simulate(gather_us=gather_us, start_spread_us=100)
+    d = run_durability(server)
+    assert d["cohorts"] == 1 and abs(d["jobs_waited_per_write"] - truth) < 0.02 and truth < 1.1
+    assert abs(d["job_ms_p50"] - 4.0) < 0.01  # the job is the write + fdatasync; the window is not in it
+    assert d["arrival_delay_us"] == pytest.approx(40, abs=15)  # the fastest turnaround after a release
+
+
+def test_cohorts_once_split_stay_split_whatever_the_window():
+    """A window counted from a job's first write cannot merge two cohorts: when a job ends, the
+    other cohort has waited longer than the window. The record says two, as the truth is."""
+    server, truth, _ = simulate(gather_us=300, start_spread_us=2000)
+    d = run_durability(server)
+    assert d["cohorts"] == 2 and abs(d["jobs_waited_per_write"] - truth) < 0.02 and truth > 1.8
+
+
+def test_the_main_thread_baseline_is_the_same_record():
+    server, truth, _ = simulate(thread="main")
+    server["threads"] = [{"tid": 100, "name": "valkey-server", "role": "main",
+                          "calls": {"fdatasync": {"count": 5}}}]
+    for row in server["blocked_timeline"]["events"]:
+        row[2] = 100
+    d = run_durability(server)
+    assert d["thread"] == "main" and abs(d["jobs_waited_per_write"] - truth) < 0.02
+
+
+def test_no_requests_gives_the_jobs_only_and_cells_combine_repeats():
+    server, truth, jobs = simulate(seconds=1.0)
+    bare = dict(server, requests=None)
+    d = run_durability(bare)
+    assert d["jobs"] == jobs and d["jobs_waited_per_write"] is None and d["cohorts"] is None
+    a, _, _ = simulate(seed=2)
+    b, _, _ = simulate(seed=3, gather_us=1000)
+    cell = durability([a, b, None])
+    assert cell["windows"] == 2 and 1.0 < cell["jobs_waited_per_write"] < 2.0
+    assert durability([]) is None and run_durability({"window_ns": 1, "threads": []}) is None
+
+
+class _Op:
+    clients = 50
+
+
+class _Cell:
+    workload, value_size, ops = "write-only", 64, {"SET": _Op()}
+
+    def __init__(self, server):
+        self.server = {"durability": durability([server])}
+
+
+def _sim_set_figures(server):
+    """SET p50 and TPS of a simulated run, from its own requests (arrival to reply)."""
+    cols = server["requests"]
+    by_conn, lat = {}, []
+    for off, conn, ev in zip(cols["offset_ns"], cols["conn"], cols["event"]):
+        if ev == 0:
+            by_conn[conn] = off
+        elif ev == 2 and conn in by_conn:
+            lat.append(off - by_conn.pop(conn))
+    return float(np.median(lat)) / 1e3, len(lat) / (server["window_ns"] / 1e9)
+
+
+@pytest.mark.parametrize("window_us", [500, 1000, 2000])
+def test_the_gather_what_if_predicts_the_simulated_window_from_the_baseline(window_us):
+    """The prediction uses the baseline's record only (two cohorts, no window); the truth is the
+    simulation run with the window."""
+    from valkeytrace.analysis.whatif import predict_gather
+
+    base, _, _ = simulate(thread="main", start_spread_us=100)
+    base["threads"][0]["calls"] = {"fdatasync": {"count": 9}}
+    base["threads"] = base["threads"][:1]
+    for row in base["blocked_timeline"]["events"]:
+        row[2] = 100
+    gathered, _, _ = simulate(gather_us=window_us, start_spread_us=100)
+    p50, tps = _sim_set_figures(gathered)
+    pred = {e["metric"]: e for e in predict_gather(_Cell(base), window_us * 1000)}
+    assert pred["p50_us"]["inputs"]["cohorts"] == 1
+    assert abs(pred["p50_us"]["predicted"] - p50) / p50 < 0.05, (pred["p50_us"]["predicted"], p50)
+    assert abs(pred["tps"]["predicted"] - tps) / tps < 0.05, (pred["tps"]["predicted"], tps)
+    # the window that makes one cohort is the baseline's arrival spread
+    assert pred["p50_us"]["inputs"]["smallest_one_cohort_window_us"] <= 200
