@@ -5,8 +5,10 @@
  * The main thread's AOF write() and fdatasync()/fsync() (on an `*.incr.aof` file, the one the
  * server appends to) return at once; the bytes go, in order, to a queue. A thread of the shim,
  * `vt_offload`, takes everything queued when a sync is due (one job in flight; the queue keeps
- * filling meanwhile and the next job takes all of it; with a gather window, a job starts only once
- * that long has passed since its first write), writes it (short writes completed) and fdatasyncs
+ * filling meanwhile and the next job takes all of it; with a gather window W, a job starts W after
+ * the later of its first write and the previous job's end: counted from the first write alone, one
+ * straggler that missed a job would start the next at once, alone, and the clients released
+ * meanwhile would form a second cohort for good), writes it (short writes completed) and fdatasyncs
  * it through the shim's timed path (shim_io.h: the emulated delay and every tracer see the calls
  * on vt_offload), then marks those bytes durable and delivers the replies that waited for them
  * (offload_conn.h decides which those are, and keeps the witness).
@@ -47,7 +49,6 @@
 #define CLASS_UNKNOWN 0
 #define CLASS_AOF 1
 #define CLASS_OTHER 2
-#define FAIL_GRACE_NS 200000000ull
 #define BLOCKED_MAX 256
 
 struct aof_chunk {
@@ -59,6 +60,7 @@ struct aof_chunk {
 
 static struct aof_chunk *aof_head, *aof_tail; /* under vt_off.mu */
 static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
+static uint64_t last_end_ns;                  /* under vt_off.mu: when the last job ended */
 static pthread_t thread;
 static int started;
 static uint8_t fd_class[MAX_FD];
@@ -119,50 +121,6 @@ static void fail_locked(int err, int kind)
     }
     aof_tail = NULL;
     pthread_cond_broadcast(&vt_off.done);
-}
-
-static void log_line(int fd, const char *msg)
-{
-    char when[64], line[512];
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(when, sizeof(when), "%d %b %Y %H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03d", (int)(ts.tv_nsec / 1000000));
-    int len = snprintf(line, sizeof(line), "%d:M %s # %s\n", (int)getpid(), when, msg);
-    if (len > 0 && vt_real.write(fd, line, (size_t)len) < 0)
-        return;
-}
-
-/* The server never came back to the AOF to meet the error: end it as valkey would have */
-static void exit_as_valkey(void)
-{
-    char msg[400];
-    const char *path = vt_off.control ? vt_off.control->logfile : "";
-    int fd = path[0] ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : 1;
-    if (fd < 0)
-        fd = 1;
-    snprintf(msg, sizeof(msg), "valkeytrace virtual offload: the AOF %s on vt_offload failed (%s) and no AOF write "
-             "came to meet it: the server ends as valkey would", vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC ? "fdatasync" : "write",
-             strerror(vt_off.fail_errno));
-    log_line(fd, msg);
-    if (vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC) {
-        snprintf(msg, sizeof(msg), "Can't persist AOF for fsync error when the AOF fsync policy is 'always': %s. Exiting...",
-                 strerror(vt_off.fail_errno));
-    } else {
-        snprintf(msg, sizeof(msg), "Error writing to the AOF file: %s", strerror(vt_off.fail_errno));
-        log_line(fd, msg);
-        snprintf(msg, sizeof(msg), "Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting...");
-    }
-    log_line(fd, msg);
-    exit(1);
-}
-
-void vt_offload_main_idle(void)
-{
-    if (vt_off.mode && vt_off_failed() && vt_off_on_main_thread() && vt_now_ns() - vt_off.failed_ns > FAIL_GRACE_NS)
-        exit_as_valkey();
 }
 
 /* -- the main thread's AOF writes and syncs --------------------------------------------------- */
@@ -371,9 +329,10 @@ static void *offload_main(void *arg)
             pthread_cond_wait(&vt_off.work, &vt_off.mu);
             continue;
         }
-        if (job && gather && !vt_off.stopping && vt_now_ns() < first_queued_ns + gather) {
+        uint64_t from = first_queued_ns > last_end_ns ? first_queued_ns : last_end_ns;
+        if (job && gather && !vt_off.stopping && vt_now_ns() < from + gather) {
             struct timespec ts;
-            uint64_t left = first_queued_ns + gather - vt_now_ns();
+            uint64_t left = from + gather - vt_now_ns();
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += (time_t)((ts.tv_nsec + left) / 1000000000ull);
             ts.tv_nsec = (long)((ts.tv_nsec + left) % 1000000000ull);
@@ -394,6 +353,7 @@ static void *offload_main(void *arg)
                 vt_stat_add(&vt_off.stats->job_bytes, end - vt_off.stats->durable_bytes);
                 __atomic_store_n(&vt_off.stats->durable_bytes, end, __ATOMIC_RELAXED);
                 vt_off_hist_add(&vt_off.stats->job_ns, vt_now_ns() - t0, 1);
+                last_end_ns = vt_now_ns();
             } else {
                 fail_locked(err, kind);
             }

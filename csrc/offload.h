@@ -4,7 +4,8 @@
  * The hooks return 1 when they took the call.
  *
  * Modules (each calls only those below it; no circle):
- *   shim.c -> offload.c (the AOF queue, the vt_offload thread, close/drain/failure)
+ *   shim.c -> offload.c (the AOF queue, the vt_offload thread, close/drain/failure),
+ *             offload_exit.c (a failure the server never met: valkey's exit)
  *          -> offload_conn.c (client connections: what is held, framing, the witness)
  *          -> offload_state.c (shared state) -> vt_cmds.c (tables) -> vt_resp.c (parsers)
  *   offload.c -> shim_io.c (the timed write and fdatasync the tracers see on vt_offload)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from valkeytrace.errors import VTUsageError
 from valkeytrace.recorder import Settings
 
-EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary")
+EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary", "port")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ServerPlan:
     binary: str | None = None          # --server-binary: another build, the embedded server's settings
     command: tuple = ()                # -- SERVER_COMMAND ...
     attach_pid: int | None = None
+    port: int | None = None            # the embedded server's port (--port or --server-config port=); None: a free one
     as_root: bool = False
     timeout_s: float = 15.0
 
@@ -112,6 +113,8 @@ class RecordPlan:
         s, e = self.server, self.emulation
         if s.command and s.attach_pid:
             raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
+        if s.attach_pid:
+            check_attach_pid(s.attach_pid)
         if e.fsync_delay and not s.launched:
             raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
@@ -144,13 +147,88 @@ class RecordPlan:
                    notes=tuple(d.get("notes") or ()))
 
 
+def _settle_config(config: dict, appendfsync: str, io_threads, port, given) -> tuple:
+    """One source of truth for what both an option and --server-config can set: a setting given
+    both ways must agree (one line otherwise); given only in the config, it is the option's value.
+    The config keeps none of them (the option is what the server is launched with)."""
+    config.pop("", None)
+    for key in list(config):
+        if key.lower() != key or key.startswith("-"):
+            config[key.lower().lstrip("-")] = config.pop(key)
+    for key, opt, value, cast in (("appendfsync", "appendfsync", appendfsync, str),
+                                  ("io-threads", "io_threads", io_threads, int), ("port", "port", port, int)):
+        if key not in config:
+            continue
+        raw = config.pop(key)
+        try:
+            v = cast(raw)
+        except ValueError:
+            raise VTUsageError(f"--server-config {key}={raw}: not a valid {key}") from None
+        if (opt in given or (value is not None and opt != "appendfsync")) and value is not None and v != value:
+            raise VTUsageError(f"--{opt.replace('_', '-')} {value} and --server-config {key}={raw} contradict "
+                               "each other: give one")
+        if key == "appendfsync":
+            appendfsync = v
+        elif key == "io-threads":
+            io_threads = v
+        else:
+            port = v
+    if str(config.get("daemonize", "no")).lower() in ("yes", "1", "true"):
+        raise VTUsageError("--server-config daemonize=yes: valkeytrace runs the server in the foreground to "
+                           "measure and stop it; leave daemonize off")
+    if port is not None and not 0 < port < 65536:
+        raise VTUsageError(f"port {port}: expected 1-65535")
+    return appendfsync, io_threads, port
+
+
+def _refuse_daemonize(argv: list) -> None:
+    """A SERVER_COMMAND that daemonizes would leave its server behind the process valkeytrace
+    watches: refused in one line before anything runs."""
+    for i, a in enumerate(argv):
+        if a.lstrip("-").lower() == "daemonize" and i + 1 < len(argv) and argv[i + 1].lower() in ("yes", "1", "true"):
+            raise VTUsageError("the server command daemonizes (--daemonize yes): valkeytrace runs it in the "
+                               "foreground to measure and stop it; drop --daemonize yes")
+
+
+def _check_memory(sizes, keyspace: int, *clients: int) -> None:
+    """The keyspace of the largest value size (the read-heavy fill, and as much AOF), and a value a
+    client for each connection, must fit in this host's available memory: refused before launch."""
+    import psutil
+
+    need = max(sizes) * (keyspace + sum(clients))
+    avail = psutil.virtual_memory().available
+    if need > avail // 2:
+        raise VTUsageError(f"--sizes {max(sizes)} x --keyspace {keyspace}: the keyspace alone would take "
+                           f"{need / 2**30:.1f} GiB, more than half of the {avail / 2**30:.1f} GiB this host has free; "
+                           "use a smaller --keyspace or value size")
+
+
+def check_attach_pid(pid: int) -> None:
+    """--attach PID names a live valkey or redis server (one line otherwise, before anything starts)."""
+    import psutil
+
+    if pid <= 0:
+        raise VTUsageError(f"--attach {pid}: a process id is a positive number")
+    try:
+        proc = psutil.Process(pid)
+        name, cmd = proc.name(), " ".join(proc.cmdline()[:1])
+    except psutil.NoSuchProcess:
+        raise VTUsageError(f"--attach {pid}: no such process") from None
+    except psutil.AccessDenied:
+        raise VTUsageError(f"--attach {pid}: permission denied (run as its owner or root)") from None
+    if proc.status() == psutil.STATUS_ZOMBIE:
+        raise VTUsageError(f"--attach {pid}: the process has exited")
+    if not any(w in (name + " " + cmd).lower() for w in ("valkey", "redis")):
+        raise VTUsageError(f"--attach {pid}: {name!r} is not a valkey or redis server")
+
+
 def build(*, server_command=(), attach_pid=None, appendfsync="always", io_threads=None, server_binary=None,
           server_config=None, workloads=(), sizes=(64,), repeat=3, duration=10.0, keyspace=100000,
           get_clients=50, set_clients=8, write_clients=50, benchmark_path=None, client_cpus="auto",
           backend="auto", label=None, output=None, block_threshold_us=100.0, inject_spec=None,
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
-          offload_mode=None, offload_gather=None, sensitivity_spec=None, sensitivity_runs=3, measure_overhead=False,
-          embedded_only_given=()) -> RecordPlan:
+          offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
+          sensitivity_runs=3, measure_overhead=False, embedded_only_given=()) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
@@ -162,14 +240,28 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
         raise VTUsageError(f"{given} only shape the embedded server; with a SERVER_COMMAND or --attach, "
                            "configure the server itself")
     if output:
+        if not output.endswith(".vtrace"):
+            raise VTUsageError(f"-o {output}: a recording is written as a .vtrace file (e.g. -o run.vtrace)")
+        if os.path.lexists(output) and not force:
+            raise VTUsageError(f"-o {output} exists: refusing to overwrite it (--force replaces it)")
         outdir = os.path.dirname(os.path.abspath(output))
         if not os.path.isdir(outdir):
             raise VTUsageError(f"-o {output}: directory {outdir} does not exist")
         if not os.access(outdir, os.W_OK):
             raise VTUsageError(f"-o {output}: directory {outdir} is not writable")
+    if workloads and any(w != "none" for w in workloads):
+        _check_memory(sizes, keyspace, write_clients, get_clients, set_clients)
+        if benchmark_path:
+            from valkeytrace.workload.clients import find_client
+
+            find_client(benchmark_path)  # a missing client is refused before any server starts
     if client_cpus not in ("auto", "none"):
         placement.choose(client_cpus, None, 1)  # a bad list is a usage error before any server starts
-    server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=dict(server_config or {}),
+    config = dict(server_config or {})
+    appendfsync, io_threads, port = _settle_config(config, appendfsync, io_threads, port, embedded_only_given)
+    if server_command:
+        _refuse_daemonize(list(server_command))
+    server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
                         as_root=as_root, timeout_s=server_timeout)
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,

@@ -118,9 +118,11 @@ class Recorder:
         """Callbacks marking the measured window for the tracer, the server's own view and the
         host's CPU accounting (run["_cpu"]: snapshots; _host_cpu() turns them into cores)."""
         view = ServerView(self.target)
+        loop = {}
 
         def begin():
             view.begin()
+            loop["begin"] = view.eventloop()
             run["window_start"] = time.time()
             run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
             if self.offload is not None:
@@ -139,6 +141,10 @@ class Recorder:
                     run["offload"] = figures
             metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
+                a, b = loop.get("begin"), view.eventloop()
+                if "eventloop" not in metrics and a and b:  # the server's own count, whatever the tracer
+                    metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b["cycles"] - a["cycles"],
+                                            "duration_us": b["duration_us"] - a["duration_us"]}
                 run["server"] = metrics
             run["server_view"] = view.end()
         return begin, end

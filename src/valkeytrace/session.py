@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from valkeytrace import system
+from valkeytrace import estimate, system
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.plan import RecordPlan
 from valkeytrace.recorder import Recorder
@@ -57,6 +57,11 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     client = find_client(plan.benchmark_path) if loads else None
     for note in plan.notes:
         echo(f"note: {note}")
+    if s.attach_pid and loads:  # the user's live server: say what goes in before anything does
+        mb = max(settings.sizes) * settings.keyspace / 1e6
+        echo(f"note: --attach {s.attach_pid} with --workload: this writes into that server: keys key:000000000000 to "
+             f"key:{settings.keyspace - 1:012d} in database 0 (up to {mb:,.1f} MB of values at {max(settings.sizes)} B, "
+             "replacing any of those keys), and every SET goes to its AOF")
     tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
                          t.socket_writes, delay_control=bool(plan.sensitivity_ns))
 
@@ -66,6 +71,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     old_int = signal.signal(signal.SIGINT, _on_term)
     target = offload = None
     output = plan.output
+    t_start = time.monotonic()
     try:
         env = {**os.environ, **tracer.launch_env()}
         run_as = None if s.as_root else srv.invoking_user()
@@ -84,6 +90,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             target = srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
         else:
             target = srv.EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
+                                        port=s.port,
                                         binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
         server = target.describe()
         if offload is not None:
@@ -142,6 +149,9 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             if failure:
                 document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
         document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
+        first = next((r for r in doc["runs"] if r.get("started_at")), None)
+        launch_s = first["started_at"] - (time.time() - (time.monotonic() - t_start)) if first else None
+        estimate.remember(t.backend, launch_s, doc["runs"])
         try:
             recorder.finish()
         except VTError as exc:

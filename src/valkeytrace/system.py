@@ -34,10 +34,28 @@ def has_bpf_privileges() -> bool:
     return bool(caps & (1 << CAP_BPF)) and bool(caps & (1 << CAP_PERFMON))
 
 
+def _exists(p: Path, is_dir: bool = False) -> bool:
+    """Path.exists/is_dir that take an unreadable directory (tracefs as a user) for absent."""
+    try:
+        return p.is_dir() if is_dir else p.exists()
+    except PermissionError:
+        return False
+
+
 def tracefs_dir() -> Path | None:
-    """The mounted tracefs (the one with events/), or None."""
+    """The mounted tracefs (the one with events/), or None (also when this user cannot read it)."""
     for cand in TRACEFS_CANDIDATES:
-        if Path(cand, "events").is_dir():
+        if _exists(Path(cand, "events"), is_dir=True):
+            return Path(cand)
+    return None
+
+
+def tracefs_unreadable() -> Path | None:
+    """A tracefs mounted but not readable by this user (eBPF needs root), or None."""
+    for cand in TRACEFS_CANDIDATES:
+        try:
+            Path(cand, "events").is_dir()
+        except PermissionError:
             return Path(cand)
     return None
 
@@ -69,17 +87,17 @@ def _mount(fstype: str, path: str) -> bool:
 
 def tracepoint_exists(category: str, event: str) -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and Path(tfs, "events", category, event, "id").exists()
+    return bool(tfs) and _exists(Path(tfs, "events", category, event, "id"))
 
 
 def uprobes_supported() -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and Path(tfs, "uprobe_events").exists()
+    return bool(tfs) and _exists(Path(tfs, "uprobe_events"))
 
 
 def kprobes_supported() -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and Path(tfs, "kprobe_events").exists()
+    return bool(tfs) and _exists(Path(tfs, "kprobe_events"))
 
 
 def kernel_release() -> str:
@@ -295,6 +313,16 @@ def format_cpu_list(cpus) -> str:
     return ",".join(out)
 
 
+def _die_with_parent():  # in the child, after fork and any uid change, before exec
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def own_process_group() -> dict:
     """Popen keyword arguments that put a child (server, benchmark client) in a process group of
     its own, so that Ctrl-C at the terminal reaches valkeytrace only and it stops the child itself,
@@ -303,7 +331,9 @@ def own_process_group() -> dict:
     would a server and client started by hand. Before Python 3.11: a session of its own."""
     import sys
 
-    return {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+    # and SIGTERM when valkeytrace dies, even by SIGKILL: a launched server is never left behind
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+    return {**group, "preexec_fn": _die_with_parent}
 
 
 def release_free_memory() -> None:

@@ -41,8 +41,10 @@ def test_launches_alternate_and_decide_significance(tmp_path):
     assert v["launches"] == [3, 3] and len(v["interval_pct"]) == 2
     assert v["interval_pct"][0] <= v["change_pct"] <= v["interval_pct"][1]
     assert v["rule"].startswith("launches")
-    again = vt("compare", "--launches", "3", *COMMON, "-o", out)
-    assert again.returncode == 2 and "already holds a comparison" in again.stderr
+    again = vt("compare", "--launches", "3", *COMMON, "--candidate-config", "hz=20", "-o", out)
+    assert again.returncode == 0 and "complete: its report" in again.stderr and "Verdict" in again.stdout
+    other = vt("compare", "--launches", "3", *COMMON, "-o", out)
+    assert other.returncode == 2 and "other options" in other.stderr
 
 
 def test_per_side_options_are_refused_in_common(tmp_path):
@@ -72,4 +74,14 @@ def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
         assert any(r["status"] == "ok" for r in doc["runs"]), side
     time.sleep(0.5)
     assert not ({p.pid for p in _servers()} - before), "a server was left running"
+    # the complete launches stay for the same command to resume: it runs only the missing ones
+    kept = sorted(p.name for p in (out / ".launches").glob("*.vtrace"))
+    assert "baseline-1.vtrace" in kept and "candidate-1.vtrace" in kept, kept
+    other = vt("compare", "--launches", "3", *COMMON, "--candidate-config", "hz=20", "-o", out)
+    assert other.returncode == 2 and "other options" in other.stderr
+    again = vt("compare", "--launches", "3", *COMMON, "-o", out, timeout=600)
+    assert again.returncode == 0, again.stderr
+    for side in ("baseline", "candidate"):
+        doc = recfmt.read(out / f"{side}.vtrace")
+        assert sorted({r["launch"] for r in doc["runs"] if r["status"] == "ok"}) == [1, 2, 3], side
     assert not os.path.exists(out / ".launches")

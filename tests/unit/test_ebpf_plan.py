@@ -19,7 +19,7 @@ def make(extra=(), symbols=("beforeSleep", "flushAppendOnlyFile"), fstype="ext4"
 
 def test_defaults_on_ext4_time_fsyncs_at_the_filesystem():
     p = make()
-    assert p.groups == {"calls", "fs", "sched"} and p.fs_sync and not p.loop_uprobe
+    assert p.groups == {"calls", "fs", "sched", "requests"} and p.fs_sync and not p.loop_uprobe
     d = p.defines(1234)
     assert d["TRACE_FS_SYNC"] == 1 and d["TRACE_SYSCALLS"] == 0 and d["TARGET_TGID"] == 1234
 
@@ -45,7 +45,7 @@ def test_printable_program_follows_the_plan():
     a = ebpf_plan.printable_program(make().defines(1), make().groups)
     b = make(ebpf_plan.extra_groups(socket_writes=True))
     assert a != ebpf_plan.printable_program(b.defines(1), b.groups)
-    assert a.startswith("// probe groups: calls, fs, sched\n")
+    assert a.startswith("// probe groups: calls, fs, sched, requests\n")
 
 
 def test_uprobes_for_call_sites_the_loop_sample_and_the_shim():

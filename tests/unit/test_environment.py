@@ -39,4 +39,4 @@ def test_probe_groups_override(monkeypatch):
     monkeypatch.setenv("VALKEYTRACE_PROBES", "calls, sched,bogus")
     assert ebpf_plan.probe_groups(("syscalls",)) == {"calls", "sched"}
     monkeypatch.delenv("VALKEYTRACE_PROBES")
-    assert ebpf_plan.probe_groups(("syscalls",)) == {"calls", "fs", "sched", "syscalls"}
+    assert ebpf_plan.probe_groups(("syscalls",)) == {"calls", "fs", "sched", "requests", "syscalls"}

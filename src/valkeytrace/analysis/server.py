@@ -150,6 +150,10 @@ def summarize_server(raws: list[dict]) -> dict | None:
         entry["schedstat"] = ({"on_cpu_ms": r["sched_ns"]["on_cpu"] / 1e6, "runqueue_ms": r["sched_ns"]["runqueue"] / 1e6}
                               if r["windows"] and r["sched_windows"] == r["windows"] else None)
         entry["wall_ms"] = r["wall_ns"] / 1e6 / max(1, len(r["tids"]))
+        # the role's thread time: each of its threads over each window it was in (launches apart:
+        # a role's threads of two launches are two tids, each there half the time)
+        entry["thread_wall_ms"] = r["wall_ns"] / 1e6
+        entry["threads_per_window"] = round(r["windows"] / len(raws), 2)
         # an fsync still in flight at a window's end is in no histogram yet, but its blocked time is
         entry["blocked_in_sync_ms"] = r["in_sync_ns"] / 1e6
         threads.append(entry)

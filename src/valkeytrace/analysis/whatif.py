@@ -131,8 +131,10 @@ def predict_gather(cell: CellSummary, gather_ns: int) -> list[dict]:
     clients' turnaround D after a release). With W >= S every client's write rides one job (one
     cohort): the job starts W after the first write, so a SET waits from its arrival, on average
     S/2 after the first, to the job's end: p50 = W + J - S/2; one round trip of the whole
-    population takes D + W + J: TPS = clients / (D + W + J). With W < S the cohorts stay as on the
-    baseline (k of them, each job W longer). The smallest window for one cohort is S."""
+    population takes D + W + J: TPS = clients / (D + W + J). The window counts from the later of a
+    job's first write and the previous job's end (csrc/offload.c), so the clients a job released
+    rejoin the next one as long as W >= D + S: the smallest window that keeps one cohort. Below it
+    the cohorts stay as on the baseline (k of them, each job W longer)."""
     d = (cell.server or {}).get("durability") if cell.workload == "write-only" else None
     if not d or "SET" not in cell.ops or not d.get("job_ms_p50") or d.get("arrival_spread_us") is None:
         return []
@@ -140,14 +142,14 @@ def predict_gather(cell: CellSummary, gather_ns: int) -> list[dict]:
     delay, clients = d.get("arrival_delay_us") or 0.0, cell.ops["SET"].clients or d.get("write_clients")
     if not clients:
         return []
-    if w >= spread:
+    if w >= delay + spread:
         cohorts, p50, cycle = 1, w + j - spread / 2, delay + w + j
     else:
         cohorts = d.get("cohorts") or 1
         p50, cycle = cohorts * (w + j), cohorts * (w + j)
     inputs = {"model": "gather_window", "window_us": round(w, 1), "job_us": round(j, 1),
               "arrival_spread_us": round(spread, 1), "arrival_delay_us": round(delay, 1), "cohorts": cohorts,
-              "smallest_one_cohort_window_us": round(spread, 1), "write_clients": clients, "sets_wait_for_fsync": True}
+              "smallest_one_cohort_window_us": round(delay + spread, 1), "write_clients": clients, "sets_wait_for_fsync": True}
     base = {"scenario": "fsync_off_main_thread", "workload": cell.workload, "op": "SET", "value_size": cell.value_size}
     return [{**base, "metric": "p50_us", "predicted": round(p50, 1), "inputs": inputs},
             {**base, "metric": "tps", "predicted": round(clients / cycle * 1e6, 1), "inputs": inputs}]

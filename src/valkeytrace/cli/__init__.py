@@ -16,6 +16,9 @@ class _Group(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except BrokenPipeError:  # `valkeytrace report ... | head`: the reader left; end quietly
+            _quiet_stdout()
+            sys.exit(0)
         except click.UsageError as exc:  # bad option or argument: one line, not click's three
             click.echo(f"valkeytrace: error: {exc.format_message()} (see --help)", err=True)
             sys.exit(EXIT_USAGE)
@@ -35,7 +38,7 @@ class _Group(click.Group):
                 raise
             click.echo(f"valkeytrace: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, BrokenPipeError):
             raise
         except KeyboardInterrupt:
             click.echo("valkeytrace: interrupted", err=True)
@@ -46,6 +49,17 @@ class _Group(click.Group):
             click.echo(f"valkeytrace: internal error: {type(exc).__name__}: {exc} "
                        "(run with --debug for the traceback)", err=True)
             sys.exit(EXIT_RUNTIME)
+
+
+def _quiet_stdout():
+    """stdout's reader is gone: point it at /dev/null so that the interpreter's final flush is silent."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

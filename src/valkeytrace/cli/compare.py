@@ -13,6 +13,7 @@ both sides measured.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -60,6 +61,7 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The baseline as a virtual offload (record --emulate-offload).")
 @click.option("--candidate-emulate-offload", type=click.Choice(["durable", "early-ack"]),
               help="The candidate as a virtual offload (emulated #3381; record --emulate-offload).")
+@click.option("--dry-run", is_flag=True, help="Print both sides' plans and the estimated time, and exit.")
 @click.option("--baseline-offload-gather", metavar="DURATION", help="The baseline's --offload-gather (record).")
 @click.option("--candidate-offload-gather", metavar="DURATION", help="The candidate's --offload-gather (record).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
@@ -69,8 +71,8 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
-            baseline_emulate_offload, candidate_emulate_offload, baseline_offload_gather, candidate_offload_gather,
-            baseline_fsync_sensitivity, **common):
+            baseline_emulate_offload, candidate_emulate_offload, dry_run, baseline_offload_gather,
+            candidate_offload_gather, baseline_fsync_sensitivity, **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     The options below the per-side ones are `record`'s (--workload, --sizes, --repeat, --duration,
@@ -94,35 +96,90 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     if baseline_fsync_sensitivity:
         plans["baseline"] = plans["baseline"].for_side(sensitivity_ns=parse_sensitivity(baseline_fsync_sensitivity),
                                                        sensitivity_runs=-(-3 // launches))
-    if os.path.exists(outdir) and any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
-        raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
+    from valkeytrace import estimate
+    from valkeytrace.cli.record import describe_plan
+
+    order = launch_order(launches)
+    per = {side: estimate.estimate(plans[side].tracer.backend, plans[side].settings.matrix(),
+                                   plans[side].settings.duration_s)["per_launch_s"] for side in SIDES}
+    total_s = sum(per[side] for side, _ in order)
+    if dry_run:
+        for side in SIDES:
+            click.echo(f"{side}:")
+            for line in describe_plan(plans[side], launches)[:-1]:
+                click.echo(f"  {line}")
+        est = {"seconds": total_s, "launches": 2 * launches, "runs": sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
+               "measured": all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1)["measured"] for s in SIDES)}
+        click.echo(f"estimated: {estimate.describe(est)}")
+        return
     parent = os.path.dirname(os.path.abspath(outdir))
     if not os.path.isdir(parent):
         raise VTUsageError(f"-o {outdir}: directory {parent} does not exist")
-    os.makedirs(outdir, exist_ok=True)
     work = os.path.join(outdir, ".launches")
+    state = os.path.join(work, "compare.json")
+    fingerprint = json.dumps({"launches": launches, **{s: json.loads(dataclasses.replace(plans[s], output=None, notes=()).as_json())
+                                                       for s in SIDES}}, sort_keys=True)
+    finished = os.path.join(outdir, ".compare.json")  # the options of the comparison the directory holds
+    sides_there = all(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES)
+    if sides_there and not os.path.exists(state) and os.path.exists(finished):
+        with open(finished) as f:
+            same = f.read() == fingerprint
+        if not same:
+            raise VTUsageError(f"-o {outdir} already holds a comparison made with other options: give a new directory")
+        click.echo(f"{outdir} holds this comparison already, complete: its report", err=True)
+        from valkeytrace.cli.report import report
+
+        ctx.invoke(report, compare_paths=tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES), recordings=(),
+                   fmt=None, output=None, plot_dir=None, labels=None, detail=False)
+        return
+    resuming = os.path.exists(state)
+    if resuming:
+        with open(state) as f:
+            if f.read() != fingerprint:
+                raise VTUsageError(f"-o {outdir} holds an interrupted comparison made with other options: run the same "
+                                   "command to resume it, or give a new directory")
+    elif any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
+        raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
     os.makedirs(work, exist_ok=True)
-    order = launch_order(launches)
+    with open(state, "w") as f:
+        f.write(fingerprint)
     done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
     interrupted = False
     started = time.monotonic()
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[launch]}"),
+                  TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
                   auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
-        task = progress.add_task("launching", total=len(order))
+        task = progress.add_task("launching", total=total_s, launch=f"0/{len(order)}", eta=_clock(total_s))
+        left = total_s
         for i, (side, k) in enumerate(order):
             path = os.path.join(work, f"{side}-{k}.vtrace")
-            progress.update(task, completed=i, description=f"{side} launch {k}")
+            if resuming and _complete(path):
+                done[side].append((k, path))
+                left -= per[side]
+                continue
+            if os.path.exists(path):
+                os.unlink(path)  # a launch cut short: measured again, whole
+            t0 = time.monotonic()
+
+            def tick():
+                el = time.monotonic() - t0
+                progress.update(task, completed=total_s - left + min(el, per[side]), launch=f"{i + 1}/{len(order)}",
+                                eta=_clock(max(0.0, left - el)), description=f"{side} launch {k}")
+            tick()
             plan_path = os.path.join(work, f"{side}-{k}.plan.json")
             with open(plan_path, "w") as f:
                 f.write(dataclasses.replace(plans[side], output=path, notes=()).as_json())
             argv = [sys.executable, "-m", "valkeytrace", "record", "--plan", plan_path]
-            status, err, interrupted = run_launch(argv)
-            if os.path.exists(path):
+            status, err, interrupted = run_launch(argv, tick)
+            took = time.monotonic() - t0
+            left -= per[side]
+            per[side] = 0.5 * per[side] + 0.5 * took  # what this host takes, for the launches still to come
+            left = sum(per[s] for s, _ in order[i + 1:])
+            if _complete(path) or (os.path.exists(path) and not interrupted):
                 done[side].append((k, path))
             if interrupted:
                 break
@@ -132,19 +189,25 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
                     shutil.rmtree(work, ignore_errors=True)
                     raise VTError(f"{side} launch {k} failed: {last.removeprefix('valkeytrace: error: ')}")
                 click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
-        progress.update(task, completed=len(order) if not interrupted else progress.tasks[0].completed)
+        progress.update(task, completed=total_s if not interrupted else progress.tasks[0].completed, eta=_clock(0))
     written = []
-    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in done[s] if os.path.exists(p)], s)
+    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in sorted(done[s]) if os.path.exists(p)], s)
             for s in SIDES}
     if docs["baseline"] and docs["candidate"] and docs["baseline"].get("label") == docs["candidate"].get("label"):
         for s in SIDES:
             docs[s]["label"] = f"{docs[s]['label']} ({s})"
     for s in SIDES:
-        if docs[s] is not None:
+        if docs[s] is not None and any(r.get("status") == "ok" for r in docs[s].get("runs", [])):
             path = os.path.join(outdir, f"{s}.vtrace")
             recfmt.write(path, docs[s])
             written.append(path)
-    shutil.rmtree(work, ignore_errors=True)
+    if interrupted:
+        click.echo(f"interrupted: the launches measured so far stay in {work}; the same command resumes", err=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        if len(written) == 2:
+            with open(os.path.join(outdir, ".compare.json"), "w") as f:
+                f.write(fingerprint)
     took = time.monotonic() - started
     click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done['baseline'])} + {len(done['candidate'])} launches "
                f"in {took:.0f} s", err=True)
@@ -159,7 +222,20 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         raise VTError("one side has no launch measured: nothing to compare")
 
 
-def run_launch(argv: list[str]) -> tuple[int, str, bool]:
+def _complete(path: str) -> bool:
+    """A launch's recording that holds its whole matrix (a resumed compare keeps it)."""
+    try:
+        return os.path.exists(path) and bool(recfmt.read(path).get("complete"))
+    except VTError:
+        return False
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+def run_launch(argv: list[str], tick=None) -> tuple[int, str, bool]:
     """(exit status, stderr, interrupted): one `record` child. Ctrl-C reaches it through the
     terminal's process group, and a SIGINT/SIGTERM sent to this process alone is passed on: the
     child stops cleanly and keeps its runs (exit 130) while this process waits for it, instead
@@ -175,7 +251,13 @@ def run_launch(argv: list[str]) -> tuple[int, str, bool]:
             pass
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _, err = child.communicate()
+        while True:
+            try:
+                _, err = child.communicate(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if tick:
+                    tick()
     finally:
         for s, h in old.items():
             signal.signal(s, h)

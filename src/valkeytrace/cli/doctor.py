@@ -53,6 +53,10 @@ def run_checks() -> list[Check]:
     tfs = system.tracefs_dir()
     if tfs:
         add(Check("tracefs", OK, f"mounted at {tfs}"))
+    elif system.tracefs_unreadable():
+        add(Check("tracefs", NOTE, f"mounted at {system.tracefs_unreadable()}, not readable by this user: eBPF "
+                  "recording needs root (or CAP_BPF+CAP_PERFMON); --backend shim needs no privilege",
+                  "run as root for eBPF, or record --backend shim"))
     else:
         add(Check("tracefs", FAIL, "not mounted", "mount -t tracefs tracefs /sys/kernel/tracing (or doctor --fix)"))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -22,8 +23,14 @@ def export(recording, out, t_from, t_to):
     if t_from is not None and t_to is not None and t_to <= t_from:
         raise VTUsageError("--to must be after --from")
     recfmt.refuse_overwrite(out, [recording], "--perfetto")
+    if os.path.splitext(out)[1].lower() != ".json":
+        raise VTUsageError(f"--perfetto {out}: the trace is written as Chrome trace-event JSON: give a .json file")
     doc = recfmt.read(recording)
     trace = perfetto.build(doc, t_from, t_to)
+    if not any(e["ph"] == "X" for e in trace["traceEvents"]) and t_from is None and t_to is None:
+        backend = (doc.get("settings") or {}).get("backend")
+        raise VTError(f"{recording} holds no timeline to export: its runs were traced with --backend {backend}, "
+                      "which keeps histograms, not events (an eBPF recording keeps each fsync and blocked interval)")
     if t_from is not None or t_to is not None:
         if not sum(1 for e in trace["traceEvents"] if e["ph"] == "X"):
             raise VTUsageError(f"--from {t_from} --to {t_to}: no slice of {recording} falls in that window "

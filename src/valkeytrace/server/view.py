@@ -19,6 +19,16 @@ class ServerView:
             except Exception:
                 pass
 
+    def eventloop(self) -> dict | None:
+        """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
+        try:
+            st = self.server.client().info("stats")
+        except Exception:
+            return None
+        if "eventloop_cycles" not in st:
+            return None
+        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
+
     def end(self) -> dict:
         """What the server itself believes: INFO latencystats (command execution time) and
         LATENCY LATEST (only when the server's latency monitor is enabled)."""

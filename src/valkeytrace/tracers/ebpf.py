@@ -117,6 +117,7 @@ class EbpfTracer(Tracer):
         self._loop_probe = None
         self.names: dict[int, str] = {}
         self.info: dict = {}
+        self._requests_on = False
         self._aof_fds: set[int] = set()
         self._extra: dict[int, int] = {}
         self.untracked_threads: set[int] = set()
@@ -129,12 +130,10 @@ class EbpfTracer(Tracer):
         self._attached = True
         self._tps: list = []
         self._raw_tps: list = []
-        self._info_conn = None
         self._sampler = None
         self._sink = None
         self._sink_cb = None
         self._begin = None
-        self._loop_begin = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:
@@ -351,12 +350,6 @@ class EbpfTracer(Tracer):
         if self.delay_control:
             self.delay_control.close()
         self._stop.set()
-        conn, self._info_conn = self._info_conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass  # the server may be gone already
         if self._sampler is not None:
             self._sampler.join(timeout=5)
             self._sampler = None
@@ -463,24 +456,25 @@ class EbpfTracer(Tracer):
                     break
 
     # -- windows --------------------------------------------------------------------------------
-    def _eventloop(self) -> dict | None:
-        """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
-        try:
-            if self._info_conn is None:
-                self._info_conn = self.target.client()
-            st = self._info_conn.info("stats")
-        except Exception:
-            self._info_conn = None
-            return None
-        if "eventloop_cycles" not in st:
-            return None
-        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
+    REQUEST_PROBES = {"sock_recv_length": "on_sock_recv", "sock_send_length": "on_sock_send",
+                      "sk_data_ready": "on_sk_data_ready"}
 
     def _requests(self, on: bool):
-        """Emit client requests' moments (the probe's requests_on) or not."""
-        if self.bpf is not None and self.info.get("defines", {}).get("TRACE_REQUESTS"):
-            table = self.bpf[b"requests_on"]
-            table[table.Key(0)] = table.Leaf(int(on))
+        """Time client requests (write-only windows) or not: the raw tracepoints are attached for the
+        window only (they fire for every socket I/O on the host), and requests_on gates them."""
+        if self.bpf is None or not self.info.get("defines", {}).get("TRACE_REQUESTS") or on == self._requests_on:
+            return
+        table = self.bpf[b"requests_on"]
+        table[table.Key(0)] = table.Leaf(int(on))
+        for tp, fn in self.REQUEST_PROBES.items():
+            try:
+                if on:
+                    self.bpf.attach_raw_tracepoint(tp=tp.encode(), fn_name=fn.encode())
+                else:
+                    self.bpf.detach_raw_tracepoint(tp=tp.encode())
+            except Exception:
+                pass  # a kernel without one of them: the record says no per-write figures
+        self._requests_on = on
 
     def window_begin(self, requests: bool = False):
         self._requests(requests)
@@ -488,21 +482,13 @@ class EbpfTracer(Tracer):
         self._consume()
         with self._events_lock:
             self._events.clear()
-        # INFO right before the snapshot at both edges, so the two windows match
-        self._loop_begin = self._eventloop()
         self._begin = read_snapshot(self)
 
     def window_end(self) -> dict:
-        loop_end = self._eventloop()
         end = read_snapshot(self)
         self._requests(False)
         self._consume()
         self._refresh()
         with self._events_lock:
             events, self._events = self._events, []
-        out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
-        if self._loop_begin and loop_end:
-            out["eventloop"] = {"source": "INFO stats eventloop_cycles",
-                                "cycles": loop_end["cycles"] - self._loop_begin["cycles"],
-                                "duration_us": loop_end["duration_us"] - self._loop_begin["duration_us"]}
-        return out
+        return window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
