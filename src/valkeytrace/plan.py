@@ -113,8 +113,6 @@ class RecordPlan:
         s, e = self.server, self.emulation
         if s.command and s.attach_pid:
             raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
-        if s.attach_pid:
-            check_attach_pid(s.attach_pid)
         if e.fsync_delay and not s.launched:
             raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
@@ -128,6 +126,8 @@ class RecordPlan:
         if self.sensitivity_ns and not any(SCENARIOS[w].drives_load for w in self.settings.workloads):
             raise VTUsageError("--fsync-sensitivity needs a workload: with --workload none there is no "
                                "client latency to relate to the fsync time")
+        if s.attach_pid:  # options that contradict --attach are refused first: they need no process
+            check_attach_pid(s.attach_pid)
 
     def as_json(self) -> str:
         d = dataclasses.asdict(self)

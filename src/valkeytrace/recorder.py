@@ -120,17 +120,20 @@ class Recorder:
         view = ServerView(self.target)
         loop = {}
 
+        # the server's own event-loop count is read inside the tracer's window (after its begin,
+        # before its end: a tracer's begin and end take tens of ms, thousands of iterations)
         def begin():
             view.begin()
-            loop["begin"] = view.eventloop()
             run["window_start"] = time.time()
             run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
             if self.offload is not None:
                 run["_offload"] = self.offload.snapshot()
             if traced:  # a write-only cell: its requests timed too, for its durability record
                 self.tracer.window_begin(requests=run.get("workload") == "write-only")
+            loop["begin"] = view.eventloop()
 
         def end():
+            loop["end"] = view.eventloop()
             run["window_end"] = time.time()
             run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
             if self.offload is not None:
@@ -141,7 +144,7 @@ class Recorder:
                     run["offload"] = figures
             metrics = self.tracer.window_end() if traced else None
             if metrics is not None:
-                a, b = loop.get("begin"), view.eventloop()
+                a, b = loop.get("begin"), loop.get("end")
                 if "eventloop" not in metrics and a and b:  # the server's own count, whatever the tracer
                     metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b["cycles"] - a["cycles"],
                                             "duration_us": b["duration_us"] - a["duration_us"]}

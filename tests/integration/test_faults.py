@@ -175,9 +175,13 @@ def test_the_format_follows_the_output_extension(tmp_path):
         res = vt("report", str(GOLDEN), "-o", str(out))
         assert res.returncode == 0, res.stderr
         assert probe(out.read_text()), (ext, out.read_text()[:200])
-    out = tmp_path / "forced.md"  # --format wins
+    out = tmp_path / "forced"  # no extension: --format decides
     assert vt("report", str(GOLDEN), "--format", "json", "-o", str(out)).returncode == 0
     json.loads(out.read_text())
+    clash = tmp_path / "clash.md"  # an extension that names another format: refused, nothing written
+    res = vt("report", str(GOLDEN), "--format", "json", "-o", str(clash))
+    assert_one_line_error(res, 2)
+    assert "--format is json" in res.stderr and not clash.exists()
 
 
 def test_nothing_to_report_or_export_is_an_error(tmp_path):
@@ -203,7 +207,7 @@ def test_attach_to_missing_or_non_valkey_process():
     try:
         res = vt("record", "--attach", str(sleeper.pid), *QUICK)
         assert_one_line_error(res, 2)
-        assert "is it valkey-server" in res.stderr
+        assert "'sleep' is not a valkey or redis server" in res.stderr
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -345,7 +349,11 @@ def test_recording_cannot_be_written_disk_full(tmp_path):
         previous.write_bytes(b"previous recording")
         res = vt("record", "--workload", "write-only", "--sizes", "64", "--repeat", "1", "--duration", "1",
                  "--keyspace", "500", "--backend", "none", "-o", str(previous))
-        assert_one_line_error(res, 1)
+        assert_one_line_error(res, 2)  # an existing file is refused before anything runs
+        assert "refusing to overwrite" in res.stderr and previous.read_bytes() == b"previous recording"
+        res = vt("record", "--workload", "write-only", "--sizes", "64", "--repeat", "1", "--duration", "1",
+                 "--keyspace", "500", "--backend", "none", "--force", "-o", str(previous))
+        assert_one_line_error(res, 1)  # --force on a full disk: the write fails, the old file stays
         assert "No space left on device" in res.stderr
         assert previous.read_bytes() == b"previous recording"  # untouched
         assert not [f for f in os.listdir(mnt) if f.endswith(".tmp")]  # temporary file removed
@@ -379,4 +387,4 @@ def test_print_probes_follows_the_probe_options():
         outs[opt] = res.stdout
     assert len(set(outs.values())) == 4
     assert "-DTRACE_SYSCALLS=1" in outs["--socket-writes"] and "-DTRACE_SYSCALLS=0" in outs[""]
-    assert "probe groups: calls, fs, sched, loop" in outs["--loop-sample"]
+    assert "probe groups: calls, fs, sched, requests, loop" in outs["--loop-sample"]
