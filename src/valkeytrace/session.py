@@ -144,7 +144,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             interrupted = True
             document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
         if offload is not None:
-            doc["emulation"]["offload"] = {**voff.summary(e.offload, doc["runs"]), "gather_ns": e.gather_ns}
+            # counters stay in runs[].offload; reports derive the figures (analysis/offload.py)
             failure = offload.failure()
             if failure:
                 document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")

@@ -5,6 +5,7 @@ reply sent when its job ends. The simulation emits what the probe would (the arr
 reply of each request; each job's AOF write and fdatasync) and counts, for each write, the jobs
 that ended while it waited; the analysis sees only the events."""
 import random
+import types
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_no_requests_gives_the_jobs_only_and_cells_combine_repeats():
     a, _, _ = simulate(seed=2)
     b, _, _ = simulate(seed=3, gather_us=1000)
     cell = durability([a, b, None])
-    assert cell["windows"] == 2 and 1.0 < cell["jobs_waited_per_write"] < 2.0
+    assert cell.windows == 2 and 1.0 < cell.jobs_waited_per_write < 2.0
     assert durability([]) is None and run_durability({"window_ns": 1, "threads": []}) is None
 
 
@@ -115,7 +116,7 @@ class _Cell:
     workload, value_size, ops = "write-only", 64, {"SET": _Op()}
 
     def __init__(self, server):
-        self.server = {"durability": durability([server])}
+        self.server = types.SimpleNamespace(durability=durability([server]))
 
 
 def _sim_set_figures(server):

@@ -75,3 +75,34 @@ def test_merged_launches_keep_every_run_tagged():
     assert [r["launch"] for r in m["runs"]] == [1, 2, 3] and m["warnings"] == ["w"] and m["complete"] is False
     assert [x["pid"] for x in m["launches"]] == [11, 12, 13] and merge_launches([], "baseline") is None
     assert "launch" not in docs[0][1]["runs"][0]  # the launch's own document is left as it was
+
+
+def test_the_interval_is_welchs_computed_by_hand():
+    """scipy's Welch interval against the textbook formula (Welch-Satterthwaite df, t quantile)."""
+    from scipy.stats import t as student
+
+    base, cand = [10.0, 10.8, 9.6, 10.3], [7.1, 7.9, 6.6]
+    lb, lc = np.log(base), np.log(cand)
+    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
+    df = (vb + vc) ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
+    d, half = lc.mean() - lb.mean(), student.ppf(0.975, df) * np.sqrt(vb + vc)
+    iv = launches.interval(base, cand)
+    assert iv["interval_pct"] == [round(100 * (np.exp(d - half) - 1), 2), round(100 * (np.exp(d + half) - 1), 2)]
+    assert iv["significant"] and iv["launches"] == [4, 3]
+    same = launches.interval([5.0] * 3, [5.0] * 3)  # no spread: no interval to speak of, no change
+    assert same["interval_pct"] == [0.0, 0.0] and not same["significant"]
+
+
+def test_the_slope_and_its_standard_error_are_least_squares():
+    """The sensitivity line against the closed form: slope Sxy/Sxx, stderr sqrt(SSE/(n-2)/Sxx)."""
+    from valkeytrace.analysis.sensitivity import fit
+
+    x = np.array([0.0, 2000.0, 4000.0, 6000.0])
+    y = 2.1 * x + 9000.0 + np.array([150.0, -90.0, 40.0, -100.0])
+    sxx = ((x - x.mean()) ** 2).sum()
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / sxx
+    sse = ((y - (y.mean() + slope * (x - x.mean()))) ** 2).sum()
+    f = fit(list(zip(x, y)))
+    assert f["slope"] == round(slope, 4) and f["slope_stderr"] == round(float(np.sqrt(sse / 2 / sxx)), 4)
+    assert f["r2"] == round(1 - sse / ((y - y.mean()) ** 2).sum(), 4)
+    assert fit([(0, 5.0), (1, 5.0), (2, 5.0)])["r2"] == 0.0

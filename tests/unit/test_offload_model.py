@@ -1,53 +1,67 @@
-"""The durable offload's figures with known answers: the jobs a SET waited (two cohorts: 2 jobs;
-group commit: 1), the job length from its histogram, SETs per job, and the recording's summary
-taken from the write-only runs."""
+"""The virtual offload's figures (analysis/offload.py) from the counters each run keeps: runs made
+from per-reply waits and per-job lengths drawn at random, the truth computed from those lists
+directly; what is tested is the merging across runs, the exclusion of other cells and of the
+intervention's runs, and what an early-ack or plain recording gives (nothing)."""
 import numpy as np
 
-from valkeytrace.analysis.facts import offload_jobs, offload_sentence
+from valkeytrace.analysis import offload
+from valkeytrace.analysis.facts import offload_sentence
 from valkeytrace.histogram import LatencyHistogram
-from valkeytrace.tracers import offload
+
+rng = np.random.default_rng(7)
+
+
+def _run(waits, job_ms, workload="write-only", size=64, extra=0):
+    """A run's counters as the shim keeps them, from each reply's jobs waited and each job's length."""
+    waits = np.asarray(waits)
+    hist = LatencyHistogram.from_values((np.asarray(job_ms) * 1e6).astype(np.uint64)).to_dict()
+    return {"status": "ok", "workload": workload, "value_size": size, "fsync_extra_delay_ns": extra,
+            "offload": {"jobs": len(job_ms), "released_replies": len(waits), "held_replies": len(waits),
+                        "held_write_replies": len(waits), "jobs_waited_sum": int(waits.sum()),
+                        "jobs_waited": np.bincount(np.minimum(waits, 7), minlength=8).tolist(),
+                        "job_ns": hist, "hold_ns": hist, "early_replies": 0}}
+
+
+def _doc(*runs, mode="durable"):
+    return {"emulation": {"offload": {"mode": mode, "gather_ns": 0}}, "runs": list(runs)}
 
 
 class Cell:
     workload, value_size = "write-only", 64
 
 
-def _run(waited: float, jobs=100, job_ms=4.6, sets=2500, workload="write-only"):
-    hist = LatencyHistogram.from_values(np.full(jobs, int(job_ms * 1e6), dtype=np.uint64)).to_dict()
-    figures = {c: 0 for c in offload.COUNTERS}
-    figures.update(jobs=jobs, released_replies=sets, held_write_replies=sets, held_replies=sets,
-                   jobs_waited_sum=int(waited * sets))
-    figures.update(jobs_waited=[0, int(sets * (2 - waited)), int(sets * (waited - 1)), 0, 0, 0, 0, 0],
-                   job_ns=hist, hold_ns=hist)
-    return {"status": "ok", "workload": workload, "value_size": 64, "offload": figures}
+def test_a_cells_jobs_merge_its_runs_and_nothing_else():
+    a_w, b_w = rng.choice([1, 2, 2, 2], 3000), rng.choice([1, 2], 2000)
+    a_j, b_j = rng.normal(4.6, 0.2, 120), rng.normal(4.4, 0.2, 90)
+    other = _run([5] * 100, [9.0] * 10, workload="read-heavy")
+    wider = _run([5] * 100, [9.0] * 10, size=256)
+    sensitivity = _run([5] * 100, [9.0] * 10, extra=2_000_000)
+    doc = _doc(_run(a_w, a_j), _run(b_w, b_j), other, wider, sensitivity)
+    j = offload.jobs(doc, "write-only", 64)
+    waits, lens = np.concatenate([a_w, b_w]), np.concatenate([a_j, b_j])
+    assert abs(j.jobs_waited_mean - waits.mean()) < 1e-9
+    assert abs(j.job_ms_mean - lens.mean()) < 0.01 * lens.mean()  # the histogram's buckets: within 1%
+    assert abs(j.sets_per_job - len(waits) / len(lens)) < 1e-9 and j.held_replies == len(waits)
+    s = offload_sentence("v", doc, Cell())
+    assert f"each SET waited {waits.mean():.1f} jobs" in s and "two cohorts" in s
 
 
-def _doc(*runs):
-    return {"emulation": {"offload": {"mode": "durable"}}, "runs": list(runs)}
-
-
-def test_two_cohorts_wait_two_jobs():
-    j = offload_jobs(_doc(_run(2.0)), Cell())
-    assert j["jobs_waited_mean"] == 2.0 and abs(j["job_ms_mean"] - 4.6) < 0.05 and j["sets_per_job"] == 25
-    assert abs(j["wait_us"] - 9200) < 100
-    s = offload_sentence("v", _doc(_run(2.0)), Cell())
-    assert "each SET waited 2.0 jobs of 4.60 ms" in s and "two cohorts" in s and "vt_offload" in s
-
-
-def test_group_commit_waits_one_job():
-    s = offload_sentence("v", _doc(_run(1.0)), Cell())
+def test_group_commit_reads_as_one_batch_per_round_trip():
+    s = offload_sentence("v", _doc(_run([1] * 500, [4.5] * 10)), Cell())
     assert "each SET waited 1.0 jobs" in s and "group commit" in s
 
 
-def test_no_figures_outside_a_durable_virtual_offload():
-    assert offload_jobs({"runs": [_run(2.0)]}, Cell()) is None  # not a virtual offload recording
-    early = {"emulation": {"offload": {"mode": "early-ack"}}, "runs": [_run(2.0)]}
-    assert offload_jobs(early, Cell()) is None and offload_sentence("v", early, Cell()) == ""
+def test_nothing_outside_a_durable_virtual_offload():
+    run = _run([2] * 100, [4.0] * 5)
+    assert offload.jobs({"runs": [run]}, "write-only", 64) is None and offload.summary({"runs": [run]}) is None
+    assert offload.jobs(_doc(run, mode="early-ack"), "write-only", 64) is None
+    assert offload_sentence("v", _doc(run, mode="early-ack"), Cell()) == ""
 
 
-def test_the_summary_is_the_write_only_runs():
-    s = offload.summary("durable", [_run(2.0), _run(1.0, workload="read-heavy")])
-    assert s["basis"] == "write-only runs" and s["jobs_waited_mean"] == 2.0
-    assert abs(s["job_ms_p50"] - 4.6) < 0.05 and s["sets_per_job_mean"] == 25
-    assert s["held_replies"] == 5000  # totals over every run
-    assert offload.summary("durable", [_run(1.0, workload="read-heavy")])["basis"] == "all runs"
+def test_the_summary_takes_a_set_from_the_write_only_runs_and_totals_from_all():
+    w, r = _run([2] * 1000, [4.6] * 40), _run([1] * 300, [4.0] * 30, workload="read-heavy")
+    s = offload.summary(_doc(w, r))
+    assert s.basis == "write-only runs" and s.jobs_waited_mean == 2.0 and s.sets_per_job_mean == 25.0
+    assert abs(s.job_ms_p50 - 4.6) < 0.05 and s.totals["held_replies"] == 1300
+    assert s.to_json()["held_replies"] == 1300 and s.to_json()["jobs_waited_mean"] == 2.0
+    assert offload.summary(_doc(r)).basis == "all runs"

@@ -1,8 +1,10 @@
 """Server-side summaries from raw tracer windows: budget arithmetic, role merging."""
+import dataclasses
+
 import numpy as np
 import pytest
 
-from valkeytrace.analysis.server import BUDGET_KEYS, budget, summarize_server
+from valkeytrace.analysis.server import budget, summarize_server
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.roles import thread_role
 
@@ -37,10 +39,10 @@ def test_roles_are_recomputed_from_names_on_analysis():
                         "calls": {"fdatasync": dict(LatencyHistogram.from_values(np.array([10**6], np.uint64)).to_dict(),
                                                     bytes=0)}}]}
     s = summarize_server([raw])
-    assert [t["role"] for t in s["threads"]] == ["bio_aof"]
+    assert [t.role for t in s.threads] == ["bio_aof"]
 
 
-def test_budget_splits_off_cpu_by_cause_and_state_and_sums_to_100():
+def test_budget_splits_off_cpu_by_cause_and_state():
     off = {"fdatasync": {"io": 400, "runnable": 50}, "epoll_wait": {"sleeping": 100},
            "aof_write": {"io": 20}, "other": {"sleeping": 30}}
     b = budget(off, 1000)
@@ -50,7 +52,6 @@ def test_budget_splits_off_cpu_by_cause_and_state_and_sums_to_100():
     assert b["blocked_in_aof_write_pct"] == pytest.approx(2.0)
     assert b["other_blocked_pct"] == pytest.approx(3.0)
     assert b["on_cpu_pct"] == pytest.approx(40.0)
-    assert sum(b[k] for k in BUDGET_KEYS) == pytest.approx(100.0)
 
 
 def test_budget_never_exceeds_wall_and_says_it_scaled():
@@ -76,15 +77,14 @@ def test_summary_merges_repeats_and_io_threads_by_role():
     w2 = {"backend": "ebpf", "window_ns": 10**9, "lost_events": 2, "threads": [
         _thread(1, "valkey-server", "main", [4_200_000] * 100, {"fdatasync": {"io": 4 * 10**8}})]}
     s = summarize_server([w1, w2])
-    m = s["main_thread"]
-    assert m["fdatasync_count"] == 200 and m["wall_ms"] == pytest.approx(2000)
-    assert 4000 <= m["fdatasync_p50_us"] <= 4250
-    assert m["blocked_in_fsync_pct"] == pytest.approx(40.0)
-    assert s["lost_events"] == 2
-    roles = {t["role"]: t for t in s["threads"]}
-    assert roles["io_thread"]["threads"] == 2 and roles["io_thread"]["off_cpu_ms"] == pytest.approx(2.0)
-    assert roles["bio_aof"]["fdatasync"]["count"] == 0
-    assert [t["role"] for t in s["threads"]] == ["main", "bio_aof", "io_thread"]
+    m = s.main_thread
+    assert m.fdatasync_count == 200 and m.wall_ms == pytest.approx(2000)
+    assert 4000 <= m.fdatasync_p50_us <= 4250
+    assert m.blocked_in_fsync_pct == pytest.approx(40.0)
+    assert s.lost_events == 2
+    assert s.role("io_thread").threads == 2 and s.role("io_thread").off_cpu_ms == pytest.approx(2.0)
+    assert s.role("bio_aof").fdatasync.count == 0
+    assert [t.role for t in s.threads] == ["main", "bio_aof", "io_thread"]
 
 
 def test_no_tracer_data_gives_no_server_section():
@@ -98,11 +98,11 @@ def test_on_cpu_is_marked_unmeasured_without_scheduler_data():
     def window(**extra):
         return {"backend": "shim", "window_ns": 10**9, "lost_events": 0, "threads": [
             dict(_thread(1, "valkey-server", "main", [4_000_000] * 10, {"fdatasync": {"io": 4 * 10**7}}), **extra)]}
-    assert summarize_server([window()])["main_thread"]["on_cpu_measured"] is False
+    assert summarize_server([window()]).main_thread.on_cpu_measured is False
     with_sched = window(sched={"on_cpu_ns": 5 * 10**8, "runqueue_ns": 10**8})
-    assert summarize_server([with_sched])["main_thread"]["on_cpu_measured"] is True
+    assert summarize_server([with_sched]).main_thread.on_cpu_measured is True
     ebpf = dict(window(), backend="ebpf", probe={"probe_groups": ["calls", "fs", "sched"]})
-    assert summarize_server([ebpf])["main_thread"]["on_cpu_measured"] is True
+    assert summarize_server([ebpf]).main_thread.on_cpu_measured is True
 
 
 def test_server_table_states_what_its_figures_are():
@@ -116,8 +116,8 @@ def test_server_table_states_what_its_figures_are():
         _thread(1, "valkey-server", "main", [4_000_000] * 10, {"fdatasync": {"io": 13 * 10**8}}),
         _thread(2, "bio_aof", "bio_aof", [2_000_000] * 4)]}
     srv = summarize_server([window])
-    srv["main_thread"].update(loop_iterations=500, loop_iterations_counted=False, loop_iteration_p50_us=90.0,
-                              loop_iteration_p99_us=400.0, aof_flushes=0)
+    srv.main_thread = dataclasses.replace(srv.main_thread, loop_iterations=500, loop_iterations_counted=False,
+                                          loop_iteration_p50_us=90.0, loop_iteration_p99_us=400.0, aof_flushes=0)
     t = server_table("base", SimpleNamespace(server=srv, workload="read-heavy", value_size=64))
     notes = " | ".join(text for text, _ in t["notes"])
     assert "no scheduler data" in notes

@@ -21,6 +21,8 @@ from collections import Counter
 
 import numpy as np
 
+from valkeytrace.analysis.summary import Durability
+
 SYNC_CALLS = ("fdatasync", "fsync")
 MIN_REQUESTS_PER_CONN = 10  # fewer in a window: not a load client (valkeytrace's own INFO, say)
 
@@ -124,7 +126,7 @@ def run_durability(server: dict | None) -> dict | None:
     return rec
 
 
-def durability(raws: list[dict]) -> dict | None:
+def durability(raws: list[dict]) -> Durability | None:
     """A cell's record over its repeats: the medians of the windows' figures, the jobs a write
     waited averaged over every write."""
     per = [d for d in (run_durability(r) for r in raws if r) if d]
@@ -137,9 +139,8 @@ def durability(raws: list[dict]) -> dict | None:
     writes = sum(d["writes"] for d in per)
     waited = (sum(d["jobs_waited_per_write"] * d["writes"] for d in per if d["writes"]) / writes) if writes else None
     cohorts = med("cohorts")
-    return {"thread": Counter(d["thread"] for d in per).most_common(1)[0][0], "jobs_per_s": med("jobs_per_s"),
-            "job_ms_p50": med("job_ms_p50"), "writes_per_job": med("writes_per_job"),
-            "arrival_spread_us": med("arrival_spread_us"), "arrival_delay_us": med("arrival_delay_us"),
-            "jobs_waited_per_write": waited,
-            "cohorts": int(round(cohorts)) if cohorts is not None else None,
-            "write_clients": int(med("write_clients") or 0), "windows": len(per)}
+    return Durability(thread=Counter(d["thread"] for d in per).most_common(1)[0][0], jobs_per_s=med("jobs_per_s"),
+                      job_ms_p50=med("job_ms_p50"), writes_per_job=med("writes_per_job"),
+                      arrival_spread_us=med("arrival_spread_us"), arrival_delay_us=med("arrival_delay_us"),
+                      jobs_waited_per_write=waited, cohorts=int(round(cohorts)) if cohorts is not None else None,
+                      write_clients=int(med("write_clients") or 0), windows=len(per))

@@ -13,12 +13,12 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 """
 from __future__ import annotations
 
-from valkeytrace.analysis import model
+from valkeytrace.analysis import model, offload
 from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
                                         durability_note, durability_sentence, fsync_placement, littles_law,
-                                        offload_jobs, offload_sentence, reply_blocking_sentence, server_view_gap,
+                                        offload_sentence, reply_blocking_sentence, server_view_gap,
                                         set_mechanism, sets_per_fsync)
-from valkeytrace.analysis.tables import (MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, launch_interval, path_bound,
+from valkeytrace.analysis.tables import (MEASURED_OP, MIN_EFFECT, CellSummary, Comparison, path_bound,
                                          significance)
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
@@ -114,12 +114,12 @@ def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
         reps = [{"repeat": None, "p50_us": cell.ops[op].median["p50_us"],
                  "mean_us": cell.ops[op].median.get("mean_us"), "server": cell.server}]
     side = model.median_repeat(reps, most)
-    jobs = offload_jobs(doc, cell) if op == "SET" else None
-    if jobs and jobs["wait_us"]:
+    jobs = offload.jobs(doc, cell.workload, cell.value_size) if op == "SET" else None
+    if jobs and jobs.wait_us:
         # a durable offload: the SET's reply waited for its batch on the offload thread, which the
         # main thread's loop does not show; measured by the shim (jobs waited x their mean length)
         c = side["components"]
-        moved = min(jobs["wait_us"], max(0.0, c["outside_server"]))
+        moved = min(jobs.wait_us, max(0.0, c["outside_server"]))
         c["offload_wait"] += moved
         c["outside_server"] -= moved
     return side
@@ -204,8 +204,8 @@ def cpu_wait_sentence(b: CellSummary, c: CellSummary) -> str:
     contention lands on either: on the main thread it delays every request; on the clients it
     cuts how many requests they keep in flight and the latency of each may not move at all."""
     who_wait = []
-    mb = ((b.server or {}).get("main_thread") or {}).get("waiting_for_cpu_pct")
-    mc = ((c.server or {}).get("main_thread") or {}).get("waiting_for_cpu_pct")
+    mb = b.server.main_thread.waiting_for_cpu_pct if b.server else None
+    mc = c.server.main_thread.waiting_for_cpu_pct if c.server else None
     if mb is not None and mc is not None:
         who_wait.append(("the main thread", mb, mc))
     for key, role in (("measured_client_wait", "measured"), ("background_client_wait", "background")):
@@ -221,16 +221,15 @@ def cpu_wait_sentence(b: CellSummary, c: CellSummary) -> str:
     return out + "."
 
 
-def throughput_sentence(op: str, row_base, row_cand, b: CellSummary, c: CellSummary,
-                        base_doc: dict, cand_doc: dict) -> str:
+def throughput_sentence(op: str, row, b: CellSummary, c: CellSummary, base_doc: dict, cand_doc: dict) -> str:
     """When the latency did not move but the op's throughput did: where the requests went (the
     clients in flight, by Little's law) and who took the host's CPU. '' otherwise."""
-    if significance(row_base, row_cand, "tps") is not True:
+    if row.significant["tps"] is not True:
         return ""
-    tb, tc = row_base.median["tps"], row_cand.median["tps"]
+    tb, tc = row.base.median["tps"], row.cand.median["tps"]
     out = (f" But {op} TPS moved significantly, {tb / 1000:.1f}K/s -> {tc / 1000:.1f}K/s "
            f"({_pct(100 * (tc - tb) / tb)})")
-    mb, mc = row_base.median.get("mean_us"), row_cand.median.get("mean_us")
+    mb, mc = row.base.median.get("mean_us"), row.cand.median.get("mean_us")
     if mb and mc:
         out += f", and the mean latency {_ms(mb)} -> {_ms(mc)} ({_pct(100 * (mc - mb) / mb)}): not the median request"
     lb, lc = littles_law(b).get(op), littles_law(c).get(op)
@@ -280,15 +279,16 @@ def repeats_waiting(cell: CellSummary, op: str) -> str:
     return ", ".join(out)
 
 
-def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: CellSummary,
+def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
                    base_doc: dict, cand_doc: dict, sens: tuple = ((), ())) -> dict | None:
+    row_base, row_cand = row.base, row.cand
     bl, cl = row_base.median.get(metric), row_cand.median.get(metric)
     if bl is None or cl is None:
         return None
     name = metric.replace("_us", "")
-    sig = significance(row_base, row_cand, metric)
+    sig = row.significant[metric]
     observed = cl - bl
-    iv = launch_interval(row_base, row_cand, metric)
+    iv = row.interval[metric]
     if iv is not None:
         lo, hi = iv["interval_pct"]
         judged = (f"{'significant' if sig else 'no significant change'} ({iv['launches'][0]} vs {iv['launches'][1]} "
@@ -300,7 +300,7 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
         judged = significance_sentence(sig, row_base.n, row_cand.n)
     head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + judged + "."
     if sig is False:
-        head += throughput_sentence(op, row_base, row_cand, b, c, base_doc, cand_doc)
+        head += throughput_sentence(op, row, b, c, base_doc, cand_doc)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
         head += spread_sentence(name, metric, row_base, row_cand, base_doc["label"], cand_doc["label"], (b, c))
     sides = [_where(f"Baseline ({base_doc['label']})", b.server), _where(f"Candidate ({cand_doc['label']})", c.server)]
@@ -312,9 +312,9 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     if op == "SET" and metric == "p50_us" and set_mechanism(b, c):
         sides.append(set_mechanism(b, c))
     context = " " + " ".join(sides)
-    evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server["main_thread"]),
+    evidence = {"baseline": {"label": base_doc["label"], metric: bl, "main_thread": _evidence_main(b.server.main_thread),
                              "fsync_by_role": fsync_placement(b.server)},
-                "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(c.server["main_thread"]),
+                "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(c.server.main_thread),
                               "fsync_by_role": fsync_placement(c.server)},
                 "observed_delta_us": observed}
     entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None}
@@ -322,8 +322,8 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
     if metric != "p50_us":
         claim = head + context + (f" The {name} is not modelled: the model is of a typical request (one to three loop "
                                   "iterations); the tail follows the fsync and iteration tails "
-                                  f"(main fdatasync p99 {_ms(b.server['main_thread'].get('fdatasync_p99_us'))} -> "
-                                  f"{_ms(c.server['main_thread'].get('fdatasync_p99_us'))}); "
+                                  f"(main fdatasync p99 {_ms(b.server.main_thread.fdatasync_p99_us)} -> "
+                                  f"{_ms(c.server.main_thread.fdatasync_p99_us)}); "
                                   "record --fsync-sensitivity measures its slope.")
         if sig:
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
@@ -361,8 +361,11 @@ def explain_metric(op: str, metric: str, row_base, row_cand, b: CellSummary, c: 
                   + context)
         if sig and lead[0]["name"] in ("outside_server", "cpu_wait", "on_cpu"):
             claim += host_cpu_sentence(b, c, base_doc["label"], cand_doc["label"])
-    return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "claim": claim,
-            "sides": sides, "evidence": evidence, **entry}
+    finding = ("tail.not_modelled" if metric != "p50_us" else "change.not_modelled" if why_not
+               else f"change.led_by.{entry['leading_component']}" if sig and entry["leading_component"]
+               else {True: "change.significant", False: "change.not_significant"}.get(sig, "change.unknown"))
+    return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "finding": finding,
+            "claim": claim, "sides": sides, "evidence": evidence, **entry}
 
 
 def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, cand_doc: dict,
@@ -378,13 +381,14 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
             continue
         if not (b.server and c.server):
             entries.append({"workload": row.workload, "op": row.op, "value_size": row.value_size,
-                            "metric": "p50_us", "claim": "no server-side trace in one of the recordings "
+                            "metric": "p50_us", "finding": "no_server_trace",
+                            "claim": "no server-side trace in one of the recordings "
                             "(--backend none): the client change cannot be attributed",
-                            "evidence": {}, "explained_share": None, "significant": significance(row.base, row.cand, "p50_us"),
+                            "evidence": {}, "explained_share": None, "significant": row.significant["p50_us"],
                             "components": [], "leading_component": None, "caveats": []})
             continue
         for metric in ("p50_us", "p99_us"):
-            e = explain_metric(row.op, metric, row.base, row.cand, b, c, base_doc, cand_doc, sens)
+            e = explain_metric(row.op, metric, row, b, c, base_doc, cand_doc, sens)
             if e is None:
                 continue
             e["caveats"] = caveats([b, c], [base_doc, cand_doc])
@@ -411,7 +415,7 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, 
     if dur:
         claim += " " + dur[0].upper() + dur[1:] + "."
     return {"workload": row.workload, "op": "SET", "value_size": row.value_size, "metric": "sets_per_fsync",
-            "claim": claim, "evidence": {"baseline": {"set_tps": tb, "sets_per_fsync": sb},
+            "finding": "group_commit", "claim": claim, "evidence": {"baseline": {"set_tps": tb, "sets_per_fsync": sb},
                                          "candidate": {"set_tps": tc, "sets_per_fsync": sc}},
             "explained_share": None, "significant": significance(b.ops["SET"], c.ops["SET"], "tps"),
             "components": [], "leading_component": None, "caveats": [dur] if dur else []}
@@ -448,8 +452,8 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
             if check:
                 claim += " " + check[0].upper() + check[1:]
         entries.append({"workload": cell.workload, "op": op, "value_size": cell.value_size, "metric": "p50_us",
-                        "claim": claim,
-                        "evidence": {"p50_us": lat, "main_thread": _evidence_main(cell.server["main_thread"]),
+                        "finding": "p50.where" if not why_not else "p50.not_modelled", "claim": claim,
+                        "evidence": {"p50_us": lat, "main_thread": _evidence_main(cell.server.main_thread),
                                      "fsync_by_role": fsync_placement(cell.server),
                                      "sets_per_fsync": sets_per_fsync(cell),
                                      "littles_law": littles_law(cell)},

@@ -4,25 +4,29 @@ cell carries, SETs per fsync, durability, and the server's own view (INFO latenc
 """
 from __future__ import annotations
 
+import dataclasses
+
+from valkeytrace.analysis import offload
+from valkeytrace.analysis.summary import MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 
 IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
 
 
-def fsync_placement(server: dict) -> list[dict]:
+def fsync_placement(server: ServerSummary) -> list[dict]:
     """Which thread roles made fdatasync/fsync calls, with counts and rates; a role that completed
     none but was blocked inside one (an fsync longer than the window, on a slow disk) too, with
     count 0 and blocked_ms."""
-    wall_s = (server["main_thread"]["wall_ms"] or 0) / 1000.0
+    wall_s = (server.main_thread.wall_ms or 0) / 1000.0
     out = []
-    for t in server["threads"]:
-        n = t["fdatasync"]["count"] + t["fsync"]["count"]
+    for t in server.threads:
+        n = t.fdatasync.count + t.fsync.count
         if n:
-            p50 = t["fdatasync"]["p50_us"] if t["fdatasync"]["count"] else t["fsync"]["p50_us"]
-            out.append({"role": t["role"], "count": n, "per_s": n / wall_s if wall_s else None, "p50_us": p50})
-        elif (t.get("blocked_in_sync_ms") or 0) >= IN_FLIGHT_MS:
-            out.append({"role": t["role"], "count": 0, "per_s": 0.0, "p50_us": None,
-                        "blocked_ms": t["blocked_in_sync_ms"], "in_flight": True})
+            p50 = t.fdatasync.p50_us if t.fdatasync.count else t.fsync.p50_us
+            out.append({"role": t.role, "count": n, "per_s": n / wall_s if wall_s else None, "p50_us": p50})
+        elif (t.blocked_in_sync_ms or 0) >= IN_FLIGHT_MS:
+            out.append({"role": t.role, "count": 0, "per_s": 0.0, "p50_us": None,
+                        "blocked_ms": t.blocked_in_sync_ms, "in_flight": True})
     return sorted(out, key=lambda x: (-x["count"], -(x.get("blocked_ms") or 0)))
 
 
@@ -50,12 +54,12 @@ def _pct(x: float) -> str:
     return f"{x:+.0f}%".replace("-", "\u2212")
 
 
-def _where(label: str, server: dict, latency_us: float | None = None) -> str:
+def _where(label: str, server: ServerSummary, latency_us: float | None = None) -> str:
     """One sentence: where the fsyncs ran and what the main thread did (and, given a latency,
     how many time-weighted loop iterations it spans)."""
-    m = server["main_thread"]
+    m = server.main_thread
     place = fsync_placement(server)
-    f_pct = (m["blocked_in_fsync_pct"] or 0)
+    f_pct = (m.blocked_in_fsync_pct or 0)
     parts = []
     if any(p["role"] == "main" for p in place):
         p = next(p for p in place if p["role"] == "main")
@@ -73,18 +77,18 @@ def _where(label: str, server: dict, latency_us: float | None = None) -> str:
             parts.append(f"fdatasync runs on {p['role']} ({p['per_s']:.1f}/s, p50 {_ms(p['p50_us'])})")
     if not place:
         parts.append("no thread called fsync in the window")
-    if m.get("loop_iteration_tw_p50_us"):
-        parts.append(f"loop iteration p50 {_ms(m['loop_iteration_tw_p50_us'])} (time-weighted, sampled)"
+    if m.loop_iteration_tw_p50_us:
+        parts.append(f"loop iteration p50 {_ms(m.loop_iteration_tw_p50_us)} (time-weighted, sampled)"
                      + _iterations(latency_us, server))
-    elif m.get("loop_iteration_mean_us") and m.get("loop_iterations_per_s") and m.get("loop_iterations_counted", True):
-        parts.append(f"{m['loop_iterations_per_s']:.0f} loop iterations/s, mean {_ms(m['loop_iteration_mean_us'])}")
-    if (m.get("waiting_for_cpu_pct") or 0) >= 10:
-        parts.append(f"it waited for a CPU {m['waiting_for_cpu_pct']:.0f}% of the time")
+    elif m.loop_iteration_mean_us and m.loop_iterations_per_s and m.loop_iterations_counted:
+        parts.append(f"{m.loop_iterations_per_s:.0f} loop iterations/s, mean {_ms(m.loop_iteration_mean_us)}")
+    if (m.waiting_for_cpu_pct or 0) >= 10:
+        parts.append(f"it waited for a CPU {m.waiting_for_cpu_pct:.0f}% of the time")
     return f"{label}: " + "; ".join(parts) + "."
 
 
-def _iterations(lat_us: float | None, server: dict) -> str:
-    it = server["main_thread"].get("loop_iteration_tw_p50_us")
+def _iterations(lat_us: float | None, server: ServerSummary) -> str:
+    it = server.main_thread.loop_iteration_tw_p50_us
     if not lat_us or not it:
         return ""
     return f"; the client latency spans {lat_us / it:.1f} loop iterations"
@@ -142,15 +146,15 @@ def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
             out.append(f"{doc['label']}: the hypervisor took more than {STEAL_CAVEAT:.0%} of the server's CPU time "
                        "(steal: in the main thread's on-CPU time by its context switches, not in schedstat's; "
                        "--detail has the figures)")
-        if cell.server and (cell.server["main_thread"].get("waiting_for_cpu_pct") or 0) >= 20:
+        if cell.server and (cell.server.main_thread.waiting_for_cpu_pct or 0) >= 20:
             out.append(f"{doc['label']}: the main thread waited for a CPU "
-                       f"{cell.server['main_thread']['waiting_for_cpu_pct']:.0f}% of the time (CPU-bound host)")
+                       f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)")
     return out
 
 
 def offload_mode(doc: dict) -> str | None:
     """'durable' or 'early-ack' for a virtual offload recording (record --emulate-offload), else None."""
-    return (((doc.get("emulation") or {}).get("offload")) or {}).get("mode")
+    return offload.mode(doc)
 
 
 def fsync_off_main(doc: dict) -> bool:
@@ -179,11 +183,9 @@ def durability_note(base_doc: dict, cand_doc: dict) -> str | None:
             "offload do): SET rows are not comparable for durability")
 
 
-def _evidence_main(m: dict) -> dict:
-    keys = ("wall_ms", "fdatasync_count", "fdatasync_p50_us", "fdatasync_p99_us", "on_cpu_pct",
-            "blocked_in_fsync_pct", "blocked_in_aof_write_pct", "waiting_for_cpu_pct", "idle_pct",
-            "other_blocked_pct", "loop_iterations", "loop_iteration_p50_us", "loop_iteration_tw_p50_us")
-    return {k: m.get(k) for k in keys}
+def _evidence_main(m: MainThread) -> dict:
+    """The main thread's figures an explanation entry keeps as evidence: its scalars."""
+    return {k: v for k, v in dataclasses.asdict(m).items() if not isinstance(v, (dict, list)) and v is not None}
 
 
 MIN_FSYNCS_FOR_RATIO = 20  # fewer fsyncs in the windows than this: SETs per fsync is not a figure
@@ -222,40 +224,16 @@ def server_view_gap(runs: list[dict], cell: CellSummary) -> dict | None:
                       "event loop (and the fsync in it) before the command runs and before its reply is written")}
 
 
-def offload_jobs(doc: dict, cell: CellSummary) -> dict | None:
-    """A durable virtual offload's jobs as the cell's replies met them: {"jobs_waited_mean",
-    "job_ms_mean", "job_ms_p50", "sets_per_job", "wait_us"} from the cell's runs (record
-    --emulate-offload durable), or None."""
-    if offload_mode(doc) != "durable":
-        return None
-    runs = [r["offload"] for r in doc.get("runs", []) if r.get("status") == "ok" and r.get("offload")
-            and r["workload"] == cell.workload and r["value_size"] == cell.value_size
-            and not r.get("fsync_extra_delay_ns")]
-    released = sum(o["released_replies"] for o in runs)
-    jobs = sum(o["jobs"] for o in runs)
-    if not released or not jobs:
-        return None
-    from valkeytrace.histogram import LatencyHistogram
-
-    h = LatencyHistogram.merged(LatencyHistogram.from_dict(o["job_ns"]) for o in runs)
-    waited = sum(o["jobs_waited_sum"] for o in runs) / released
-    job_ms = h.sum_ns / h.count / 1e6 if h.count else None
-    return {"jobs_waited_mean": waited, "job_ms_mean": job_ms, "job_ms_p50": h.percentile(50) / 1e6 if h.count else None,
-            "sets_per_job": sum(o.get("held_write_replies", o.get("released_after_write", 0)) for o in runs) / jobs,
-            "held_replies": sum(o["held_replies"] for o in runs),
-            "wait_us": waited * job_ms * 1000 if job_ms else None}
-
-
 def offload_sentence(label: str, doc: dict, cell: CellSummary) -> str:
     """What a SET waited for under a durable virtual offload, measured: '' elsewhere."""
-    j = offload_jobs(doc, cell)
-    if not j or j["job_ms_mean"] is None:
+    j = offload.jobs(doc, cell.workload, cell.value_size)
+    if not j or j.job_ms_mean is None:
         return ""
-    w = j["jobs_waited_mean"]
+    w = j.jobs_waited_mean
     how = ("the clients answer in two cohorts: a SET that arrives while a job is in flight waits it out, then "
            "its own" if w >= 1.5 else "one batch per round trip: group commit")
-    return (f"{label}: each SET waited {w:.1f} jobs of {j['job_ms_mean']:.2f} ms (a batch's write + fdatasync on "
-            f"vt_offload; {j['sets_per_job']:.1f} SETs a job, {j['held_replies']:,} replies held): {how}.")
+    return (f"{label}: each SET waited {w:.1f} jobs of {j.job_ms_mean:.2f} ms (a batch's write + fdatasync on "
+            f"vt_offload; {j.sets_per_job:.1f} SETs a job, {j.held_replies:,} replies held): {how}.")
 
 
 def reply_blocking_sentence(label: str, doc: dict, cell: CellSummary) -> str:
@@ -313,31 +291,31 @@ def _cohort_words(k: int | None, unit: str) -> str:
 
 def durability_sentence(label: str, cell: CellSummary) -> str:
     """What a write waited for, from the kernel's durability record (analysis/durability.py)."""
-    d = (cell.server or {}).get("durability")
-    if not d or d.get("jobs_waited_per_write") is None or not d.get("job_ms_p50"):
+    d = cell.server.durability if cell.server else None
+    if not d or d.jobs_waited_per_write is None or not d.job_ms_p50:
         return ""
-    unit = "fsync cycle" if d["thread"] == "main" else "job"
-    spread = d.get("arrival_spread_us")
-    return (f"{label}: each SET waited {d['jobs_waited_per_write']:.1f} {unit}s of {d['job_ms_p50']:.2f} ms on "
-            f"{d['thread']} ({d['jobs_per_s']:.0f}/s, {d['writes_per_job']:.1f} writes {'an' if unit[0] == 'f' else 'a'} {unit}"
+    unit = "fsync cycle" if d.thread == "main" else "job"
+    spread = d.arrival_spread_us
+    return (f"{label}: each SET waited {d.jobs_waited_per_write:.1f} {unit}s of {d.job_ms_p50:.2f} ms on "
+            f"{d.thread} ({d.jobs_per_s:.0f}/s, {d.writes_per_job:.1f} writes {'an' if unit[0] == 'f' else 'a'} {unit}"
             + (f"; a released cohort's next writes arrive within {spread:.0f} µs" if spread is not None else "")
-            + f", from the kernel's timestamps): {_cohort_words(d.get('cohorts'), unit)}.")
+            + f", from the kernel's timestamps): {_cohort_words(d.cohorts, unit)}.")
 
 
 def set_mechanism(b: CellSummary, c: CellSummary) -> str:
     """Which of the SET's possible mechanisms the two sides show: the cohorts (how many jobs a
     write waits) or each job's length (a faster fsync), or neither."""
-    db, dc = (b.server or {}).get("durability"), (c.server or {}).get("durability")
-    if not db or not dc or db.get("jobs_waited_per_write") is None or dc.get("jobs_waited_per_write") is None:
+    db, dc = (b.server.durability if b.server else None), (c.server.durability if c.server else None)
+    if not db or not dc or db.jobs_waited_per_write is None or dc.jobs_waited_per_write is None:
         return ""
-    wb, wc = db["jobs_waited_per_write"], dc["jobs_waited_per_write"]
-    jb, jc = db["job_ms_p50"], dc["job_ms_p50"]
-    if db.get("cohorts") != dc.get("cohorts") or abs(wc - wb) >= 0.3:
-        what = (f"the cohorts ({db.get('cohorts')} -> {dc.get('cohorts')}): a write waits {wb:.1f} -> {wc:.1f} "
+    wb, wc = db.jobs_waited_per_write, dc.jobs_waited_per_write
+    jb, jc = db.job_ms_p50, dc.job_ms_p50
+    if db.cohorts != dc.cohorts or abs(wc - wb) >= 0.3:
+        what = (f"the cohorts ({db.cohorts} -> {dc.cohorts}): a write waits {wb:.1f} -> {wc:.1f} "
                 f"of them, each {jb:.2f} -> {jc:.2f} ms")
     elif abs(jc - jb) >= 0.15 * jb:
         what = f"each job's length ({jb:.2f} -> {jc:.2f} ms, a faster fsync), {wb:.1f} -> {wc:.1f} a write"
     else:
         what = (f"neither: a write waits {wb:.1f} -> {wc:.1f} jobs of {jb:.2f} -> {jc:.2f} ms, the same "
-                f"{_cohort_words(dc.get('cohorts'), 'job').split(':')[0]}")
+                f"{_cohort_words(dc.cohorts, 'job').split(':')[0]}")
     return f"The SET's mechanism: {what}. For reference, {seed_set_reading()}."

@@ -11,6 +11,8 @@ single-launch recording keeps the repeats' rule (tables.significance). Pure.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 MIN_LAUNCHES = 3
@@ -33,18 +35,17 @@ def interval(base: list[float], cand: list[float]) -> dict | None:
     of the launch figures, or None below MIN_LAUNCHES a side (or a figure <= 0)."""
     if len(base) < MIN_LAUNCHES or len(cand) < MIN_LAUNCHES or min(base) <= 0 or min(cand) <= 0:
         return None
-    from scipy.stats import t as student
+    from scipy.stats import ttest_ind
 
     lb, lc = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(cand, dtype=float))
-    diff = lc.mean() - lb.mean()
-    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
-    se = float(np.sqrt(vb + vc))
-    if se == 0:
+    diff = float(lc.mean() - lb.mean())
+    if lb.var() == 0 and lc.var() == 0:  # no spread on either side: Welch's t is undefined
         lo = hi = diff
     else:
-        df = (vb + vc) ** 2 / ((vb ** 2 / (len(lb) - 1) if vb else 0) + (vc ** 2 / (len(lc) - 1) if vc else 0))
-        q = float(student.ppf((1 + LEVEL) / 2, df))
-        lo, hi = diff - q * se, diff + q * se
+        with warnings.catch_warnings():  # launches alike to the last digits: scipy warns of precision
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ci = ttest_ind(lc, lb, equal_var=False).confidence_interval(LEVEL)
+        lo, hi = float(ci.low), float(ci.high)
     pct = lambda x: round(100.0 * (float(np.exp(x)) - 1.0), 2)  # noqa: E731
     return {"change_pct": pct(diff), "interval_pct": [pct(lo), pct(hi)], "significant": bool(lo > 0 or hi < 0),
             "launches": [len(lb), len(lc)]}

@@ -68,6 +68,8 @@ contributions to a change add up to the change.
 """
 from __future__ import annotations
 
+from valkeytrace.analysis.summary import BUDGET, ServerSummary
+
 VALLEY = 0.25  # a p50 between the paths this far (in units) from the mean's path contradicts it
 MIN_FSYNC_CYCLES_PER_S = 10.0  # main-thread fsyncs this frequent are the loop's cycle; rarer ones are stalls
 ITERATIONS_PER_REQUEST = 2.0
@@ -82,21 +84,22 @@ LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blo
           "other_blocked": "main thread blocked elsewhere",
           "offload_wait": "waiting for its batch's write + fdatasync off the main thread",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
-_BUDGET = {"aof_write": "blocked_in_aof_write_pct", "cpu_wait": "waiting_for_cpu_pct",
-           "on_cpu": "on_cpu_pct", "other_blocked": "other_blocked_pct"}
+# the main thread's busy components by the budget category that measures them (analysis/summary.py)
+_BUDGET = {c.component: c.name for c in BUDGET if c.component and c.component != "fsync"}
+_FSYNC = next(c.name for c in BUDGET if c.component == "fsync")
 
 
-def unmodelled_reason(server: dict | None) -> str | None:
+def unmodelled_reason(server: ServerSummary | None) -> str | None:
     """Why a cell's server side cannot be modelled (None when it can)."""
     if not server:
         return "no server-side trace (--backend none)"
-    m = server["main_thread"]
-    if not m.get("wall_ms"):
+    m = server.main_thread
+    if not m.wall_ms:
         return "no measured window"
-    if not m.get("loop_iterations") or not m.get("loop_iterations_counted", True):
+    if not m.loop_iterations or not m.loop_iterations_counted:
         return ("no count of the main thread's event-loop iterations (the server's INFO has no "
                 "eventloop_cycles, and only a sample of iterations was seen)")
-    if m.get("on_cpu_pct") is None:
+    if m.on_cpu_pct is None:
         return "no main-thread time budget"
     return None
 
@@ -108,20 +111,20 @@ def max_iterations(doc: dict) -> float:
     return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
 
 
-def loop_cycle(server: dict, spread_stalls: bool = True) -> dict:
+def loop_cycle(server: ServerSummary, spread_stalls: bool = True) -> dict:
     """The unit a request waits out (module docstring): the fsync cycle when the main thread
     fsyncs as part of its loop, else one iteration; per unit, the fsync time and each busy cause's
     time (µs), without the long stalls of an interruption unless spread_stalls; and those stalls
     ({component: {"count", "sum_ms", ...}}, the blocked timeline's)."""
-    m = server["main_thread"]
-    wall_us = m["wall_ms"] * 1000.0
-    iters = float(m["loop_iterations"])
-    n_f = float(min((m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0), iters))
+    m = server.main_thread
+    wall_us = m.wall_ms * 1000.0
+    iters = float(m.loop_iterations)
+    n_f = float(min((m.fdatasync_count or 0) + (m.fsync_count or 0), iters))
     regular = bool(n_f) and wall_us > 0 and n_f / (wall_us / 1e6) >= MIN_FSYNC_CYCLES_PER_S
     units = n_f if regular else iters
-    total = {"fsync": wall_us * (m.get("blocked_in_fsync_pct") or 0) / 100.0,
-             **{c: wall_us * (m.get(k) or 0) / 100.0 for c, k in _BUDGET.items()}}
-    stalls = {} if spread_stalls else {c: st for c, st in (m.get("stalls") or {}).items()
+    total = {"fsync": wall_us * (getattr(m, _FSYNC) or 0) / 100.0,
+             **{c: wall_us * (getattr(m, k) or 0) / 100.0 for c, k in _BUDGET.items()}}
+    stalls = {} if spread_stalls else {c: st for c, st in (m.stalls or {}).items()
                                        if c in STALLS and st.get("count") and not (c == "fsync" and regular)}
     for c, st in stalls.items():
         total[c] = max(0.0, total[c] - st["sum_ms"] * 1000.0)
@@ -179,12 +182,12 @@ def stall_components(stalls: dict, wall_ms: float, meet: dict | None) -> dict:
             "met_share": round(total, 3), "how": "above the median"}
 
 
-def request_iterations(server: dict, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST,
+def request_iterations(server: ServerSummary, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST,
                        p50_us: float | None = None) -> dict:
     """k, the loop units the median request spends in the server (module docstring), with what it
     was made of: the mean's path, or the p50's own position between the paths when the p50
     contradicts it (or there is no mean)."""
-    cyc = loop_cycle(server) if server["main_thread"].get("loop_iterations") else None
+    cyc = loop_cycle(server) if server.main_thread.loop_iterations else None
     unit = cyc["duration_us"] if cyc else None
     out = {"k": most, "most": most, "quick": False, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
            "shorter_path_share": None, "p50_in_units": None, "unit_us": round(unit, 1) if unit else unit,
@@ -206,7 +209,7 @@ def request_iterations(server: dict, mean_us: float | None, most: float = ITERAT
     return out
 
 
-def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
+def server_residence(server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
                      quick: bool = False) -> dict:
     """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS):
     k loop units, each split by cause, and the long stalls as the median request met them (meet:
@@ -216,7 +219,7 @@ def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict
     cyc = loop_cycle(server, spread_stalls=not meet)
     if quick:
         cyc = plain_iterations(cyc)
-    met = stall_components(cyc["stalls"], server["main_thread"]["wall_ms"], meet)
+    met = stall_components(cyc["stalls"], server.main_thread.wall_ms, meet)
     if cyc["stalls"] and not met["how"]:  # no way to weigh them: spread, as before
         cyc, met = loop_cycle(server), {"components": {}, "met_share": None, "how": None}
         if quick:
@@ -231,10 +234,10 @@ def server_residence(server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict
                        "stalls": {c: {"count": st["count"], "mean_ms": round(st["sum_ms"] / st["count"], 3),
                                       "per_request_us": round(res.get(c, 0.0), 1)} for c, st in cyc["stalls"].items()},
                        "stalls_met_share": met["met_share"], "stalls_weighed": met["how"],
-                       "wall_ms": server["main_thread"]["wall_ms"]}}
+                       "wall_ms": server.main_thread.wall_ms}}
 
 
-def decompose(latency_us: float, server: dict, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
+def decompose(latency_us: float, server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
               quick: bool = False) -> dict:
     """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
     res = server_residence(server, k, meet, quick)

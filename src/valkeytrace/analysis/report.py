@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from valkeytrace.analysis import distributions, explain, facts, sensitivity, verdict, whatif
+from valkeytrace.analysis import distributions, explain, facts, offload, sensitivity, verdict, whatif
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
@@ -40,7 +40,10 @@ class AnalysedRun:
 
     @property
     def emulation_spec(self) -> dict | None:
-        return self.doc.get("emulation")
+        """The recording's emulation, its virtual offload's figures derived here (analysis/offload.py)."""
+        emu = self.doc.get("emulation")
+        s = offload.summary(self.doc)
+        return emu if s is None else {**emu, "offload": s.to_json()}
 
     @property
     def client(self) -> dict:

@@ -13,22 +13,25 @@ from valkeytrace.analysis.verdict import reliable
 MIN_POINTS = 3
 
 
-def _fsync_p50(server: dict | None, role: str) -> float | None:
-    for t in (server or {}).get("threads", []):
-        if t["role"] == role:
-            call = t["fdatasync"] if t["fdatasync"]["count"] else t["fsync"]
-            return call["p50_us"] if call["count"] else None
-    return None
+def _fsync_p50(server, role: str) -> float | None:
+    t = server.role(role) if server else None
+    if t is None:
+        return None
+    call = t.fdatasync if t.fdatasync.count else t.fsync
+    return call.p50_us if call.count else None
 
 
 def fit(points: list[tuple[float, float]]) -> dict:
+    """The least-squares line (scipy.stats.linregress) with its standard error and R²."""
+    from scipy.stats import linregress
+
     x = np.array([p[0] for p in points], dtype=float)
     y = np.array([p[1] for p in points], dtype=float)
-    slope, intercept = np.polyfit(x, y, 1)
-    resid = y - (slope * x + intercept)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 0.0
-    return {"slope": round(float(slope), 4), "intercept_us": round(float(intercept), 1), "r2": round(r2, 4)}
+    if np.ptp(y) == 0:  # a flat line: linregress's R² is undefined
+        return {"slope": 0.0, "slope_stderr": 0.0, "intercept_us": round(float(y[0]), 1), "r2": 0.0}
+    r = linregress(x, y)
+    return {"slope": round(float(r.slope), 4), "slope_stderr": round(float(r.stderr), 4),
+            "intercept_us": round(float(r.intercept), 1), "r2": round(float(r.rvalue) ** 2, 4)}
 
 
 def sensitivity(doc: dict) -> list[dict]:
@@ -46,8 +49,7 @@ def sensitivity(doc: dict) -> list[dict]:
         at = [(lvl, by_level[lvl].get(key)) for lvl in levels]
         at = [(lvl, c) for lvl, c in at if c is not None and op in c.ops and c.server]
         cells = [c for _, c in at]
-        roles = sorted({t["role"] for c in cells for t in c.server["threads"]
-                        if t["fdatasync"]["count"] or t["fsync"]["count"]})
+        roles = sorted({t.role for c in cells for t in c.server.threads if t.fdatasync.count or t.fsync.count})
         for role in roles:
             # the mean beside the percentiles: a run's p50 can lie on another path of the server
             # (1 run in 9 here: GET-only rounds answered with no fsync), its mean cannot (Little's

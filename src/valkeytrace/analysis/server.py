@@ -18,52 +18,48 @@ from collections import defaultdict
 
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.analysis.durability import durability
+from valkeytrace.analysis.summary import (BUDGET, SYNC_CALLS, TIMED_CALLS, CallStats, CrossCheck, MainThread,
+                                          ServerSummary, ThreadRole, budget_category)
 from valkeytrace.roles import ROLES, thread_role
 
-CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
-SYNC_CALLS = ("fdatasync", "fsync")
-BUDGET_KEYS = ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",
-               "waiting_for_cpu_pct", "idle_pct", "other_blocked_pct")
-CAUSE_TO_BUDGET = {"fdatasync": "blocked_in_fsync_pct", "fsync": "blocked_in_fsync_pct",
-                   "aof_write": "blocked_in_aof_write_pct", "epoll_wait": "idle_pct"}
+CALLS = TIMED_CALLS
 
 
 def _hist(rec: dict | None) -> LatencyHistogram:
     return LatencyHistogram.from_dict(rec) if rec else LatencyHistogram()
 
 
-def call_summary(h: LatencyHistogram, nbytes: int = 0) -> dict:
+def call_summary(h: LatencyHistogram, nbytes: int = 0) -> CallStats:
     if not h.count:
-        return {"count": 0, "p50_us": None, "p99_us": None, "max_us": None, "total_ms": 0.0, "bytes": nbytes}
+        return CallStats(bytes=nbytes)
     p50, p99 = h.percentiles([50, 99])
-    return {"count": h.count, "p50_us": p50 / 1e3, "p99_us": p99 / 1e3, "max_us": h.max_ns / 1e3,
-            "total_ms": h.sum_ns / 1e6, "bytes": nbytes}
+    return CallStats(count=h.count, p50_us=p50 / 1e3, p99_us=p99 / 1e3, max_us=h.max_ns / 1e3,
+                     total_ms=h.sum_ns / 1e6, bytes=nbytes)
 
 
 def budget(off_cpu_ns: dict, wall_ns: int) -> dict:
-    """The six main-thread percentages from {cause: {state: ns}} over wall_ns."""
-    ns = dict.fromkeys(BUDGET_KEYS, 0.0)
+    """The budget's percentages (analysis/summary.BUDGET, by field name) from {cause: {state: ns}}
+    over wall_ns, and off_cpu_over_wall_pct when the intervals exceeded the window."""
+    ns = {c.name: 0.0 for c in BUDGET}
     for cause, by_state in off_cpu_ns.items():
         for state, v in by_state.items():
-            if state == "runnable":
-                ns["waiting_for_cpu_pct"] += v
-            else:
-                ns[CAUSE_TO_BUDGET.get(cause, "other_blocked_pct")] += v
+            ns[budget_category(cause, state).name] += v
+    on_cpu = BUDGET[0].name  # the rest of the wall
     off = sum(ns.values())
     if wall_ns <= 0:
-        return {**{k: None for k in BUDGET_KEYS}, "off_cpu_over_wall_pct": None}
+        return {**{k: None for k in ns}, "off_cpu_over_wall_pct": None}
     over = None
     if off > wall_ns:  # edge effects: never report more than the wall (and say it was scaled)
         over = 100.0 * off / wall_ns
         scale = wall_ns / off
         ns = {k: v * scale for k, v in ns.items()}
         off = wall_ns
-    ns["on_cpu_pct"] = wall_ns - off
+    ns[on_cpu] = wall_ns - off
     return {**{k: 100.0 * v / wall_ns for k, v in ns.items()}, "off_cpu_over_wall_pct": over}
 
 
-def summarize_server(raws: list[dict]) -> dict | None:
-    """Merge the raw `server` dicts of a cell's repeats into the report's server section."""
+def summarize_server(raws: list[dict]) -> ServerSummary | None:
+    """Merge the raw `server` dicts of a cell's repeats into the report's server summary."""
     raws = [r for r in raws if r]
     if not raws:
         return None
@@ -108,7 +104,6 @@ def summarize_server(raws: list[dict]) -> dict | None:
                     r["off_cpu_ns"][state] += v
                     if role == "main":
                         main_off[cause][state] += v
-    stalls = main_stalls(raws)
     loop = main_calls["loop_iteration"]
     # the server's own count (INFO eventloop_cycles) when every window has it: the eBPF backend
     # probes beforeSleep for a sample of the time only, so its histogram is a sample
@@ -121,57 +116,49 @@ def summarize_server(raws: list[dict]) -> dict | None:
         iterations, mean_us = loop.count, (loop.sum_ns / loop.count / 1e3 if loop.count else None)
         # the shim sees every iteration (epoll_wait returns); the eBPF uprobe a sample of them
         iterations_counted = bool(loop.count) and str(raws[0].get("probe", {}).get("loop_source")).startswith("shim")
-    fds = main_calls["fdatasync"]
-    flush = main_calls["aof_flush"]
+    fds, flush = main_calls["fdatasync"], main_calls["aof_flush"]
     p = lambda h, q: float(h.percentile(q)) / 1e3 if h.count else None  # noqa: E731
-    main = {"wall_ms": wall_ns / 1e6,
-            "fdatasync_count": fds.count, "fdatasync_p50_us": p(fds, 50), "fdatasync_p99_us": p(fds, 99),
-            "fsync_count": main_calls["fsync"].count,
-            **budget(main_off, wall_ns), "on_cpu_measured": on_cpu_measured,
-            "loop_iterations": iterations, "loop_iterations_counted": iterations_counted,
-            "loop_iteration_p50_us": p(loop, 50),
-            "loop_iteration_p99_us": p(loop, 99), "loop_iteration_mean_us": mean_us,
-            "loop_iterations_sampled": loop.count,
-            "loop_iteration_tw_p50_us": loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
-            "loop_iterations_per_s": iterations / (wall_ns / 1e9) if wall_ns else None,
-            "aof_flushes": flush.count, "aof_flush_p50_us": p(flush, 50),
-            "off_cpu_ms_by_cause": {c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()},
-            "stalls": stalls}
+    main = MainThread(wall_ms=wall_ns / 1e6, fdatasync_count=fds.count, fdatasync_p50_us=p(fds, 50),
+                      fdatasync_p99_us=p(fds, 99), fsync_count=main_calls["fsync"].count,
+                      **budget(main_off, wall_ns), on_cpu_measured=on_cpu_measured,
+                      loop_iterations=iterations, loop_iterations_counted=iterations_counted,
+                      loop_iteration_p50_us=p(loop, 50), loop_iteration_p99_us=p(loop, 99),
+                      loop_iteration_mean_us=mean_us, loop_iterations_sampled=loop.count,
+                      loop_iteration_tw_p50_us=loop.time_weighted_percentile(50) / 1e3 if loop.count else None,
+                      loop_iterations_per_s=iterations / (wall_ns / 1e9) if wall_ns else None,
+                      aof_flushes=flush.count, aof_flush_p50_us=p(flush, 50),
+                      off_cpu_ms_by_cause={c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()},
+                      stalls=main_stalls(raws))
     threads = []
     for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES)):
         r = roles[role]
-        entry = {"role": role, "names": sorted(r["names"]), "threads": len(r["tids"])}
-        for call in CALLS:
-            entry[call] = call_summary(r["calls"][call], r["bytes"][call])
-        entry["off_cpu_ms"] = sum(r["off_cpu_ns"].values()) / 1e6
-        entry["off_cpu_ms_by_state"] = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
+        th = ThreadRole(role=role, names=sorted(r["names"]), threads=len(r["tids"]),
+                        **{call: call_summary(r["calls"][call], r["bytes"][call]) for call in CALLS})
+        th.off_cpu_ms = sum(r["off_cpu_ns"].values()) / 1e6
+        th.off_cpu_ms_by_state = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
         # the kernel's own accounting (/proc/PID/task/TID/schedstat) over the same windows, when
         # every window of every thread of the role has it
-        entry["schedstat"] = ({"on_cpu_ms": r["sched_ns"]["on_cpu"] / 1e6, "runqueue_ms": r["sched_ns"]["runqueue"] / 1e6}
-                              if r["windows"] and r["sched_windows"] == r["windows"] else None)
-        entry["wall_ms"] = r["wall_ns"] / 1e6 / max(1, len(r["tids"]))
+        th.schedstat = ({"on_cpu_ms": r["sched_ns"]["on_cpu"] / 1e6, "runqueue_ms": r["sched_ns"]["runqueue"] / 1e6}
+                        if r["windows"] and r["sched_windows"] == r["windows"] else None)
+        th.wall_ms = r["wall_ns"] / 1e6 / max(1, len(r["tids"]))
         # the role's thread time: each of its threads over each window it was in (launches apart:
         # a role's threads of two launches are two tids, each there half the time)
-        entry["thread_wall_ms"] = r["wall_ns"] / 1e6
-        entry["threads_per_window"] = round(r["windows"] / len(raws), 2)
+        th.thread_wall_ms = r["wall_ns"] / 1e6
+        th.threads_per_window = round(r["windows"] / len(raws), 2)
         # an fsync still in flight at a window's end is in no histogram yet, but its blocked time is
-        entry["blocked_in_sync_ms"] = r["in_sync_ns"] / 1e6
-        threads.append(entry)
+        th.blocked_in_sync_ms = r["in_sync_ns"] / 1e6
+        threads.append(th)
     events = sum(1 for r in raws for e in r.get("blocked_timeline", {}).get("events", []) if e[-1] != "call")
     cross = None
     shim_raws = [r["shim"] for r in raws if r.get("shim")]
     if shim_raws:
         shim = summarize_server(shim_raws)
-        cross = {"shim": {"main_thread": shim["main_thread"], "threads": shim["threads"]},
-                 "fdatasync": cross_check(main, shim["main_thread"])}
-    return {"backend": raws[0].get("backend"), "windows": len(raws), "main_thread": main,
-            "threads": threads, "lost_events": sum(r.get("lost_events") or 0 for r in raws),
-            "blocked_events": events,
-            "loop_source": raws[0].get("probe", {}).get("loop_source"),
-            "call_source": raws[0].get("probe", {}).get("call_source"),
-            "untimed": raws[0].get("probe", {}).get("untimed", []),
-            "durability": durability(raws),
-            **({"cross_check": cross} if cross else {})}
+        cross = CrossCheck(shim.main_thread, shim.threads, cross_check(main, shim.main_thread))
+    probe = raws[0].get("probe", {})
+    return ServerSummary(backend=raws[0].get("backend"), windows=len(raws), main_thread=main, threads=threads,
+                         lost_events=sum(r.get("lost_events") or 0 for r in raws), blocked_events=events,
+                         loop_source=probe.get("loop_source"), call_source=probe.get("call_source"),
+                         untimed=probe.get("untimed", []), durability=durability(raws), cross_check=cross)
 
 
 STALL_CLASSES = ("fsync", "aof_write", "cpu_wait", "other_blocked")
@@ -226,11 +213,11 @@ def main_stalls(raws: list[dict]) -> dict | None:
     return out
 
 
-def cross_check(ebpf_main: dict, shim_main: dict) -> dict:
+def cross_check(ebpf_main: MainThread, shim_main: MainThread) -> dict:
     """Main-thread fdatasync as each backend counted it, and how far apart the counts are."""
-    a, b = ebpf_main["fdatasync_count"], shim_main["fdatasync_count"]
-    return {"ebpf_count": a, "shim_count": b, "ebpf_p50_us": ebpf_main["fdatasync_p50_us"],
-            "shim_p50_us": shim_main["fdatasync_p50_us"],
+    a, b = ebpf_main.fdatasync_count, shim_main.fdatasync_count
+    return {"ebpf_count": a, "shim_count": b, "ebpf_p50_us": ebpf_main.fdatasync_p50_us,
+            "shim_p50_us": shim_main.fdatasync_p50_us,
             "count_diff_pct": 100.0 * abs(a - b) / max(a, b) if max(a, b) else 0.0}
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from valkeytrace.analysis import launches
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
+from valkeytrace.analysis.summary import ServerSummary
 
 WORKLOADS = ("read-heavy", "write-only", "none")
 MEASURED_OP = {"read-heavy": "GET", "write-only": "SET"}
@@ -87,7 +88,7 @@ class CellSummary:
     repeats: int         # successful repeats
     failed: int
     ops: dict            # op -> OpSummary
-    server: dict | None = None  # analysis.server.summarize_server of the ok repeats
+    server: ServerSummary | None = None  # analysis.server.summarize_server of the ok repeats
     host_cpu: dict | None = None  # median cores per consumer over the repeats' windows (system.cpu_window)
     # per ok repeat, in order (repeat_detail): each op's p50 and mean, the repeat's own server
     # summary, and who waited for a CPU in it
@@ -143,7 +144,7 @@ def repeat_detail(run: dict) -> dict:
             "meet": {op: {"clients": r.get("clients"), "tps": r.get("tps"), "cdf": latency_cdf(r)}
                      for op, r in ops.items()},
             "mean_us": {op: r.get("mean_us") for op, r in ops.items()}, "server": srv,
-            "main_cpu_wait_pct": srv["main_thread"].get("waiting_for_cpu_pct") if srv else None,
+            "main_cpu_wait_pct": srv.main_thread.waiting_for_cpu_pct if srv else None,
             "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
 
 
@@ -279,20 +280,23 @@ def _beyond_all(xa: list, xb: list) -> bool:
     return max(lo) < min(hi) and min(hi) - max(lo) >= MIN_EFFECT * max(lo)
 
 
-def within_noise(a: OpSummary, b: OpSummary, metric: str) -> bool:
-    """True when the change of metric cannot be told from noise (or n < 2: unknown)."""
-    return significance(a, b, metric) is not True
-
-
 @dataclass
 class CompareRow:
+    """One op of one cell on both sides; each metric's significance and launch interval decided
+    once, here (every reporter and the verdict read them)."""
     workload: str
     op: str
     value_size: int
     base: OpSummary
     cand: OpSummary
-    deltas: dict   # metric -> pct or None
-    noise: dict    # metric -> bool
+    deltas: dict        # metric -> pct or None
+    significant: dict   # metric -> True / False / None (unknown): significance()
+    interval: dict      # metric -> launches.interval() or None (below 3 launches a side)
+
+    @property
+    def noise(self) -> dict:
+        """metric -> True when the change cannot be told from noise (or is unknown), the table's metrics."""
+        return {m: self.significant[m] is not True for m in self.deltas}
 
 
 @dataclass
@@ -319,7 +323,9 @@ def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
                     missing.append(f"{key[0]} {key[1]} B {op}: no successful run in {who}")
                 continue
             bo, co = b.ops[op], c.ops[op]
+            metrics = METRICS + ("mean_us",)
             rows.append(CompareRow(key[0], op, key[1], bo, co,
                                    {m: delta_pct(bo.get(m), co.get(m)) for m in METRICS},
-                                   {m: within_noise(bo, co, m) for m in METRICS}))
+                                   {m: significance(bo, co, m) for m in metrics},
+                                   {m: launch_interval(bo, co, m) for m in metrics}))
     return Comparison(rows, missing)

@@ -5,11 +5,11 @@ is prose but the labels: every figure is a field (docs/report-json.md, compare.v
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis import model
 from valkeytrace.analysis import launches as ln
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, launch_interval, path_bound, significance
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, path_bound
 
 # the mean beside the percentiles: a p50 can lie on another path of the server from launch to
 # launch (one fsync cycle per request or two), the mean cannot (Little's law: the clients'
@@ -65,13 +65,18 @@ class Verdict:
     launches: list | None = None      # server launches [baseline, candidate]
     launches_needed: int | None = None  # a side, for a 95% interval of +-DETECT_PCT (when not significant)
 
+    @property
+    def finding(self) -> str:
+        """The verdict's stable code: change.significant / change.not_significant / change.unknown."""
+        return {True: "change.significant", False: "change.not_significant"}.get(self.significant, "change.unknown")
+
     def as_json(self) -> dict:
-        return asdict(self)
+        return {"finding": self.finding, **asdict(self)}
 
 
 def rule_of(row, metric: str, sig: bool | None) -> str:
     b, c = row.base, row.cand
-    iv = launch_interval(b, c, metric)
+    iv = row.interval.get(metric)
     if iv is not None:
         nb, nc = iv["launches"]
         return (f"launches: the 95% interval of the change (Welch's t on the launches' logarithms) excludes 0 "
@@ -117,13 +122,13 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
             continue
         for metric in VERDICT_METRICS:
             key = (row.workload, row.op, row.value_size, metric)
-            sig = significance(row.base, row.cand, metric)
+            sig = row.significant[metric]
             b, c = row.base.get(metric), row.cand.get(metric)
             v = Verdict(row.workload, row.op, row.value_size, metric, b, c,
                         None if delta_pct(b, c) is None else round(delta_pct(b, c), 2), sig,
                         rule_of(row, metric, sig), [row.base.n, row.cand.n],
                         bimodal=metric == "p50_us" and path_bound(row.base, row.cand))
-            iv = launch_interval(row.base, row.cand, metric)
+            iv = row.interval[metric]
             if iv is not None:
                 v.change_pct, v.interval_pct, v.launches = iv["change_pct"], iv["interval_pct"], iv["launches"]
                 lb, lc = row.base.launch_values[metric], row.cand.launch_values[metric]

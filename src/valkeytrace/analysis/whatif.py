@@ -106,14 +106,14 @@ def predict_set(cell: CellSummary, scenario: str) -> list[dict]:
         return []
     from valkeytrace.analysis import model
 
-    m = cell.server["main_thread"]
-    n_f = (m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0)
+    m = cell.server.main_thread
+    n_f = (m.fdatasync_count or 0) + (m.fsync_count or 0)
     o = cell.ops["SET"]
     cyc = model.loop_cycle(cell.server)
     if not n_f or cyc["unit"] != "fsync cycle" or not cyc["duration_us"] or not o.get("p50_us") or not o.clients:
         return []
-    wall_us = m["wall_ms"] * 1000
-    job_us = wall_us * ((m.get("blocked_in_fsync_pct") or 0) + (m.get("blocked_in_aof_write_pct") or 0)) / 100 / n_f
+    wall_us = m.wall_ms * 1000
+    job_us = wall_us * ((m.blocked_in_fsync_pct or 0) + (m.blocked_in_aof_write_pct or 0)) / 100 / n_f
     if job_us <= 0:
         return []
     k = max(1, round(o.get("p50_us") / cyc["duration_us"]))
@@ -135,17 +135,17 @@ def predict_gather(cell: CellSummary, gather_ns: int) -> list[dict]:
     job's first write and the previous job's end (csrc/offload.c), so the clients a job released
     rejoin the next one as long as W >= D + S: the smallest window that keeps one cohort. Below it
     the cohorts stay as on the baseline (k of them, each job W longer)."""
-    d = (cell.server or {}).get("durability") if cell.workload == "write-only" else None
-    if not d or "SET" not in cell.ops or not d.get("job_ms_p50") or d.get("arrival_spread_us") is None:
+    d = cell.server.durability if cell.server and cell.workload == "write-only" else None
+    if not d or "SET" not in cell.ops or not d.job_ms_p50 or d.arrival_spread_us is None:
         return []
-    w, j, spread = gather_ns / 1e3, d["job_ms_p50"] * 1e3, d["arrival_spread_us"]
-    delay, clients = d.get("arrival_delay_us") or 0.0, cell.ops["SET"].clients or d.get("write_clients")
+    w, j, spread = gather_ns / 1e3, d.job_ms_p50 * 1e3, d.arrival_spread_us
+    delay, clients = d.arrival_delay_us or 0.0, cell.ops["SET"].clients or d.write_clients
     if not clients:
         return []
     if w >= delay + spread:
         cohorts, p50, cycle = 1, w + j - spread / 2, delay + w + j
     else:
-        cohorts = d.get("cohorts") or 1
+        cohorts = d.cohorts or 1
         p50, cycle = cohorts * (w + j), cohorts * (w + j)
     inputs = {"model": "gather_window", "window_us": round(w, 1), "job_us": round(j, 1),
               "arrival_spread_us": round(spread, 1), "arrival_delay_us": round(delay, 1), "cohorts": cohorts,
@@ -172,12 +172,12 @@ def predict(cell: CellSummary, runs: list[dict], scenario: str) -> list[dict]:
         return predict_set(cell, scenario)
     if cell.workload != "read-heavy" or not cell.server or "GET" not in cell.ops:
         return []
-    m = cell.server["main_thread"]
-    n_f = (m.get("fdatasync_count") or 0) + (m.get("fsync_count") or 0)
+    m = cell.server.main_thread
+    n_f = (m.fdatasync_count or 0) + (m.fsync_count or 0)
     d = demand(runs)
     if not n_f or d is None:
         return []
-    fsync_us = m["wall_ms"] * 1000 * (m.get("blocked_in_fsync_pct") or 0) / 100 / n_f
+    fsync_us = m.wall_ms * 1000 * (m.blocked_in_fsync_pct or 0) / 100 / n_f
     n_get = cell.ops["GET"].clients or d["clients"]
     n_set = cell.ops["SET"].clients if "SET" in cell.ops else 0
     wait = fsync_us if scenario == "fsync_off_main_thread" else 0.0

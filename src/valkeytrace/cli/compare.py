@@ -106,7 +106,8 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     if dry_run:
         for side in SIDES:
             click.echo(f"{side}:")
-            for line in describe_plan(plans[side], launches)[:-1]:
+            for line in describe_plan(dataclasses.replace(plans[side], output=os.path.join(outdir, f"{side}.vtrace")),
+                                      launches)[:-1]:
                 click.echo(f"  {line}")
         est = {"seconds": total_s, "launches": 2 * launches, "runs": sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
                "measured": all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1)["measured"] for s in SIDES)}

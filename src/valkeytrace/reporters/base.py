@@ -5,7 +5,8 @@ from collections import Counter
 
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
-from valkeytrace.analysis.tables import MEASURED_OP
+from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
+from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT
 from valkeytrace.system import format_cpu_list
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -142,9 +143,6 @@ def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, i
 
 
 SERVER_COLUMNS = ("Call", "Count", "p50 µs", "p99 µs", "max µs", "Total ms", "% of wall")
-BUDGET_PARTS = (("on CPU", "on_cpu_pct"), ("blocked in fsync", "blocked_in_fsync_pct"),
-                ("blocked in AOF write", "blocked_in_aof_write_pct"), ("waiting for CPU", "waiting_for_cpu_pct"),
-                ("idle (epoll_wait)", "idle_pct"), ("other blocked", "other_blocked_pct"))
 
 
 def _num(v, fmt="{:,.0f}") -> str:
@@ -166,36 +164,37 @@ def server_tables(inp: ReportInput) -> list[dict]:
 
 def server_table(label: str, cell) -> dict:
     srv = cell.server
-    m = srv["main_thread"]
-    wall_ms = m["wall_ms"] or 0
-    source = f", calls timed at {srv['call_source']}" if srv.get("call_source") else ""
+    m = srv.main_thread
+    wall_ms = m.wall_ms or 0
+    source = f", calls timed at {srv.call_source}" if srv.call_source else ""
     rows = []
-    for th in srv["threads"]:
-        calls = [(call, th[call]) for call in ("fdatasync", "fsync", "aof_write", "socket_write") if th[call]["count"]]
-        per = th.get("threads_per_window", th["threads"])
-        role = f"{th['role']} ×{per:g}" if per > 1 else th["role"]
-        role_wall = th.get("thread_wall_ms") or wall_ms * max(1, th["threads"])  # % of the role's thread time
+    for th in srv.threads:
+        calls = [(call, th.call(call)) for call in TIMED_CALLS if th.call(call).count]
+        per = th.threads_per_window or th.threads
+        role = f"{th.role} ×{per:g}" if per > 1 else th.role
+        role_wall = th.thread_wall_ms or wall_ms * max(1, th.threads)  # % of the role's thread time
         for i, (call, c) in enumerate(calls):
-            rows.append(([role if i == 0 else "", call, f"{c['count']:,}", _num(c["p50_us"]), _num(c["p99_us"]),
-                          _num(c["max_us"]), _num(c["total_ms"], "{:,.1f}"),
-                          _num(100 * c["total_ms"] / role_wall if wall_ms else None, "{:.1f}%")], False))
-        rows.append(([role if not calls else "", "off-CPU", "", "", "", "", _num(th["off_cpu_ms"], "{:,.1f}"),
-                      _num(100 * th["off_cpu_ms"] / role_wall if wall_ms else None, "{:.1f}%")], True))
-    notes = [("main-thread budget: " + ", ".join(f"{name} {m[key]:.1f}%" for name, key in BUDGET_PARTS
-                                                  if m[key] is not None), False)]
-    main = next((th for th in srv["threads"] if th["role"] == "main"), None)
-    for call, key in (("fdatasync", "blocked_in_fsync_pct"), ("aof_write", "blocked_in_aof_write_pct")):
-        c = (main or {}).get(call) or {}
-        share = 100 * c["total_ms"] / wall_ms if wall_ms and c.get("total_ms") else None
-        if share is not None and m.get(key) is not None and share - m[key] >= 5:
-            notes.append((f"the main thread spent {share:.1f}% of wall inside {call}, blocked {m[key]:.1f}%: the other "
-                          f"{share - m[key]:.1f}% of the call it was on a CPU or waiting for one (the budget counts a "
-                          "call's switched-out time only as blocked)", False))
-    if m.get("on_cpu_measured") is False:
+            rows.append(([role if i == 0 else "", call, f"{c.count:,}", _num(c.p50_us), _num(c.p99_us),
+                          _num(c.max_us), _num(c.total_ms, "{:,.1f}"),
+                          _num(100 * c.total_ms / role_wall if wall_ms else None, "{:.1f}%")], False))
+        rows.append(([role if not calls else "", "off-CPU", "", "", "", "", _num(th.off_cpu_ms, "{:,.1f}"),
+                      _num(100 * th.off_cpu_ms / role_wall if wall_ms else None, "{:.1f}%")], True))
+    notes = [("main-thread budget: " + ", ".join(f"{cat.label} {getattr(m, cat.name):.1f}%" for cat in BUDGET
+                                                  if getattr(m, cat.name) is not None), False)]
+    main = srv.role("main")
+    for cat in BUDGET:
+        for call in cat.calls if main and cat.calls and cat.calls[0] in TIMED_CALLS else ():
+            c, blocked = main.call(call), getattr(m, cat.name)
+            share = 100 * c.total_ms / wall_ms if wall_ms and c.total_ms else None
+            if share is not None and blocked is not None and share - blocked >= 5:
+                notes.append((f"the main thread spent {share:.1f}% of wall inside {call}, blocked {blocked:.1f}%: the "
+                              f"other {share - blocked:.1f}% of the call it was on a CPU or waiting for one (the budget "
+                              "counts a call's switched-out time only as blocked)", False))
+    if m.on_cpu_measured is False:
         notes.append(("no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time",
                       True))
-    if m.get("off_cpu_over_wall_pct"):
-        notes.append((f"off-CPU intervals added up to {m['off_cpu_over_wall_pct']:.0f}% of the window (intervals "
+    if m.off_cpu_over_wall_pct:
+        notes.append((f"off-CPU intervals added up to {m.off_cpu_over_wall_pct:.0f}% of the window (intervals "
                       "straddling its edges): the budget is scaled to 100%", True))
     notes.append(_loop_note(srv, m))
     host = getattr(cell, "host_cpu", None) or {}
@@ -204,42 +203,41 @@ def server_table(label: str, cell) -> dict:
         notes.append((f"the hypervisor's steal on the server's CPU: {steal:,.0f} ms per window of "
                       f"{host.get('wall_s') or 0:.1f} s (median of the repeats): in on-CPU time by the "
                       "context switches, not in the kernel's schedstat", False))
-    cc = srv.get("cross_check")
+    cc = srv.cross_check
     if cc:
-        f = cc["fdatasync"]
+        f = cc.fdatasync
         notes.append((f"main-thread fdatasync, both backends: ebpf {f['ebpf_count']:,} (p50 {_num(f['ebpf_p50_us'])} µs)"
                       f" · shim {f['shim_count']:,} (p50 {_num(f['shim_p50_us'])} µs); counts differ by "
                       f"{f['count_diff_pct']:.1f}%", False))
-    lost = srv["lost_events"]
-    notes.append((f"main-thread blocked intervals recorded: {srv['blocked_events']:,}; lost events: {lost}"
+    lost = srv.lost_events
+    notes.append((f"main-thread blocked intervals recorded: {srv.blocked_events:,}; lost events: {lost}"
                   + (" (events were lost: the timeline is incomplete)" if lost else ""), bool(lost)))
-    return {"title": f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv['backend']}{source}, "
-                     f"{srv['windows']} window(s), {wall_ms / 1000:.1f} s)",
+    return {"title": f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
+                     f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)",
             "columns": SERVER_COLUMNS, "rows": rows,
             "caption": "socket writes not timed (record --socket-writes)"
-            if "socket_write" in (srv.get("untimed") or []) else None,
+            if "socket_write" in (srv.untimed or []) else None,
             "notes": notes}
 
 
-def _loop_note(srv: dict, m: dict) -> tuple[str, bool]:
-    if m["loop_iterations"] and not m.get("loop_iterations_counted", True):
+def _loop_note(srv: ServerSummary, m: MainThread) -> tuple[str, bool]:
+    flushes = f"; {m.aof_flushes:,} AOF flushes" if m.aof_flushes else ""
+    if m.loop_iterations and not m.loop_iterations_counted:
         # a sample (the beforeSleep uprobe attached part of the time) and no server count to
         # scale it by (INFO without eventloop_cycles: valkey < 7.2, Redis): not a total
-        return (f"event loop ({srv.get('loop_source')}): a sample of {m['loop_iterations']:,} iterations "
+        return (f"event loop ({srv.loop_source}): a sample of {m.loop_iterations:,} iterations "
                 f"(not a total: this server's INFO has no eventloop_cycles), p50 "
-                f"{_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
-                + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""), True)
-    if m["loop_iterations"]:
-        sampled = m.get("loop_iterations_sampled")
+                f"{_num(m.loop_iteration_p50_us)} µs, p99 {_num(m.loop_iteration_p99_us)} µs" + flushes, True)
+    if m.loop_iterations:
+        sampled = m.loop_iterations_sampled
         if not sampled:
             dist = "no distribution (record --loop-sample)"
         else:
-            dist = (f"p50 {_num(m['loop_iteration_p50_us'])} µs, p99 {_num(m['loop_iteration_p99_us'])} µs"
-                    + (f" (of {sampled:,} sampled)" if sampled < m["loop_iterations"] else ""))
-        mean = f"mean {m['loop_iteration_mean_us']:,.1f} µs, " if m.get("loop_iteration_mean_us") else ""
-        return (f"event loop ({srv.get('loop_source')}): {m['loop_iterations']:,} iterations, "
-                f"{m['loop_iterations_per_s']:,.0f}/s, {mean}{dist}"
-                + (f"; {m['aof_flushes']:,} AOF flushes" if m["aof_flushes"] else ""), False)
+            dist = (f"p50 {_num(m.loop_iteration_p50_us)} µs, p99 {_num(m.loop_iteration_p99_us)} µs"
+                    + (f" (of {sampled:,} sampled)" if sampled < m.loop_iterations else ""))
+        mean = f"mean {m.loop_iteration_mean_us:,.1f} µs, " if m.loop_iteration_mean_us else ""
+        return (f"event loop ({srv.loop_source}): {m.loop_iterations:,} iterations, "
+                f"{m.loop_iterations_per_s:,.0f}/s, {mean}{dist}" + flushes, False)
     return ("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
             "and Redis; record --loop-sample samples iteration durations)", True)
 
@@ -301,6 +299,7 @@ def rule_line(inp: ReportInput) -> str:
                 "of the change (Welch's t over the launches, each the median of its repeats)")
     if vs:
         n = vs[0].n
-        return (f"significance from the repeats of one launch each (n={n[0]} vs n={n[1]}): a change of 15% or more "
-                "with disjoint repeats or shifted interval samples; valkeytrace compare judges it from launches")
+        return (f"significance from the repeats of one launch each (n={n[0]} vs n={n[1]}): a change of "
+                f"{MIN_EFFECT:.0%} or more with disjoint repeats or shifted interval samples; valkeytrace compare "
+                "judges it from launches")
     return ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.analysis.tables import METRICS, significance
+from valkeytrace.analysis.tables import METRICS
 
 DIGITS = {"tps": 2, "mb_s": 4, "p50_us": 1, "p95_us": 1, "p99_us": 1}
 
@@ -32,7 +32,7 @@ def render(inp: ReportInput, out) -> None:
                             *[_r(m, s[1]) for m, s in zip(METRICS, spread)], *blank])
     if inp.comparison is not None:
         for r in inp.comparison.rows:
-            sig = [significance(r.base, r.cand, m) for m in METRICS]
+            sig = [r.significant[m] for m in METRICS]
             w.writerow(["delta_pct", r.workload, r.value_size, r.op, r.base.role, r.base.clients, f"{r.base.n}/{r.cand.n}",
                         *[_r(m, r.deltas[m], 4) for m in METRICS], *blank, *blank,
                         *["" if x is None else str(x).lower() for x in sig]])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from valkeytrace.analysis.tables import METRICS, significance
+from valkeytrace.analysis.tables import METRICS
 from valkeytrace.analysis.report import ReportInput
 
 REPORT_VERSION = 1
@@ -23,7 +23,7 @@ def build(inp: ReportInput) -> dict:
         s = r.server
         cells = [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
                   "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
-                  **({"server": c.server} if c.server is not None else {}),
+                  **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"server_view": r.server_views[(c.workload, c.value_size)]}
                      if (c.workload, c.value_size) in r.server_views else {})}
                  for c in r.cells]
@@ -46,7 +46,7 @@ def build(inp: ReportInput) -> dict:
                       "p50_delta_pct": row.deltas["p50_us"], "p95_delta_pct": row.deltas["p95_us"],
                       "p99_delta_pct": row.deltas["p99_us"],
                       "within_noise": {m: row.noise[m] for m in METRICS},
-                      "significant": {m: significance(row.base, row.cand, m) for m in METRICS},
+                      "significant": {m: row.significant[m] for m in METRICS},
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
             "verdict": [v.as_json() for v in inp.verdict or []],

@@ -15,12 +15,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from valkeytrace.analysis.report import ReportInput  # noqa: E402
+from valkeytrace.analysis.summary import BUDGET  # noqa: E402
 from valkeytrace.analysis.tables import MEASURED_OP  # noqa: E402
 
-BUDGET = [("on_cpu_pct", "on CPU", "#4c72b0"), ("blocked_in_fsync_pct", "blocked in fsync", "#c44e52"),
-          ("blocked_in_aof_write_pct", "blocked in AOF write", "#dd8452"),
-          ("waiting_for_cpu_pct", "waiting for CPU", "#8172b3"), ("idle_pct", "idle (epoll_wait)", "#55a868"),
-          ("other_blocked_pct", "other blocked", "#937860")]
+# one colour per budget category (analysis/summary.BUDGET, in its order)
+BUDGET_COLORS = ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#55a868", "#937860")
 CAUSE_COLORS = {"fdatasync": "#c44e52", "fsync": "#c44e52", "aof_write": "#dd8452", "epoll_wait": "#55a868",
                 "other": "#937860", "socket_write": "#64b5cd"}
 SYSTEM_STYLES = ("-", "--")
@@ -71,7 +70,7 @@ def latency_cdf(inp: ReportInput):
 
 
 def budget(inp: ReportInput):
-    bars = [(f"{run.label}\n{c.workload} {c.value_size}B", c.server["main_thread"])
+    bars = [(f"{run.label}\n{c.workload} {c.value_size}B", c.server.main_thread)
             for c_key in sorted({(c.workload, c.value_size) for r in inp.runs for c in r.cells})
             for run in inp.runs for c in run.cells
             if (c.workload, c.value_size) == c_key and c.server]
@@ -80,9 +79,9 @@ def budget(inp: ReportInput):
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(bars)), 4))
     x = np.arange(len(bars))
     bottom = np.zeros(len(bars))
-    for key, name, color in BUDGET:
-        vals = np.array([m.get(key) or 0 for _, m in bars])
-        ax.bar(x, vals, bottom=bottom, label=name, color=color)
+    for cat, color in zip(BUDGET, BUDGET_COLORS):
+        vals = np.array([getattr(m, cat.name) or 0 for _, m in bars])
+        ax.bar(x, vals, bottom=bottom, label=cat.label, color=color)
         bottom += vals
     ax.set_xticks(x, [b[0] for b in bars], fontsize=7)
     ax.set_ylabel("% of main-thread wall time")

@@ -2,7 +2,8 @@
 emulated by the preloaded shim (csrc/offload.c) on any build. This module makes its shared file
 (statistics the shim counts, control valkeytrace writes), reads the server's own command table
 into it before any load, checks the emulation can apply to the server, reads the counters at each
-window's edges, and sums a recording's runs into `emulation.offload` (docs/recording-format.md).
+window's edges into each run's `offload` counters (docs/recording-format.md); reports derive the
+figures from them (analysis/offload.py).
 """
 from __future__ import annotations
 
@@ -223,31 +224,3 @@ def window(a: np.ndarray | None, b: np.ndarray | None) -> dict | None:
     for h in ("job_ns", "hold_ns", "hold_read_ns"):
         out[h] = _hist(a[h], b[h]).to_dict()
     return out
-
-
-def summary(mode: str, runs: list[dict]) -> dict:
-    """emulation.offload: the recording's totals, and what a SET waited for, from the write-only
-    runs (every held reply there answers a SET) when there are any, else from all."""
-    measured = [r for r in runs if r.get("status") == "ok" and r.get("offload")]
-    write_only = [r for r in measured if r["workload"] == "write-only"]
-    basis = write_only or measured
-    tot = {c: sum(r["offload"].get(c, 0) for r in measured) for c in COUNTERS}
-    b = {c: sum(r["offload"].get(c, 0) for r in basis) for c in COUNTERS}
-
-    def merged(key, rs):
-        h = LatencyHistogram()
-        for r in rs:
-            if r["offload"].get(key):
-                h.merge(LatencyHistogram.from_dict(r["offload"][key]))
-        return h
-    jobs, holds, reads = merged("job_ns", basis), merged("hold_ns", basis), merged("hold_read_ns", measured)
-    waited = np.sum([r["offload"]["jobs_waited"] for r in basis], axis=0).tolist() if basis else [0] * WAITED_MAX
-    return {"mode": mode, "description": DESCRIPTION[mode], **tot,
-            "basis": "write-only runs" if write_only else "all runs",
-            "jobs_waited_mean": round(b["jobs_waited_sum"] / b["released_replies"], 3) if b["released_replies"] else None,
-            "jobs_waited": waited,
-            "job_ms_p50": round(jobs.percentile(50) / 1e6, 3) if jobs.count else None,
-            "job_ms_mean": round(jobs.sum_ns / jobs.count / 1e6, 3) if jobs.count else None,
-            "hold_ms_p50": round(holds.percentile(50) / 1e6, 3) if holds.count else None,
-            "hold_read_ms_p50": round(reads.percentile(50) / 1e6, 3) if reads.count else None,
-            "sets_per_job_mean": round(b["held_write_replies"] / b["jobs"], 2) if b["jobs"] else None}

@@ -192,5 +192,5 @@ def pin(pid: int, cpus) -> None:
             pass
 
 
-__all__ = ["parse_cpu_list", "auto_cpus", "server_cpus_for", "choose", "describe", "pin", "raise_priority",
-           "background_nice", "BACKGROUND_NICE"]
+__all__ = ["parse_cpu_list", "auto_cpus", "server_cpus_for", "choose", "describe", "pin", "prefer_background",
+           "background_priority", "BACKGROUND_NICE", "BACKGROUND_SLICE_US"]
