@@ -84,8 +84,17 @@ def test_missing_and_directory(tmp_path):
 
 def test_wrong_types_inside_are_refused(tmp_path):
     doc = minimal_doc()
-    doc["runs"][0]["value_size"] = "64"
     p = tmp_path / "r.vtrace"
     p.write_bytes(recfmt.MAGIC + b"format 1\n" + zlib.compress(json.dumps(doc).encode()))
-    with pytest.raises(RecordingError, match="value_size"):
+    with pytest.raises(RecordingError, match="not valid JSON"):  # a NaN token: JSON has none
+        recfmt.read(p)
+    doc["runs"][0]["ops"]["GET"]["p50_us"] = 1.0
+    doc["runs"][0]["value_size"] = "64"
+    p.write_bytes(recfmt.MAGIC + b"format 1\n" + zlib.compress(json.dumps(doc).encode()))
+    with pytest.raises(RecordingError, match=r"runs\[0\]\.value_size: expected int, got str"):
+        recfmt.read(p)
+    doc["runs"][0]["value_size"] = 64
+    doc["settings"]["duration_s"] = "two"
+    p.write_bytes(recfmt.MAGIC + b"format 1\n" + zlib.compress(json.dumps(doc).encode()))
+    with pytest.raises(RecordingError, match=r"\(settings\.duration_s: expected float \| null, got str\)$"):
         recfmt.read(p)

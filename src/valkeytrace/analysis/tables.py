@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from valkeytrace import workloads
 from valkeytrace.analysis import launches
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import ServerSummary
 
-WORKLOADS = ("read-heavy", "write-only", "none")
-MEASURED_OP = {"read-heavy": "GET", "write-only": "SET"}
-OPS_BY_WORKLOAD = {"read-heavy": ("GET", "SET"), "write-only": ("SET",), "none": ()}
+WORKLOADS = workloads.NAMES  # the registry's (valkeytrace/workloads.py)
+MEASURED_OP = workloads.MEASURED_OP
+OPS_BY_WORKLOAD = workloads.OPS
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats

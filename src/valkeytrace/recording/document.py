@@ -2,9 +2,9 @@
 
 Everything a `record` run writes goes through here: the CLI makes the header (new_document), the
 recorder adds runs (new_run, op_record, background_op) and warnings, the tracers build each run's
-`server` window (server_window, thread_record), and finish() closes it. recording/schema.py
-validates the same shape on read; docs/recording-format.md describes it, and
-tests/unit/test_document.py checks that every field typed here is described there.
+`server` window (server_window, thread_record), and finish() closes it. The shape is declared
+once, in recording/model.py: recording/schema.py validates a loaded document against it and
+docs/recording-format.md's field tables are generated from it.
 
 Version history (the document's `version` and the container's `format` line are the same number):
     1  valkeytrace 0.1: format, version, label, complete, created, valkeytrace_version, argv,
@@ -26,115 +26,24 @@ Version history (the document's `version` and the container's `format` line are 
        upgrade() marks it (upgraded_from: 1) so reports can say so. Later, still 2 (optional, read
        as absent): run.demand.loaded (the GET pass with the background clients reading);
        run.host_cpu.clients_cpu_wait (the clients' share of time waiting for a CPU);
-       client.placement (record --client-cpus: the CPUs the benchmark clients ran on).
+       client.placement (record --client-cpus: the CPUs the benchmark clients ran on);
+       run.offload, run.launch, document.launches, server.requests; emulation.offload keeps
+       {mode, gather_ns} only from 2026-12-03 (before: the figures a report now derives from
+       runs[].offload; still read, unused). From 2026-12-03 the model is declared in
+       recording/model.py and validated by msgspec.
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TypedDict
+from typing import Any
+
+from valkeytrace.recording.model import Document, Histogram, Op, Run, ServerWindow, ThreadRecord  # noqa: F401
 
 DOCUMENT_FORMAT = "valkeytrace-recording"
 VERSION = 2
 OLDEST_READABLE = 1
 US_PER_MS = 1000.0
-
-
-class Histogram(TypedDict, total=False):
-    count: int
-    sum_ns: int
-    min_ns: int
-    max_ns: int
-    buckets: list      # [[bucket index, count], ...]
-    bytes: int
-
-
-class ThreadRecord(TypedDict, total=False):
-    tid: int
-    name: str
-    role: str
-    calls: dict[str, Histogram]
-    off_cpu_ns: dict[str, dict[str, int]]   # cause -> scheduler state -> ns
-    sched: dict[str, int]                   # on_cpu_ns, runqueue_ns (/proc schedstat)
-    injected_ns: int                        # shim: the emulated delay it added
-
-
-class ServerWindow(TypedDict, total=False):
-    backend: str
-    window_ns: int
-    pid: int
-    main_tid: int
-    threads: list[ThreadRecord]
-    lost_events: int
-    blocked_timeline: dict
-    probe: dict
-    hist_buckets: int
-    eventloop: dict
-    shim: "ServerWindow"                    # --backend both: the shim's window beside eBPF's
-
-
-class Op(TypedDict, total=False):
-    role: str
-    clients: int
-    tps: float
-    requests: int
-    seconds: float
-    mean_us: float
-    min_us: float
-    p50_us: float
-    p95_us: float
-    p99_us: float
-    max_us: float
-    percentile_distribution: list
-    cumulative_distribution: list
-    progress: list
-    command: list
-    calibration_rps: float
-    client_cpu_s: float
-    progress_samples: int                   # background op: progress lines inside the window
-    note: str
-
-
-class Run(TypedDict, total=False):
-    workload: str
-    value_size: int
-    repeat: int
-    status: str
-    error: str
-    started_at: float
-    ended_at: float
-    window_start: float
-    window_end: float
-    ops: dict[str, Op]
-    server: ServerWindow
-    server_view: dict
-    host_cpu: dict
-    demand: dict
-    fsync_extra_delay_ns: int
-    offload: dict      # record --emulate-offload: the virtual offload's figures over the window
-    launch: int        # valkeytrace compare: the server launch the run belongs to
-
-
-class Document(TypedDict, total=False):
-    format: str
-    version: int
-    label: str
-    complete: bool
-    created: str
-    ended: str
-    valkeytrace_version: str
-    argv: list
-    server: dict
-    host: dict
-    client: dict
-    settings: dict
-    emulation: dict
-    warnings: list[str]
-    runs: list[Run]
-    overhead: dict
-    tracer: dict
-    upgraded_from: int
-    launches: list     # valkeytrace compare: one entry per server launch of this side (merge_launches)
 
 
 def _now() -> str:

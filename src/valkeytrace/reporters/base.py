@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from valkeytrace import workloads
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
@@ -67,7 +68,6 @@ def client_note(run: AnalysedRun) -> str:
     return out + f" on {cpus}" + (f" (the server: {where} {format_cpu_list(server)})" if server else "")
 
 
-TITLES = {"read-heavy": "Read-heavy (GET + SET)", "write-only": "Write-only (SET)"}
 COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
 DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive = higher throughput "
                     "(better). P50/P95/P99: negative = lower latency (better). MB/s = TPS × value size "
@@ -79,13 +79,14 @@ def _row(label, size, op, o, note=""):
             fmt_us(o.median["p95_us"]), fmt_us(o.median["p99_us"]), note]
 
 
+class _Settings(dict):
+    def __missing__(self, key):
+        return "?"
+
+
 def _workload_note(run, workload, settings) -> str:
-    s = settings or {}
     fsync = run.server.get("appendfsync") or "?"
-    if workload == "read-heavy":
-        return (f"GET c={s.get('get_clients', '?')} + c={s.get('set_clients', '?')} background SET; "
-                f"fsync={fsync}")
-    return f"isolated SET c={s.get('write_clients', '?')}; fsync={fsync}"
+    return workloads.BY_NAME[workload].note.format_map(_Settings(settings or {})) + f"; fsync={fsync}"
 
 
 
@@ -95,7 +96,8 @@ def client_tables(inp: ReportInput) -> list[dict]:
     out = []
     if inp.comparison is None:
         run = inp.baseline
-        for workload in ("read-heavy", "write-only"):
+        for w in workloads.TABLED:
+            workload = w.name
             cells = [c for c in run.cells if c.workload == workload and MEASURED_OP[workload] in c.ops]
             if not cells:
                 continue
@@ -104,10 +106,11 @@ def client_tables(inp: ReportInput) -> list[dict]:
                 o = c.ops[MEASURED_OP[workload]]
                 note = _workload_note(run, workload, run.settings) if i == 0 else ""
                 rows.append((_row(run.label, c.value_size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"), ""))
-            out.append({"title": TITLES[workload], "columns": COLUMNS, "rows": rows})
+            out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
         return out
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
-    for workload in ("read-heavy", "write-only"):
+    for w in workloads.TABLED:
+        workload = w.name
         rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
         if not rows:
             continue
@@ -124,7 +127,7 @@ def client_tables(inp: ReportInput) -> list[dict]:
             table.append((["delta", f"{r.value_size} B", r.op, fmt_pct(r.deltas["tps"]), fmt_pct(r.deltas["mb_s"]),
                            fmt_pct(r.deltas["p50_us"]), fmt_pct(r.deltas["p95_us"]), fmt_pct(r.deltas["p99_us"]),
                            dnote], "delta"))
-        out.append({"title": TITLES[workload], "columns": COLUMNS, "rows": table})
+        out.append({"title": w.title, "columns": COLUMNS, "rows": table})
     return out
 
 

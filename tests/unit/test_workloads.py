@@ -1,0 +1,23 @@
+"""The workload registry (valkeytrace/workloads.py) is the one the recorder runs and the reports read."""
+from valkeytrace import workloads
+from valkeytrace.analysis import tables
+from valkeytrace.workload.scenarios import SCENARIOS
+
+
+def test_every_workload_has_a_scenario_and_the_tables_follow_the_registry():
+    assert tuple(SCENARIOS) == workloads.NAMES
+    assert tables.WORKLOADS == workloads.NAMES and tables.MEASURED_OP == workloads.MEASURED_OP
+    for w in workloads.WORKLOADS:
+        assert (w.measured_op is None) == (not w.ops) and (w.measured_op is None or w.ops[0] == w.measured_op)
+        assert bool(w.title) == bool(w.measured_op)
+
+
+def test_the_first_rows_note_names_the_clients_from_the_settings():
+    from types import SimpleNamespace
+
+    from valkeytrace.reporters.base import _workload_note
+
+    run = SimpleNamespace(server={"appendfsync": "always"})
+    assert _workload_note(run, "read-heavy", {"get_clients": 50, "set_clients": 8}) == \
+        "GET c=50 + c=8 background SET; fsync=always"
+    assert _workload_note(run, "write-only", {}) == "isolated SET c=?; fsync=always"
