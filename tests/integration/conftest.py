@@ -45,9 +45,9 @@ def as_nobody():
     import sys
     from pathlib import Path
 
-    if os.geteuid() != 0:
-        from vtcli import must_have
+    from vtcli import must_have
 
+    if os.geteuid() != 0:
         must_have("needs root to switch to user 'nobody'")
     changed = []
     for d in reversed(Path(sys.prefix).resolve().parents):
@@ -57,7 +57,7 @@ def as_nobody():
             changed.append((d, stat.S_IMODE(mode)))
     try:
         if not nobody_can_run_checkout():
-            pytest.skip("user 'nobody' cannot run this checkout's venv")
+            must_have("user 'nobody' cannot run this checkout's venv")
         yield
     finally:
         for d, mode in changed:

@@ -135,12 +135,22 @@ def test_aof_flush_probe_counts_one_flush_per_loop_iteration(recordings):
     assert abs(m["aof_flushes"] - m["loop_iterations"]) <= 0.02 * m["loop_iterations"] + 2
 
 
-def test_budget_sums_to_100_and_nothing_is_lost(recordings):
+def test_budget_parts_agree_with_the_calls_and_the_kernel(recordings):
+    """The budget's parts against truths measured apart from it: the time switched out inside
+    fdatasync cannot exceed the fdatasync calls' own timed total, and the time waiting for a CPU
+    is the kernel's runqueue time (schedstat) within 15% or 1% of the wall. (Under `always` with
+    the main thread waiting for a CPU 35% of the time, eBPF's runnable time read 11% below the
+    kernel's run_delay on 2026-12-03, ~20 µs an fsync: beyond analysis/server.py's 10%, so the
+    report says so; not resolved.)"""
     for s in recordings.values():
         m = s["main_thread"]
-        total = sum(m[k] for k in ("on_cpu_pct", "blocked_in_fsync_pct", "blocked_in_aof_write_pct",
-                                   "waiting_for_cpu_pct", "idle_pct", "other_blocked_pct"))
-        assert abs(total - 100) <= 1
+        wall = m["wall_ms"]
+        main = next(t for t in s["threads"] if t["role"] == "main")
+        in_calls = main["fdatasync"]["total_ms"] + main["fsync"]["total_ms"]
+        assert m["blocked_in_fsync_pct"] * wall / 100 <= in_calls * 1.02 + 1.0, (m["blocked_in_fsync_pct"], in_calls)
+        if main.get("schedstat"):
+            rq = main["schedstat"]["runqueue_ms"]
+            assert abs(m["waiting_for_cpu_pct"] * wall / 100 - rq) <= max(0.15 * rq, 0.01 * wall), (m, rq)
         assert s["lost_events"] == 0
     assert recordings["always"]["main_thread"]["blocked_in_fsync_pct"] > 5
     assert recordings["everysec"]["main_thread"]["blocked_in_fsync_pct"] == 0

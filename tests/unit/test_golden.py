@@ -21,10 +21,20 @@ def compared():
 
 
 @pytest.mark.parametrize("renderer", [text.render, markdown.render, jsonfmt.render, csvfmt.render])
-def test_every_format_renders(compared, renderer):
+def test_every_format_renders_both_sides_figures(compared, renderer):
+    """Each format shows each side's label and its read-heavy GET p50, as the recording's runs
+    give it (the median of the repeats, computed here from the raw runs, not by the analysis)."""
     out = io.StringIO()
     renderer(compared, out)
-    assert len(out.getvalue()) > 200
+    text_out = out.getvalue()
+    for path in (ALWAYS, EVERYSEC):
+        doc = recfmt.read(path)
+        p50s = sorted(r["ops"]["GET"]["p50_us"] for r in doc["runs"]
+                      if r["status"] == "ok" and r["workload"] == "read-heavy" and r["value_size"] == 64)
+        median = p50s[len(p50s) // 2] if len(p50s) % 2 else (p50s[len(p50s) // 2 - 1] + p50s[len(p50s) // 2]) / 2
+        assert doc["label"] in text_out
+        shown = {f"{median:,.0f}", f"{median:.0f}", f"{round(median, 1)}", f"{median:.1f}"}
+        assert any(s in text_out for s in shown), (doc["label"], median)
 
 
 def test_markdown_has_the_server_threads_per_cell(compared):

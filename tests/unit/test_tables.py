@@ -81,3 +81,36 @@ def test_markdown_reproduces_the_seed_table_shape():
     assert "| bio-offload | 64 B | GET | 70.67 | 4.52 | 359 | 615 | 695 |" in md
     assert "| delta | 64 B | GET | +1196.70% | +1196.70% | \u221296.50% | \u221294.43% | \u221294.02% |" in md
     assert "Delta convention: bio-offload vs baseline." in md
+
+
+def _launched(label, p50s_by_launch):
+    """A compare side: one run a launch (tagged as merge_launches tags them), GET p50 as given."""
+    runs = [{"workload": "read-heavy", "value_size": 64, "repeat": 1, "status": "ok", "launch": k,
+             "ops": {"GET": {"role": "measured", "clients": 50, "tps": 5e7 / p, "p50_us": p, "p95_us": p * 1.1,
+                             "p99_us": p * 1.2}}} for k, p in enumerate(p50s_by_launch, start=1)]
+    return dict(fake_recording(label, []), runs=runs)
+
+
+def test_the_compare_decision_on_launches_with_a_known_answer():
+    """The decision a compare row carries, on launches drawn with a known change: a +25% shift of
+    launches that spread 5% is found (its interval holding the truth) in nearly every draw, and
+    launches of one distribution are called changed in about 5% (Welch's 95%)."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    found = covered = false_pos = 0
+    trials = 200
+    for _ in range(trials):
+        base = 9000 * rng.lognormal(0, 0.05, 4)
+        shifted = 9000 * 1.25 * rng.lognormal(0, 0.05, 4)
+        same = 9000 * rng.lognormal(0, 0.05, 4)
+        b = summarize(_launched("a", base))
+        (row,) = compare(b, summarize(_launched("b", shifted))).rows
+        found += row.significant["p50_us"] is True
+        lo, hi = row.interval["p50_us"]["interval_pct"]
+        covered += lo <= 25.0 <= hi
+        (aa,) = compare(b, summarize(_launched("c", same))).rows
+        false_pos += aa.significant["p50_us"] is True
+        assert row.interval["p50_us"]["launches"] == [4, 4]
+    assert found >= 0.95 * trials and covered >= 0.88 * trials, (found, covered)
+    assert false_pos <= 0.10 * trials, false_pos
