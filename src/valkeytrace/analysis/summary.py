@@ -32,6 +32,9 @@ BUDGET = (BudgetCategory("on_cpu_pct", "on CPU", component="on_cpu"),
 BUDGET_BY_NAME = {c.name: c for c in BUDGET}
 # the calls a thread table shows, in order (names as in csrc/valkeytrace.h's VT_CALL_*)
 TIMED_CALLS = ("fdatasync", "fsync", "aof_write", "socket_write")
+# how a timeline names an interval switched out inside each call (VT_CALL_* names; "other": none)
+BLOCKED_IN = {"fdatasync": "blocked in fdatasync", "fsync": "blocked in fsync", "aof_write": "blocked in AOF write",
+              "epoll_wait": "idle (epoll_wait)", "other": "blocked (other)", "socket_write": "blocked in socket write"}
 SYNC_CALLS = ("fdatasync", "fsync")
 
 

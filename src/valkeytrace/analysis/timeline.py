@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-OFFCPU_NAMES = {"fdatasync": "blocked in fdatasync", "fsync": "blocked in fsync", "aof_write": "blocked in AOF write",
-                "epoll_wait": "idle (epoll_wait)", "other": "blocked (other)", "socket_write": "blocked in socket write"}
+from valkeytrace.analysis.summary import BLOCKED_IN as OFFCPU_NAMES
 
 
 @dataclass

@@ -20,8 +20,8 @@ from valkeytrace.analysis.tables import MEASURED_OP  # noqa: E402
 
 # one colour per budget category (analysis/summary.BUDGET, in its order)
 BUDGET_COLORS = ("#4c72b0", "#c44e52", "#dd8452", "#8172b3", "#55a868", "#937860")
-CAUSE_COLORS = {"fdatasync": "#c44e52", "fsync": "#c44e52", "aof_write": "#dd8452", "epoll_wait": "#55a868",
-                "other": "#937860", "socket_write": "#64b5cd"}
+# a cause is coloured as the budget category its blocked time falls in
+CAUSE_COLORS = {c: color for cat, color in zip(BUDGET, BUDGET_COLORS) for c in cat.calls}
 SYSTEM_STYLES = ("-", "--")
 
 
@@ -129,7 +129,7 @@ def blocked_timeline(inp: ReportInput, seconds: float = 2.0):
     for ax, (label, tl) in zip(axes[:, 0], rows):
         lanes = tl["lanes"]
         for y, (lane, segs) in enumerate(sorted(lanes.items())):
-            colors = [CAUSE_COLORS.get(c, "#999999") for _, _, c in segs]
+            colors = [CAUSE_COLORS.get(c, BUDGET_COLORS[-1]) for _, _, c in segs]  # else: other blocked
             # thousands of intervals: drawn as one image inside the SVG, not one path each
             ax.broken_barh([(s, max(d, 0.02)) for s, d, _ in segs], (y - 0.4, 0.8), facecolors=colors, rasterized=True)
         ax.set_yticks(range(len(lanes)), sorted(lanes), fontsize=7)
