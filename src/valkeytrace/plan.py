@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from valkeytrace.errors import VTUsageError
 from valkeytrace.recorder import Settings
 
-EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary", "port")
+EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary", "port", "replicas")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class ServerPlan:
     port: int | None = None            # the embedded server's port (--port or --server-config port=); None: a free one
     as_root: bool = False
     timeout_s: float = 15.0
+    replicas: int = 0                  # --replicas N: replicas of the embedded server, launched and traced
 
     @property
     def launched(self) -> bool:
@@ -228,7 +229,7 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           backend="auto", label=None, output=None, block_threshold_us=100.0, inject_spec=None,
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
           offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
-          sensitivity_runs=3, measure_overhead=False, embedded_only_given=()) -> RecordPlan:
+          sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
@@ -263,7 +264,7 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
         _refuse_daemonize(list(server_command))
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
-                        as_root=as_root, timeout_s=server_timeout)
+                        as_root=as_root, timeout_s=server_timeout, replicas=replicas)
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,
                               gather_ns=parse_gather(offload_gather) if offload_gather else 0)
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,

@@ -89,6 +89,8 @@ class Recorder:
         self.doc.setdefault("runs", [])
         self._encoder = recfmt.GrowingDocument()
         self.offload = None  # tracers.offload.OffloadStats under record --emulate-offload
+        self.replicas = None  # server.replicas.ReplicaSet under record --replicas
+        self.prober = None    # workload.durability_probe.Prober under record --replicas
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -130,10 +132,16 @@ class Recorder:
                 run["_offload"] = self.offload.snapshot()
             if traced:  # a write-only cell: its requests timed too, for its durability record
                 self.tracer.window_begin(requests=run.get("workload") == "write-only")
+                if self.replicas is not None:
+                    self.replicas.window_begin(requests=run.get("workload") == "write-only")
+            if self.prober is not None:
+                self.prober.begin()
             loop["begin"] = view.eventloop()
 
         def end():
             loop["end"] = view.eventloop()
+            if self.prober is not None:
+                run["replication"] = self.prober.end()
             run["window_end"] = time.time()
             run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
             if self.offload is not None:
@@ -149,6 +157,8 @@ class Recorder:
                     metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b["cycles"] - a["cycles"],
                                             "duration_us": b["duration_us"] - a["duration_us"]}
                 run["server"] = metrics
+                if self.replicas is not None:
+                    run["replicas"] = self.replicas.window_end()
             run["server_view"] = view.end()
         return begin, end
 
@@ -260,6 +270,8 @@ class Recorder:
                 self.checkpoint()
             else:
                 self.tracer.start(self.target)
+            if self.replicas is not None:
+                self.replicas.start()
             for i, (repeat, workload, size, extra) in enumerate(matrix):
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"

@@ -69,7 +69,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         raise KeyboardInterrupt
     old_term = signal.signal(signal.SIGTERM, _on_term)
     old_int = signal.signal(signal.SIGINT, _on_term)
-    target = offload = None
+    target = offload = replicas = None
     output = plan.output
     t_start = time.monotonic()
     try:
@@ -93,6 +93,15 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
                                         port=s.port,
                                         binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
         server = target.describe()
+        if s.replicas:
+            from valkeytrace.server.replicas import ReplicaSet
+
+            replicas = ReplicaSet(target, s.replicas,
+                                  lambda: make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe,
+                                                      t.loop_sample, t.socket_writes),
+                                  appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
+                                  binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s)
+            replicas.wait_synced()
         if offload is not None:
             target.drain_state = offload.state
             offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
@@ -104,6 +113,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             rest = None if s.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
             if rest:
                 placement.pin(target.pid, rest)  # a server we launched: its threads on the clients' complement
+                for r in (replicas.targets if replicas else ()):
+                    placement.pin(r.pid, rest)
                 server_moved = True
         if e.fsync_delay:
             echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
@@ -132,6 +143,14 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
         recorder.offload = offload
+        if replicas is not None:
+            from valkeytrace.server.replicas import node
+
+            from valkeytrace.workload.durability_probe import Prober
+
+            document.set_nodes(doc, [node(server, "primary")] + replicas.describe())
+            recorder.replicas = replicas
+            recorder.prober = Prober(target.host, target.port, s.replicas)
         recorder.checkpoint()
         interrupted = False
         try:
@@ -157,6 +176,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         except VTError as exc:
             raise VTError(f"{exc}; what was measured is in {recorder.partial_path}") from exc
     finally:
+        if replicas is not None:
+            replicas.stop()
         if target is not None:
             target.stop()
         tracer.stop()  # idempotent; covers a launch that failed before the recorder started it

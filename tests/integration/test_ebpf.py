@@ -254,8 +254,8 @@ def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(need
         assert o["get_tps_ratio"] > 0
         run = rec.run_one(1, "read-heavy", 64)
         assert run["status"] == "ok", run["error"]
-        main = summarize_server([run["server"]])["main_thread"]
-        assert main["fdatasync_count"] > 100  # appendfsync always: traced after the pair
+        main = summarize_server([run["server"]]).main_thread
+        assert main.fdatasync_count > 100  # appendfsync always: traced after the pair
     finally:
         tracer.stop()
         srv.stop()

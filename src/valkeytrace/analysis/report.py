@@ -54,6 +54,11 @@ class AnalysedRun:
         return self.doc.get("settings") or {}
 
     @property
+    def nodes(self) -> list:
+        """record --replicas: the primary and its replicas (role, pid, port, version, config)."""
+        return self.doc.get("nodes") or []
+
+    @property
     def complete(self) -> bool:
         return bool(self.doc.get("complete", False))
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from valkeytrace import workloads
 from valkeytrace.analysis import launches
+from valkeytrace.analysis.replication import replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import ServerSummary
 
@@ -94,6 +95,8 @@ class CellSummary:
     # per ok repeat, in order (repeat_detail): each op's p50 and mean, the repeat's own server
     # summary, and who waited for a CPU in it
     per_repeat: list = field(default_factory=list)
+    replicas: list = field(default_factory=list)  # record --replicas: each replica's ServerSummary
+    replication: object | None = None  # analysis.replication.Replication (record --replicas)
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -215,7 +218,9 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
         per_repeat = [repeat_detail(r) for r in groups[key]]
         for op, o in ops.items():
             o.paths, o.cycles_us = repeat_paths(per_repeat, op)
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat))
+        reps = replica_summaries(groups[key])
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat,
+                                 reps, replication(groups[key], reps)))
     return cells
 
 

@@ -67,6 +67,9 @@ COMMON = [
     click.option("--io-threads", type=int, callback=positive, help="Embedded server only [default: min(8, CPUs)]."),
     click.option("--port", type=click.IntRange(1, 65535),
                  help="Embedded server only: its port [default: a free one]; --server-config port= is the same setting."),
+    click.option("--replicas", type=click.IntRange(0, 4), default=0, show_default=True,
+                 help="Embedded server only: launch N replicas of it on loopback (same binary and settings), "
+                      "synced before the matrix and traced beside it; a side client times SET + WAITAOF."),
     click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
                  help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes)."),
     click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True),

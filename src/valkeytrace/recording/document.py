@@ -63,6 +63,11 @@ def add_warning(doc: Document, sentence: str) -> None:
     doc.setdefault("warnings", []).append(sentence)
 
 
+def set_nodes(doc: Document, nodes: list[dict]) -> None:
+    """record --replicas: the primary and its replicas (role, pid, port, version, config)."""
+    doc["nodes"] = nodes
+
+
 def set_overhead(doc: Document, overhead: dict) -> None:
     doc["overhead"] = overhead
 

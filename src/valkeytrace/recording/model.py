@@ -116,6 +116,25 @@ class ServerView(TypedDict, total=False):
     latency_monitor_threshold_ms: int | None  # latency-monitor-threshold
 
 
+class Replication(TypedDict, total=False):
+    rate_per_s: NonNeg | None    # record --replicas: the durability probe's rate
+    replicas: NonNegInt | None   # N of its WAITAOF 1 N
+    sent_ns: list[int] | None    # each probe's SET sent (CLOCK_MONOTONIC)
+    set_us: list[NonNeg] | None  # its reply after the send
+    waitaof_us: list[NonNeg] | None  # its WAITAOF's reply after the SET's send
+    acked: list[NonNegInt] | None  # replicas the WAITAOF counted
+    error: str | None            # why the probe stopped early
+
+
+class Node(TypedDict, total=False):
+    role: Required[str]          # primary or replica
+    pid: NonNegInt | None        # its pid
+    port: int | None             # its port
+    version: str | None          # its version
+    config: dict | None          # its CONFIG GET
+    primary_port: int | None     # a replica's primary
+
+
 class Run(TypedDict, total=False):
     workload: Required[str]      # read-heavy, write-only or none
     value_size: Required[Annotated[int, msgspec.Meta(ge=1, le=1 << 31)]]  # bytes per value
@@ -134,6 +153,8 @@ class Run(TypedDict, total=False):
     fsync_extra_delay_ns: NonNegInt | None  # --fsync-sensitivity: the run's added delay
     offload: dict | None         # --emulate-offload: the virtual offload's counters over the window
     launch: NonNegInt | None     # valkeytrace compare: the server launch the run belongs to
+    replicas: list[ServerWindow] | None  # record --replicas: each replica's tracer window
+    replication: Replication | None  # record --replicas: the durability probe's timings
 
 
 class ServerInfo(TypedDict, total=False):
@@ -210,7 +231,8 @@ class Document(TypedDict, total=False):
     tracer: dict | None          # backend, peak_rss_kb
     upgraded_from: int | None    # set on load: an older file's version
     launches: list | None        # valkeytrace compare: one entry per server launch of this side
+    nodes: list[Node] | None     # record --replicas: the primary and its replicas
 
 
-TYPES = (Document, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, Run, Op, ServerView,
+TYPES = (Document, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, Run, Op, ServerView, Replication, Node,
          ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop, Histogram)

@@ -71,6 +71,8 @@ def _normalise(doc: dict, name: str) -> None:
             _window(run["server"], f"runs[{i}].server", name)
             if run["server"].get("shim") is not None:
                 _window(run["server"]["shim"], f"runs[{i}].server.shim", name)
+        for k, w in enumerate(run.get("replicas") or ()):
+            _window(w, f"runs[{i}].replicas[{k}]", name)
 
 
 def _window(s: dict, path: str, name: str) -> None:

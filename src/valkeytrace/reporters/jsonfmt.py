@@ -24,6 +24,8 @@ def build(inp: ReportInput) -> dict:
         cells = [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
                   "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
                   **({"server": c.server.to_json()} if c.server is not None else {}),
+                  **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
+                  **({"replication": c.replication.to_json()} if c.replication is not None else {}),
                   **({"server_view": r.server_views[(c.workload, c.value_size)]}
                      if (c.workload, c.value_size) in r.server_views else {})}
                  for c in r.cells]
@@ -34,7 +36,7 @@ def build(inp: ReportInput) -> dict:
                     "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
                     "mode": s.get("mode")},
             client=r.client, settings=r.settings, warnings=r.warnings, emulation=r.emulation_spec,
-            overhead=r.overhead, cells=cells, explanation=r.explanation, whatif=r.whatif or [],
+            overhead=r.overhead, **({"nodes": r.nodes} if r.nodes else {}), cells=cells, explanation=r.explanation, whatif=r.whatif or [],
             sensitivity=r.sensitivity or []))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
     if inp.comparison is not None:
