@@ -106,6 +106,30 @@ static size_t feed_inline(struct vt_req_parser *p, const char *b, size_t n, cons
     return n;
 }
 
+/* One byte of a length line ("*N" or "$N"): a digit, or '\r' ending a number of at most max
+ * (negative only when neg_ok), then state next. Returns the bytes consumed (0 on a failure that
+ * stops the feed at this byte, as before). */
+static size_t num_line(struct vt_req_parser *p, const struct vt_req_cb *cb, void *ctx, char ch, long long max,
+                       int neg_ok, int next)
+{
+    if (++p->line_len > VT_INLINE_MAX) {
+        fail(p, cb, ctx);
+        return 0;
+    }
+    if (ch == '\r') {
+        if (!p->num_digits || (p->num_neg && !neg_ok) || p->num > max)
+            fail(p, cb, ctx);
+        else
+            p->state = next;
+        return 1;
+    }
+    if (!num_char(p, ch)) {
+        fail(p, cb, ctx);
+        return 0;
+    }
+    return 1;
+}
+
 void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct vt_req_cb *cb, void *ctx)
 {
     size_t i = 0;
@@ -132,20 +156,8 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
         case RQ_INLINE_REST:
             i += feed_inline(p, b + i, n - i, cb, ctx);
             break;
-        case RQ_MB_NUM:
-            if (++p->line_len > VT_INLINE_MAX) {
-                fail(p, cb, ctx);
-            } else if (ch == '\r') {
-                if (!p->num_digits || p->num > VT_MULTIBULK_MAX)
-                    fail(p, cb, ctx);
-                else
-                    p->state = RQ_MB_LF;
-                i++;
-            } else if (!num_char(p, ch)) {
-                fail(p, cb, ctx);
-            } else {
-                i++;
-            }
+        case RQ_MB_NUM: /* "*-1" is allowed: a null multibulk */
+            i += num_line(p, cb, ctx, ch, VT_MULTIBULK_MAX, 1, RQ_MB_LF);
             break;
         case RQ_MB_LF: /* valkey skips the byte after '\r' unchecked */
             i++;
@@ -169,19 +181,7 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
             i++;
             break;
         case RQ_BULK_NUM:
-            if (++p->line_len > VT_INLINE_MAX) {
-                fail(p, cb, ctx);
-            } else if (ch == '\r') {
-                if (!p->num_digits || p->num_neg || p->num > VT_BULK_MAX)
-                    fail(p, cb, ctx);
-                else
-                    p->state = RQ_BULK_LF;
-                i++;
-            } else if (!num_char(p, ch)) {
-                fail(p, cb, ctx);
-            } else {
-                i++;
-            }
+            i += num_line(p, cb, ctx, ch, VT_BULK_MAX, 0, RQ_BULK_LF);
             break;
         case RQ_BULK_LF:
             i++;
