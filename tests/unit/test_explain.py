@@ -390,7 +390,8 @@ def test_littles_law_flags_a_client_bound_run():
     cells = summarize(doc)
     ll = explain.littles_law(cells[0])["GET"]
     assert ll["in_flight"] == pytest.approx(10) and ll["ratio"] == pytest.approx(0.2)
-    assert any("of 50 clients in flight" in c for c in explain.caveats(cells, [doc]))
+    recs = explain.caveats(cells, [doc])
+    assert any("of 50 clients in flight" in c["text"] and c["finding"] == "clients_own_time" for c in recs)
 
 
 def test_durability_note_only_when_ack_semantics_differ():
@@ -464,11 +465,12 @@ def test_clients_sharing_a_cpu_are_said_to():
     # --client-cpus auto on 2 CPUs puts both read-heavy clients on one: their tails hold each other's turns
     base = recording("a", [(EVERYSEC, [287, 279, 311], {})], "everysec")
     cells = summarize(base)
-    assert not any("shared" in c for c in explain.caveats(cells, [base]))  # no placement recorded
+    assert not any("shared" in explain.caveat_words(c) for c in explain.caveats(cells, [base]))  # no placement recorded
     base["client"] = {"placement": {"requested": "auto", "client_cpus": [1]}}
-    assert any(c.startswith("a: the GET and the background SET clients shared CPU 1") for c in explain.caveats(cells, [base]))
+    assert any(explain.caveat_words(c).startswith("a: the GET and the background SET clients shared CPU 1")
+               and c["finding"] == "clients_shared_cpu" and c["label"] == "a" for c in explain.caveats(cells, [base]))
     base["client"]["placement"]["client_cpus"] = [2, 3]  # one each: nothing to say
-    assert not any("shared" in c for c in explain.caveats(cells, [base]))
+    assert not any("shared" in explain.caveat_words(c) for c in explain.caveats(cells, [base]))
 
 
 def test_a_p50_between_the_paths_is_modelled_where_it_lies_not_on_the_means_path():

@@ -14,7 +14,8 @@ Every entry is a claim that can come out wrong (docs/explain.md):
 from __future__ import annotations
 
 from valkeytrace.analysis import model, offload
-from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveats,  # noqa: F401
+from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, acks_before_fsync, caveat,  # noqa: F401
+                                        caveat_words, caveats,
                                         durability_note, durability_sentence, fsync_placement, littles_law,
                                         offload_sentence, reply_blocking_sentence, server_view_gap,
                                         set_mechanism, sets_per_fsync)
@@ -385,15 +386,14 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, can
                             "claim": "no server-side trace in one of the recordings "
                             "(--backend none): the client change cannot be attributed",
                             "evidence": {}, "explained_share": None, "significant": row.significant["p50_us"],
-                            "components": [], "leading_component": None, "caveats": []})
+                            "components": [], "leading_component": None, **with_caveats([])})
             continue
         for metric in ("p50_us", "p99_us"):
             e = explain_metric(row.op, metric, row, b, c, base_doc, cand_doc, sens)
             if e is None:
                 continue
-            e["caveats"] = caveats([b, c], [base_doc, cand_doc])
-            if row.op == "SET" and dur:
-                e["caveats"].append(dur)
+            e.update(with_caveats(caveats([b, c], [base_doc, cand_doc])
+                                  + ([caveat("durability_differs", None, dur)] if row.op == "SET" and dur else [])))
             entries.append(e)
         gc = group_commit_entry(row, b, c, base_doc, cand_doc, dur)
         if gc:
@@ -418,7 +418,8 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, 
             "finding": "group_commit", "claim": claim, "evidence": {"baseline": {"set_tps": tb, "sets_per_fsync": sb},
                                          "candidate": {"set_tps": tc, "sets_per_fsync": sc}},
             "explained_share": None, "significant": significance(b.ops["SET"], c.ops["SET"], "tps"),
-            "components": [], "leading_component": None, "caveats": [dur] if dur else []}
+            "components": [], "leading_component": None,
+            **with_caveats([caveat("durability_differs", None, dur)] if dur else [])}
 
 
 def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> list[dict]:
@@ -460,5 +461,10 @@ def explain_run(cells: list[CellSummary], doc: dict, sens: list[dict] = ()) -> l
                         "components": comps, "leading_component": max(comps, key=lambda x: x["us"])["name"] if comps else None,
                         "explained_share": round(share, 3) if share is not None else None,
                         "significant": None,
-                        "caveats": caveats([cell], [doc])})
+                        **with_caveats(caveats([cell], [doc]))})
     return entries
+
+
+def with_caveats(records: list[dict]) -> dict:
+    """An entry's caveats: the records (caveat_records: code, side, words) and their sentences."""
+    return {"caveat_records": records, "caveats": [caveat_words(c) for c in records]}

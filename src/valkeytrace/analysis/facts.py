@@ -107,48 +107,59 @@ def shared_client_cpus(cell: CellSummary, doc: dict) -> str | None:
     return ("CPUs " if len(cpus) > 1 else "CPU ") + ",".join(str(c) for c in cpus)
 
 
-def caveats(cells: list[CellSummary], docs: list[dict]) -> list[str]:
+def caveat(finding: str, label: str | None, text: str) -> dict:
+    """A caveat as a record: its stable code, the side it is said of (None: both or neither), its words."""
+    return {"finding": finding, "label": label, "text": text}
+
+
+def caveat_words(c: dict) -> str:
+    return f"{c['label']}: {c['text']}" if c.get("label") else c["text"]
+
+
+def caveats(cells: list[CellSummary], docs: list[dict]) -> list[dict]:
+    """The caveats of cells (one a side), as records (caveat())."""
     out = []
     for doc in docs:
         emu = (doc.get("emulation") or {}).get("description")
         if emu:
-            out.append(f"{doc['label']}: {emu}")
+            out.append(caveat("emulation", doc["label"], emu))
     for cell, doc in zip(cells, docs):
         shared = shared_client_cpus(cell, doc)
         if shared:
-            out.append(f"{doc['label']}: the GET and the background SET clients shared {shared} (--client-cpus auto on "
+            out.append(caveat("clients_shared_cpu", doc["label"], f"the GET and the background SET clients shared {shared} (--client-cpus auto on "
                        "a host with too few CPUs to give each its own): each waited for the other's turn on it, "
-                       "which shows in their tails (p95/p99)")
+                       "which shows in their tails (p95/p99)"))
         low = []  # one sentence for every op whose clients had fewer requests in flight than their number
         for op, ll in littles_law(cell).items():
             waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
             if ll["ratio"] < 0.8:
                 low.append((op, ll, waited))
             elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
-                out.append(f"{doc['label']}: the {op} clients waited for a CPU {100 * waited:.0f}% of their time: "
-                           "the latency they report holds some of that wait too, not only the server's")
+                out.append(caveat("clients_waited_cpu", doc["label"], f"the {op} clients waited for a CPU "
+                                  f"{100 * waited:.0f}% of their time: the latency they report holds some of that "
+                                  "wait too, not only the server's"))
             if ll["ratio"] > 1.2:
-                out.append(f"{doc['label']}: {op} TPS x mean latency = {ll['in_flight']:.1f} exceeds "
-                           f"{ll['clients']} clients: the recording is inconsistent")
+                out.append(caveat("littles_law_inconsistent", doc["label"], f"{op} TPS x mean latency = "
+                                  f"{ll['in_flight']:.1f} exceeds {ll['clients']} clients: the recording is inconsistent"))
         if low:
             parts = [f"{op} {ll['in_flight']:.1f} of {ll['clients']} clients in flight"
                      + ("" if w is None else f" (they waited for a CPU {100 * w:.0f}% of their time)")
                      for op, ll, w in low]
             held = any(w is not None and w >= CLIENT_WAIT_CAVEAT for _, _, w in low)
             unknown = all(w is None for _, _, w in low)
-            out.append(f"{doc['label']}: TPS x mean latency: " + ", ".join(parts)
+            out.append(caveat("clients_own_time", doc["label"], "TPS x mean latency: " + ", ".join(parts)
                        + ": the clients spend time of their own between requests"
                        + (" (a CPU-bound benchmark client?)" if unknown else "")
                        + ("; the latency they report holds some of that CPU wait too, not only the server's"
-                          if held else ""))
+                          if held else "")))
         steal, wall_s = (cell.host_cpu or {}).get("server_steal_ms"), (cell.host_cpu or {}).get("wall_s")
         if steal and wall_s and steal >= STEAL_CAVEAT * wall_s * 1000:
-            out.append(f"{doc['label']}: the hypervisor took more than {STEAL_CAVEAT:.0%} of the server's CPU time "
-                       "(steal: in the main thread's on-CPU time by its context switches, not in schedstat's; "
-                       "--detail has the figures)")
+            out.append(caveat("hypervisor_steal", doc["label"], f"the hypervisor took more than {STEAL_CAVEAT:.0%} "
+                              "of the server's CPU time (steal: in the main thread's on-CPU time by its context "
+                              "switches, not in schedstat's; --detail has the figures)"))
         if cell.server and (cell.server.main_thread.waiting_for_cpu_pct or 0) >= 20:
-            out.append(f"{doc['label']}: the main thread waited for a CPU "
-                       f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)")
+            out.append(caveat("main_cpu_bound", doc["label"], f"the main thread waited for a CPU "
+                              f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)"))
     return out
 
 

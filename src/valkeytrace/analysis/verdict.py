@@ -186,18 +186,18 @@ def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
     return list(groups.values())
 
 
-def caveats_by_cell(explanation: list, banners: list[str], labels: tuple = ()) -> list[tuple[str, list[str]]]:
+def caveats_by_cell(explanation: list, banners: list[str] = (), labels: tuple = ()) -> list[tuple[str, list[str]]]:
     """[(caveat, [cells])]: each caveat once, with the cells it applies to; one said of both sides
-    ("LABEL: text" twice) said once for both; the emulation sentence (every report's banner) left
-    out."""
+    (the same words, two labels) said once for both; the emulation's (every report's banner) left
+    out. Read from the entries' caveat records, never from their sentences (banners, labels:
+    unused, kept for callers)."""
     out: dict[str, list[str]] = {}
     who: dict[str, list[str]] = {}
     for e in explanation or []:
-        for c in e.get("caveats") or []:
-            if any(b and b in c for b in banners):
+        for c in e.get("caveat_records") or []:
+            if c["finding"] == "emulation":
                 continue
-            label = next((lb for lb in labels if c.startswith(f"{lb}: ")), None)
-            text = c[len(label) + 2:] if label else c
+            label, text = c.get("label"), c["text"]
             cell = f"{e['workload']} {e['op']} {e['value_size']} B"
             cells = out.setdefault(text, [])
             if cell not in cells:

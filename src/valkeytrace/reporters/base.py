@@ -5,6 +5,7 @@ from collections import Counter
 
 from valkeytrace import workloads
 from valkeytrace.analysis import verdict as vd
+from valkeytrace.analysis.facts import caveat_words
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT
@@ -137,8 +138,8 @@ def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, i
     sentence, which every report prints at the top, is not repeated as a caveat."""
     compared = inp.comparison is not None
     entries = (inp.explanation if compared else [e for r in inp.runs for e in (r.explanation or [])]) or []
-    banners = [run.emulation for run in inp.runs if run.emulation]
-    caveats = [[c for c in dict.fromkeys(e.get("caveats", [])) if not any(b in c for b in banners)] for e in entries]
+    caveats = [list(dict.fromkeys(caveat_words(c) for c in e.get("caveat_records") or [] if c["finding"] != "emulation"))
+               for e in entries]
     uses = Counter(c for cs in caveats for c in cs)
     out = [{"title": f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}",
             "tag": share_tag(e, compared), "claim": e["claim"], "caveats": [c for c in cs if uses[c] == 1]} for e, cs in zip(entries, caveats)]
