@@ -25,6 +25,8 @@ struct vt_block_event {
     uint32_t tid;
     uint16_t cause;
     uint16_t state;
+    uint32_t bytes;
+    uint32_t pad;
 };
 
 struct vt_shim_thread {

@@ -20,7 +20,7 @@
 #include "valkeytrace.h"
 
 #define VT_OFFLOAD_MAGIC 0x4f465456u /* "VTFO" little-endian */
-#define VT_OFFLOAD_VERSION 2
+#define VT_OFFLOAD_VERSION 3
 #define VT_OFFLOAD_DURABLE 1
 #define VT_OFFLOAD_EARLY_ACK 2
 #define VT_OFFLOAD_WAITED_MAX 8 /* replies that waited 0, 1, ..., 7 or more jobs */
@@ -90,6 +90,10 @@ struct vt_offload_stats {
                                     CLIENT REPLY, a protocol error): every reply held until all is durable */
     vt_u64 blocked_deliveries;   /* a released reply's socket would block: the rest kept for later */
     vt_u64 jobs_waited_sum;      /* over released replies: jobs completed between hold and release */
+    vt_u64 replica_links;        /* connections that asked SYNC/PSYNC: a replica's link (#3381's cap: what the
+                                    server writes to it waits for every AOF byte queued before) */
+    vt_u64 stream_bytes;         /* bytes the server wrote to replica links */
+    vt_u64 stream_held_bytes;    /* of which held until what came before was durable */
     vt_u64 jobs_waited[VT_OFFLOAD_WAITED_MAX];
     struct vt_hist job_ns;       /* a job: from taking the batch to its fdatasync's return (delay included) */
     struct vt_hist hold_ns;      /* a held reply: from the server's write to the real one */

@@ -199,6 +199,8 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
     if (!total)
         return 0;
     pthread_mutex_lock(&c->mu);
+    if (c->replica)
+        vt_stat_add(&vt_off.stats->stream_bytes, total);
     for (;;) {
         uint64_t durable = vt_off_durable(), queued = vt_off_queued();
         size_t hold_from = NONE, sent = 0;
@@ -273,6 +275,8 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         vt_stat_add(&vt_off.stats->held_write_replies, ch->writes);
         vt_stat_add(&vt_off.stats->held_read_replies, ch->reads);
         vt_stat_add(&vt_off.stats->held_bytes, ch->len);
+        if (c->replica)
+            vt_stat_add(&vt_off.stats->stream_held_bytes, ch->len);
         uint64_t need = ch->need;
         pthread_mutex_unlock(&c->mu);
         vt_off_register_held(&c->node, need);
@@ -348,6 +352,7 @@ static void reset_locked(struct conn *c)
     vt_req_init(&c->rp, 1);
     vt_reply_init(&c->fr);
     c->unsynced = 0;
+    c->replica = 0;
     c->in_multi = 0;
 }
 

@@ -21,7 +21,7 @@
 #define H_FLAGS 15ull
 
 enum { E_OTHER, E_WRITE, E_READ, E_WIDE_READ };
-enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT };
+enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT, P_REPLICA };
 
 struct entry {
     uint8_t kind, blocking;
@@ -39,7 +39,7 @@ struct chunk {
 
 struct conn {
     pthread_mutex_t mu;
-    int fd, active, unsynced;
+    int fd, active, unsynced, replica; /* replica: it asked SYNC/PSYNC (a replica's link) */
     struct vt_req_parser rp;
     struct vt_reply_framer fr;
     /* the command being parsed */

@@ -112,8 +112,8 @@ static int proto_of(const char *n, size_t len)
 {
     static const struct { const char *name; int proto; } P[] = {
         {"multi", P_MULTI}, {"exec", P_EXEC}, {"discard", P_DISCARD}, {"subscribe", P_UNSYNC},
-        {"psubscribe", P_UNSYNC}, {"ssubscribe", P_UNSYNC}, {"monitor", P_UNSYNC}, {"sync", P_UNSYNC},
-        {"psync", P_UNSYNC}, {"client", P_CLIENT}, {NULL, 0}};
+        {"psubscribe", P_UNSYNC}, {"ssubscribe", P_UNSYNC}, {"monitor", P_UNSYNC}, {"sync", P_REPLICA},
+        {"psync", P_REPLICA}, {"client", P_CLIENT}, {NULL, 0}};
     for (int i = 0; P[i].name; i++)
         if (strlen(P[i].name) == len && strncasecmp(P[i].name, n, len) == 0)
             return P[i].proto;
@@ -189,7 +189,13 @@ static void cb_end(void *ctx)
     const struct vt_cmdinfo *ci = &c->ci;
     int kind, wide = 0;
     vt_stat_add(&vt_off.stats->commands, 1);
-    if (c->proto == P_UNSYNC) {
+    if (c->proto == P_UNSYNC || c->proto == P_REPLICA) {
+        /* a replica's link carries the replication stream, not replies: unsynced, every byte written
+         * to it waits for every AOF byte queued before it (#3381 caps the stream at the durable offset) */
+        if (c->proto == P_REPLICA && !c->replica) {
+            c->replica = 1;
+            vt_stat_add(&vt_off.stats->replica_links, 1);
+        }
         vt_conn_unsync(c);
         return;
     }

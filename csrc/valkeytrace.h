@@ -78,6 +78,8 @@ struct vt_block_event {
     vt_u32 tid;
     vt_u16 cause; /* VT_CALL_* the thread was inside, VT_CALL_OTHER when none */
     vt_u16 state; /* VT_STATE_* it was switched out in */
+    vt_u32 bytes; /* VT_EVENT_RECV/SEND: the bytes read or written (the replication link's offsets) */
+    vt_u32 pad;
 };
 
 /* The LD_PRELOAD shim's shared-memory region (a file in /dev/shm made by valkeytrace, mode 0600,

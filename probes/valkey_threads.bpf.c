@@ -138,9 +138,10 @@ static __always_inline int slot_of(u32 tid)
     return -1;
 }
 
-static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
+static __always_inline void emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
 {
     struct vt_block_event ev = {};
+    ev.bytes = bytes;
     ev.start_ns = start_ns;
     ev.duration_ns = dur;
     ev.tid = tid;
@@ -152,6 +153,11 @@ static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 
         if (l)
             __sync_fetch_and_add(l, 1);
     }
+}
+
+static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
+{
+    emit_bytes(tid, start_ns, dur, cause, state, 0);
 }
 
 static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 bytes)
@@ -786,7 +792,7 @@ static __always_inline int sock_io(u64 sk, long ret, u32 state)
     if ((id >> 32) != TARGET_TGID || ret <= 0 || !requests_wanted())
         return 0;
     server_socks.update(&sk, &one);
-    emit((u32)id, bpf_ktime_get_ns(), sk, VT_CALL_OTHER, state);
+    emit_bytes((u32)id, bpf_ktime_get_ns(), sk, VT_CALL_OTHER, state, (u32)ret);
     return 0;
 }
 

@@ -23,6 +23,7 @@ HIST_DTYPE = np.dtype([
 
 BLOCK_EVENT_DTYPE = np.dtype([
     ("start_ns", "<u8"), ("duration_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2"),
+    ("bytes", "<u4"), ("pad", "<u4"),
 ])
 
 CALL_KINDS = len(CALL_NAMES)

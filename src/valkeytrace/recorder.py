@@ -25,6 +25,10 @@ from valkeytrace.workload import scenarios
 # level on the longer path in about 1 sweep of 10 on the 2-CPU VM (R² 0.77-0.85 where the other
 # levels lay on a line); the median of 3 takes the level's usual path
 SENSITIVITY_MIN_RUNS = 3
+# windows whose socket reads and writes are timed and sized (the eBPF backend): a write-only cell
+# (its durability record, the replication link) and an observed one (--attach: the link of a node
+# recorded where it runs, for valkeytrace merge)
+REQUEST_WINDOWS = ("write-only", "none")
 
 
 @dataclass
@@ -131,9 +135,9 @@ class Recorder:
             if self.offload is not None:
                 run["_offload"] = self.offload.snapshot()
             if traced:  # a write-only cell: its requests timed too, for its durability record
-                self.tracer.window_begin(requests=run.get("workload") == "write-only")
+                self.tracer.window_begin(requests=run.get("workload") in REQUEST_WINDOWS)
                 if self.replicas is not None:
-                    self.replicas.window_begin(requests=run.get("workload") == "write-only")
+                    self.replicas.window_begin(requests=run.get("workload") in REQUEST_WINDOWS)
             if self.prober is not None:
                 self.prober.begin()
             loop["begin"] = view.eventloop()

@@ -1,18 +1,26 @@
-"""record --replicas: what a write takes to be durable on the primary and on its replicas, from the
-durability probe's timings (runs[].replication: SET, then WAITAOF 1 N) and the replicas' own tracer
-windows (runs[].replicas[]: each replica's server summary, as the primary's).
+"""record --replicas (and valkeytrace merge): what a write takes to be durable on the primary and on
+its replicas. From the durability probe's own timings (runs[].replication: SET, then WAITAOF 1 N)
+and from the kernel events of every node's window (analysis/replink.py: the link joined by the
+replication stream's offsets).
 
-What is measured today: the WAITAOF time (a probe's SET sent -> its WAITAOF answered), the SET's
-own (-> answered: durable on the primary), and each replica's fdatasync (its AOF job, from the
-kernel). What is not yet: the link, the replica's apply and the ack, joined by the replication
-offset; the lag from the primary's AOF job to the replica; #3381's cap. `components_us` names the
-measured parts and keeps the rest as `not_decomposed_us`, never hidden in a part."""
+- waitaof_p50_us / p99: the probe's SET sent -> its WAITAOF answered (the client's clock); with no
+  probe (a merged recording of observed nodes), the server's span of each SET + WAITAOF pair;
+- components_us: the probes around the median (WAITAOF within its 40th-60th percentiles), each
+  decomposed from the kernel (replink.components), their mean per part; client_us is the rest of
+  the client's time (its own send and read, the loopback), so the parts add up to what it saw;
+- lag_p50_us: a write read by the primary (run, and handed to its AOF, in that loop iteration)
+  -> the stream bytes that carry it arriving on the replica (every SET in the window, not only the
+  probe's); lag_after_durable_p50_us: from the primary's sync that made it durable;
+- early_propagated: link writes the replica read before the primary had made them durable (the
+  cap's witness, replink.link), over early_checked.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from valkeytrace.analysis import replink
 from valkeytrace.analysis.server import summarize_server
 from valkeytrace.analysis.summary import ServerSummary
 
@@ -25,9 +33,17 @@ class Replication:
     waitaof_p99_us: float | None
     set_p50_us: float | None
     acked_all_share: float | None       # probes whose WAITAOF counted every replica
-    lag_p50_us: float | None = None     # not measured yet (module docstring)
-    early_propagated: int | None = None  # not measured yet: #3381's cap is not emulated
+    lag_p50_us: float | None = None
+    lag_p99_us: float | None = None
+    lag_after_durable_p50_us: float | None = None
+    lag_writes: int = 0                 # writes the lag is measured over
+    early_propagated: int | None = None  # None: no link events to witness with
+    early_checked: int = 0
     components_us: dict = field(default_factory=dict)
+    decomposed: int = 0                 # probes decomposed (of `probes`)
+    undecomposed: int = 0               # probes whose chain was out of order or incomplete
+    source: str = "probe"               # probe, or kernel (no probe: a merged recording's pairs)
+    unjoined_windows: int = 0           # replica windows whose offsets could not be joined (it lagged)
     errors: list = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -49,22 +65,87 @@ def _p(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else None
 
 
+def _links(runs: list[dict]) -> list[tuple[dict, list]]:
+    """Per ok run with windows of its nodes: (run, [replink.Link per replica])."""
+    out = []
+    for r in runs:
+        primary = replink.node_events(r.get("server"))
+        if primary is None:
+            continue
+        links = []
+        for w in r.get("replicas") or []:
+            ev = replink.node_events(w)
+            lk = replink.link(primary, ev) if ev is not None else None
+            if lk is not None:
+                links.append(lk)
+        if links:
+            out.append((r, links))
+    return out
+
+
+def _probe_chains(run: dict, links: list) -> list[tuple[float, dict]]:
+    """(client WAITAOF µs, parts) per probe matched with its kernel chain: the chain of the
+    replica the WAITAOF waited for (its sync ended last), the probe by its SET's send."""
+    probe = run.get("replication") or {}
+    by_p0 = {}
+    for lk in links:
+        for p0, pts in lk.chains:
+            if p0 not in by_p0 or pts[5] > by_p0[p0][5]:
+                by_p0[p0] = pts
+    if not by_p0:
+        return []
+    p0s = np.array(sorted(by_p0), dtype=np.int64)
+    out = []
+    for sent, total in zip(probe.get("sent_ns") or [], probe.get("waitaof_us") or []):
+        i = np.searchsorted(p0s, sent, side="left")
+        if i >= len(p0s):
+            continue
+        pts = by_p0[int(p0s[i])]
+        if (pts[8] - sent) / 1e3 > total + 50:  # the next probe's chain, not this one's
+            continue
+        parts = replink.components(pts)
+        parts["client_us"] = total - (pts[8] - pts[0]) / 1e3
+        out.append((total, parts))
+    return out
+
+
+def _middle(parts: list[tuple[float, dict]]) -> dict:
+    totals = np.array([t for t, _ in parts])
+    lo, hi = np.percentile(totals, 40), np.percentile(totals, 60)
+    mid = [p for t, p in parts if lo <= t <= hi] or [p for _, p in parts]
+    return {k: round(float(np.mean([p[k] for p in mid])), 1) for k in mid[0]}
+
+
 def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication | None:
     probes = [r["replication"] for r in runs if r.get("replication")]
-    if not probes:
+    links = _links(runs)
+    if not probes and not links:
         return None
     wait = np.array([x for p in probes for x in p.get("waitaof_us") or []], dtype=float)
     sets = np.array([x for p in probes for x in p.get("set_us") or []], dtype=float)
     acked = [a for p in probes for a in p.get("acked") or []]
-    n = max(int(p.get("replicas") or 0) for p in probes)
+    n = max([int(p.get("replicas") or 0) for p in probes] + [len(lk) for _, lk in links])
     rec = Replication(probes=len(wait), replicas=n, waitaof_p50_us=_p(wait, 50), waitaof_p99_us=_p(wait, 99),
                       set_p50_us=_p(sets, 50), acked_all_share=(sum(a >= n for a in acked) / len(acked)) if acked else None,
                       errors=sorted({p["error"] for p in probes if p.get("error")}))
-    fsyncs = [t.fdatasync.p50_us for s in replicas for t in s.threads if t.fdatasync.count and t.fdatasync.p50_us]
-    if rec.waitaof_p50_us is not None and rec.set_p50_us is not None:
-        replica_fsync = max(fsyncs) if fsyncs else 0.0
-        rest = rec.waitaof_p50_us - rec.set_p50_us - replica_fsync
-        rec.components_us = {"primary_durability_us": round(rec.set_p50_us, 1),
-                             "replica_fsync_us": round(replica_fsync, 1),
-                             "not_decomposed_us": round(rest, 1)}  # link + apply + ack: not yet joined
+    if not links:
+        return rec
+    lag = np.concatenate([lk.lag_ns for _, ls in links for lk in ls]) / 1e3
+    lag_d = np.concatenate([lk.lag_after_durable_ns for _, ls in links for lk in ls]) / 1e3
+    rec.lag_p50_us, rec.lag_p99_us, rec.lag_writes = _p(lag, 50), _p(lag, 99), int(len(lag))
+    rec.lag_after_durable_p50_us = _p(lag_d, 50)
+    rec.early_propagated = sum(lk.early for _, ls in links for lk in ls)
+    rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
+    rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
+    rec.unjoined_windows = sum(not lk.joined for _, ls in links for lk in ls)
+    if probes:
+        parts = [x for r, ls in links for x in _probe_chains(r, ls)]
+    else:  # no probe: the server's span of each SET + WAITAOF pair is the total
+        rec.source = "kernel"
+        parts = [((pts[8] - pts[0]) / 1e3, replink.components(pts)) for _, ls in links for lk in ls for _, pts in lk.chains]
+        spans = np.array([t for t, _ in parts])
+        rec.probes, rec.waitaof_p50_us, rec.waitaof_p99_us = len(spans), _p(spans, 50), _p(spans, 99)
+    rec.decomposed = len(parts)
+    if parts:
+        rec.components_us = _middle(parts)
     return rec

@@ -62,6 +62,7 @@ class Requests(TypedDict, total=False):
     conn: list[int]       # its connection
     event: list[int]      # arrival, read or reply
     tid: list[int]        # the server thread that saw it
+    bytes: list[NonNegInt] | None  # what it read or wrote (0 for an arrival; older recordings lack it)
 
 
 class EventLoop(TypedDict, total=False):
@@ -82,6 +83,7 @@ class ServerWindow(TypedDict, total=False):
     hist_buckets: NonNegInt | None  # the histograms' bucket count
     eventloop: EventLoop | None  # the server's own event-loop counters
     shim: ServerWindow | None    # --backend both: the shim's window beside eBPF's
+    start_mono_ns: NonNegInt | None  # the window's start (CLOCK_MONOTONIC of its host): offsets count from it
 
 
 class Op(TypedDict, total=False):
@@ -133,6 +135,10 @@ class Node(TypedDict, total=False):
     version: str | None          # its version
     config: dict | None          # its CONFIG GET
     primary_port: int | None     # a replica's primary
+    host: dict | None            # valkeytrace merge: the host it ran on (as the document's host)
+    recording: str | None        # valkeytrace merge: the recording it came from
+    clock_offset_ns: int | None  # valkeytrace merge: its clock minus the primary's, from the replication exchange
+    clock_error_ns: NonNegInt | None  # the estimate's half-width (the exchange's one-way delays bound it)
 
 
 class Run(TypedDict, total=False):

@@ -128,7 +128,8 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
         lost_events=int(b.lost - a.lost),
         blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
                           "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
-        probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS)
+        probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS,
+        start_mono_ns=int(a.mono_ns))
     if requests is not None:
         out["requests"] = requests
     return out
@@ -141,14 +142,15 @@ def request_columns(arr: np.ndarray, origin_ns: int) -> dict:
     """A write-only window's client requests as the kernel saw them, in time order, by column:
     offset_ns (from the window's start), conn (the socket, numbered in order of appearance),
     event (an index into `events`: data arrived, the server read it, the server wrote back) and
-    tid (the server's thread that read or wrote; 0 for an arrival)."""
+    tid (the server's thread that read or wrote; 0 for an arrival) and bytes (read or written; 0
+    for an arrival: the replication link's offsets, analysis/replink.py)."""
     arr = arr[np.argsort(arr["start_ns"], kind="stable")]
     _, first, conn = np.unique(arr["duration_ns"], return_index=True, return_inverse=True)
     order = np.argsort(np.argsort(first))  # number the sockets by first appearance
     return {"events": list(REQUEST_EVENTS),
             "offset_ns": (arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(),
             "conn": order[conn].tolist(), "event": (arr["state"].astype(np.int64) - EVENT_ARRIVE).tolist(),
-            "tid": arr["tid"].tolist()}
+            "tid": arr["tid"].tolist(), "bytes": arr["bytes"].tolist()}
 
 
 _CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)

@@ -19,13 +19,14 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 2, 8
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 3, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
 COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
             "write_commands", "unknown_commands", "replies", "held_replies", "held_write_replies",
             "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
-            "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum")
+            "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum",
+            "replica_links", "stream_bytes", "stream_held_bytes")
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
                        + [(c, "<u8") for c in COUNTERS]

@@ -1,0 +1,303 @@
+"""The replication link between a primary and a replica, from the kernel alone: both nodes'
+eBPF windows with their socket reads and writes timed and sized (server.requests with bytes), and
+their AOF write and fdatasync calls (blocked_timeline's calls).
+
+- The link: on the primary, the connection it writes the most bytes to; on the replica, the one it
+  reads the most from. What each side has moved over it, counted from its window's start, differs
+  by an unknown constant (the windows open apart, bytes are in flight): a replica read that
+  drained its socket ends exactly where a primary write ended, so the constant is the difference
+  most reads agree on (`anchor`). That is the join by the replication stream's offsets: a byte
+  the primary wrote is the byte the replica read at the same offset; no clock is trusted for it.
+- Two hosts' clocks (valkeytrace merge): with both directions joined by their offsets (the stream
+  one way, the replica's acknowledgements the other), a byte's one-way trip bounds the replica's
+  clock offset from above one way and from below the other (`exchange`): the offset is the
+  middle of the two bounds, its error their half-width.
+- A write (a request answered "+OK", a SET's reply): its arrival on the primary, the last AOF sync
+  that ended before its reply (what made it durable), the first link write after both (what
+  carried it), that write's arrival on the replica and the replica's read of its end offset.
+  lag = the arrival on the replica - the primary's read of the write: without I/O threads the
+  primary runs a write as it reads it and hands it to the AOF in that loop iteration (Valkey's own
+  replication offset advances there), so the lag starts where the stream could have; the time the
+  write waited in the primary's socket (its main thread busy) is the primary's, not the link's.
+- A durability probe (a "+OK" then a WAITAOF's two-integer reply on one connection): the chain
+  arrival -> the primary's sync -> the bytes' arrival on the replica -> its read -> its AOF write -> its sync's end -> its ack
+  written -> read by the primary -> the WAITAOF's reply; each step the first (or, going back from
+  the reply, the last) event of its kind after (before) the one before it. A probe whose chain is
+  out of order is not decomposed (counted), never forced.
+- The cap's witness: a link write is early when an AOF write ended before it and no sync that
+  began after that write had ended by the time its bytes arrived on the replica (when the
+  offsets could not be joined, by the time the primary wrote them: stricter). It reads no
+  emulation counter; it sees the AOF writes the kernel sees (under the virtual offload, the
+  offload thread's), so bytes queued for a job not yet begun escape it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ARRIVE, RECV, SEND = 0, 1, 2  # server.requests' event index (tracers/ebpf_window.REQUEST_EVENTS)
+OK_REPLY = 5                  # "+OK\r\n"
+WAITAOF_REPLY = 12            # "*2\r\n:n\r\n:m\r\n" with one-digit counts
+SYNC_CALLS = ("fdatasync", "fsync")
+MIN_AGREEING = 0.2            # reads that must agree on the anchor (drained their socket)
+
+
+@dataclass
+class NodeEvents:
+    """One node's window on the primary's clock (ns): its socket events and AOF calls."""
+    t: np.ndarray
+    conn: np.ndarray
+    ev: np.ndarray
+    nbytes: np.ndarray
+    sync_start: np.ndarray  # sorted by start
+    sync_end: np.ndarray
+    write_start: np.ndarray  # sorted by start
+    write_end: np.ndarray
+
+    def link(self, ev: int) -> int | None:
+        """The connection with the most bytes of kind ev (SEND on a primary, RECV on a replica)."""
+        m = self.ev == ev
+        if not m.any():
+            return None
+        totals = np.bincount(self.conn[m], weights=self.nbytes[m])
+        return int(np.argmax(totals)) if totals.max() > 0 else None
+
+    def moved(self, conn: int, ev: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time, bytes moved so far) of conn's events of kind ev, in time order."""
+        m = (self.conn == conn) & (self.ev == ev) & (self.nbytes > 0)
+        return self.t[m], np.cumsum(self.nbytes[m])
+
+
+def node_events(server: dict | None, clock_offset_ns: int = 0) -> NodeEvents | None:
+    """A window's events, its times moved to the primary's clock (clock_offset_ns: this node's
+    clock minus the primary's); None when the window has no sized socket events."""
+    req = (server or {}).get("requests") or {}
+    origin = (server or {}).get("start_mono_ns")
+    if origin is None or not req.get("bytes") or len(req["bytes"]) != len(req.get("offset_ns", ())):
+        return None
+    base = int(origin) - int(clock_offset_ns)
+    t = np.asarray(req["offset_ns"], dtype=np.int64) + base
+    order = np.argsort(t, kind="stable")
+    ss, se, ws, we = [], [], [], []
+    for start, dur, _tid, cause, state in (server.get("blocked_timeline") or {}).get("events") or []:
+        if state != "call":
+            continue
+        if cause in SYNC_CALLS:
+            ss.append(start + base)
+            se.append(start + base + dur)
+        elif cause == "aof_write":
+            ws.append(start + base)
+            we.append(start + base + dur)
+
+    def sorted_pair(a, b):
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        o = np.argsort(a, kind="stable")
+        return a[o], b[o]
+    sync_start, sync_end = sorted_pair(ss, se)
+    write_start, write_end = sorted_pair(ws, we)
+    return NodeEvents(t[order], np.asarray(req["conn"], dtype=np.int64)[order], np.asarray(req["event"], dtype=np.int64)[order],
+                      np.asarray(req["bytes"], dtype=np.int64)[order], sync_start, sync_end, write_start, write_end)
+
+
+def anchor(sent_t, sent_n, read_t, read_n) -> int | None:
+    """x such that read_n + x counts the same bytes as sent_n (one clock for both): the value the
+    most reads agree on (a read that drained the socket ends where a write ended), or None."""
+    if not len(sent_t) or not len(read_t):
+        return None
+    i = np.searchsorted(sent_t, read_t, side="right") - 1
+    ok = i >= 0
+    if not ok.any():
+        return None
+    vals, counts = np.unique(sent_n[i[ok]] - read_n[ok], return_counts=True)
+    k = int(np.argmax(counts))
+    return int(vals[k]) if counts[k] >= MIN_AGREEING * ok.sum() else None
+
+
+def _matched(sent_t, sent_n, read_t, read_n, x) -> tuple[np.ndarray, np.ndarray]:
+    """(send time, read time) of the reads that end exactly where a write ended."""
+    target = read_n + x
+    j = np.searchsorted(sent_n, target)
+    j = np.minimum(j, len(sent_n) - 1)
+    ok = sent_n[j] == target
+    return sent_t[j[ok]], read_t[ok]
+
+
+@dataclass
+class Exchange:
+    offset_ns: int      # the replica's clock minus the primary's
+    error_ns: int       # half the width of the bounds
+    pairs: int          # stream reads and acks joined
+
+
+def exchange(primary: NodeEvents, replica: NodeEvents, guess_ns: int = 0) -> Exchange | None:
+    """The replica's clock offset from the replication exchange (module docstring); guess_ns (the
+    hosts' realtime clocks) only picks which writes came before which reads to anchor the offsets."""
+    pl, rl = primary.link(SEND), replica.link(RECV)
+    if pl is None or rl is None:
+        return None
+    st, sn = primary.moved(pl, SEND)
+    rt, rn = replica.moved(rl, RECV)
+    x = anchor(st, sn, rt - guess_ns, rn)
+    at, an = replica.moved(rl, SEND)   # the replica's acks
+    bt, bn = primary.moved(pl, RECV)
+    y = anchor(at - guess_ns, an, bt, bn)
+    if x is None or y is None:
+        return None
+    s1, r1 = _matched(st, sn, rt, rn, x)
+    a2, b2 = _matched(at, an, bt, bn, y)
+    if not len(s1) or not len(a2):
+        return None
+    upper, lower = int(np.min(r1 - s1)), int(np.max(a2 - b2))
+    if lower > upper:
+        return None
+    return Exchange((upper + lower) // 2, (upper - lower + 1) // 2, int(len(s1) + len(a2)))
+
+
+def _first_at_or_after(arr, t):
+    i = np.searchsorted(arr, t, side="left")
+    return np.where(i < len(arr), arr[np.minimum(i, len(arr) - 1)], -1)
+
+
+def _last_at_or_before(arr, t):
+    i = np.searchsorted(arr, t, side="right") - 1
+    return np.where(i >= 0, arr[np.maximum(i, 0)], -1)
+
+
+def _exchanges(n: NodeEvents, skip: int | None):
+    """(conn, arrival, read, reply time, reply bytes) of each request answered, per connection in
+    order; an arrival not seen (already queued) is its read."""
+    rows, state = [], {}
+    for t, c, e, b in zip(n.t.tolist(), n.conn.tolist(), n.ev.tolist(), n.nbytes.tolist()):
+        if c == skip:
+            continue
+        s = state.setdefault(c, [None, None])
+        if e == ARRIVE:
+            if s[0] is None and s[1] is None:
+                s[0] = t
+        elif e == RECV:
+            if s[1] is None:
+                s[1] = t
+                s[0] = t if s[0] is None else s[0]
+        elif s[1] is not None:
+            rows.append((c, s[0], s[1], t, b))
+            state[c] = [None, None]
+    return rows
+
+
+@dataclass
+class Link:
+    """What one primary-replica pair's windows say (all times on the primary's clock, ns)."""
+    lag_ns: np.ndarray             # per write: read by the primary -> its bytes' arrival on the replica
+    lag_after_durable_ns: np.ndarray  # per write: the primary's sync's end -> the arrival on the replica
+    early: int                     # link writes that reached the replica before they were durable
+    checked: int                   # link writes the witness looked at
+    chains: list                   # per probe: (set arrival, [P0..P8])
+    undecomposed: int              # probes whose chain was out of order or incomplete
+    joined: bool                   # the offsets joined (else the witness looked at the writes' times)
+
+
+def _carried(primary: NodeEvents, replica: NodeEvents):
+    """The primary's link writes: (time, end offset, its arrival on the replica, the replica's read
+    of its end offset, the two links). On loopback the data arrives inside the primary's write
+    (before its return is traced): a write's arrival is the replica's last in (the previous
+    write's return, its own]; when TCP held its bytes back (autocorking a small write behind one
+    in flight), its first arrival after its return, before the read."""
+    pl, rl = primary.link(SEND), replica.link(RECV)
+    if pl is None or rl is None:
+        return None
+    st, sn = primary.moved(pl, SEND)
+    rt, rn = replica.moved(rl, RECV)
+    x = anchor(st, sn, rt, rn)
+    if x is None:  # the replica never drained its socket in the window (it lags): no join
+        none = np.full(len(st), -1, dtype=np.int64)
+        return st, sn, none, none, pl, rl
+    k = np.searchsorted(rn + x, sn, side="left")
+    read = np.where(k < len(rt), rt[np.minimum(k, len(rt) - 1)], -1)
+    arr = replica.t[(replica.conn == rl) & (replica.ev == ARRIVE)]
+    prev = np.concatenate(([np.iinfo(np.int64).min], st[:-1]))
+    last = _last_at_or_before(arr, st) if len(arr) else np.full(len(st), -1)
+    after = _first_at_or_after(arr, st + 1) if len(arr) else np.full(len(st), -1)
+    arrival = np.where(last > prev, last, np.where((after >= 0) & ((read < 0) | (after <= read)), after, read))
+    return st, sn, arrival, read, pl, rl
+
+
+def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
+    carried = _carried(primary, replica)
+    if carried is None:
+        return None
+    st, _sn, arrival, read, pl, rl = carried
+    # the witness
+    last_write = _last_at_or_before(np.sort(primary.write_end), st)
+    never = np.iinfo(np.int64).max
+    if len(primary.sync_start):  # the first end among the syncs that began after that write
+        soonest = np.minimum.accumulate(primary.sync_end[::-1])[::-1]
+        i = np.searchsorted(primary.sync_start, last_write, side="left")
+        durable_at = np.where(i < len(soonest), soonest[np.minimum(i, len(soonest) - 1)], never)
+    else:
+        durable_at = np.full(len(st), never)
+    seen = np.where(arrival >= 0, arrival, st)
+    early = int(np.sum((last_write >= 0) & (durable_at > seen)))
+    # writes and probes
+    sync_end = np.sort(primary.sync_end)
+    rows = _exchanges(primary, pl)
+    lag, lag_d, chains, bad = [], [], [], 0
+    r_ws, r_se_by_start = replica.write_start, replica.sync_start
+    r_acks_t, _ = replica.moved(rl, SEND)
+    p_acks_t, _ = primary.moved(pl, RECV)
+
+    def carried(arrive, rd, reply):
+        """(the primary's sync that made it durable, the link write that carried it) of a write"""
+        p1 = int(_last_at_or_before(sync_end, reply)) if len(sync_end) else -1
+        j = int(np.searchsorted(st, max(rd, p1) if p1 >= arrive else rd, side="left"))
+        return p1, (j if j < len(st) and arrival[j] >= 0 and read[j] >= 0 else None)
+
+    prev = {}
+    for conn, arrive, rd, reply, nb in rows:
+        if nb == OK_REPLY:
+            p1, j = carried(arrive, rd, reply)
+            if j is not None:
+                lag.append(int(arrival[j]) - rd)
+                if p1 >= arrive:
+                    lag_d.append(int(arrival[j]) - p1)
+            prev[conn] = (arrive, p1, j)
+            continue
+        first = prev.pop(conn, None)
+        if nb != WAITAOF_REPLY or first is None:
+            continue
+        p0, p1, j = first
+        if j is None or p1 < p0:
+            bad += 1
+            continue
+        p2, p3 = int(arrival[j]), int(read[j])
+        p4 = int(_first_at_or_after(r_ws, p3)) if len(r_ws) else -1
+        k = np.searchsorted(r_se_by_start, p4, side="left") if p4 >= 0 else len(r_se_by_start)
+        p5 = int(replica.sync_end[k]) if k < len(r_se_by_start) else -1
+        p8 = reply
+        p7 = int(_last_at_or_before(p_acks_t, p8)) if len(p_acks_t) else -1
+        p6 = int(_last_at_or_before(r_acks_t, p7)) if len(r_acks_t) and p7 >= 0 else -1
+        points = [p0, p1, p2, p3, p4, p5, p6, p7, p8]
+        if min(points) < 0 or any(b < a for a, b in zip(points, points[1:])):
+            bad += 1
+            continue
+        chains.append((p0, points))
+    return Link(np.asarray(lag, dtype=np.int64), np.asarray(lag_d, dtype=np.int64), early, int(len(st)), chains, bad,
+                bool((read >= 0).any()))
+
+
+COMPONENTS = ("primary_durability_us", "link_us", "replica_apply_us", "replica_aof_us", "replica_ack_us",
+              "ack_read_us", "primary_reply_us")
+
+
+def components(points: list[int]) -> dict[str, float]:
+    """A probe's chain as its parts (µs): [P0 its SET's arrival on the primary, P1 the primary's sync
+    that made it durable ends, P2 the stream bytes that carry it arrive on the replica, P3 the
+    replica reads them, P4 writes its AOF, P5 its sync ends, P6 it writes its ack, P7 the primary
+    reads the ack, P8 the WAITAOF's reply]: durability P0-P1, link P1-P2 (the primary's write
+    included), apply P2-P4 (the replica's main thread reaching the bytes, and running them), AOF
+    P4-P5, ack P5-P6 (the replica's wait for the primary's GETACK included), its way back P6-P7,
+    the primary's reply P7-P8 (its own loop, its next sync included)."""
+    return {name: (b - a) / 1e3 for name, a, b in zip(COMPONENTS, (points[0], points[1], points[2], points[4],
+                                                                  points[5], points[6], points[7]),
+                                                      (points[1], points[2], points[4], points[5], points[6],
+                                                       points[7], points[8]))}
