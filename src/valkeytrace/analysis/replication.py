@@ -25,6 +25,19 @@ from valkeytrace.analysis.server import summarize_server
 from valkeytrace.analysis.summary import ServerSummary
 
 
+# components_us' parts, in the chain's order, as the reports name them
+COMPONENT_LABELS = {
+    "primary_durability_us": "the primary's durability (its SET's arrival -> its AOF sync's end)",
+    "link_us": "the link (-> the stream's bytes arrive on the replica)",
+    "replica_apply_us": "the replica's apply (-> its AOF write: its main thread reaching the bytes, running them)",
+    "replica_aof_us": "the replica's AOF write + fsync",
+    "replica_ack_us": "the replica's ack (-> written; its wait for the primary's GETACK included)",
+    "ack_read_us": "the ack's way back (-> read by the primary)",
+    "primary_reply_us": "the primary's reply (-> the WAITAOF answered: its loop, its next sync included)",
+    "client_us": "the probe client (its own send and read, the loopback)",
+}
+
+
 @dataclass
 class Replication:
     probes: int
@@ -45,9 +58,15 @@ class Replication:
     source: str = "probe"               # probe, or kernel (no probe: a merged recording's pairs)
     unjoined_windows: int = 0           # replica windows whose offsets could not be joined (it lagged)
     errors: list = field(default_factory=list)
+    # what compare tests (not in the JSON): each run's figure, and the pooled samples
+    per_run: dict = field(default_factory=dict, repr=False)
+    samples: dict = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("per_run")
+        d.pop("samples")
+        return d
 
 
 def replica_summaries(runs: list[dict]) -> list[ServerSummary]:
@@ -128,12 +147,18 @@ def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication 
     rec = Replication(probes=len(wait), replicas=n, waitaof_p50_us=_p(wait, 50), waitaof_p99_us=_p(wait, 99),
                       set_p50_us=_p(sets, 50), acked_all_share=(sum(a >= n for a in acked) / len(acked)) if acked else None,
                       errors=sorted({p["error"] for p in probes if p.get("error")}))
+    rec.per_run = {"waitaof_p50_us": [_p(np.asarray(p.get("waitaof_us") or [], dtype=float), 50) for p in probes if p.get("waitaof_us")],
+                   "waitaof_p99_us": [_p(np.asarray(p.get("waitaof_us") or [], dtype=float), 99) for p in probes if p.get("waitaof_us")],
+                   "lag_p50_us": [_p(np.concatenate([lk.lag_ns for lk in ls]) / 1e3, 50) for _, ls in links
+                                  if sum(len(lk.lag_ns) for lk in ls)]}
+    rec.samples = {"waitaof_p50_us": wait, "waitaof_p99_us": wait}
     if not links:
         return rec
     lag = np.concatenate([lk.lag_ns for _, ls in links for lk in ls]) / 1e3
     lag_d = np.concatenate([lk.lag_after_durable_ns for _, ls in links for lk in ls]) / 1e3
     rec.lag_p50_us, rec.lag_p99_us, rec.lag_writes = _p(lag, 50), _p(lag, 99), int(len(lag))
     rec.lag_after_durable_p50_us = _p(lag_d, 50)
+    rec.samples["lag_p50_us"] = lag
     rec.early_propagated = sum(lk.early for _, ls in links for lk in ls)
     rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
@@ -145,7 +170,35 @@ def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication 
         parts = [((pts[8] - pts[0]) / 1e3, replink.components(pts)) for _, ls in links for lk in ls for _, pts in lk.chains]
         spans = np.array([t for t, _ in parts])
         rec.probes, rec.waitaof_p50_us, rec.waitaof_p99_us = len(spans), _p(spans, 50), _p(spans, 99)
+        rec.samples.update(waitaof_p50_us=spans, waitaof_p99_us=spans)
     rec.decomposed = len(parts)
     if parts:
         rec.components_us = _middle(parts)
     return rec
+
+
+METRICS = ("waitaof_p50_us", "waitaof_p99_us", "lag_p50_us")
+ALPHA = 0.01
+
+
+def significance(a: Replication, b: Replication, metric: str, min_effect: float) -> tuple[bool | None, str]:
+    """(significant, how it was decided) for a change of metric from a to b: unknown below 2 runs a
+    side; not significant under min_effect; significant when the runs' ranges are apart; else a
+    Mann-Whitney test of the pooled samples (probes, or writes for the lag) at ALPHA, the medians'
+    direction agreeing with the change."""
+    va, vb = getattr(a, metric), getattr(b, metric)
+    ra, rb = [x for x in a.per_run.get(metric) or [] if x is not None], [x for x in b.per_run.get(metric) or [] if x is not None]
+    if va is None or vb is None or len(ra) < 2 or len(rb) < 2:
+        return None, "fewer than 2 runs a side"
+    if va == 0 or abs(vb - va) < min_effect * abs(va):
+        return False, f"under {min_effect:.0%}"
+    if max(ra) < min(rb) or max(rb) < min(ra):
+        return True, "the runs' ranges apart"
+    xa, xb = a.samples.get(metric), b.samples.get(metric)
+    if xa is None or xb is None or len(xa) < 10 or len(xb) < 10:
+        return False, "the runs' ranges overlap"
+    from scipy.stats import mannwhitneyu
+
+    p = float(mannwhitneyu(xa, xb).pvalue)
+    same = (np.median(xb) - np.median(xa)) * (vb - va) > 0
+    return bool(p < ALPHA and same), f"Mann-Whitney p={p:.2g} over the pooled samples"

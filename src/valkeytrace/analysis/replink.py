@@ -125,9 +125,22 @@ def _matched(sent_t, sent_n, read_t, read_n, x) -> tuple[np.ndarray, np.ndarray]
 
 @dataclass
 class Exchange:
-    offset_ns: int      # the replica's clock minus the primary's
-    error_ns: int       # half the width of the bounds
+    lower_ns: int       # the replica's clock minus the primary's is at least this (its acks' trips)
+    upper_ns: int       # and at most this (the stream's trips)
     pairs: int          # stream reads and acks joined
+
+    @property
+    def offset_ns(self) -> int:
+        return (self.upper_ns + self.lower_ns) // 2
+
+    @property
+    def error_ns(self) -> int:
+        return (self.upper_ns - self.lower_ns + 1) // 2
+
+    def meet(self, other: "Exchange") -> "Exchange | None":
+        """Both windows' bounds at once (one pair of clocks), or None when they do not overlap."""
+        lo, hi = max(self.lower_ns, other.lower_ns), min(self.upper_ns, other.upper_ns)
+        return Exchange(lo, hi, self.pairs + other.pairs) if lo <= hi else None
 
 
 def exchange(primary: NodeEvents, replica: NodeEvents, guess_ns: int = 0) -> Exchange | None:
@@ -151,15 +164,21 @@ def exchange(primary: NodeEvents, replica: NodeEvents, guess_ns: int = 0) -> Exc
     upper, lower = int(np.min(r1 - s1)), int(np.max(a2 - b2))
     if lower > upper:
         return None
-    return Exchange((upper + lower) // 2, (upper - lower + 1) // 2, int(len(s1) + len(a2)))
+    return Exchange(lower, upper, int(len(s1) + len(a2)))
 
 
 def _first_at_or_after(arr, t):
+    """arr's first element >= t (arr sorted), -1 where none; t a scalar or an array."""
+    if not len(arr):
+        return np.full(np.shape(t), -1, dtype=np.int64)
     i = np.searchsorted(arr, t, side="left")
     return np.where(i < len(arr), arr[np.minimum(i, len(arr) - 1)], -1)
 
 
 def _last_at_or_before(arr, t):
+    """arr's last element <= t (arr sorted), -1 where none."""
+    if not len(arr):
+        return np.full(np.shape(t), -1, dtype=np.int64)
     i = np.searchsorted(arr, t, side="right") - 1
     return np.where(i >= 0, arr[np.maximum(i, 0)], -1)
 
@@ -209,6 +228,8 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     st, sn = primary.moved(pl, SEND)
     rt, rn = replica.moved(rl, RECV)
     x = anchor(st, sn, rt, rn)
+    if not len(st) or not len(rt):
+        return None  # no traffic on the link in this window
     if x is None:  # the replica never drained its socket in the window (it lags): no join
         none = np.full(len(st), -1, dtype=np.int64)
         return st, sn, none, none, pl, rl
@@ -216,8 +237,7 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     read = np.where(k < len(rt), rt[np.minimum(k, len(rt) - 1)], -1)
     arr = replica.t[(replica.conn == rl) & (replica.ev == ARRIVE)]
     prev = np.concatenate(([np.iinfo(np.int64).min], st[:-1]))
-    last = _last_at_or_before(arr, st) if len(arr) else np.full(len(st), -1)
-    after = _first_at_or_after(arr, st + 1) if len(arr) else np.full(len(st), -1)
+    last, after = _last_at_or_before(arr, st), _first_at_or_after(arr, st + 1)
     arrival = np.where(last > prev, last, np.where((after >= 0) & ((read < 0) | (after <= read)), after, read))
     return st, sn, arrival, read, pl, rl
 
@@ -248,7 +268,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
 
     def carried(arrive, rd, reply):
         """(the primary's sync that made it durable, the link write that carried it) of a write"""
-        p1 = int(_last_at_or_before(sync_end, reply)) if len(sync_end) else -1
+        p1 = int(_last_at_or_before(sync_end, reply))
         j = int(np.searchsorted(st, max(rd, p1) if p1 >= arrive else rd, side="left"))
         return p1, (j if j < len(st) and arrival[j] >= 0 and read[j] >= 0 else None)
 
@@ -270,12 +290,12 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
             bad += 1
             continue
         p2, p3 = int(arrival[j]), int(read[j])
-        p4 = int(_first_at_or_after(r_ws, p3)) if len(r_ws) else -1
+        p4 = int(_first_at_or_after(r_ws, p3))
         k = np.searchsorted(r_se_by_start, p4, side="left") if p4 >= 0 else len(r_se_by_start)
         p5 = int(replica.sync_end[k]) if k < len(r_se_by_start) else -1
         p8 = reply
-        p7 = int(_last_at_or_before(p_acks_t, p8)) if len(p_acks_t) else -1
-        p6 = int(_last_at_or_before(r_acks_t, p7)) if len(r_acks_t) and p7 >= 0 else -1
+        p7 = int(_last_at_or_before(p_acks_t, p8))
+        p6 = int(_last_at_or_before(r_acks_t, p7)) if p7 >= 0 else -1
         points = [p0, p1, p2, p3, p4, p5, p6, p7, p8]
         if min(points) < 0 or any(b < a for a, b in zip(points, points[1:])):
             bad += 1

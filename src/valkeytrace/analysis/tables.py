@@ -306,9 +306,25 @@ class CompareRow:
 
 
 @dataclass
+class ReplicationRow:
+    """One cell's replication figures on both sides (record --replicas on both): each metric's
+    significance decided once (replication.significance)."""
+    workload: str
+    value_size: int
+    base: object        # replication.Replication
+    cand: object
+    base_durability: object | None  # summary.Durability of the primary, each side
+    cand_durability: object | None
+    deltas: dict        # metric -> pct or None
+    significant: dict   # metric -> True / False / None
+    rule: dict          # metric -> how it was decided
+
+
+@dataclass
 class Comparison:
     rows: list
     missing: list  # human sentences: cells or ops one side lacks
+    replication: list = field(default_factory=list)  # ReplicationRow per cell both sides replicated
 
 
 def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
@@ -334,4 +350,15 @@ def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
                                    {m: delta_pct(bo.get(m), co.get(m)) for m in METRICS},
                                    {m: significance(bo, co, m) for m in metrics},
                                    {m: launch_interval(bo, co, m) for m in metrics}))
-    return Comparison(rows, missing)
+    return Comparison(rows, missing, [_replication_row(bmap[k], cmap[k]) for k in sorted(set(bmap) & set(cmap),
+                      key=lambda k: (WORKLOADS.index(k[0]), k[1])) if bmap[k].replication and cmap[k].replication])
+
+
+def _replication_row(b: CellSummary, c: CellSummary) -> ReplicationRow:
+    from valkeytrace.analysis import replication as repl
+
+    decided = {m: repl.significance(b.replication, c.replication, m, MIN_EFFECT) for m in repl.METRICS}
+    return ReplicationRow(b.workload, b.value_size, b.replication, c.replication,
+                          b.server.durability if b.server else None, c.server.durability if c.server else None,
+                          {m: delta_pct(getattr(b.replication, m), getattr(c.replication, m)) for m in repl.METRICS},
+                          {m: d[0] for m, d in decided.items()}, {m: d[1] for m, d in decided.items()})

@@ -64,6 +64,7 @@ class Verdict:
     interval_pct: list | None = None  # 95% interval of the change, from the launches (compare)
     launches: list | None = None      # server launches [baseline, candidate]
     launches_needed: int | None = None  # a side, for a 95% interval of +-DETECT_PCT (when not significant)
+    note: str | None = None           # replication: what the lag's change is made of (lag_note)
 
     @property
     def finding(self) -> str:
@@ -147,6 +148,46 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
             if w is not None and w.get("measured") and w.get("error_pct") is not None:
                 v.whatif = WhatIf(w["predicted"], w["measured"], w["error_pct"], w["tolerance_pct"], w["verdict"])
             out.append(v)
+    out.extend(replication_verdicts(comparison))
+    return out
+
+
+REPLICATION_OP = "replication"  # the op of a replication verdict (metric waitaof_p50_us, waitaof_p99_us, lag_p50_us)
+
+
+def lag_note(row) -> str | None:
+    """The lag's change in the jobs each side's writes waited for (the stream leaves when the
+    write's job has ended, as the SET's reply does), and each side's cap witness."""
+    b, c, bd, cd = row.base, row.cand, row.base_durability, row.cand_durability
+    if b.lag_p50_us is None or c.lag_p50_us is None:
+        return None
+    parts = [f"lag {b.lag_p50_us / 1e3:.2f} -> {c.lag_p50_us / 1e3:.2f} ms, of which after the primary's sync "
+             f"{(b.lag_after_durable_p50_us or 0) / 1e3:.2f} -> {(c.lag_after_durable_p50_us or 0) / 1e3:.2f} ms"]
+    if bd and cd and bd.jobs_waited_per_write and cd.jobs_waited_per_write and bd.job_ms_p50 and cd.job_ms_p50:
+        parts.append(f"a write waited {bd.jobs_waited_per_write:.2f} jobs of {bd.job_ms_p50:.1f} ms ({bd.thread}) -> "
+                     f"{cd.jobs_waited_per_write:.2f} of {cd.job_ms_p50:.1f} ms ({cd.thread}) before the stream "
+                     "carried it")
+    for side, r in (("baseline", b), ("candidate", c)):
+        if r.early_propagated is not None:
+            parts.append(f"{side}: {r.early_propagated} of {r.early_checked} stream writes reached the replica "
+                         "before they were durable")
+    return "; ".join(parts)
+
+
+def replication_verdicts(comparison) -> list[Verdict]:
+    """A verdict per replication metric of each cell both sides replicated (compare --replicas)."""
+    out = []
+    for row in getattr(comparison, "replication", None) or []:
+        note = lag_note(row)
+        for metric in ("waitaof_p50_us", "waitaof_p99_us", "lag_p50_us"):
+            b, c = getattr(row.base, metric), getattr(row.cand, metric)
+            if b is None and c is None:
+                continue
+            d = row.deltas.get(metric)
+            out.append(Verdict(row.workload, REPLICATION_OP, row.value_size, metric, b, c,
+                               None if d is None else round(d, 2), row.significant[metric], row.rule[metric],
+                               [len(row.base.per_run.get(metric) or []), len(row.cand.per_run.get(metric) or [])],
+                               note=note if metric == "lag_p50_us" else None))
     return out
 
 

@@ -80,12 +80,13 @@ def main(ctx, debug):
     ctx.obj["debug"] = debug
 
 
-from valkeytrace.cli import compare, doctor, export, record, report  # noqa: E402  (commands register on the group)
+from valkeytrace.cli import compare, doctor, export, merge, record, report  # noqa: E402  (commands register on the group)
 
 main.add_command(doctor.doctor)
 main.add_command(record.record)
 main.add_command(compare.compare)
 main.add_command(report.report)
 main.add_command(export.export)
+main.add_command(merge.merge)
 
 __all__ = ["main", "EXIT_USAGE"]

@@ -139,6 +139,8 @@ class Node(TypedDict, total=False):
     recording: str | None        # valkeytrace merge: the recording it came from
     clock_offset_ns: int | None  # valkeytrace merge: its clock minus the primary's, from the replication exchange
     clock_error_ns: NonNegInt | None  # the estimate's half-width (the exchange's one-way delays bound it)
+    clock_source: str | None     # replication exchange, or one host (the same boot: one clock)
+    clock_exchange_ns: int | None  # one host: what the exchange estimated all the same (truth: 0)
 
 
 class Run(TypedDict, total=False):
@@ -175,6 +177,7 @@ class ServerInfo(TypedDict, total=False):
     appendfsync: str | None      # always, everysec, no
     io_threads: NonNegInt | None  # io-threads
     bio_aof_offload: bool | None  # #3381's bio-aof-offload-enabled (null: not such a build)
+    replication: dict | None     # INFO replication at the start: role, master_replid, master_repl_offset, its primary
 
 
 class Placement(TypedDict, total=False):
@@ -237,7 +240,8 @@ class Document(TypedDict, total=False):
     tracer: dict | None          # backend, peak_rss_kb
     upgraded_from: int | None    # set on load: an older file's version
     launches: list | None        # valkeytrace compare: one entry per server launch of this side
-    nodes: list[Node] | None     # record --replicas: the primary and its replicas
+    nodes: list[Node] | None     # record --replicas, valkeytrace merge: the primary and its replicas
+    merged_from: list[str] | None  # valkeytrace merge: the recordings it joined, the primary's first
 
 
 TYPES = (Document, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, Run, Op, ServerView, Replication, Node,

@@ -259,6 +259,9 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
         cells.setdefault((v.workload, v.op, v.value_size), {})[v.metric] = v
     out = []
     for (workload, op, size), by in cells.items():
+        if op == vd.REPLICATION_OP:
+            out.append(_replication_line(workload, size, by))
+            continue
         shown = [by[m] for m in vd.VERDICT_METRICS if m in by and by[m].change_pct is not None]
         same = len({v.significant for v in shown}) == 1
         parts = []
@@ -291,6 +294,63 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
                 why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
         out.append(((f"{workload} {op} {size} B", "; ".join(parts)), "; ".join(why)))
     return out
+
+
+def replication_tables(inp: ReportInput) -> list[dict]:
+    """Per recording and cell with replicas: {"title", "columns", "rows", "notes"}: WAITAOF p50/p99,
+    its parts (the probes around the median, decomposed from the kernel), the lag, the cap's witness."""
+    from valkeytrace.analysis.replication import COMPONENT_LABELS
+
+    out = []
+    for run in inp.runs:
+        for cell in run.cells:
+            r = cell.replication
+            if r is None:
+                continue
+            ms = lambda us: _num(None if us is None else us / 1e3, "{:,.2f} ms")  # noqa: E731
+            rows = [(["WAITAOF p50", ms(r.waitaof_p50_us), ""], False), (["WAITAOF p99", ms(r.waitaof_p99_us), ""], True)]
+            total = sum(r.components_us.values()) or None
+            for k, v in r.components_us.items():
+                rows.append((["  " + COMPONENT_LABELS.get(k, k), ms(v), _num(100 * v / total if total else None, "{:.0f}%")],
+                             False))
+            if rows[-1][0][0].startswith("  "):
+                rows[-1] = (rows[-1][0], True)
+            rows += [(["lag p50 (read by the primary -> arrival on the replica)", ms(r.lag_p50_us), ""], False),
+                     (["lag p99", ms(r.lag_p99_us), ""], False),
+                     (["lag p50 after the primary's sync", ms(r.lag_after_durable_p50_us), ""], True)]
+            early = ("not witnessed (no sized socket events)" if r.early_propagated is None else
+                     f"{r.early_propagated:,} of {r.early_checked:,} stream writes")
+            rows.append((["reached a replica before durable on the primary", early, ""], True))
+            src = ("its probes (SET, then WAITAOF 1 N, on a connection of their own)" if r.source == "probe" else
+                   "the SET + WAITAOF pairs the kernel saw (no probe ran)")
+            notes = [(f"WAITAOF from {src}: {r.probes:,}; its parts: the probes between its 40th and 60th percentiles, "
+                      f"each decomposed from both nodes' kernel events joined by the stream's offsets ({r.decomposed:,} "
+                      f"decomposed, {r.undecomposed:,} out of order or incomplete), their mean per part", False),
+                     (f"lag over {r.lag_writes:,} writes", False)]
+            if r.unjoined_windows:
+                notes.append((f"{r.unjoined_windows} replica window(s) never drained their link (the replica lagged "
+                              "by more than the window): no lag or parts from them", True))
+            for e in r.errors:
+                notes.append((f"the probe stopped: {e}", True))
+            out.append({"title": f"{run.label}: {cell.workload} {cell.value_size} B, {r.replicas} replica(s)",
+                        "columns": ["Figure", "value", "share"], "rows": rows, "notes": notes})
+    return out
+
+
+REPLICATION_SHORT = {"waitaof_p50_us": "WAITAOF p50", "waitaof_p99_us": "WAITAOF p99", "lag_p50_us": "lag p50"}
+
+
+def _replication_line(workload: str, size: int, by: dict) -> tuple[tuple[str, str], str]:
+    """The verdict's replication line of a cell: WAITAOF p50/p99 and the lag, each with its
+    significance; why: the lag's note (analysis/verdict.lag_note)."""
+    parts = []
+    for m, label in REPLICATION_SHORT.items():
+        v = by.get(m)
+        if v is None or v.change_pct is None:
+            continue
+        parts.append(f"{label} {fmt_pct(v.change_pct)} ({v.base / 1e3:.2f} -> {v.cand / 1e3:.2f} ms) {SIG[v.significant]}")
+    note = (by.get("lag_p50_us") and by["lag_p50_us"].note) or ""
+    return (f"{workload} {size} B replicated", "; ".join(parts)), note
 
 
 def rule_line(inp: ReportInput) -> str:

@@ -9,7 +9,7 @@ from html import escape
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       rule_line, server_tables, verdict_lines)
+                                       replication_tables, rule_line, server_tables, verdict_lines)
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
@@ -136,6 +136,19 @@ def _verdict(inp: ReportInput) -> list[str]:
     return out
 
 
+def _replication(inp: ReportInput) -> list[str]:
+    tables = replication_tables(inp)
+    if not tables:
+        return []
+    out = ["<h2 id='replication'>Replication: a write durable on the primary and its replicas</h2>"]
+    for t in tables:
+        out.append(_table(t["columns"], ((cells, "last" if last else "") for cells, last in t["rows"]),
+                          cls="server", caption=t["title"]))
+        out.append("<ul class='server-notes'>" + "".join(
+            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t["notes"]) + "</ul>")
+    return out
+
+
 def _details(anchor: str, title: str, parts: list[str]) -> list[str]:
     if not parts:
         return []
@@ -165,6 +178,7 @@ def render(inp: ReportInput, out) -> None:
     body += _client_tables(inp)
     if inp.comparison is not None and inp.comparison.missing:
         body.append(_p("Not compared (missing on one side): " + "; ".join(inp.comparison.missing) + "."))
+    body += _replication(inp)
     body += _notes(inp)
     figures = _figures(inp)
     if figures:
@@ -174,7 +188,7 @@ def render(inp: ReportInput, out) -> None:
     body += _details("accounting", "Appendix: the accounting of each change" if inp.comparison is not None
                      else "Appendix: why", _why(inp))
     toc = [(a, t) for a, t in (("verdict", "Verdict"), ("why", "Why"), ("caveats", "Caveats"), ("tables", "The #4029 tables"),
-                               ("plots", "Plots"), ("threads", "Server threads"), ("accounting", "Accounting"))
+                               ("replication", "Replication"), ("plots", "Plots"), ("threads", "Server threads"), ("accounting", "Accounting"))
            if f"id='{a}'" in "".join(body)]
     nav = "<nav id='toc'><b>Contents</b><ul>" + "".join(f"<li><a href='#{a}'>{t}</a></li>" for a, t in toc) + "</ul></nav>"
     out.write("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>valkeytrace report</title>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
-                                       rule_line, server_tables, verdict_lines)
+                                       replication_tables, rule_line, server_tables, verdict_lines)
 
 
 def render(inp: ReportInput, out) -> None:
@@ -18,6 +18,7 @@ def render(inp: ReportInput, out) -> None:
         w(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}.\n\n")
         _client_tables(inp, w)
         _server_tables(inp, w)
+        _replication_tables(inp, w)
         _why(inp, w)
         _notes(inp, w)
         return
@@ -37,6 +38,7 @@ def render(inp: ReportInput, out) -> None:
     _notes(inp, w)
     w("## Appendix\n\n")
     _server_tables(inp, w)
+    _replication_tables(inp, w)
     _why(inp, w)
 
 
@@ -79,6 +81,16 @@ def _server_tables(inp: ReportInput, w):
         w(f"**{t['title']}**\n\n")
         _pipe_table(w, ("Thread role", *t["columns"]), (cells for cells, _last in t["rows"]))
         w(f"{t['caption']}.\n\n" if t["caption"] else "")
+        w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
+
+
+def _replication_tables(inp: ReportInput, w):
+    tables = replication_tables(inp)
+    if tables:
+        w("## Replication: a write durable on the primary and its replicas\n\n")
+    for t in tables:
+        w(f"**{t['title']}**\n\n")
+        _pipe_table(w, t["columns"], (cells for cells, _last in t["rows"]))
         w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
 
 

@@ -14,8 +14,8 @@ from rich.table import Table
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import (client_note, client_tables, rule_line, server_note, server_table,
-                                       verdict_lines)
+from valkeytrace.reporters.base import (client_note, client_tables, replication_tables, rule_line, server_note,
+                                       server_table, verdict_lines)
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -183,6 +183,10 @@ def _detail(console, inp: ReportInput) -> None:
         for cell in run.cells:
             if cell.server:
                 server_tables(console, run.label, cell)
+    for rt in replication_tables(inp):
+        _plain_table(console, rt)
+    for run in inp.runs:
+        for cell in run.cells:
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
@@ -198,6 +202,17 @@ def _detail(console, inp: ReportInput) -> None:
         _rule(console, f"[bold]{escape(title)}[/bold]")
         for line in lines:
             console.print("  " + escape(line))
+
+
+def _plain_table(console, st: dict) -> None:
+    t = Table(title=st["title"], show_edge=False, pad_edge=False)
+    for i, col in enumerate(st["columns"]):
+        t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for cells, last in st["rows"]:
+        t.add_row(*(escape(c) for c in cells), end_section=last)
+    console.print(t)
+    for text, warn in st["notes"]:
+        console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))
 
 
 def server_tables(console, label: str, cell) -> None:

@@ -7,6 +7,7 @@ a grace period, and always reaped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +29,9 @@ STOP_GRACE_S = 5.0
 DRAIN_PROGRESS_S, DRAIN_MAX_S = 10.0, 120.0
 CONFIG_KEYS = ("appendonly", "appendfsync", "io-threads", "dir", "appenddirname", "appendfilename",
                "bio-aof-offload-enabled")
+# INFO replication, as the recording keeps it: a node's role, its replication id and offset, its primary
+REPLICATION_KEYS = ("role", "master_replid", "master_repl_offset", "master_host", "master_port", "master_link_status",
+                    "connected_slaves")
 
 
 class ServerError(VTError):
@@ -95,6 +99,10 @@ class Target:
                 config[key] = got[key]
         offload = config.get("bio-aof-offload-enabled")
         version = info.get("valkey_version") or info.get("redis_version")
+        try:  # who it replicates (valkeytrace merge matches nodes by these)
+            repl = c.info("replication")
+        except Exception:
+            repl = {}
         return {
             "mode": self.mode,
             "pid": self.pid,
@@ -110,6 +118,7 @@ class Target:
             "appendfsync": config.get("appendfsync"),
             "io_threads": int(config["io-threads"]) if "io-threads" in config else None,
             "bio_aof_offload": None if offload is None else offload == "yes",
+            "replication": {k: v for k, v in repl.items() if k in REPLICATION_KEYS or re.fullmatch(r"slave\d+", k)},
         }
 
     def stop(self) -> None:
