@@ -55,6 +55,12 @@ class EmulationPlan:
     fsync_delay: dict | None = None    # tracers.emulation.parse_fsync_delay's
     offload: str | None = None         # durable, early-ack
     gather_ns: int = 0                 # --offload-gather: a job starts this long after its first write
+    replica_fsync_delay: dict | None = None  # --replica-fsync-delay: the replicas' ({}: none); None: the primary's
+
+    @property
+    def replicas_delay(self) -> dict | None:
+        """The fsync delay the replicas' shim injects."""
+        return self.fsync_delay if self.replica_fsync_delay is None else (self.replica_fsync_delay or None)
     # --fsync-sensitivity's levels are the matrix's (Settings.sensitivity): one copy
 
 
@@ -229,7 +235,8 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           backend="auto", label=None, output=None, block_threshold_us=100.0, inject_spec=None,
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
           offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
-          sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0) -> RecordPlan:
+          sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0,
+          replica_delay_spec=None) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
@@ -265,8 +272,13 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
                         as_root=as_root, timeout_s=server_timeout, replicas=replicas)
+    if replica_delay_spec is not None and not replicas:
+        raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
+    replica_delay = None if replica_delay_spec is None else (
+        {} if replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(replica_delay_spec))
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,
-                              gather_ns=parse_gather(offload_gather) if offload_gather else 0)
+                              gather_ns=parse_gather(offload_gather) if offload_gather else 0,
+                              replica_fsync_delay=replica_delay)
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend,

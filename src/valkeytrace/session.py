@@ -97,7 +97,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             from valkeytrace.server.replicas import ReplicaSet
 
             replicas = ReplicaSet(target, s.replicas,
-                                  lambda: make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe,
+                                  lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
                                                       t.loop_sample, t.socket_writes),
                                   appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
                                   binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s)
@@ -148,7 +148,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
 
             from valkeytrace.workload.durability_probe import Prober
 
-            document.set_nodes(doc, [node(server, "primary")] + replicas.describe())
+            document.set_nodes(doc, [node(server, "primary", e.fsync_delay)] + replicas.describe(e.replicas_delay))
             recorder.replicas = replicas
             recorder.prober = Prober(target.host, target.port, s.replicas)
         recorder.checkpoint()

@@ -41,6 +41,8 @@ OK_REPLY = 5                  # "+OK\r\n"
 WAITAOF_REPLY = 12            # "*2\r\n:n\r\n:m\r\n" with one-digit counts
 SYNC_CALLS = ("fdatasync", "fsync")
 MIN_AGREEING = 0.2            # reads that must agree on the anchor (drained their socket)
+LOOPBACK_NS = 100_000         # on loopback a write's data arrives this close before the write returns
+NEIGHBOURS = 4                # writes each side of a read's guessed place (merge's clock guess)
 
 
 @dataclass
@@ -114,6 +116,22 @@ def anchor(sent_t, sent_n, read_t, read_n) -> int | None:
     return int(vals[k]) if counts[k] >= MIN_AGREEING * ok.sum() else None
 
 
+def candidates(sent_t, sent_n, read_t, read_n, guess_ns: int, around: int = NEIGHBOURS) -> list[int]:
+    """Anchors to try when the two clocks are only guessed (guess_ns: the reader's clock minus the
+    sender's): for each read, the differences between its end and the ends of the writes nearest
+    it on the guessed clock (the last one before it and `around` more each side: a guess off by up
+    to that many writes still finds the true anchor), the most frequent first. A stream of
+    writes alike in size makes several agree (each one write apart); exchange() keeps the pair of
+    directions that explains the shortest round trip."""
+    if not len(sent_t) or not len(read_t):
+        return []
+    j = np.searchsorted(sent_t, read_t - guess_ns, side="right") - 1
+    diffs = [sent_n[np.clip(j + k, 0, len(sent_n) - 1)] - read_n for k in range(-around, around + 1)]
+    vals, counts = np.unique(np.concatenate(diffs), return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:2 * around + 1]
+    return [int(vals[k]) for k in order]
+
+
 def _matched(sent_t, sent_n, read_t, read_n, x) -> tuple[np.ndarray, np.ndarray]:
     """(send time, read time) of the reads that end exactly where a write ended."""
     target = read_n + x
@@ -151,20 +169,26 @@ def exchange(primary: NodeEvents, replica: NodeEvents, guess_ns: int = 0) -> Exc
         return None
     st, sn = primary.moved(pl, SEND)
     rt, rn = replica.moved(rl, RECV)
-    x = anchor(st, sn, rt - guess_ns, rn)
     at, an = replica.moved(rl, SEND)   # the replica's acks
     bt, bn = primary.moved(pl, RECV)
-    y = anchor(at - guess_ns, an, bt, bn)
-    if x is None or y is None:
+    uppers, lowers = [], []            # (bound, pairs) per anchor candidate
+    for x in candidates(st, sn, rt, rn, guess_ns):
+        s1, r1 = _matched(st, sn, rt, rn, x)
+        if len(s1):
+            uppers.append((int(np.min(r1 - s1)), len(s1)))
+    for y in candidates(at, an, bt, bn, -guess_ns):
+        a2, b2 = _matched(at, an, bt, bn, y)
+        if len(a2):
+            lowers.append((int(np.max(a2 - b2)), len(a2)))
+    pairs = [(u - lo, lo, u, nu + nl) for u, nu in uppers for lo, nl in lowers if lo <= u]
+    if not pairs:
         return None
-    s1, r1 = _matched(st, sn, rt, rn, x)
-    a2, b2 = _matched(at, an, bt, bn, y)
-    if not len(s1) or not len(a2):
-        return None
-    upper, lower = int(np.min(r1 - s1)), int(np.max(a2 - b2))
-    if lower > upper:
-        return None
-    return Exchange(lower, upper, int(len(s1) + len(a2)))
+    # the shortest round trip; streams alike in size explain it equally one write apart in both
+    # directions (the offset a period off): the guess picks among those
+    tight = min(w for w, *_ in pairs)
+    _, lower, upper, n = min((p for p in pairs if p[0] <= 1.5 * tight + 10_000),
+                             key=lambda p: abs((p[1] + p[2]) / 2 - guess_ns))
+    return Exchange(lower, upper, int(n))
 
 
 def _first_at_or_after(arr, t):
@@ -221,7 +245,9 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     of its end offset, the two links). On loopback the data arrives inside the primary's write
     (before its return is traced): a write's arrival is the replica's last in (the previous
     write's return, its own]; when TCP held its bytes back (autocorking a small write behind one
-    in flight), its first arrival after its return, before the read."""
+    in flight), its first arrival after its return, before the read. Where most arrivals come
+    after the write's return (two hosts, or two clocks aligned only within an error), the first
+    after it."""
     pl, rl = primary.link(SEND), replica.link(RECV)
     if pl is None or rl is None:
         return None
@@ -238,7 +264,9 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     arr = replica.t[(replica.conn == rl) & (replica.ev == ARRIVE)]
     prev = np.concatenate(([np.iinfo(np.int64).min], st[:-1]))
     last, after = _last_at_or_before(arr, st), _first_at_or_after(arr, st + 1)
-    arrival = np.where(last > prev, last, np.where((after >= 0) & ((read < 0) | (after <= read)), after, read))
+    inside = (last > prev) & (st - last <= LOOPBACK_NS)
+    later = np.where((after >= 0) & ((read < 0) | (after <= read)), after, read)
+    arrival = np.where(inside, last, later) if inside.mean() >= 0.5 else later
     return st, sn, arrival, read, pl, rl
 
 

@@ -98,6 +98,9 @@ COMMON = [
     click.option("--inject-fsync-delay", "inject_spec", metavar="DURATION",
                  help="Emulate a slow disk: add DURATION (e.g. 4ms, or lognormal:4ms,0.3) after every "
                       "fsync/fdatasync, by sleeping. Launched servers only; reports say so."),
+    click.option("--replica-fsync-delay", "replica_delay_spec", metavar="DURATION|none",
+                 help="With --replicas: the replicas' own emulated fsync delay (as --inject-fsync-delay; none: "
+                      "no delay) [default: the primary's]."),
     click.option("--as-root", is_flag=True,
                  help="Under sudo, run a launched server as root (default: as the invoking user)."),
     click.option("--server-timeout", type=float, default=15.0, callback=positive, show_default=True,

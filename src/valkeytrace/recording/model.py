@@ -135,6 +135,7 @@ class Node(TypedDict, total=False):
     version: str | None          # its version
     config: dict | None          # its CONFIG GET
     primary_port: int | None     # a replica's primary
+    fsync_delay: FsyncDelay | None  # the fsync delay its shim injected (--inject-fsync-delay, --replica-fsync-delay)
     host: dict | None            # valkeytrace merge: the host it ran on (as the document's host)
     recording: str | None        # valkeytrace merge: the recording it came from
     clock_offset_ns: int | None  # valkeytrace merge: its clock minus the primary's, from the replication exchange

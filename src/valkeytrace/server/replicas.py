@@ -69,12 +69,13 @@ class ReplicaSet:
     def window_end(self) -> list:
         return [tracer.window_end() for tracer in self.tracers]
 
-    def describe(self) -> list[dict]:
+    def describe(self, fsync_delay: dict | None = None) -> list[dict]:
         out = []
         for t in self.targets:
             d = t.describe()
             out.append({"role": "replica", "pid": d.get("pid"), "port": d.get("port"), "version": d.get("version"),
-                        "config": d.get("config"), "primary_port": self.primary.port})
+                        "config": d.get("config"), "primary_port": self.primary.port,
+                        **({"fsync_delay": fsync_delay} if fsync_delay else {})})
         return out
 
     def stop(self) -> None:
@@ -90,7 +91,8 @@ class ReplicaSet:
                 pass
 
 
-def node(describe: dict, role: str) -> dict:
+def node(describe: dict, role: str, fsync_delay: dict | None = None) -> dict:
     """A node entry of the recording's `nodes` from a server's describe()."""
     return {"role": role, "pid": describe.get("pid"), "port": describe.get("port"),
-            "version": describe.get("version"), "config": describe.get("config")}
+            "version": describe.get("version"), "config": describe.get("config"),
+            **({"fsync_delay": fsync_delay} if fsync_delay else {})}
