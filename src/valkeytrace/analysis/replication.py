@@ -57,6 +57,7 @@ class Replication:
     undecomposed: int = 0               # probes whose chain was out of order or incomplete
     source: str = "probe"               # probe, or kernel (no probe: a merged recording's pairs)
     unjoined_windows: int = 0           # replica windows whose offsets could not be joined (it lagged)
+    lost_events: int = 0                # ring-buffer events lost in the nodes' windows (a lost write breaks the join)
     errors: list = field(default_factory=list)
     # what compare tests (not in the JSON): each run's figure, and the pooled samples
     per_run: dict = field(default_factory=dict, repr=False)
@@ -94,7 +95,11 @@ def _links(runs: list[dict]) -> list[tuple[dict, list]]:
         links = []
         for w in r.get("replicas") or []:
             ev = replink.node_events(w)
-            lk = replink.link(primary, ev) if ev is not None else None
+            lk = None
+            if ev is not None:
+                lo = max(r["server"]["start_mono_ns"], w["start_mono_ns"])
+                hi = min(r["server"]["start_mono_ns"] + r["server"]["window_ns"], w["start_mono_ns"] + w["window_ns"])
+                lk = replink.link(primary.within(lo, hi), ev.within(lo, hi)) if hi > lo else None
             if lk is not None:
                 links.append(lk)
         if links:
@@ -163,6 +168,8 @@ def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication 
     rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
     rec.unjoined_windows = sum(not lk.joined for _, ls in links for lk in ls)
+    rec.lost_events = sum(int((r.get("server") or {}).get("lost_events") or 0)
+                          + sum(int(w.get("lost_events") or 0) for w in r.get("replicas") or []) for r, _ in links)
     if probes:
         parts = [x for r, ls in links for x in _probe_chains(r, ls)]
     else:  # no probe: the server's span of each SET + WAITAOF pair is the total

@@ -65,6 +65,15 @@ class NodeEvents:
         totals = np.bincount(self.conn[m], weights=self.nbytes[m])
         return int(np.argmax(totals)) if totals.max() > 0 else None
 
+    def within(self, lo: int, hi: int) -> "NodeEvents":
+        """Its events and calls in [lo, hi): where two windows overlap (a merged replica's window
+        may span several of the primary's)."""
+        m = (self.t >= lo) & (self.t < hi)
+        s = (self.sync_start >= lo) & (self.sync_start < hi)
+        w = (self.write_start >= lo) & (self.write_start < hi)
+        return NodeEvents(self.t[m], self.conn[m], self.ev[m], self.nbytes[m], self.sync_start[s], self.sync_end[s],
+                          self.write_start[w], self.write_end[w])
+
     def moved(self, conn: int, ev: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, bytes moved so far) of conn's events of kind ev, in time order."""
         m = (self.conn == conn) & (self.ev == ev) & (self.nbytes > 0)

@@ -328,8 +328,12 @@ def replication_tables(inp: ReportInput) -> list[dict]:
                       f"decomposed, {r.undecomposed:,} out of order or incomplete), their mean per part", False),
                      (f"lag over {r.lag_writes:,} writes", False)]
             if r.unjoined_windows:
-                notes.append((f"{r.unjoined_windows} replica window(s) never drained their link (the replica lagged "
-                              "by more than the window): no lag or parts from them", True))
+                notes.append((f"{r.unjoined_windows} replica window(s) could not be joined with the primary's by the "
+                              "stream's offsets (the replica never caught up in the window, or events were lost): no "
+                              "lag or parts from them", True))
+            if r.lost_events:
+                notes.append((f"{r.lost_events:,} kernel events lost in the nodes' windows: a lost socket write shifts "
+                              "the offsets after it, so the join holds only where reads still agree", True))
             for e in r.errors:
                 notes.append((f"the probe stopped: {e}", True))
             out.append({"title": f"{run.label}: {cell.workload} {cell.value_size} B, {r.replicas} replica(s)",

@@ -39,7 +39,7 @@ from valkeytrace.tracers.ebpf_window import (OFFCPU_DTYPE, SINCE_DTYPE, Snapshot
                                              offcpu_reading, slot_tids, window_metrics)
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
-POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~40K events
+POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~260K events (ebpf_plan.RINGBUF_PAGES)
 REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_PERIOD_S = 1.0

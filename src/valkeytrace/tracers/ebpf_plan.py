@@ -14,7 +14,8 @@ from valkeytrace import environment, system
 from valkeytrace.tracers import PROBES_DIR, probe_source
 
 MAIN_PROBE = "valkey_threads"
-RINGBUF_PAGES = 256  # 1 MiB: ~40k events between polls
+RINGBUF_PAGES = 2048  # 8 MiB: ~260k events (32 B) between polls: a write-only window of an unthrottled
+# server (no injected delay) times ~100k socket events a second, and the poller runs at low priority
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
 # the shim's timed calls (csrc/shim.c): its fdatasync/fsync wrappers call these unless the
