@@ -35,7 +35,7 @@ setup(
     ext_modules=[shim],
     package_dir={"": "src", "valkeytrace.probes": "probes"},
     packages=find_packages("src") + ["valkeytrace.probes"],
-    package_data={"valkeytrace.probes": ["*.bpf.c"]},
+    package_data={"valkeytrace.probes": ["*.bpf.c", "*.bpf.h"]},
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
     cmdclass={"build_py": build_py_with_header},
     zip_safe=False,

@@ -91,6 +91,9 @@ struct vt_offload_stats {
     uint64_t unsynced_conns;
     uint64_t blocked_deliveries;
     uint64_t jobs_waited_sum;
+    uint64_t replica_links;
+    uint64_t stream_bytes;
+    uint64_t stream_held_bytes;
     uint64_t jobs_waited[...];
     struct vt_hist job_ns;
     struct vt_hist hold_ns;

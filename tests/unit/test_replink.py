@@ -14,7 +14,7 @@ PERIOD = 10_000 * US
 def _server(start, events, calls):
     """A window (start_mono_ns on its own clock) from (t, conn, ev, bytes) and (start, dur, cause)."""
     events = sorted(events)
-    return {"start_mono_ns": start,
+    return {"start_mono_ns": start, "window_ns": 10**12,
             "requests": {"offset_ns": [t - start for t, *_ in events], "conn": [c for _, c, _, _ in events],
                          "event": [e for _, _, e, _ in events], "tid": [1] * len(events),
                          "bytes": [b for *_, b in events]},
