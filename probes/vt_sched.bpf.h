@@ -1,6 +1,6 @@
 /*
- * vt_sched.bpf.h: the scheduler's side of probes/valkey_threads.bpf.c (included there, where it
- * stood, with TRACE_SCHED): each traced thread's off-CPU intervals by cause and state, the wait
+ * vt_sched.bpf.h: the scheduler's side of probes/valkey_threads.bpf.c (put in its place as text
+ * by valkeytrace's probe_source: bcc rewrites map calls in the program's own text only): each traced thread's off-CPU intervals by cause and state, the wait
  * for a CPU after a preemption or a wake-up, the kernel's charge of a run, and the syscall a
  * switched-out thread was in (read from its saved registers). It uses the helpers defined above
  * its #include (emit, account, slot_of, the in-flight calls) and defines nothing they need.
