@@ -73,18 +73,24 @@ def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(bot
     b, s = base["replication"]["components_us"], cell["replication"]["components_us"]
     assert cell["replication"]["decomposed"] >= 3, cell["replication"]
     moved = s["replica_aof_us"] - b["replica_aof_us"]
-    assert 6000 <= moved <= 10000, (b, s)  # +8 ms injected on the replica only
+
+    def replica_fsync(c):
+        return next(t for t in c["replicas"][0]["threads"] if t["role"] == "main")["fdatasync"]["p50_us"]
+    # the kernel sees the +8 ms on the replica's fdatasyncs (the disk's own time, two servers
+    # syncing on it, rides on both sides), and the chain's AOF part moves with them
+    synced = replica_fsync(cell) - replica_fsync(base)
+    assert 7500 <= synced <= 10500, (replica_fsync(base), replica_fsync(cell))
+    assert abs(moved - synced) <= 2000, (moved, synced, b, s)
     # the primary's part waits for whole fsync cycles of its own (one or two of ~2 ms): it moves
     # by less than half what the replica's did
     assert abs(s["primary_durability_us"] - b["primary_durability_us"]) <= 0.5 * moved, (b, s)
-    main = next(t for t in cell["replicas"][0]["threads"] if t["role"] == "main")
-    assert main["fdatasync"]["p50_us"] >= 9900
 
 
 def test_the_cap_witness_counts_early_ack_and_the_durable_offload_keeps_it_at_zero(tmp_path):
-    early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "early-ack")["replication"]
+    early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "early-ack",
+                    duration=1)["replication"]
     assert early["early_checked"] >= 100 and early["early_propagated"] >= 0.5 * early["early_checked"], early
-    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable")
+    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", duration=1.5)
     r = durable["replication"]
     assert r["early_propagated"] == 0 and r["early_checked"] >= 100, r
     assert r["lag_p50_us"] >= 1900, r  # held until its job (>= 2 ms) ended
@@ -129,7 +135,7 @@ def _debug_sleep_loop(port: int, stop: threading.Event, pause_s: float, every_s:
 
 def test_a_replica_paused_with_debug_sleep_shows_up_as_its_apply(tmp_path):
     rec = tmp_path / "p.vtrace"
-    proc = subprocess.Popen([VT, "record", *COMMON, "--duration", "3", "--repeat", "1", "--inject-fsync-delay", "1ms",
+    proc = subprocess.Popen([VT, "record", *COMMON, "--duration", "2.5", "--repeat", "1", "--inject-fsync-delay", "1ms",
                              "--server-config", "enable-debug-command=yes", "-o", str(rec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     port = _replica_port(proc.pid, time.monotonic() + 60)
@@ -165,7 +171,7 @@ def _free_port() -> int:
 
 
 def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_recording(tmp_path):
-    launched = _record(tmp_path / "l.vtrace", duration=2, repeat=3)
+    _record(tmp_path / "l.vtrace", duration=1.5, repeat=3)
     doc = recfmt.read(tmp_path / "l.vtrace")
     per_run = repl.replication([r for r in doc["runs"] if r.get("status") == "ok"], []).per_run["lag_p50_us"]
     assert len(per_run) == 3
@@ -193,12 +199,12 @@ def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_record
             time.sleep(0.2)
         # the replica observed in one window that spans the primary's recording (merge pairs each of
         # the primary's windows with it and joins them where they overlap)
-        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "45", "--repeat", "1",
+        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "24", "--repeat", "1",
                                     "-o", str(tmp_path / "ar.vtrace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
-        time.sleep(8)  # its probes loaded and its window open before the primary's load begins
-        res = vt("record", "--attach", servers[0].pid, "--workload", "write-only", "--sizes", "64", "--duration", "2",
-                 "--repeat", "3", "--keyspace", "500", "-o", tmp_path / "ap.vtrace", timeout=300)
+        time.sleep(6)  # its probes loaded and its window open before the primary's load begins
+        res = vt("record", "--attach", servers[0].pid, "--workload", "write-only", "--sizes", "64", "--duration", "1.5",
+                 "--repeat", "2", "--keyspace", "500", "-o", tmp_path / "ap.vtrace", timeout=300)
         skip_unless_recorded(res)
         out, err = observe.communicate(timeout=180)
         assert observe.returncode == 0, err
