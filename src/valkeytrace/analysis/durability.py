@@ -18,6 +18,7 @@ No emulation counter is read: a real #3381 build and the virtual offload are mea
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 
 import numpy as np
 
@@ -52,11 +53,12 @@ def _jobs(server: dict, tids: set) -> tuple[np.ndarray, np.ndarray]:
     return np.where((first >= prev_ends) & (first <= sync_starts), first, sync_starts), ends
 
 
-def _requests(cols: dict) -> list[tuple[int, int, int, int]]:
-    """(conn, arrival, read, reply) of each request answered in the window, in reply order per
-    connection; an arrival not seen (a request already queued) is its read."""
+def answered(offsets, conns, events, nbytes=None) -> list[tuple[int, int, int, int, int]]:
+    """(conn, arrival, read, reply, reply bytes) of each request answered, from a window's socket
+    events in time order (server.requests' columns), in reply order per connection; an arrival not
+    seen (a request already queued) is its read; reply bytes 0 where the events carry none."""
     out, state = [], {}
-    for off, conn, ev, _tid in zip(cols["offset_ns"], cols["conn"], cols["event"], cols["tid"]):
+    for off, conn, ev, nb in zip(offsets, conns, events, nbytes if nbytes is not None else repeat(0)):
         s = state.setdefault(conn, [None, None])
         if ev == 0:  # arrive
             if s[0] is None and s[1] is None:
@@ -67,7 +69,7 @@ def _requests(cols: dict) -> list[tuple[int, int, int, int]]:
                 if s[0] is None:
                     s[0] = off
         elif s[1] is not None:  # send: the reply to what was read
-            out.append((conn, s[0], s[1], off))
+            out.append((conn, s[0], s[1], off, nb))
             state[conn] = [None, None]
     return out
 
@@ -101,7 +103,7 @@ def run_durability(server: dict | None) -> dict | None:
     cols = server.get("requests")
     if not cols or not len(ends):
         return rec
-    reqs = _requests(cols)
+    reqs = answered(cols["offset_ns"], cols["conn"], cols["event"])
     per_conn = Counter(r[0] for r in reqs)
     reqs = [r for r in reqs if per_conn[r[0]] >= MIN_REQUESTS_PER_CONN]
     if not reqs:

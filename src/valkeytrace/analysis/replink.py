@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from valkeytrace.analysis import durability
+
 ARRIVE, RECV, SEND = 0, 1, 2  # server.requests' event index (tracers/ebpf_window.REQUEST_EVENTS)
 OK_REPLY = 5                  # "+OK\r\n"
 WAITAOF_REPLY = 12            # "*2\r\n:n\r\n:m\r\n" with one-digit counts
@@ -216,27 +218,6 @@ def _last_at_or_before(arr, t):
     return np.where(i >= 0, arr[np.maximum(i, 0)], -1)
 
 
-def _exchanges(n: NodeEvents, skip: int | None):
-    """(conn, arrival, read, reply time, reply bytes) of each request answered, per connection in
-    order; an arrival not seen (already queued) is its read."""
-    rows, state = [], {}
-    for t, c, e, b in zip(n.t.tolist(), n.conn.tolist(), n.ev.tolist(), n.nbytes.tolist()):
-        if c == skip:
-            continue
-        s = state.setdefault(c, [None, None])
-        if e == ARRIVE:
-            if s[0] is None and s[1] is None:
-                s[0] = t
-        elif e == RECV:
-            if s[1] is None:
-                s[1] = t
-                s[0] = t if s[0] is None else s[0]
-        elif s[1] is not None:
-            rows.append((c, s[0], s[1], t, b))
-            state[c] = [None, None]
-    return rows
-
-
 @dataclass
 class Link:
     """What one primary-replica pair's windows say (all times on the primary's clock, ns)."""
@@ -297,7 +278,8 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     early = int(np.sum((last_write >= 0) & (durable_at > seen)))
     # writes and probes
     sync_end = np.sort(primary.sync_end)
-    rows = _exchanges(primary, pl)
+    rows = [r for r in durability.answered(primary.t.tolist(), primary.conn.tolist(), primary.ev.tolist(),
+                                           primary.nbytes.tolist()) if r[0] != pl]
     lag, lag_d, chains, bad = [], [], [], 0
     r_ws, r_se_by_start = replica.write_start, replica.sync_start
     r_acks_t, _ = replica.moved(rl, SEND)

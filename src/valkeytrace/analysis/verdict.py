@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis import model
 from valkeytrace.analysis import launches as ln
+from valkeytrace.analysis import replication
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, path_bound
 
 # the mean beside the percentiles: a p50 can lie on another path of the server from launch to
@@ -179,7 +180,7 @@ def replication_verdicts(comparison) -> list[Verdict]:
     out = []
     for row in getattr(comparison, "replication", None) or []:
         note = lag_note(row)
-        for metric in ("waitaof_p50_us", "waitaof_p99_us", "lag_p50_us"):
+        for metric in replication.METRICS:
             b, c = getattr(row.base, metric), getattr(row.cand, metric)
             if b is None and c is None:
                 continue

@@ -73,25 +73,24 @@ def _client_tables(inp: ReportInput, w):
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 
 
-def _server_tables(inp: ReportInput, w):
-    tables = server_tables(inp)
+def _titled_tables(w, heading: str, tables: list[dict], first: tuple = ()):
+    """A section of base.py's tables ({"title", "columns", "rows", "caption"?, "notes"}), each with
+    its notes; first: a column before the table's own."""
     if tables:
-        w("## Server threads\n\n")
+        w(f"## {heading}\n\n")
     for t in tables:
         w(f"**{t['title']}**\n\n")
-        _pipe_table(w, ("Thread role", *t["columns"]), (cells for cells, _last in t["rows"]))
-        w(f"{t['caption']}.\n\n" if t["caption"] else "")
+        _pipe_table(w, (*first, *t["columns"]), (cells for cells, _last in t["rows"]))
+        w(f"{t['caption']}.\n\n" if t.get("caption") else "")
         w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
+
+
+def _server_tables(inp: ReportInput, w):
+    _titled_tables(w, "Server threads", server_tables(inp), ("Thread role",))
 
 
 def _replication_tables(inp: ReportInput, w):
-    tables = replication_tables(inp)
-    if tables:
-        w("## Replication: a write durable on the primary and its replicas\n\n")
-    for t in tables:
-        w(f"**{t['title']}**\n\n")
-        _pipe_table(w, t["columns"], (cells for cells, _last in t["rows"]))
-        w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
+    _titled_tables(w, "Replication: a write durable on the primary and its replicas", replication_tables(inp))
 
 
 def _why(inp: ReportInput, w):

@@ -183,14 +183,12 @@ def _detail(console, inp: ReportInput) -> None:
         for cell in run.cells:
             if cell.server:
                 server_tables(console, run.label, cell)
-    for rt in replication_tables(inp):
-        _plain_table(console, rt)
-    for run in inp.runs:
-        for cell in run.cells:
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
                               + escape(gap["claim"]))
+    for rt in replication_tables(inp):
+        _plain_table(console, rt)
     if inp.comparison is not None and inp.explanation:
         _rule(console, "[bold]The accounting of each change[/bold]")
         for e in inp.explanation:
