@@ -79,6 +79,15 @@ def _main(doc, label):
     return cell["server"], next(t for t in cell["server"]["threads"] if t["role"] == "main")
 
 
+def _steal_ms(path):
+    """The hypervisor's steal on the server's CPUs over a recording's windows (/proc/stat): in the
+    switches' on-CPU time, not in schedstat's (PARAVIRT_TIME_ACCOUNTING; 6% of CPU 0 here, 128 ms of
+    a 2.9 s main thread once in CI)."""
+    doc = recfmt.read(path)
+    cpus = doc["client"]["placement"]["server_cpus"]
+    return sum(r["host_cpu"]["steal_ms_by_cpu"][c] for r in doc["runs"] if r["status"] == "ok" for c in cpus)
+
+
 def test_a_busy_loop_on_the_servers_cpu_is_the_main_threads_wait_for_a_cpu(recs, tmp_path):
     # the loop pinned where the server runs (record --client-cpus auto put it apart from the clients)
     placement = recfmt.read(recs["e"])["client"]["placement"]
@@ -98,12 +107,13 @@ def test_a_busy_loop_on_the_servers_cpu_is_the_main_threads_wait_for_a_cpu(recs,
     assert e["explained_share"] is None or abs(e["explained_share"]) <= 0.1, e["claim"]
     # the independent truth: the kernel's own run-queue and on-CPU accounting of the main thread
     # (/proc schedstat) against the probes' (sched_switch + sched_wakeup), on both sides
-    for label in ("fsync-everysec", "everysec-loop-on-server-cpu"):
+    for label, path in (("fsync-everysec", recs["e"]), ("everysec-loop-on-server-cpu", busy)):
         srv, main = _main(doc, label)
         ss, wall = main["schedstat"], srv["main_thread"]["wall_ms"]
         wait, on = main["off_cpu_ms_by_state"].get("runnable", 0.0), wall - main["off_cpu_ms"]
         assert abs(wait - ss["runqueue_ms"]) <= max(0.10 * ss["runqueue_ms"], 0.01 * wall), (label, wait, ss)
-        assert abs(on - ss["on_cpu_ms"]) <= max(0.05 * ss["on_cpu_ms"], 0.01 * wall), (label, on, ss)
+        tol = max(0.05 * ss["on_cpu_ms"], 0.01 * wall)
+        assert -tol <= on - ss["on_cpu_ms"] <= tol + _steal_ms(path), (label, on, ss, _steal_ms(path))
     base = _main(doc, "fsync-everysec")[0]["main_thread"]["waiting_for_cpu_pct"]
     loop = _main(doc, "everysec-loop-on-server-cpu")[0]["main_thread"]["waiting_for_cpu_pct"]
     assert loop - base >= 10, (base, loop)  # schedstat says the same, checked above

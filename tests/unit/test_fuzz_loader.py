@@ -1,6 +1,5 @@
-"""Fuzz the recording loader with 10,000+ mutated recordings (hypothesis): whatever the bytes,
+"""Fuzz the recording loader with thousands of mutated recordings (hypothesis): whatever the bytes,
 only RecordingError escapes; and a document the loader accepts renders without crashing."""
-import copy
 import io
 import json
 import zlib
@@ -32,6 +31,7 @@ def _small_base() -> dict:
 
 
 BASE = _small_base()
+BASE_JSON = json.dumps(BASE)  # a fresh copy per example: json.loads is ~7x faster than deepcopy
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) |
     st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
@@ -76,16 +76,16 @@ MUTATIONS = st.lists(st.tuples(st.sampled_from(PATHS), json_values, st.sampled_f
 
 
 def _mutated(mutations) -> bytes:
-    doc = copy.deepcopy(BASE)
+    doc = json.loads(BASE_JSON)
     for path, value, action in mutations:
         try:
             _mutate(doc, path, value, action)
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed the path
-    return recfmt.MAGIC + b"format 1\n" + zlib.compress(json.dumps(doc).encode())
+    return recfmt.MAGIC + b"format 1\n" + zlib.compress(json.dumps(doc).encode(), 1)
 
 
-@settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3_000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(MUTATIONS)
 def test_structural_mutations_only_raise_recording_error(mutations):
     _load(_mutated(mutations))
