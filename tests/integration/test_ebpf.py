@@ -241,7 +241,7 @@ def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(need
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.workload.clients import find_client
 
-    settings = Settings(workloads=("read-heavy",), sizes=(64,), repeat=1, duration_s=1.5, keyspace=2000,
+    settings = Settings(workloads=("read-heavy",), sizes=(64,), repeat=1, duration_s=1.0, keyspace=2000,
                         get_clients=50, set_clients=8, write_clients=50, backend="ebpf")
     tracer = EbpfTracer()
     srv = EmbeddedServer(appendfsync="always", io_threads=1)

@@ -23,6 +23,10 @@ def record(path, *args):
 
 
 
+def base_cell(doc):
+    return doc["runs"][0]["cells"][0]
+
+
 def get_p50(doc):
     return next(e for e in doc["compare"]["explanation"] if e["op"] == "GET" and e["metric"] == "p50_us")
 
@@ -30,9 +34,15 @@ def get_p50(doc):
 @pytest.fixture(scope="module")
 def recs(tmp_path_factory):
     d = tmp_path_factory.mktemp("controls")
+    # the A/A pair in alternating launches (A B B A), as compare records any pair: made one after the
+    # other, the disk's own fdatasync drifted between them in CI (5.87 vs 5.01 ms at +4 ms) and the
+    # pair was rightly told apart
+    res = subprocess.run([VT, "compare", "--launches", "2", "--repeat", "1", *CELL, "--appendfsync", "always",
+                          "--inject-fsync-delay", "4ms", "-o", str(d / "aa")], capture_output=True, text=True, timeout=600)
+    skip_unless_recorded(res)
     return {
-        "a1": record(d / "a1.vtrace", "--repeat", "2", "--appendfsync", "always", "--inject-fsync-delay", "4ms"),
-        "a2": record(d / "a2.vtrace", "--repeat", "2", "--appendfsync", "always", "--inject-fsync-delay", "4ms"),
+        "a1": d / "aa" / "baseline.vtrace",
+        "a2": d / "aa" / "candidate.vtrace",
         "e": record(d / "e.vtrace", "--repeat", "2", "--appendfsync", "everysec", "--inject-fsync-delay", "4ms"),
     }
 
@@ -58,13 +68,22 @@ def test_always_vs_everysec_is_the_fsync_and_adds_up(recs):
         assert "waited no fsync cycle" in e["claim"] and fsync["base_us"] == 0, e["claim"]
         assert (e["explained_share"] or 0) < 0.5, e["claim"]
     else:
-        assert 0.8 <= e["explained_share"] <= 1.2 and e["leading_component"] == "fsync", e["claim"]
+        # the rest of the change is mostly the main thread's own work in the fsync cycle (on CPU,
+        # 2.6 ms of 11 once), which a GET waits through too: fsync alone is >= 0.7, as check 09
+        # holds it (which also holds the server's parts together to 0.85-1.15 at --repeat 3; at
+        # 2 runs a side they came to 1.16 once)
+        assert 0.7 <= e["explained_share"] <= 1.2 and e["leading_component"] == "fsync", e["claim"]
         # against an independent truth, the injected delay: a repeat's fsync component is k
-        # fsyncs of 4 ms each plus this disk's own fdatasync (measured now); a quick one's none
+        # fsyncs of 4 ms each plus this disk's own fdatasync (measured now, idle) or, under the
+        # load, at most a call's mean length as the syscall tracepoints timed it (the component is
+        # the main thread's blocked time, from its switches: a call's block can't outlast the call;
+        # the disk's own share ran 0.9 ms under load against 0.2 ms idle here); a quick one's none
         own_p50, own_max = disk_fdatasync_us()
         per = [u["request_iterations"]["k"] * (0 if q else 1) for u, q in zip(used, quick)]
         k = sum(per) / len(per)
-        assert k * 4000 <= fsync["base_us"] <= k * (4000 + max(2 * own_p50, own_max) + 300), (k, fsync, own_p50)
+        call = next(t for t in base_cell(doc)["server"]["threads"] if t["role"] == "main")["fdatasync"]
+        per_call = max(4000 + max(2 * own_p50, own_max), 1000 * call["total_ms"] / call["count"])
+        assert k * 4000 <= fsync["base_us"] <= k * (per_call + 300), (k, fsync, own_p50, call)
     # the baseline's what-if, checked against the everysec candidate (SETs acknowledged early)
     wi = [w for w in doc["compare"]["whatif"] if w["metric"] == "p50_us"]
     assert wi and wi[0]["scenario"] == "fsync_off_main_thread_early_ack"
@@ -177,6 +196,6 @@ def test_fsync_sensitivity_under_the_other_backends(tmp_path, backend):
     # the added delay must be in the measured fsync time whichever backend times it (with both,
     # eBPF times the shim's wrappers, as with --inject-fsync-delay)
     path = record(tmp_path / "s.vtrace", "--repeat", "1", "--appendfsync", "always", "--fsync-sensitivity", "2ms,4ms",
-                  "--backend", backend)
+                  "--backend", backend, "--duration", "1")  # 1 s windows: ~150 fsyncs each at +4 ms
     s, _ = _slope(path, "main", "mean_us")  # the mean: a p50 level can sit on the quick path (above)
     assert 0.5 <= s["slope"] <= 3.0 and s["points"][-1][0] > 4000, s

@@ -84,7 +84,7 @@ def test_an_fsync_longer_than_the_window_still_places_it(tmp_path):
     from valkeytrace.recording import format as recfmt
 
     out = tmp_path / "slow.vtrace"
-    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "2", "--duration", "2.6",
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2.6",
                           "--keyspace", "2000", "--io-threads", "1", "--appendfsync", "everysec", "--backend", "ebpf",
                           "--inject-fsync-delay", "10s", "--server-timeout", "120", "-o", str(out)],
                          capture_output=True, text=True, timeout=400)

@@ -83,9 +83,13 @@ def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(bot
         (replica_fsync(base), replica_fsync(cell))
     synced = replica_fsync(cell) - replica_fsync(base)
     assert abs(moved - synced) <= 2000, (moved, synced, b, s)
-    # the primary's part waits for whole fsync cycles of its own (one or two of ~2 ms): it moves
-    # by less than half what the replica's did
-    assert abs(s["primary_durability_us"] - b["primary_durability_us"]) <= 0.5 * moved, (b, s)
+    # the primary's part is its own fsync's: a probe's SET waits for one fsync begun after its
+    # write, and at most the rest of the cycle it came in on before that (one or two cycles: which,
+    # differs between recordings, 4.5 and 9.9 ms once in CI, so no difference across them is held)
+    for c in (base, cell):
+        primary = next(t for t in c["server"]["threads"] if t["role"] == "main")["fdatasync"]["p50_us"]
+        part = c["replication"]["components_us"]["primary_durability_us"]
+        assert 0.9 * primary <= part <= 2.5 * primary + 1000, (part, primary)
 
 
 def test_the_cap_witness_counts_early_ack_and_the_durable_offload_keeps_it_at_zero(tmp_path):

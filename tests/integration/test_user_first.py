@@ -125,7 +125,7 @@ def test_the_window_lasts_as_asked_and_the_text_shows_the_jsons_figures(tmp_path
     # a window is a count of requests at the rate calibrated just before it: it lasts as asked as far
     # as the rate holds (12% slower once in CI: 2.25 s); half or twice would be a fault
     for r in recfmt.read(rec)["runs"]:
-        assert 1.7 <= r["window_end"] - r["window_start"] <= 2.5, r["window_end"] - r["window_start"]
+        assert 1.8 <= r["window_end"] - r["window_start"] <= 2.2, r["window_end"] - r["window_start"]
     d = json.loads(vt("report", rec, "--format", "json").stdout)
     cell = d["runs"][0]["cells"][0]
     assert cell["server"]["main_thread"]["loop_iterations"] > 0  # INFO's count under the shim too

@@ -107,7 +107,7 @@ def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
     (model.median_repeat); from the pooled repeats when a repeat lacks them (older recordings)."""
     most = model.max_iterations(doc)
     n = len(cell.ops[op].values.get("p50_us") or ())
-    reps = [{"repeat": r["repeat"], "p50_us": r["p50_us"][op], "mean_us": r["mean_us"].get(op), "server": r["server"],
+    reps = [{"repeat": r["repeat"], "launch": r.get("launch"), "p50_us": r["p50_us"][op], "mean_us": r["mean_us"].get(op), "server": r["server"],
              "meet": (r.get("meet") or {}).get(op)}
             for r in cell.per_repeat if r["p50_us"].get(op) is not None and r.get("server")
             and not model.unmodelled_reason(r["server"])]
@@ -126,13 +126,21 @@ def side_model(doc: dict, cell: CellSummary, op: str) -> dict:
     return side
 
 
+def run_name(u: dict) -> str:
+    """A run as the report names it: its repeat, and its launch in an interleaved recording
+    (compare's: each launch repeats from 1)."""
+    if u.get("launch") is None:
+        return f"repeat {u['repeat']}"
+    return f"launch {u['launch']}" + (f" repeat {u['repeat']}" if (u["repeat"] or 1) > 1 else "")
+
+
 def side_iterations_sentence(label: str, side: dict) -> str:
-    used = sorted(side["used"], key=lambda u: u["repeat"] or 0)
+    used = sorted(side["used"], key=lambda u: (u.get("launch") or 0, u["repeat"] or 0))
     if len(used) == 1:
         return iterations_sentence(label, used[0]["request_iterations"])
-    return (f"{label}, the median of repeats {used[0]['repeat']} and {used[1]['repeat']} (p50 {_ms(used[0]['p50_us'])} "
+    return (f"{label}, the median of {run_name(used[0])} and {run_name(used[1])} (p50 {_ms(used[0]['p50_us'])} "
             f"and {_ms(used[1]['p50_us'])}), each modelled on its own: "
-            + "; ".join(iterations_sentence(f"repeat {u['repeat']}", u["request_iterations"]) for u in used))
+            + "; ".join(iterations_sentence(run_name(u), u["request_iterations"]) for u in used))
 
 
 def side_inputs(side: dict) -> dict:
@@ -140,9 +148,9 @@ def side_inputs(side: dict) -> dict:
     was chosen, the repeats used, and each of them when there are two (docs/report-json.md)."""
     first = side["used"][0]
     out = {**first["inputs"], "request_iterations": first["request_iterations"],
-           "repeats": [u["repeat"] for u in side["used"]]}
+           "repeats": [u["repeat"] for u in side["used"]], "launches": [u.get("launch") for u in side["used"]]}
     if len(side["used"]) > 1:
-        out["per_repeat"] = [{"repeat": u["repeat"], "p50_us": u["p50_us"], **u["inputs"],
+        out["per_repeat"] = [{"repeat": u["repeat"], "launch": u.get("launch"), "p50_us": u["p50_us"], **u["inputs"],
                               "request_iterations": u["request_iterations"]} for u in side["used"]]
     return out
 

@@ -258,7 +258,7 @@ def median_repeat(repeats: list[dict], most: float = ITERATIONS_PER_REQUEST) -> 
     used = []
     for r in reps[(n - 1) // 2: n // 2 + 1]:
         it = request_iterations(r["server"], r["mean_us"], most, r["p50_us"])
-        used.append({"repeat": r["repeat"], "p50_us": r["p50_us"], "request_iterations": it,
+        used.append({"repeat": r["repeat"], "launch": r.get("launch"), "p50_us": r["p50_us"], "request_iterations": it,
                      **decompose(r["p50_us"], r["server"], it["k"], r.get("meet"), it["quick"])})
     return {"components": {c: sum(u["components"][c] for u in used) / len(used) for c in COMPONENTS},
             "k": sum(u["request_iterations"]["k"] for u in used) / len(used), "used": used}

@@ -143,7 +143,7 @@ def repeat_detail(run: dict) -> dict:
     srv = summarize_server([run.get("server")]) if run.get("server") else None
     wait = (run.get("host_cpu") or {}).get("clients_cpu_wait") or {}
     ops = run.get("ops") or {}
-    return {"repeat": run.get("repeat"), "p50_us": {op: r.get("p50_us") for op, r in ops.items()},
+    return {"repeat": run.get("repeat"), "launch": run.get("launch"), "p50_us": {op: r.get("p50_us") for op, r in ops.items()},
             # what the model needs to weigh the main thread's long stalls (model.stall_components)
             "meet": {op: {"clients": r.get("clients"), "tps": r.get("tps"), "cdf": latency_cdf(r)}
                      for op, r in ops.items()},
