@@ -186,7 +186,9 @@ def test_fsync_sensitivity_moves_get_under_always_not_everysec(tmp_path):
     assert s["points"][-1][0] > 4000  # +4 ms is in the measured main-thread fsync
     assert s["runs_per_point"] == [1, 3, 3], s
     assert doc["runs"][0]["cells"][0]["repeats"] == 1  # the intervention runs stay out of the tables
-    everysec = record(tmp_path / "se.vtrace", "--repeat", "1", "--appendfsync", "everysec", "--fsync-sensitivity", "2ms,4ms")
+    # everysec's GET waits for no fsync on any path: one run a level shows the flat slope
+    everysec = record(tmp_path / "se.vtrace", "--repeat", "1", "--appendfsync", "everysec", "--fsync-sensitivity", "2ms,4ms",
+                      "--sensitivity-runs", "1")
     s, _ = _slope(everysec)
     assert s["thread_role"] == "bio_aof" and abs(s["slope"]) < 0.2, s
 
@@ -196,6 +198,6 @@ def test_fsync_sensitivity_under_the_other_backends(tmp_path, backend):
     # the added delay must be in the measured fsync time whichever backend times it (with both,
     # eBPF times the shim's wrappers, as with --inject-fsync-delay)
     path = record(tmp_path / "s.vtrace", "--repeat", "1", "--appendfsync", "always", "--fsync-sensitivity", "2ms,4ms",
-                  "--backend", backend, "--duration", "1")  # 1 s windows: ~150 fsyncs each at +4 ms
+                  "--backend", backend, "--duration", "1", "--sensitivity-runs", "1")  # ~150 fsyncs a run at +4 ms
     s, _ = _slope(path, "main", "mean_us")  # the mean: a p50 level can sit on the quick path (above)
     assert 0.5 <= s["slope"] <= 3.0 and s["points"][-1][0] > 4000, s
