@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 
 from valkeytrace.errors import VTUsageError
@@ -239,6 +238,7 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           replica_delay_spec=None) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
+    from valkeytrace.recording.format import check_recording_output
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
@@ -248,15 +248,7 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
         raise VTUsageError(f"{given} only shape the embedded server; with a SERVER_COMMAND or --attach, "
                            "configure the server itself")
     if output:
-        if not output.endswith(".vtrace"):
-            raise VTUsageError(f"-o {output}: a recording is written as a .vtrace file (e.g. -o run.vtrace)")
-        if os.path.lexists(output) and not force:
-            raise VTUsageError(f"-o {output} exists: refusing to overwrite it (--force replaces it)")
-        outdir = os.path.dirname(os.path.abspath(output))
-        if not os.path.isdir(outdir):
-            raise VTUsageError(f"-o {output}: directory {outdir} does not exist")
-        if not os.access(outdir, os.W_OK):
-            raise VTUsageError(f"-o {output}: directory {outdir} is not writable")
+        check_recording_output(output, force)
     if workloads and any(w != "none" for w in workloads):
         _check_memory(sizes, keyspace, write_clients, get_clients, set_clients)
         if benchmark_path:

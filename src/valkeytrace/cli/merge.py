@@ -42,13 +42,7 @@ def merge(recordings, output, force):
 
     if len(recordings) < 2:
         raise VTUsageError("merge takes the recordings of a primary and at least one of its replicas")
-    if not output.endswith(".vtrace"):
-        raise VTUsageError(f"-o {output}: a recording is written as .vtrace: give a .vtrace name")
-    for p in recordings:
-        if os.path.exists(p) and os.path.exists(output) and os.path.samefile(p, output):
-            raise VTUsageError(f"-o {output} is an input of this command: refusing to overwrite it")
-    if os.path.lexists(output) and not force:
-        raise VTUsageError(f"-o {output} exists: refusing to overwrite it (--force replaces it)")
+    recfmt.check_recording_output(output, force, tuple(recordings))
     docs = [recfmt.read(p) for p in recordings]
     names = [os.path.basename(p) for p in recordings]
     pi, ris = recmerge.match(docs, names)

@@ -203,6 +203,26 @@ def is_recording(path: str | os.PathLike) -> bool:
         return False
 
 
+def check_recording_output(output: str, force: bool, inputs: tuple = ()) -> None:
+    """-o for a command that writes a recording (record, merge): a .vtrace name, none of the
+    command's inputs, not an existing file without --force, in a writable directory; one line and
+    a usage error otherwise."""
+    from valkeytrace.errors import VTUsageError
+
+    if not output.endswith(".vtrace"):
+        raise VTUsageError(f"-o {output}: a recording is written as a .vtrace file (e.g. -o run.vtrace)")
+    for p in inputs:
+        if os.path.exists(p) and os.path.exists(output) and os.path.samefile(p, output):
+            raise VTUsageError(f"-o {output} is an input of this command: refusing to overwrite it")
+    if os.path.lexists(output) and not force:
+        raise VTUsageError(f"-o {output} exists: refusing to overwrite it (--force replaces it)")
+    outdir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(outdir):
+        raise VTUsageError(f"-o {output}: directory {outdir} does not exist")
+    if not os.access(outdir, os.W_OK):
+        raise VTUsageError(f"-o {output}: directory {outdir} is not writable")
+
+
 def refuse_overwrite(output: str, inputs: list[str], flag: str = "-o") -> None:
     """A command's output path must be none of its inputs and no recording: one line and a usage
     error otherwise (`report a.vtrace -o a.vtrace` replaced the recording with its report)."""
