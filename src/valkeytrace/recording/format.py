@@ -203,6 +203,15 @@ def is_recording(path: str | os.PathLike) -> bool:
         return False
 
 
+def _refuse_inputs(output: str, inputs, flag: str) -> None:
+    """output must be none of the command's inputs (the same file by any name)."""
+    from valkeytrace.errors import VTUsageError
+
+    for p in inputs:
+        if os.path.exists(p) and os.path.exists(output) and os.path.samefile(p, output):
+            raise VTUsageError(f"{flag} {output} is an input of this command: refusing to overwrite it")
+
+
 def check_recording_output(output: str, force: bool, inputs: tuple = ()) -> None:
     """-o for a command that writes a recording (record, merge): a .vtrace name, none of the
     command's inputs, not an existing file without --force, in a writable directory; one line and
@@ -211,9 +220,7 @@ def check_recording_output(output: str, force: bool, inputs: tuple = ()) -> None
 
     if not output.endswith(".vtrace"):
         raise VTUsageError(f"-o {output}: a recording is written as a .vtrace file (e.g. -o run.vtrace)")
-    for p in inputs:
-        if os.path.exists(p) and os.path.exists(output) and os.path.samefile(p, output):
-            raise VTUsageError(f"-o {output} is an input of this command: refusing to overwrite it")
+    _refuse_inputs(output, inputs, "-o")
     if os.path.lexists(output) and not force:
         raise VTUsageError(f"-o {output} exists: refusing to overwrite it (--force replaces it)")
     outdir = os.path.dirname(os.path.abspath(output))
@@ -229,9 +236,7 @@ def refuse_overwrite(output: str, inputs: list[str], flag: str = "-o") -> None:
     from valkeytrace.errors import VTUsageError
 
     out = os.path.realpath(output)
-    for p in inputs:
-        if os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out):
-            raise VTUsageError(f"{flag} {output} is an input of this command: refusing to overwrite it")
+    _refuse_inputs(output, inputs, flag)
     if out.endswith(".vtrace") or is_recording(out):
         raise VTUsageError(f"{flag} {output} is {'a recording' if is_recording(out) else 'a .vtrace path'}: "
                            "refusing to write a report over it (give another file name)")
