@@ -5,7 +5,6 @@ reply sent when its job ends. The simulation emits what the probe would (the arr
 reply of each request; each job's AOF write and fdatasync) and counts, for each write, the jobs
 that ended while it waited; the analysis sees only the events."""
 import random
-import types
 
 import numpy as np
 import pytest
@@ -107,46 +106,3 @@ def test_no_requests_gives_the_jobs_only_and_cells_combine_repeats():
     assert cell.windows == 2 and 1.0 < cell.jobs_waited_per_write < 2.0
     assert durability([]) is None and run_durability({"window_ns": 1, "threads": []}) is None
 
-
-class _Op:
-    clients = 50
-
-
-class _Cell:
-    workload, value_size, ops = "write-only", 64, {"SET": _Op()}
-
-    def __init__(self, server):
-        self.server = types.SimpleNamespace(durability=durability([server]))
-
-
-def _sim_set_figures(server):
-    """SET p50 and TPS of a simulated run, from its own requests (arrival to reply)."""
-    cols = server["requests"]
-    by_conn, lat = {}, []
-    for off, conn, ev in zip(cols["offset_ns"], cols["conn"], cols["event"]):
-        if ev == 0:
-            by_conn[conn] = off
-        elif ev == 2 and conn in by_conn:
-            lat.append(off - by_conn.pop(conn))
-    return float(np.median(lat)) / 1e3, len(lat) / (server["window_ns"] / 1e9)
-
-
-@pytest.mark.parametrize("window_us", [500, 1000, 2000])
-def test_the_gather_what_if_predicts_the_simulated_window_from_the_baseline(window_us):
-    """The prediction uses the baseline's record only (two cohorts, no window); the truth is the
-    simulation run with the window."""
-    from valkeytrace.analysis.whatif import predict_gather
-
-    base, _, _ = simulate(thread="main", start_spread_us=100)
-    base["threads"][0]["calls"] = {"fdatasync": {"count": 9}}
-    base["threads"] = base["threads"][:1]
-    for row in base["blocked_timeline"]["events"]:
-        row[2] = 100
-    gathered, _, _ = simulate(gather_us=window_us, start_spread_us=100)
-    p50, tps = _sim_set_figures(gathered)
-    pred = {e["metric"]: e for e in predict_gather(_Cell(base), window_us * 1000)}
-    assert pred["p50_us"]["inputs"]["cohorts"] == 1
-    assert abs(pred["p50_us"]["predicted"] - p50) / p50 < 0.05, (pred["p50_us"]["predicted"], p50)
-    assert abs(pred["tps"]["predicted"] - tps) / tps < 0.05, (pred["tps"]["predicted"], tps)
-    # the window that keeps one cohort: the clients' turnaround and spread on the baseline (30-230 µs)
-    assert 150 <= pred["p50_us"]["inputs"]["smallest_one_cohort_window_us"] <= 300

@@ -1,66 +1,11 @@
-"""The what-if and the intervention on synthetic recordings whose answer is known (test_explain's
-raw builders): the what-if by hand from its GET passes, the sensitivity slope per level's median run,
-the sweep's runs, the model checked by the intervention, a slope off the request path."""
+"""The intervention on synthetic recordings whose answer is known (test_explain's raw builders): the
+sensitivity slope per level's median run, the sweep's runs, the model checked by the intervention, a
+slope off the request path. (The what-if is the pipeline model's: test_pipeline_*.py.)"""
 import pytest
 
 from test_explain import ALWAYS, EVERYSEC, WALL_NS, _hist, recording, window
-from valkeytrace.analysis import explain, sensitivity, whatif
+from valkeytrace.analysis import explain, sensitivity
 from valkeytrace.analysis.tables import summarize
-
-
-DEMAND = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps": 74_000.0, "mean_us": 352.0,
-          "p50_us": 359.0, "p99_us": 527.0,
-          "host_cpu": {"cpus": 2, "wall_s": 0.7, "host_cores": 1.7, "server_cores": 0.69, "clients_cores": 0.97,
-                       "tracer_cores": 0.0, "other_cores": 0.04}}
-
-
-def test_whatif_by_hand():
-    # a recording without pass B (before it existed): operational laws, Z held constant
-    doc = recording("always", [(ALWAYS, [10_000] * 3, {"demand": DEMAND})])
-    cells = summarize(doc)
-    got = {(w["scenario"], w["metric"]): w["predicted"] for w in whatif.predict_run(cells, doc)}
-    z = 50 / 74_000 * 1e6 - 352.0
-    # SETs acknowledged before the fsync: every client cycles alike, the 58 share the pass's rate
-    x_get = 74_000 * 50 / 58
-    lat = 50 / x_get * 1e6 - z
-    assert got[("fsync_off_main_thread_early_ack", "tps")] == pytest.approx(x_get, rel=1e-3)
-    assert got[("fsync_off_main_thread_early_ack", "p50_us")] == pytest.approx(359 + lat - 352, rel=1e-3)
-    # SETs that wait ~4.6 ms for their fsync leave more of the capacity to GETs
-    assert got[("fsync_off_main_thread", "tps")] > x_get
-    assert got[("fsync_off_main_thread", "p50_us")] < got[("fsync_off_main_thread_early_ack", "p50_us")]
-
-
-LOADED = {"op": "GET", "clients": 50, "requests": 50_000, "seconds": 0.7, "tps": 80_000.0, "mean_us": 480.0,
-          "p50_us": 470.0, "p99_us": 900.0, "background": {"op": "GET", "clients": 8, "tps": 16_000.0, "mean_us": 360.0}}
-
-
-def test_whatif_from_the_two_passes_by_hand():
-    # pass B (the background clients reading) is what the cell would be with nothing waiting for an fsync
-    doc = recording("always", [(ALWAYS, [10_000] * 3, {"demand": {**DEMAND, "loaded": LOADED}})])
-    got = {(w["scenario"], w["metric"]): w for w in whatif.predict_run(summarize(doc), doc)}
-    early = {m: got[("fsync_off_main_thread_early_ack", m)]["predicted"] for m in ("tps", "p50_us", "p99_us")}
-    assert early == {"tps": 80_000.0, "p50_us": 470.0, "p99_us": 900.0}
-    # durable SETs wait the main thread's 4.613 ms fsync on top of their 500 µs cycle in pass B:
-    # 8 / 5.113 ms = 1,565 SET/s, 9.8% of B's background load, so 9.8% of the way from A to B
-    durable = got[("fsync_off_main_thread", "p50_us")]
-    u = 8 / ((4613 + 8 / 16_000 * 1e6) / 1e6) / 16_000
-    assert durable["inputs"]["background_load_share"] == pytest.approx(u, abs=1e-3)
-    assert durable["predicted"] == pytest.approx(359 + u * (470 - 359), abs=0.1)
-    assert got[("fsync_off_main_thread", "tps")]["predicted"] == pytest.approx(74_000 + u * 6_000, abs=0.1)
-    assert durable["inputs"]["model"] == "get_passes" and durable["inputs"]["main_fsync_mean_blocked_us"] == 4613
-    # the median pass is taken per pass: a failed pass B in one repeat leaves the others
-    runs = doc["runs"]
-    runs[0]["demand"] = {**DEMAND, "loaded": {"error": "boom"}}
-    runs[1]["demand"] = {**DEMAND, "loaded": {**LOADED, "tps": 90_000.0}}
-    got = {(w["scenario"], w["metric"]): w["predicted"] for w in whatif.predict_run(summarize(doc), doc)}
-    assert got[("fsync_off_main_thread_early_ack", "tps")] == 90_000.0
-
-
-def test_whatif_needs_a_main_thread_fsync_and_a_demand_pass():
-    doc = recording("everysec", [(EVERYSEC, [400] * 3, {"demand": DEMAND})], "everysec")
-    assert whatif.predict_run(summarize(doc), doc) == []
-    doc = recording("always", [(ALWAYS, [10_000] * 3, {})])
-    assert whatif.predict_run(summarize(doc), doc) == []
 
 
 def _levels(make_window, p50_of):

@@ -65,12 +65,23 @@ def test_an_unreliable_slope_is_not_stated():
     assert "not measured reliably" in line and "0.89" not in line and "6.44 -> 13.88 -> 10.22 ms" in line
 
 
-def test_whatif_verdict_against_its_tolerance():
-    base = [{"workload": "read-heavy", "op": "GET", "value_size": 64, "metric": "tps", "scenario": "s",
-             "predicted": 40_000.0, "inputs": {}}]
-    cand = recording("b", [(window(40000, bio_fsyncs=2), [200, 210, 205], {})], appendfsync="everysec")
-    (w,) = whatif.check(base, summarize(cand), "s")
-    assert w["tolerance_pct"] == verdict.WHATIF_TOLERANCE_PCT
-    assert w["verdict"] == ("within" if abs(w["error_pct"]) <= 30 else "outside")
-    assert verdict.whatif_verdict(54.0) == "outside" and verdict.whatif_verdict(-7.0) == "within"
-    assert verdict.whatif_verdict(None) is None
+def test_the_candidates_configuration_as_a_change_of_the_baselines():
+    def doc(emulation=None, **server):
+        return {"server": {"appendfsync": "always", "io_threads": 1, **server}, "emulation": emulation,
+                "settings": {"get_clients": 50, "set_clients": 8, "write_clients": 50}}
+    base = doc({"fsync_delay": {"median_ns": 4e6, "sigma": 0.0}})
+    gathered = doc({"fsync_delay": {"median_ns": 4e6, "sigma": 0.0}, "offload": {"mode": "durable", "gather_ns": 1e6}})
+    change, scenario = whatif.change_between(base, gathered)
+    assert (change.offload, change.gather_us, change.fsync_delay) == ("durable", 1000.0, None)
+    assert scenario == "fsync_off_main_thread+gather_window"
+    slower = doc({"fsync_delay": {"median_ns": 6e6, "sigma": 0.0}})
+    change, scenario = whatif.change_between(base, slower)
+    assert change.offload is None and change.fsync_delay["median_ns"] == 6e6 and scenario == "fsync_delay"
+    change, _ = whatif.change_between(base, doc(None, appendfsync="everysec"))
+    assert change.offload == "early-ack" and change.job_interval_us == 1e6
+    # what the model does not change, and an A/A pair: nothing predicted, and said why
+    for other, why in ((doc(base["emulation"], io_threads=2), "I/O threads"), (base, "nothing to predict")):
+        change, reason = whatif.change_between(base, other)
+        assert change is None and why in reason
+    assert whatif.TOLERANCE_PCT == {"tps": 15.0, "p50_us": 15.0, "p99_us": 40.0}
+

@@ -21,7 +21,6 @@ class AnalysedRun:
     cells: list[CellSummary]
     explanation: list = None     # explain.explain_run entries
     server_views: dict = None    # (workload, size) -> explain.server_view_gap
-    whatif: list = None          # whatif.predict_run entries
     sensitivity: list = None     # sensitivity.sensitivity entries
 
     @property
@@ -119,31 +118,23 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
             if gap:
                 views[(c.workload, c.value_size)] = gap
         sens = sensitivity.sensitivity(d)
-        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views,
-                                whatif.predict_run(cells, d), sens))
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views, sens))
     comparison = explanation = checked = verdicts = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)
         explanation = explain.explain_compare(runs[0].cells, runs[1].cells, comparison, runs[0].doc, runs[1].doc,
                                               (runs[0].sensitivity, runs[1].sensitivity))
-        # the scenario whose durability semantics the candidate has; none when the candidate's fsync
-        # is on its main thread too (an A/A pair, two builds under appendfsync always): nothing to check
-        if facts.fsync_off_main(runs[1].doc):
-            early = facts.acks_before_fsync(runs[1].doc)
-            gather = ((runs[1].doc.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0
-            checked = whatif.check(whatif.with_gather(runs[0].whatif, runs[0].cells, gather), runs[1].cells,
-                                   "fsync_off_main_thread_early_ack" if early else "fsync_off_main_thread")
+        # the baseline's prediction of the candidate's configuration (nothing when the model does not
+        # cover what differs: another build, other I/O threads; or when nothing it sees differs)
+        checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells)
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
     return ReportInput(runs, comparison, explanation, checked, verdicts)
 
 
 def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
-    """[(title, sentences)]: the what-if predictions (and, with --compare, their check against the
-    candidate) and the intervention slopes, for the text reporters."""
+    """[(title, sentences)]: the baseline's prediction of the candidate against its measurement (the
+    pipeline model) and the intervention slopes, for the text reporters."""
     out = []
-    for run in inp.runs:
-        if run.whatif and (inp.comparison is None or run is inp.baseline):
-            out.append((f"What if the fsync left the main thread ({run.label}, predicted)", whatif.describe(run.whatif)))
     if inp.whatif:
         out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
     for run in inp.runs:

@@ -16,9 +16,6 @@ from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, path
 # launch (one fsync cycle per request or two), the mean cannot (Little's law: the clients'
 # requests in flight are fixed), so it is the measure where the p50 is bimodal
 VERDICT_METRICS = ("p50_us", "p99_us", "mean_us", "tps")
-# a what-if is "within" when its prediction is this close to the candidate's measurement; the
-# goal the model is held to (issue 32: 30%, aiming at 15%). docs/explain.md §3.
-WHATIF_TOLERANCE_PCT = 30.0
 # the change the launches should resolve: a verdict that is not significant says how many launches
 # a side would bring its 95% interval's half-width under this
 DETECT_PCT = 10.0
@@ -99,12 +96,6 @@ def reliable(points: list, r2: float, min_r2: float = 0.8) -> bool:
     up = all(b >= a for a, b in zip(ys, ys[1:]))
     down = all(b <= a for a, b in zip(ys, ys[1:]))
     return up or down
-
-
-def whatif_verdict(error_pct: float | None, tolerance: float = WHATIF_TOLERANCE_PCT) -> str | None:
-    if error_pct is None:
-        return None
-    return "within" if abs(error_pct) <= tolerance else "outside"
 
 
 def build(comparison, explanation: list, base_sensitivity: list, whatif_checked: list) -> list[Verdict]:

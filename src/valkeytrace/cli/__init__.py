@@ -73,6 +73,7 @@ def main(ctx, debug):
     record   run the valkey#4029 workloads against a server while tracing its threads
     compare  record a baseline and a candidate in alternating launches, then compare them
     report   render the tables (and the explanation) from one or two recordings
+    predict  what another configuration would do, from the model calibrated on one recording
     export   a Perfetto timeline of a recording
     doctor   check what this machine needs for recording
     """
@@ -80,12 +81,13 @@ def main(ctx, debug):
     ctx.obj["debug"] = debug
 
 
-from valkeytrace.cli import compare, doctor, export, merge, record, report  # noqa: E402  (commands register on the group)
+from valkeytrace.cli import compare, doctor, export, merge, predict, record, report  # noqa: E402  (commands register on the group)
 
 main.add_command(doctor.doctor)
 main.add_command(record.record)
 main.add_command(compare.compare)
 main.add_command(report.report)
+main.add_command(predict.predict)
 main.add_command(export.export)
 main.add_command(merge.merge)
 

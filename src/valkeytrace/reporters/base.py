@@ -288,7 +288,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             s = p50.slope
             why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"
                        if s.reliable else f"intervention slope not measured reliably (R² {s.r2:.2f})")
-        for metric in ("p50_us", "tps"):
+        for metric in ("p50_us", "p99_us", "tps"):
             w = by.get(metric) and by[metric].whatif
             if w:
                 why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")

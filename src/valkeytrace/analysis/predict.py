@@ -1,0 +1,175 @@
+"""Predictions from one recording: the pipeline model (valkeytrace.pipeline), calibrated from the
+recording (analysis/calibration.py), run with the settings a user wants to change.
+
+A Change names what differs from the recording: the offload (durable or early-ack, or none: back to
+the main thread), its gather window, the fsync delay per call (a new --inject-fsync-delay: the
+recorded calls keep their own disk time, the recorded delay is replaced), and the client counts.
+Each predicted cell comes with the same cell simulated as recorded (self_check: the model against
+the measurement it was calibrated from, where only the stall rate was fitted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from valkeytrace.analysis.calibration import Calibration, CalibrationError, calibrate, groups_for
+from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
+from valkeytrace.pipeline.sim import simulate
+
+SEEDS = (1, 2)            # each prediction pooled over these runs of the simulation
+MIN_SIM_S = 2.0           # simulated seconds per seed, at least
+ONE_COHORT_SHARE = 0.9    # a job carrying this share of the write clients' writes: one cohort
+GATHER_GRID_US = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1250, 1500, 2000, 2500, 3000, 4000)
+
+
+@dataclass(frozen=True)
+class Change:
+    offload: str | None = None        # "durable", "early-ack", "none" (the main thread fsyncs); None: as recorded
+    gather_us: float | None = None    # the durable offload's gather window; None: as recorded
+    fsync_delay: dict | None = None   # tracers.emulation.parse_fsync_delay's, {} for none; None: as recorded
+    get_clients: int | None = None
+    set_clients: int | None = None
+    write_clients: int | None = None
+    rate: float | None = None         # open loop: the measured op's requests due per second
+    job_interval_us: float | None = None  # jobs at most this often (appendfsync everysec: 1 s)
+
+    def describe(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class PredictedCell:
+    workload: str
+    value_size: int
+    ops: dict                     # op -> {"tps", "p50_us", "p95_us", "p99_us", "mean_us", "clients"}
+    server: dict                  # {"syncs_per_s", "writes_per_sync", "iterations_per_s"}
+    baseline: dict                # op -> the recording's measured figures (medians of its runs)
+    self_check: dict              # op -> the recording's cell simulated as recorded
+    inputs: dict                  # calibration.inputs
+    fitted: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"workload": self.workload, "value_size": self.value_size, "ops": self.ops, "server": self.server,
+                "baseline": self.baseline, "self_check": self.self_check}
+
+
+@dataclass
+class Prediction:
+    cells: list                   # [PredictedCell]
+    change: Change
+    label: str
+    errors: list = field(default_factory=list)   # cells that could not be calibrated: one line each
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "change": self.change.describe(),
+                "cells": [c.to_json() for c in self.cells],
+                "model": {"kind": "discrete-event simulation (valkeytrace.pipeline)", "seeds": list(SEEDS),
+                          "cells": {f"{c.workload} {c.value_size}": {"inputs": c.inputs, "fitted": c.fitted}
+                                    for c in self.cells},
+                          "not_calibrated": self.errors}}
+
+
+def apply(cal: Calibration, change: Change) -> Params:
+    """The calibrated cell's parameters with the change made."""
+    p = cal.params
+    d = p.durability
+    mode = d.mode if change.offload is None else ("main" if change.offload == "none" else change.offload)
+    gather = d.gather_us if change.gather_us is None else change.gather_us
+    sync = d.sync
+    if change.fsync_delay is not None:
+        new = change.fsync_delay or {}
+        median_us = float(new.get("median_ns") or 0.0) / 1e3
+        shift = -cal.injected_ns / 1e3
+        if new.get("kind") == "lognormal" and new.get("sigma"):
+            sync = Sampler(sync.values_us, sync.shift_us + shift, sync.floor_us, median_us, float(new["sigma"]))
+        else:
+            sync = Sampler(sync.values_us, sync.shift_us + shift + median_us, sync.floor_us)
+    groups = p.groups
+    if cal.workload == "read-heavy":
+        g = next(x for x in groups if x.op == "GET")
+        bg = next((x for x in groups if x.op == "SET"), None)
+        groups = groups_for("read-heavy", change.get_clients or g.clients,
+                            change.set_clients if change.set_clients is not None else (bg.clients if bg else 0), 0)
+    elif change.write_clients:
+        groups = (Group("SET", change.write_clients),)
+    if change.rate:
+        groups = tuple(replace(x, rate=change.rate) if x.measured else x for x in groups)
+    interval = d.job_interval_us if change.job_interval_us is None else change.job_interval_us
+    return replace(p, groups=groups, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
+                                                        job_interval_us=interval),
+                   duration_s=max(p.duration_s, MIN_SIM_S))
+
+
+def run(p: Params) -> tuple[dict, dict, list[SimResult]]:
+    """Simulated figures of p, pooled over SEEDS: (ops, server)."""
+    results = [simulate(p, seed) for seed in SEEDS]
+    ops = {}
+    for which in ("ops", "background"):
+        for op in getattr(results[0], which):
+            lat = np.concatenate([getattr(r, which)[op].latencies_us for r in results])
+            tps = float(np.mean([getattr(r, which)[op].tps for r in results]))
+            g = next(x for x in p.groups if x.op == op)
+            if not len(lat):
+                ops[op] = {"tps": 0.0, "p50_us": None, "p95_us": None, "p99_us": None, "mean_us": None,
+                           "clients": g.clients, "role": "measured" if which == "ops" else "background"}
+                continue
+            p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+            ops[op] = {"tps": round(tps, 1), "p50_us": round(float(p50), 1), "p95_us": round(float(p95), 1),
+                       "p99_us": round(float(p99), 1), "mean_us": round(float(lat.mean()), 1), "clients": g.clients,
+                       "role": "measured" if which == "ops" else "background"}
+    server = {"syncs_per_s": round(float(np.mean([r.syncs_per_s for r in results])), 1),
+              "writes_per_sync": _mean([r.writes_per_sync for r in results]),
+              "iterations_per_s": round(float(np.mean([r.iterations_per_s for r in results])), 1)}
+    return ops, server, results
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(float(np.mean(xs)), 2) if xs else None
+
+
+def cells_of(doc: dict) -> list[tuple[str, int]]:
+    seen = []
+    for r in doc.get("runs", []):
+        key = (r.get("workload"), r.get("value_size"))
+        if r.get("status") == "ok" and key[0] in ("read-heavy", "write-only") and key not in seen:
+            seen.append(key)
+    return seen
+
+
+def predict_cell(cal: Calibration, change: Change) -> PredictedCell:
+    ops, server, _ = run(apply(cal, change))
+    own, _, _ = run(replace(cal.params, duration_s=max(cal.params.duration_s, MIN_SIM_S)))
+    return PredictedCell(cal.workload, cal.value_size, ops, server, baseline=cal.measured, self_check=own,
+                         inputs=cal.inputs, fitted=list(cal.fitted))
+
+
+def predict(doc: dict, change: Change, cells: list | None = None) -> Prediction:
+    out = Prediction([], change, doc.get("label") or "baseline")
+    for workload, size in cells or cells_of(doc):
+        try:
+            cal = calibrate(doc, workload, size)
+        except CalibrationError as exc:
+            out.errors.append(f"{workload} {size} B: {exc}")
+            continue
+        out.cells.append(predict_cell(cal, change))
+    return out
+
+
+def one_cohort_window(cal: Calibration, change: Change) -> dict:
+    """The smallest gather window (µs, from GATHER_GRID_US) under which one job carries (nearly) every
+    write client's write: the write-only cell simulated at each window of the grid, in order."""
+    if cal.workload != "write-only":
+        raise CalibrationError("the gather window is chosen on a write-only cell")
+    clients = change.write_clients or next(g.clients for g in cal.params.groups if g.op == "SET")
+    tried = []
+    for w in GATHER_GRID_US:
+        p = apply(cal, replace(change, offload="durable", gather_us=float(w)))
+        r = simulate(replace(p, duration_s=1.0), seed=3)
+        share = (r.writes_per_sync or 0) / clients
+        tried.append({"gather_us": w, "writes_per_job": round(r.writes_per_sync or 0, 1),
+                      "set_p50_us": round(r.ops["SET"].p50_us or 0, 1), "set_tps": round(r.ops["SET"].tps, 1)})
+        if share >= ONE_COHORT_SHARE:
+            return {"gather_us": w, "tried": tried, "clients": clients}
+    return {"gather_us": None, "tried": tried, "clients": clients}

@@ -1,0 +1,115 @@
+"""A prediction (analysis/predict.py) as text, markdown or JSON: the seed's columns, the recording's
+measured row, the predicted row and the change between them, then what the model stands on."""
+from __future__ import annotations
+
+import json
+
+from valkeytrace import workloads
+from valkeytrace.analysis.predict import Prediction
+from valkeytrace.reporters.base import fmt_ktps, fmt_mbs, fmt_pct, fmt_us
+
+COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
+
+
+def _change_words(p: Prediction) -> str:
+    c = p.change.describe()
+    words = []
+    if "offload" in c:
+        words.append("fsync back on the main thread" if c["offload"] == "none" else f"the {c['offload']} offload")
+    if c.get("gather_us") is not None:
+        words.append(f"a {c['gather_us'] / 1000:g} ms gather window")
+    if "fsync_delay" in c:
+        d = c["fsync_delay"] or {}
+        words.append(f"+{(d.get('median_ns') or 0) / 1e6:g} ms per fdatasync instead of the recording's")
+    for k in ("get_clients", "set_clients", "write_clients"):
+        if k in c:
+            words.append(f"{k.replace('_', ' ')} {c[k]}")
+    if "rate" in c:
+        words.append(f"{c['rate']:,.0f} requests/s offered")
+    return ", ".join(words) or "nothing changed (the recording as recorded)"
+
+
+def tables(p: Prediction) -> list[dict]:
+    """[{"title", "columns", "rows"}]: per workload, for each cell: measured, predicted, delta."""
+    out = []
+    for w in workloads.TABLED:
+        cells = [c for c in p.cells if c.workload == w.name]
+        op = workloads.MEASURED_OP[w.name]
+        rows = []
+        for c in cells:
+            m, q = c.baseline.get(op) or {}, c.ops.get(op) or {}
+            rows.append([f"{p.label} (measured)", f"{c.value_size} B", op, fmt_ktps(m.get("tps")),
+                         fmt_mbs((m.get("tps") or 0) * c.value_size / 1e6), fmt_us(m.get("p50_us")),
+                         fmt_us(m.get("p95_us")), fmt_us(m.get("p99_us")), ""])
+            rows.append(["predicted", f"{c.value_size} B", op, fmt_ktps(q.get("tps")),
+                         fmt_mbs((q.get("tps") or 0) * c.value_size / 1e6), fmt_us(q.get("p50_us")),
+                         fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")), _note(c, op)])
+            rows.append(["delta", f"{c.value_size} B", op] + [
+                fmt_pct(_delta(m.get(k), q.get(k))) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")] + [""])
+        if rows:
+            out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
+    return out
+
+
+def _delta(a, b):
+    return None if not a or b is None else 100.0 * (b - a) / a
+
+
+def _note(c, op: str) -> str:
+    s = c.server
+    parts = []
+    if s.get("writes_per_sync"):
+        parts.append(f"{s['syncs_per_s']:.0f} fdatasync/s, {s['writes_per_sync']:.1f} writes each")
+    own = c.self_check.get(op) or {}
+    m = c.baseline.get(op) or {}
+    if own.get("p50_us") and m.get("p50_us"):
+        parts.append(f"as recorded the model gives p50 {_delta(m['p50_us'], own['p50_us']):+.0f}%")
+    return "; ".join(parts)
+
+
+def _inputs_lines(p: Prediction) -> list[str]:
+    out = []
+    for c in p.cells:
+        out.append(f"{c.workload} {c.value_size} B:")
+        for name, v in c.inputs.items():
+            fitted = " (fitted)" if name in c.fitted else ""
+            out.append(f"  {name} = {v['value']} {v['unit']}{fitted}: {v['source']}")
+    return out
+
+
+def _md_table(t: dict) -> list[str]:
+    lines = [f"| {t['title']} | " + " | ".join(t["columns"]) + " |", "|" + "---|" * (len(t["columns"]) + 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in t["rows"]]
+    return lines
+
+
+def render_markdown(p: Prediction, out) -> None:
+    out.write(f"**Predicted from {p.label}: {_change_words(p)}**\n\n")
+    for t in tables(p):
+        out.write("\n".join(_md_table(t)) + "\n\n")
+    out.write("**What the model stands on** (each figure from the recording; `fitted` where it was fitted to it)\n\n")
+    out.write("\n".join(f"- {line.strip()}" for line in _inputs_lines(p)) + "\n")
+    for e in p.errors:
+        out.write(f"\nnot predicted: {e}\n")
+
+
+def render_text(p: Prediction, out) -> None:
+    out.write(f"Predicted from {p.label}: {_change_words(p)}\n\n")
+    for t in tables(p):
+        widths = [max(len(str(x)) for x in col) for col in zip((t["title"],) + tuple(t["columns"]), *t["rows"])]
+        head = (t["title"],) + tuple(t["columns"])
+        out.write("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip() + "\n")
+        for r in t["rows"]:
+            out.write("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n")
+        out.write("\n")
+    out.write("What the model stands on:\n" + "\n".join(_inputs_lines(p)) + "\n")
+    for e in p.errors:
+        out.write(f"not predicted: {e}\n")
+
+
+def render_json(p: Prediction, out) -> None:
+    json.dump(p.to_json(), out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}
