@@ -3,7 +3,7 @@ one cohort under a gather window longer than any arrival spread, the cohorts tha
 than the clients' turnaround leaves, and the main thread's path under appendfsync always."""
 import pytest
 
-from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Params, Sampler,
+from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
 from valkeytrace.pipeline.sim import simulate
 
@@ -99,7 +99,8 @@ def test_io_threads_hop_reads_and_writes_on_the_io_thread():
 
 def test_interference_stalls_take_their_share_of_a_busy_cpu():
     quiet = simulate(params([Group("GET", 50)]))
-    noisy = simulate(params([Group("GET", 50)], interference=Interference(200.0, Sampler((250.0,)))))
+    stalls = Interference(200.0, Sampler((250.0,)))
+    noisy = simulate(params([Group("GET", 50)], interference=stalls, client_interference=stalls))
     # 200 stalls/s of 250 µs: 5% of each CPU; the clients' CPU is the bottleneck here
     assert noisy.ops["GET"].tps == pytest.approx(quiet.ops["GET"].tps * 0.95, rel=0.03)
     assert noisy.ops["GET"].p99_us > quiet.ops["GET"].p99_us + 150
@@ -107,6 +108,6 @@ def test_interference_stalls_take_their_share_of_a_busy_cpu():
 
 def test_the_simulation_is_a_function_of_its_seed():
     p = params([Group("GET", 10), Group("SET", 4, measured=False)], mode="durable",
-               interference=Interference(100.0, Sampler((50.0, 400.0))))
+               interference=Interference(100.0, Sampler((50.0, 400.0))), jitter=Jitter(0.01, 300.0))
     a, b = simulate(p, seed=3), simulate(p, seed=3)
     assert a.ops["GET"].p99_us == b.ops["GET"].p99_us and a.events == b.events

@@ -49,6 +49,14 @@ class Interference:
 
 
 @dataclass(frozen=True)
+class Jitter:
+    """A share of the replies delayed on their way to the client by an exponential delay of mean_us
+    (what the clients' latency tail holds beyond every CPU the kernel saw them wait for)."""
+    share: float = 0.0
+    mean_us: float = 0.0
+
+
+@dataclass(frozen=True)
 class ClientCosts:
     """One benchmark process (a single-threaded event loop, as redis-benchmark and valkey-benchmark are):
     what it spends on CPU per reply read, per request written, and per pass of its loop."""
@@ -108,7 +116,9 @@ class Params:
     duration_s: float = 2.0
     warmup_s: float = 0.3
     shared_client_cpu: bool = True    # the benchmark processes share one CPU (record --client-cpus auto here)
-    interference: Interference = Interference()  # on each CPU (the server's, the clients')
+    interference: Interference = Interference()         # on the server's CPU
+    client_interference: Interference = Interference()  # on the clients' CPU
+    jitter: "Jitter | None" = None                      # delays of a reply on its way, no CPU taken
 
 
 @dataclass

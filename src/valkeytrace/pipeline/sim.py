@@ -146,6 +146,9 @@ class _Client:
         self.cost = sim.p.client
 
     def reply(self, conn: int, t: float) -> None:
+        j = self.sim.p.jitter
+        if j is not None and j.share and self.sim.rng.random() < j.share:
+            t += float(self.sim.rng.exponential(j.mean_us))
         self.seq += 1
         heapq.heappush(self.replies, (t, self.seq, conn))
         self.cpu.want(self, t + self.cost.wake_us)
@@ -224,7 +227,9 @@ class _Offload:
         self.last_start = t
         dur = sim.aof_write.next() + sim.sync.next()
         sim.syncs += t >= sim.warm
-        sim.server_burst(t, sim.p.server.sync_cpu_us)  # the write's and fdatasync's own CPU, on the server's CPU
+        cpu = sim.p.server.sync_cpu_us  # the write's and fdatasync's own CPU, on the server's CPU: shared
+        dur += cpu                      # with the main thread, each at half speed while both run
+        sim.server_burst(t, cpu)
         self.eng.at(t + dur, self._end, end_pos)
 
     def _end(self, t: float, end_pos: float) -> None:
@@ -256,10 +261,10 @@ class _Sim:
         self.mode = p.durability.mode
         self.offload = _Offload(self) if self.mode != "main" else None
         self.noise = _Noise(p.interference, self.rng)  # the server's CPU
-        cpu = _CPU(self.eng, _Noise(p.interference, self.rng))
+        cpu = _CPU(self.eng, _Noise(p.client_interference, self.rng))
         self.clients, first = [], 0
         for g in p.groups:
-            own = cpu if p.shared_client_cpu else _CPU(self.eng, _Noise(p.interference, self.rng))
+            own = cpu if p.shared_client_cpu else _CPU(self.eng, _Noise(p.client_interference, self.rng))
             self.clients.append(_Client(self, g, first, own))
             first += g.clients
         self.client_of = {c: cl for cl in self.clients for c in cl.conns}
