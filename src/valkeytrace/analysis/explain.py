@@ -84,6 +84,9 @@ def iterations_sentence(label: str, it: dict) -> str:
     if it.get("mean_in_units") is None and it.get("p50_in_units") is None:
         return f"{label}: {it['k']:g} loop units per request (no loop time to measure it against)"
     units = f"{it['unit']}s of {_ms(it['unit_us'])}"
+    if it.get("from") == "kernel":
+        return (f"{label}: each write waited {it['k']:.2f} {units} from its arrival to its reply (the kernel's "
+                "timestamps of every request)")
     if it.get("quick"):
         return (f"{label}: the median latency spans {it['p50_in_units']:.2f} {units}: the median request waited no "
                 "fsync cycle (answered by iterations that executed no write), so it is taken to spend "
@@ -326,7 +329,8 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
                 "candidate": {"label": cand_doc["label"], metric: cl, "main_thread": _evidence_main(c.server.main_thread),
                               "fsync_by_role": fsync_placement(c.server)},
                 "observed_delta_us": observed}
-    entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None}
+    entry = {"significant": sig, "components": [], "leading_component": None, "explained_share": None,
+             "server_share": None}
     why_not = model.unmodelled_reason(b.server) or model.unmodelled_reason(c.server)
     if metric != "p50_us":
         claim = head + context + (f" The {name} is not modelled: the model is of a typical request (one to three loop "
@@ -349,8 +353,10 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
         # a change within noise gets no share; with n < 2 (unknown) the JSON keeps the accounting's
         # share beside significant: null, and the claim says it is no explanation
         keep = sig is not False
+        on_server = model.server_share(comps, observed)
         entry.update(components=comps, leading_component=lead[0]["name"] if keep else None,
-                     explained_share=round(share, 3) if keep and share is not None else None)
+                     explained_share=round(share, 3) if keep and share is not None else None,
+                     server_share=round(on_server, 3) if keep and on_server is not None else None)
         evidence["model"] = (f"{kb:g} (baseline) and {kc:g} (candidate) main-thread loop units (fsync cycles, or "
                              "iterations without main-thread fsyncs) per median request, from each side's median "
                              "repeat(s) and their mean latency in units; the rest outside the server "
@@ -359,6 +365,8 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
         claim = head
         if sig:
             claim += " " + _cause_sentence(comps, observed, share)
+            if on_server is not None:
+                claim += f" The server's threads account for {on_server * 100:.0f}% of the change."
         for label, doc, cell, side_sens, k in ((base_doc["label"], base_doc, b, sens[0], kb),
                                                (cand_doc["label"], cand_doc, c, sens[1], kc)):
             check = model_check(doc, cell, op, side_sens, k)

@@ -124,6 +124,10 @@ def loop_cycle(server: ServerSummary, spread_stalls: bool = True) -> dict:
     units = n_f if regular else iters
     total = {"fsync": wall_us * (getattr(m, _FSYNC) or 0) / 100.0,
              **{c: wall_us * (getattr(m, k) or 0) / 100.0 for c, k in _BUDGET.items()}}
+    # the sync calls' own CPU is fsync time too (the budget counts it on CPU)
+    own = min(total["on_cpu"], wall_us * (m.sync_on_cpu_pct or 0) / 100.0)
+    total["fsync"] += own
+    total["on_cpu"] -= own
     stalls = {} if spread_stalls else {c: st for c, st in (m.stalls or {}).items()
                                        if c in STALLS and st.get("count") and not (c == "fsync" and regular)}
     for c, st in stalls.items():
@@ -206,6 +210,11 @@ def request_iterations(server: ServerSummary, mean_us: float | None, most: float
             out.update(k=most, quick=True, **{"from": "p50"})  # no fsync cycle: K plain iterations
         elif not mean_us or (most - 1 < u < most and abs(u - out["k"]) > VALLEY):
             out.update(k=round(min(most, max(most - 1, u)), 3), **{"from": "p50"})
+    d = server.durability
+    if d is not None and d.thread == "main" and d.jobs_waited_per_write and cyc["unit"] == "fsync cycle":
+        # a write-only window times each request (eBPF): the fsync cycles each write waited, from its
+        # arrival to its reply, are counted, not inferred (three cohorts under two I/O threads: 3.2)
+        out.update(k=round(d.jobs_waited_per_write, 3), quick=False, **{"from": "kernel"})
     return out
 
 
@@ -277,6 +286,13 @@ def durability_share(comps: list[dict], observed_us: float) -> float | None:
     if not observed_us:
         return None
     return sum(c["delta_us"] for c in comps if c["name"] in DURABILITY) / observed_us
+
+
+def server_share(comps: list[dict], observed_us: float) -> float | None:
+    """The server's part of the change (every component but outside_server) over the observed change."""
+    if not observed_us:
+        return None
+    return sum(c["delta_us"] for c in comps if c["name"] in SERVER_COMPONENTS) / observed_us
 
 
 def leading(comps: list[dict], observed_us: float) -> list[dict]:

@@ -128,7 +128,7 @@ def summarize_server(raws: list[dict]) -> ServerSummary | None:
                       loop_iterations_per_s=iterations / (wall_ns / 1e9) if wall_ns else None,
                       aof_flushes=flush.count, aof_flush_p50_us=p(flush, 50),
                       off_cpu_ms_by_cause={c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()},
-                      stalls=main_stalls(raws))
+                      stalls=main_stalls(raws), sync_on_cpu_pct=_sync_on_cpu_pct(main_calls, main_off, wall_ns))
     threads = []
     for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES)):
         r = roles[role]
@@ -159,6 +159,16 @@ def summarize_server(raws: list[dict]) -> ServerSummary | None:
                          lost_events=sum(r.get("lost_events") or 0 for r in raws), blocked_events=events,
                          loop_source=probe.get("loop_source"), call_source=probe.get("call_source"),
                          untimed=probe.get("untimed", []), durability=durability(raws), cross_check=cross)
+
+
+def _sync_on_cpu_pct(calls: dict, off: dict, wall_ns: float) -> float | None:
+    """The main thread's time on CPU inside its fdatasync/fsync calls (their length less their off-CPU
+    time), as a share of the window; None without the calls' off-CPU figures (the shim)."""
+    total = sum(calls[c].sum_ns for c in SYNC_CALLS if calls[c].count)
+    if not total or not wall_ns or not any(off.get(c) for c in SYNC_CALLS):
+        return None
+    blocked = sum(sum(off.get(c, {}).values()) for c in SYNC_CALLS)
+    return max(0.0, 100.0 * (total - blocked) / wall_ns)
 
 
 STALL_CLASSES = ("fsync", "aof_write", "cpu_wait", "other_blocked")

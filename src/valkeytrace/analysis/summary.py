@@ -72,6 +72,7 @@ class MainThread:
     idle_pct: float | None = None
     other_blocked_pct: float | None = None
     off_cpu_over_wall_pct: float | None = None  # the off-CPU intervals exceeded the window (scaled)
+    sync_on_cpu_pct: float | None = None  # on CPU inside fdatasync/fsync (the call's own work; in on_cpu_pct)
     on_cpu_measured: bool = True
     loop_iterations: int | None = None
     loop_iterations_counted: bool = False

@@ -1,0 +1,119 @@
+"""`valkeytrace predict` judged where it was not fitted: a baseline recorded under appendfsync always
+predicts configurations nobody recorded (the durable offload with and without a gather window, a slower
+disk, another client count, two I/O threads), each then recorded and measured. The one figure the
+model fits is the GET-only pass's p99 (a share of delayed replies); everything below is out of sample.
+Bounds: p50 and TPS within 20%, p99 within 50% (check 22 holds 15/15/40 at --repeat 3 on 2 s windows;
+these windows are shorter). The full matrix the model was judged on is in docs/explain.md §3."""
+import json
+
+import pytest
+
+from vtcli import report_json, vt
+
+pytestmark = pytest.mark.integration
+BOUNDS = {"tps": 20.0, "p50_us": 20.0, "p99_us": 50.0}
+
+
+def record(path, *args):
+    res = vt("record", "--sizes", "64", "--duration", "1.5", "--repeat", "3", "--keyspace", "20000",
+             "--appendfsync", "always", "--backend", "ebpf", "-o", path, *args, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return path
+
+
+def predict(base, out, *args):
+    res = vt("predict", base, "--format", "json", "-o", out, *args, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.load(open(out)), res.stderr
+
+
+def measured(path, workload):
+    cell = next(c for c in report_json(path)["runs"][0]["cells"] if c["workload"] == workload)
+    return cell["ops"]["GET" if workload == "read-heavy" else "SET"]
+
+
+def judge(pred, meas, workload, what):
+    cell = next(c for c in pred["cells"] if c["workload"] == workload)
+    op = "GET" if workload == "read-heavy" else "SET"
+    got, want = cell["ops"][op], meas
+    errors = {k: 100.0 * (got[k] - want[k]) / want[k] for k in BOUNDS}
+    bad = {k: round(e) for k, e in errors.items() if abs(e) > BOUNDS[k]}
+    assert not bad, f"{what}: predicted {[round(got[k]) for k in BOUNDS]}, measured {[round(want[k]) for k in BOUNDS]}: {bad}"
+    return errors
+
+
+@pytest.fixture(scope="module")
+def write_only(tmp_path_factory, needs_bpf_module):
+    d = tmp_path_factory.mktemp("wo")
+    return d, record(d / "base.vtrace", "--workload", "write-only", "--io-threads", "1", "--inject-fsync-delay", "2ms")
+
+
+@pytest.fixture(scope="module")
+def needs_bpf_module():
+    from conftest import _bpf_unavailable_reason
+    from vtcli import must_have
+
+    reason = _bpf_unavailable_reason()
+    if reason:
+        must_have(reason)
+
+
+def test_the_model_names_the_smallest_one_cohort_window_and_it_holds(write_only):
+    d, base = write_only
+    pred, err = predict(base, d / "auto.json", "--emulate-offload", "durable", "--offload-gather", "auto")
+    w = pred["change"]["gather_us"]
+    assert 0 < w <= 2000 and "smallest window" in err
+    cand = record(d / "auto.vtrace", "--workload", "write-only", "--io-threads", "1", "--inject-fsync-delay", "2ms",
+                  "--emulate-offload", "durable", "--offload-gather", f"{w / 1000:g}ms")
+    judge(pred, measured(cand, "write-only"), "write-only", f"durable offload, gather {w:g} µs")
+    # one cohort, as the model said: each write waits about one job (two without the window), from the
+    # kernel's timestamps of the candidate (its durability record), not from the model
+    dur = next(c for c in report_json(cand)["runs"][0]["cells"])["server"]["durability"]
+    assert dur["cohorts"] == 1 and dur["jobs_waited_per_write"] < 1.5, dur
+    # and the prediction says what it stands on, with each source
+    inputs = pred["model"]["cells"]["write-only 64"]["inputs"]
+    assert {"sync_us_p50", "sync_cpu_us", "server_us_per_get", "client_us_per_request", "wake_us"} <= set(inputs)
+    assert all(v["source"] for v in inputs.values())
+
+
+@pytest.mark.parametrize("what,args,rec", [
+    ("the durable offload, no window", ["--emulate-offload", "durable"], ["--emulate-offload", "durable"]),
+    ("a 3 ms window", ["--emulate-offload", "durable", "--offload-gather", "3ms"],
+     ["--emulate-offload", "durable", "--offload-gather", "3ms"]),
+    ("a slower disk (+6 ms instead of +2)", ["--inject-fsync-delay", "6ms"], ["--inject-fsync-delay", "6ms"]),
+    ("20 write clients", ["--write-clients", "20"], ["--write-clients", "20"]),
+])
+def test_write_only_predictions_hold_where_they_were_not_fitted(write_only, what, args, rec):
+    d, base = write_only
+    name = what.split()[1].replace(",", "")
+    pred, _ = predict(base, d / f"{name}.json", *args)
+    common = ["--workload", "write-only", "--io-threads", "1", "--inject-fsync-delay", "2ms"]
+    cand = record(d / f"{name}.vtrace", *common, *rec)
+    judge(pred, measured(cand, "write-only"), "write-only", what)
+
+
+def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
+    base = record(tmp_path / "base.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms")
+    pred, _ = predict(base, tmp_path / "p.json", "--emulate-offload", "durable")
+    cand = record(tmp_path / "cand.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms",
+                  "--emulate-offload", "durable")
+    judge(pred, measured(cand, "read-heavy"), "read-heavy", "GET under the durable offload")
+    # the model reproduces its own baseline (as recorded), where only the GET-only pass's p99 was fitted
+    cell = pred["cells"][0]
+    assert abs(cell["self_check"]["GET"]["p50_us"] / cell["baseline"]["GET"]["p50_us"] - 1) < 0.2, cell
+
+
+def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_bpf):
+    """io-threads 2, a 2 ms disk, the durable offload: the SET predicted from the baseline; the change the
+    clients saw is accounted for by the server's threads (0.8-1.25), its durability part named."""
+    common = ["--workload", "write-only", "--io-threads", "2", "--inject-fsync-delay", "2ms"]
+    base = record(tmp_path / "base.vtrace", *common)
+    pred, _ = predict(base, tmp_path / "p.json", "--emulate-offload", "durable")
+    cand = record(tmp_path / "cand.vtrace", *common, "--emulate-offload", "durable")
+    judge(pred, measured(cand, "write-only"), "write-only", "io-threads 2, the durable offload")
+    doc = report_json(base, cand)
+    e = next(x for x in doc["compare"]["explanation"] if x["op"] == "SET" and x["metric"] == "p50_us")
+    if e["significant"]:
+        assert 0.8 <= e["server_share"] <= 1.25, e["claim"]
+        names = {c["name"] for c in e["components"] if abs(c["delta_us"]) > 0.05 * abs(e["evidence"]["observed_delta_us"])}
+        assert {"fsync", "offload_wait"} <= names, e["components"]
