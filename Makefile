@@ -33,7 +33,9 @@ unit: setup
 # disk; this VM's own fsync takes ~0.25 ms), all three value sizes:
 #   baseline   fsync-always (the main thread writes and fdatasyncs the AOF)
 #   candidate  the durable virtual offload (emulated #3381: write + fdatasync on a thread of the
-#              shim, replies to writes held until durable), in 3 launches alternating with the
+#              shim, replies to writes held until durable) with the gather window the pipeline model
+#              names from the first baseline launch (the smallest under which one job carries every
+#              SET client's write: the lever of the seed's SET table), in 3 launches alternating with the
 #              baseline (valkeytrace compare: significance from the launches); the baseline also
 #              run at +2 and +4 ms more per fsync (the intervention, 3 runs a level over the launches)
 #   reference  fsync-everysec (SETs acknowledged before their fsync), one launch of 3 repeats
@@ -45,7 +47,8 @@ demo: setup
 	@rm -rf demo && mkdir -p demo
 	@echo "demo: fsync latency emulated at +4 ms per call (not this disk's own)"
 	$(VENV)/bin/valkeytrace compare --launches 3 --repeat 1 $(DEMO_ARGS) --appendfsync always \
-		--candidate-emulate-offload durable --baseline-fsync-sensitivity 2ms,4ms -o demo/cmp
+		--candidate-emulate-offload durable --candidate-offload-gather auto \
+		--baseline-fsync-sensitivity 2ms,4ms -o demo/cmp
 	$(VENV)/bin/valkeytrace record --repeat 3 $(DEMO_ARGS) --appendfsync everysec -o demo/everysec.vtrace
 	$(VENV)/bin/valkeytrace report --compare demo/cmp/baseline.vtrace demo/everysec.vtrace -o demo/everysec.md
 	$(VENV)/bin/valkeytrace report --compare demo/cmp/baseline.vtrace demo/cmp/candidate.vtrace \

@@ -54,6 +54,7 @@ class EmulationPlan:
     fsync_delay: dict | None = None    # tracers.emulation.parse_fsync_delay's
     offload: str | None = None         # durable, early-ack
     gather_ns: int = 0                 # --offload-gather: a job starts this long after its first write
+    gather_source: str | None = None   # how the window was chosen (compare --candidate-offload-gather auto)
     replica_fsync_delay: dict | None = None  # --replica-fsync-delay: the replicas' ({}: none); None: the primary's
 
     @property
@@ -81,7 +82,7 @@ class RecordPlan:
         return self.settings.sensitivity
 
     def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None, gather_ns=None,
-                 sensitivity_ns=None, sensitivity_runs=None) -> "RecordPlan":
+                 sensitivity_ns=None, sensitivity_runs=None, gather_source=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
         one), label and emulation; None leaves the common value."""
         server = dataclasses.replace(self.server, binary=binary or self.server.binary,
@@ -89,7 +90,8 @@ class RecordPlan:
         emulation = dataclasses.replace(self.emulation,
                                         fsync_delay=fsync_delay if fsync_delay is not None else self.emulation.fsync_delay,
                                         offload=offload or self.emulation.offload,
-                                        gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns)
+                                        gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns,
+                                        gather_source=gather_source or self.emulation.gather_source)
         settings = dataclasses.replace(self.settings,
                                        sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)

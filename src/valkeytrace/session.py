@@ -138,7 +138,9 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns),
                         "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
                                                              describe_sensitivity(e.fsync_delay, plan.sensitivity_ns)) if x),
-                        **({"offload": {"mode": e.offload, "gather_ns": e.gather_ns}} if e.offload else {})}
+                        **({"offload": {"mode": e.offload, "gather_ns": e.gather_ns,
+                                        **({"gather_source": e.gather_source} if e.gather_source else {})}}
+                           if e.offload else {})}
                        if e.fsync_delay or plan.sensitivity_ns or e.offload else None),
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())

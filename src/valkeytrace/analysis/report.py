@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from valkeytrace.analysis import distributions, explain, facts, offload, sensitivity, verdict, whatif
+from valkeytrace.analysis import distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
@@ -95,6 +95,7 @@ class ReportInput:
     explanation: list | None = None  # explain.explain_compare entries (with --compare)
     whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
     verdict: list | None = None      # verdict.Verdict records (with --compare): what every report prints first
+    seed_notes: dict | None = None   # workload -> what the seed's table implies and what this host shows (compare)
     detail: bool = False             # report --detail: the per-thread tables and the full accounting too
 
     @property
@@ -128,6 +129,8 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         # cover what differs: another build, other I/O threads; or when nothing it sees differs)
         checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells)
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
+        notes = seed.table_notes(comparison, explanation, runs[0].cells, runs[1].cells)
+        return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes)
     return ReportInput(runs, comparison, explanation, checked, verdicts)
 
 

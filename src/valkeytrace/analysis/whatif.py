@@ -15,7 +15,7 @@ from valkeytrace.analysis.calibration import CalibrationError, calibrate
 from valkeytrace.analysis.predict import Change, apply, run
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 
-TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p99_us": 40.0}
+TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}
 METRICS = tuple(TOLERANCE_PCT)
 EVERYSEC_INTERVAL_US = 1e6  # appendfsync everysec: a background fdatasync at most once a second
 
@@ -113,13 +113,25 @@ def check(base_doc: dict, cand_doc: dict, cand_cells: list[CellSummary]) -> list
     return out
 
 
+def predicted_ops(checked: list[dict]) -> dict:
+    """{(workload, value_size, op): {metric: predicted, "errors": {metric: error_pct}}}: the rows a
+    compare table shows beside the candidate's."""
+    out: dict = {}
+    for w in checked:
+        row = out.setdefault((w["workload"], w["value_size"], w["op"]), {"errors": {}})
+        row[w["metric"]] = w["predicted"]
+        if w["error_pct"] is not None:
+            row["errors"][w["metric"]] = w["error_pct"]
+    return out
+
+
 def _us(v: float) -> str:
     return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
 
 
 def describe_check(checked: list[dict]) -> list[str]:
     """One line per cell: each metric predicted from the baseline alone against the measurement."""
-    names = {"tps": "TPS", "p50_us": "p50", "p99_us": "p99"}
+    names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99"}
     groups: dict = {}
     for w in checked:
         groups.setdefault((w["workload"], w["value_size"], w["op"]), []).append(w)

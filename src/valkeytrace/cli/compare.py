@@ -63,7 +63,10 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The candidate as a virtual offload (emulated #3381; record --emulate-offload).")
 @click.option("--dry-run", is_flag=True, help="Print both sides' plans and the estimated time, and exit.")
 @click.option("--baseline-offload-gather", metavar="DURATION", help="The baseline's --offload-gather (record).")
-@click.option("--candidate-offload-gather", metavar="DURATION", help="The candidate's --offload-gather (record).")
+@click.option("--candidate-offload-gather", metavar="DURATION|auto",
+              help="The candidate's --offload-gather (record); auto: the smallest window under which one job carries "
+                   "every write client's write, as the pipeline model finds it from the first baseline launch "
+                   "(valkeytrace predict --offload-gather auto).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
@@ -82,6 +85,10 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     """
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
 
+    auto_gather = (candidate_offload_gather or "").strip().lower() == "auto"
+    if auto_gather:
+        candidate_offload_gather = None
+        _check_auto_gather(candidate_emulate_offload, baseline_emulate_offload, common)
     common_plan = planning.build(**build_kwargs(common))
     for note in common_plan.notes:
         click.echo(f"note: {note}", err=True)
@@ -118,8 +125,9 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         raise VTUsageError(f"-o {outdir}: directory {parent} does not exist")
     work = os.path.join(outdir, ".launches")
     state = os.path.join(work, "compare.json")
-    fingerprint = json.dumps({"launches": launches, **{s: json.loads(dataclasses.replace(plans[s], output=None, notes=()).as_json())
-                                                       for s in SIDES}}, sort_keys=True)
+    fingerprint = json.dumps({"launches": launches, "auto_gather": auto_gather,
+                              **{s: json.loads(dataclasses.replace(plans[s], output=None, notes=()).as_json())
+                                 for s in SIDES}}, sort_keys=True)
     finished = os.path.join(outdir, ".compare.json")  # the options of the comparison the directory holds
     sides_there = all(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES)
     if sides_there and not os.path.exists(state) and os.path.exists(finished):
@@ -164,6 +172,8 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
                 continue
             if os.path.exists(path):
                 os.unlink(path)  # a launch cut short: measured again, whole
+            if side == "candidate" and auto_gather and not plans["candidate"].emulation.gather_ns:
+                plans["candidate"] = _resolve_gather(work, plans["candidate"], done["baseline"])
             t0 = time.monotonic()
 
             def tick():
@@ -221,6 +231,50 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         sys.exit(130)
     if len(written) < 2:
         raise VTError("one side has no launch measured: nothing to compare")
+
+
+def _check_auto_gather(cand_offload, base_offload, common: dict) -> None:
+    from valkeytrace.cli.options import WORKLOAD_CHOICES
+
+    if cand_offload != "durable":
+        raise VTUsageError("--candidate-offload-gather auto chooses the durable offload's window: add "
+                           "--candidate-emulate-offload durable")
+    if base_offload:
+        raise VTUsageError("--candidate-offload-gather auto reads the window off a baseline whose main thread "
+                           "fsyncs (appendfsync always): drop --baseline-emulate-offload")
+    if "write-only" not in WORKLOAD_CHOICES[common["workload"]]:
+        raise VTUsageError("--candidate-offload-gather auto chooses the window on the write-only cell: use "
+                           "--workload write-only or all")
+
+
+def _resolve_gather(work: str, plan, baseline_launches: list):
+    """The candidate's gather window from the first baseline launch (kept in the work directory, so that
+    a resumed compare uses the same one): the model's smallest one-cohort window."""
+    from valkeytrace.analysis.calibration import CalibrationError, calibrate
+    from valkeytrace.analysis.predict import Change, one_cohort_window
+
+    kept = os.path.join(work, "auto-gather.json")
+    if os.path.exists(kept):
+        with open(kept) as f:
+            got = json.load(f)
+    else:
+        if not baseline_launches:
+            raise VTError("--candidate-offload-gather auto: no baseline launch measured to choose the window from")
+        k, path = sorted(baseline_launches)[0]
+        size = plan.settings.sizes[0]
+        try:
+            found = one_cohort_window(calibrate(recfmt.read(path), "write-only", size), Change(offload="durable"))
+        except CalibrationError as exc:
+            raise VTError(f"--candidate-offload-gather auto: {exc}") from None
+        if found["gather_us"] is None:
+            raise VTError("--candidate-offload-gather auto: no window the model tried gives one cohort")
+        got = {"gather_ns": int(found["gather_us"] * 1000), "launch": k, "size": size, "clients": found["clients"]}
+        with open(kept, "w") as f:
+            json.dump(got, f)
+    source = (f"the pipeline model's smallest one-cohort window for {got['clients']} write clients, from baseline "
+              f"launch {got['launch']}'s write-only {got['size']} B cell (compare --candidate-offload-gather auto)")
+    click.echo(f"note: --candidate-offload-gather auto: {got['gather_ns'] / 1e6:g} ms, {source}", err=True)
+    return plan.for_side(gather_ns=got["gather_ns"], gather_source=source)
 
 
 def _complete(path: str) -> bool:

@@ -9,6 +9,7 @@ from valkeytrace.analysis.facts import caveat_words
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT
+from valkeytrace.analysis.whatif import predicted_ops
 from valkeytrace.system import format_cpu_list
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -110,6 +111,7 @@ def client_tables(inp: ReportInput) -> list[dict]:
             out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
         return out
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
+    predicted = predicted_ops(inp.whatif or [])
     for w in workloads.TABLED:
         workload = w.name
         rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
@@ -120,6 +122,14 @@ def client_tables(inp: ReportInput) -> list[dict]:
             note = _workload_note(base, workload, base.settings) if i == 0 else ""
             table.append((_row(base.label, r.value_size, r.op, r.base, note), "baseline"))
             table.append((_row(cand.label, r.value_size, r.op, r.cand), "candidate"))
+            q = predicted.get((r.workload, r.value_size, r.op))
+            if q:
+                errs = ", ".join(f"{k.replace('_us', '').upper().replace('TPS', 'TPS')} {v:+.0f}%"
+                                 for k, v in q["errors"].items())
+                table.append((["predicted (model, from the baseline)", f"{r.value_size} B", r.op, fmt_ktps(q.get("tps")),
+                               fmt_mbs(q["tps"] * r.value_size / 1e6 if q.get("tps") else None), fmt_us(q.get("p50_us")),
+                               fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")),
+                               f"prediction vs measured: {errs}"], "predicted"))
             if min(r.base.n, r.cand.n) < 2:
                 dnote = f"significance unknown (n={r.base.n}/{r.cand.n})"
             else:
@@ -128,7 +138,8 @@ def client_tables(inp: ReportInput) -> list[dict]:
             table.append((["delta", f"{r.value_size} B", r.op, fmt_pct(r.deltas["tps"]), fmt_pct(r.deltas["mb_s"]),
                            fmt_pct(r.deltas["p50_us"]), fmt_pct(r.deltas["p95_us"]), fmt_pct(r.deltas["p99_us"]),
                            dnote], "delta"))
-        out.append({"title": w.title, "columns": COLUMNS, "rows": table})
+        out.append({"title": w.title, "columns": COLUMNS, "rows": table,
+                    "seed": (inp.seed_notes or {}).get(workload)})
     return out
 
 

@@ -47,7 +47,11 @@ def _table(head, rows, cls: str = "", caption: str = "") -> str:
 
 
 def _client_tables(inp: ReportInput) -> list[str]:
-    out = [_table((t["title"], *t["columns"]), t["rows"]) for t in client_tables(inp)]
+    out = []
+    for t in client_tables(inp):
+        out.append(_table((t["title"], *t["columns"]), t["rows"]))
+        if t.get("seed"):
+            out.append(_p(t["seed"]))
     if inp.comparison is not None:
         out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
     return out

@@ -69,6 +69,8 @@ def _pipe_table(w, head, rows):
 def _client_tables(inp: ReportInput, w):
     for t in client_tables(inp):
         _pipe_table(w, (t["title"], *t["columns"]), (cells for cells, _kind in t["rows"]))
+        if t.get("seed"):
+            w(f"{t['seed']}\n\n")
     if inp.comparison is not None:
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 

@@ -120,6 +120,8 @@ def _tables(console, inp: ReportInput) -> None:
         console.print(table)
         if notes:
             console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")
+        if t.get("seed"):
+            console.print("  " + escape(t["seed"]))
     console.print("[dim]Delta: candidate vs baseline; TPS positive = better, latencies negative = better.[/dim]")
     if inp.comparison.missing:
         console.print("[yellow]not compared:[/yellow] " + "; ".join(inp.comparison.missing))
