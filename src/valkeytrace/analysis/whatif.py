@@ -12,7 +12,7 @@ as predicted.
 from __future__ import annotations
 
 from valkeytrace.analysis.calibration import CalibrationError, calibrate
-from valkeytrace.analysis.predict import Change, apply, run
+from valkeytrace.analysis.predict import Change, apply, inputs_for, run
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 
 TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}
@@ -50,6 +50,8 @@ def change_between(base: dict, cand: dict) -> tuple[Change | None, str]:
         kw["offload"] = c_mode
     if interval:
         kw["job_interval_us"] = interval
+    if c_mode != b_mode and c_mode != "none" and not ((cand.get("emulation") or {}).get("offload") or {}).get("mode"):
+        kw["emulated"] = False  # a real offload (#3381's, or everysec's bio_aof): no emulation to pay for
     bg = (((base.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0)
     cg = (((cand.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0)
     if cg != bg:
@@ -96,7 +98,8 @@ def check(base_doc: dict, cand_doc: dict, cand_cells: list[CellSummary]) -> list
         except CalibrationError:
             continue
         ops, server, _ = run(apply(cal, change))
-        inputs = {"model": "pipeline", "change": change.describe(), "calibration": cal.inputs, "fitted": cal.fitted,
+        inputs = {"model": "pipeline", "change": change.describe(), "calibration": inputs_for(cal, change),
+                  "fitted": cal.fitted,
                   "predicted_server": server, "get_clients": (ops.get("GET") or {}).get("clients")}
         for metric in METRICS:
             measured = cell.ops[op].get(metric)
