@@ -53,7 +53,7 @@ struct vt_shim_header {
     uint64_t extra_delay_ns;
 };
 
-/* the virtual offload's shared file (csrc/offload.h): mirrored by tracers/offload.py, checked by a test */
+/* the virtual offload's shared file (csrc/offload_layout.h): mirrored by tracers/offload.py, checked by a test */
 #define VT_OFFLOAD_MAGIC ...
 #define VT_OFFLOAD_VERSION ...
 #define VT_OFFLOAD_WAITED_MAX ...
@@ -94,6 +94,12 @@ struct vt_offload_stats {
     uint64_t replica_links;
     uint64_t stream_bytes;
     uint64_t stream_held_bytes;
+    uint64_t obuf_closed;
+    uint64_t exit_held_replies;
+    uint64_t shutdown_drains;
+    uint64_t signals;
+    uint32_t last_signal;
+    uint32_t pad2;
     uint64_t jobs_waited[...];
     struct vt_hist job_ns;
     struct vt_hist hold_ns;
@@ -109,11 +115,19 @@ struct vt_cmd_entry {
     uint32_t pad;
 };
 
+struct vt_obuf_limit {
+    uint64_t hard_bytes;
+    uint64_t soft_bytes;
+    uint64_t soft_seconds;
+};
+
 struct vt_offload_control {
     uint32_t table_ready;
     uint32_t nentries;
     uint64_t gather_ns;
     char logfile[...];
+    struct vt_obuf_limit obuf_normal;
+    struct vt_obuf_limit obuf_replica;
     struct vt_cmd_entry entries[...];
 };
 

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -59,6 +60,8 @@ struct aof_chunk {
 };
 
 static struct aof_chunk *aof_head, *aof_tail; /* under vt_off.mu */
+static int signal_depth;                      /* atomic: inside the server's SIGTERM/SIGINT handler */
+static int shutdown_asked;                    /* atomic: the server got one: its next AOF sync is its last */
 static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
 static uint64_t last_end_ns;                  /* under vt_off.mu: when the last job ended */
 static pthread_t thread;
@@ -131,7 +134,7 @@ static int write_through(int fd, const struct iovec *iov, int iovcnt, size_t len
     int rc = 0;
     pthread_mutex_lock(&vt_off.mu);
     vt_off.sync_wanted = vt_off.queued;
-    pthread_cond_signal(&vt_off.work);
+    vt_off_kick_locked();
     while (!vt_off_failed() && vt_off_durable() < vt_off.queued)
         vt_off_wait_done_locked(50);
     for (int i = 0; i < iovcnt && !vt_off_failed() && rc == 0; i++) {
@@ -196,6 +199,41 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     return 1;
 }
 
+/* The server's own shutdown path (prepareForShutdown's final AOF flush and fsync, after a SIGTERM or
+ * SIGINT; never a signal handler): everything queued made durable, the replies it releases written
+ * (a client that reads nothing gets a second), before the server goes on to exit. */
+static void drain_on_shutdown(void)
+{
+    uint64_t until = vt_now_ns() + 1000000000ull;
+    pthread_mutex_lock(&vt_off.mu);
+    uint64_t target = vt_off.queued;
+    vt_off.sync_wanted = target;
+    vt_off_kick_locked();
+    while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
+        vt_off_wait_done_locked(50);
+    while (vt_off.held && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
+           vt_now_ns() < until) {
+        vt_off.release_wanted = 1;
+        vt_off_kick_locked();
+        vt_off_wait_done_locked(10);
+    }
+    pthread_mutex_unlock(&vt_off.mu);
+    vt_stat_add(&vt_off.stats->shutdown_drains, 1);
+}
+
+/* Around the server's own SIGTERM/SIGINT handler (shim.c wraps it): async-signal-safe (atomics only) */
+void vt_offload_signal(int sig, int entering)
+{
+    if (!entering) {
+        __atomic_sub_fetch(&signal_depth, 1, __ATOMIC_ACQ_REL);
+        return;
+    }
+    __atomic_add_fetch(&signal_depth, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&shutdown_asked, 1, __ATOMIC_RELEASE);
+    vt_stat_add(&vt_off.stats->signals, 1);
+    __atomic_store_n(&vt_off.stats->last_signal, (vt_u32)sig, __ATOMIC_RELAXED);
+}
+
 int vt_offload_sync(int fd, int *ret)
 {
     if (!vt_off.mode || fd < 0 || fd >= MAX_FD || !vt_off_on_main_thread() || fd_kind(fd) != CLASS_AOF)
@@ -205,10 +243,17 @@ int vt_offload_sync(int fd, int *ret)
         errno = vt_off.fail_errno;
         return 1;
     }
+    if (__atomic_load_n(&shutdown_asked, __ATOMIC_ACQUIRE) && !__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE)) {
+        drain_on_shutdown();
+        *ret = vt_off_failed() ? -1 : 0;
+        if (*ret)
+            errno = vt_off.fail_errno;
+        return 1;
+    }
     pthread_mutex_lock(&vt_off.mu);
     vt_off.sync_wanted = vt_off.queued;
     vt_stat_add(&vt_off.stats->offloaded_syncs, 1);
-    pthread_cond_signal(&vt_off.work);
+    vt_off_kick_locked();
     pthread_mutex_unlock(&vt_off.mu);
     *ret = 0;
     return 1;
@@ -251,8 +296,8 @@ void vt_offload_close(int fd)
         pthread_mutex_lock(&vt_off.mu); /* its bytes reach the file before the number can be reused */
         uint64_t target = vt_off.queued;
         vt_off.sync_wanted = target;
-        pthread_cond_signal(&vt_off.work);
-        while (!vt_off_failed() && vt_off_durable() < target)
+        vt_off_kick_locked();
+        while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
             vt_off_wait_done_locked(50);
         pthread_mutex_unlock(&vt_off.mu);
     }
@@ -331,12 +376,7 @@ static void *offload_main(void *arg)
         }
         uint64_t from = first_queued_ns > last_end_ns ? first_queued_ns : last_end_ns;
         if (job && gather && !vt_off.stopping && vt_now_ns() < from + gather) {
-            struct timespec ts;
-            uint64_t left = from + gather - vt_now_ns();
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += (time_t)((ts.tv_nsec + left) / 1000000000ull);
-            ts.tv_nsec = (long)((ts.tv_nsec + left) % 1000000000ull);
-            pthread_cond_timedwait(&vt_off.work, &vt_off.mu, &ts);
+            vt_off_wait_work_until_locked(from + gather);
             continue;
         }
         if (job) {
@@ -365,14 +405,26 @@ static void *offload_main(void *arg)
             ready[nready++] = n;
         }
         vt_off.held = NULL;
+        /* sockets that would block and nothing else to do: sleep until one takes bytes or a job or a
+         * release is asked for (the eventfd: vt_off_kick_locked), not on a timer */
+        int idle = nb > 0 && !nready && !job && !vt_off.stopping;
+        vt_off.polling = idle;
         pthread_mutex_unlock(&vt_off.mu); /* replies are written outside the lock */
         if (nb > 0 && nb <= BLOCKED_MAX) {
-            struct pollfd p[BLOCKED_MAX];
+            struct pollfd p[BLOCKED_MAX + 1];
             struct blocked again[BLOCKED_MAX];
             int na = 0;
             for (int i = 0; i < nb; i++)
                 p[i] = (struct pollfd){blocked[i].fd, POLLOUT, 0};
-            poll(p, (nfds_t)nb, nready ? 0 : 2);
+            p[nb] = (struct pollfd){vt_off.wake_fd, POLLIN, 0};
+            if (poll(p, (nfds_t)nb + (vt_off.wake_fd >= 0), idle ? 1000 : 0) > 0 && p[nb].revents) {
+                uint64_t n;
+                if (read(vt_off.wake_fd, &n, sizeof(n)) < 0)
+                    n = 0;
+            }
+            pthread_mutex_lock(&vt_off.mu);
+            vt_off.polling = 0;
+            pthread_mutex_unlock(&vt_off.mu);
             for (int i = 0; i < nb; i++) {
                 if (p[i].revents)
                     deliver_one(blocked[i].node, again, &na);
@@ -395,6 +447,8 @@ static void *offload_main(void *arg)
                 break;
         }
     }
+    __atomic_store_n(&vt_off.thread_done, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&vt_off.done);
     pthread_mutex_unlock(&vt_off.mu);
     return NULL;
 }
@@ -424,6 +478,7 @@ int vt_offload_init(void)
     __atomic_store_n(&st->state, VT_OFFLOAD_RUNNING, __ATOMIC_RELEASE);
     vt_cmds_attach(vt_off.control, st);
     vt_req_init(&aof_parser, 0);
+    vt_off_state_init();
     int err = pthread_create(&thread, NULL, offload_main, NULL);
     if (err) {
         dprintf(2, "valkeytrace: --emulate-offload: cannot start the offload thread: %s\n", strerror(err));
@@ -442,18 +497,26 @@ void vt_offload_after_fork_child(void)
     started = 0;
 }
 
-/* At exit: what was queued reaches the file, what was held reaches its client */
+/* At exit: what was queued reaches the file, what was held reaches its client; what is still held
+ * after that (a failure, a client that read nothing) is counted as dropped with its connection.
+ * Reached through exit() inside the server's signal handler (valkey's second SIGINT), it takes no
+ * lock: it counts and leaves (nothing held was acknowledged, nothing acknowledged is lost). */
 __attribute__((destructor)) static void offload_drain(void)
 {
-    if (!vt_off.mode || !started || getpid() != vt_off.main_pid || vt_off_failed())
+    if (!vt_off.mode || !started || getpid() != vt_off.main_pid)
+        return;
+    if (__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE) || vt_off_failed()) {
+        vt_stat_add(&vt_off.stats->exit_held_replies, __atomic_load_n(&vt_off.held_now, __ATOMIC_ACQUIRE));
         return; /* failed: what it holds was never durable, and is lost with the process */
+    }
     __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_DRAINING, __ATOMIC_RELEASE);
     pthread_mutex_lock(&vt_off.mu);
     vt_off.stopping = 1;
     vt_off.sync_wanted = vt_off.queued;
-    pthread_cond_signal(&vt_off.work);
+    vt_off_kick_locked();
     pthread_mutex_unlock(&vt_off.mu);
     pthread_join(thread, NULL);
+    vt_stat_add(&vt_off.stats->exit_held_replies, __atomic_load_n(&vt_off.held_now, __ATOMIC_ACQUIRE));
     __atomic_store_n(&vt_off.stats->state, vt_off_failed() ? VT_OFFLOAD_FAILED : VT_OFFLOAD_DRAINED,
                      __ATOMIC_RELEASE);
 }

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -23,6 +24,7 @@
 #include "offload_conn_int.h"
 
 #define NONE ((size_t)-1)
+#define CLOSE_WAIT_NS 2000000000ull /* a closing connection's held replies wait this long at most */
 
 static struct conn *conns[MAX_FD];
 
@@ -181,11 +183,49 @@ static void drop_locked(struct conn *c)
         struct chunk *ch = c->held;
         c->held = ch->next;
         vt_stat_add(&vt_off.stats->dropped_replies, ch->replies ? ch->replies : 1);
+        __atomic_sub_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
         free(ch);
     }
     c->held_tail = NULL;
     c->held_n = 0;
     c->held_need = 0;
+    c->held_bytes = 0;
+    c->soft_since = 0;
+}
+
+/* Held replies count against the client's output buffer as valkey counts its own (the server wrote
+ * them, so they left its buffer): over its client-output-buffer-limit (the hard limit, or the soft
+ * one for its seconds), the client is closed as valkey closes it; what it held is dropped. 1: closed. */
+static int over_limit_locked(struct conn *c)
+{
+    const struct vt_obuf_limit *l = !vt_off.control ? NULL : c->replica ? &vt_off.control->obuf_replica
+                                                                       : &vt_off.control->obuf_normal;
+    uint64_t now = vt_now_ns();
+    int over = 0;
+    if (!l)
+        return 0;
+    if (l->hard_bytes && c->held_bytes >= l->hard_bytes) {
+        over = 1;
+    } else if (l->soft_bytes && c->held_bytes >= l->soft_bytes) {
+        if (!c->soft_since)
+            c->soft_since = now;
+        else if (now - c->soft_since >= l->soft_seconds * 1000000000ull)
+            over = 1;
+    } else {
+        c->soft_since = 0;
+    }
+    if (!over)
+        return 0;
+    char msg[300];
+    snprintf(msg, sizeof(msg), "valkeytrace virtual offload: client fd=%d holds %llu bytes of replies (not yet durable, "
+             "or not read), over its client-output-buffer-limit: closed, as the server closes such a client", c->fd,
+             (unsigned long long)c->held_bytes);
+    drop_locked(c);
+    shutdown(c->fd, SHUT_RDWR); /* the server meets it at its next read or write and frees the client */
+    __atomic_store_n(&c->active, 0, __ATOMIC_RELEASE);
+    vt_stat_add(&vt_off.stats->obuf_closed, 1);
+    vt_off_log(msg);
+    return 1;
 }
 
 int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_writev_fn real)
@@ -236,10 +276,14 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             sent = (size_t)n;
         }
         struct chunk *ch = malloc(sizeof(struct chunk) + (total - sent));
-        if (!ch) { /* no memory to hold it: wait until nothing is held and everything is durable */
+        if (!ch) { /* no memory to hold it: ask for a job, wait until nothing is held and everything is durable */
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&vt_off.mu);
-            while (!vt_off_failed() && (vt_off_durable() < queued || __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE)))
+            vt_off.sync_wanted = vt_off.sync_wanted > queued ? vt_off.sync_wanted : queued;
+            vt_off.release_wanted = 1;
+            vt_off_kick_locked();
+            while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
+                   (vt_off_durable() < queued || __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE)))
                 vt_off_wait_done_locked(10);
             pthread_mutex_unlock(&vt_off.mu);
             pthread_mutex_lock(&c->mu);
@@ -271,6 +315,8 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             c->held = ch;
         c->held_tail = ch;
         __atomic_store_n(&c->held_n, c->held_n + 1, __ATOMIC_RELEASE);
+        c->held_bytes += ch->len;
+        __atomic_add_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
         vt_stat_add(&vt_off.stats->held_replies, ch->replies);
         vt_stat_add(&vt_off.stats->held_write_replies, ch->writes);
         vt_stat_add(&vt_off.stats->held_read_replies, ch->reads);
@@ -278,6 +324,12 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         if (c->replica)
             vt_stat_add(&vt_off.stats->stream_held_bytes, ch->len);
         uint64_t need = ch->need;
+        if (over_limit_locked(c)) { /* closed: the server's write fails, as on a client it dropped */
+            pthread_mutex_unlock(&c->mu);
+            *ret = -1;
+            errno = EPIPE;
+            return 1;
+        }
         pthread_mutex_unlock(&c->mu);
         vt_off_register_held(&c->node, need);
         *ret = (ssize_t)total;
@@ -303,6 +355,7 @@ int vt_conn_deliver(struct vt_held_node *node, int *fd)
         ssize_t n = vt_off.raw_write(c->fd, ch->data + ch->off, ch->len - ch->off);
         if (n > 0) {
             ch->off += (size_t)n;
+            c->held_bytes -= (uint64_t)n < c->held_bytes ? (uint64_t)n : c->held_bytes;
             if (ch->off < ch->len)
                 continue;
         } else if (n < 0 && errno == EINTR) {
@@ -329,8 +382,10 @@ int vt_conn_deliver(struct vt_held_node *node, int *fd)
         if (!c->held) {
             c->held_tail = NULL;
             c->held_need = 0;
+            c->held_bytes = 0;
         }
         __atomic_store_n(&c->held_n, c->held_n - 1, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
         free(ch);
     }
     pthread_mutex_unlock(&c->mu);
@@ -395,23 +450,18 @@ void vt_conn_read(int fd, const char *buf, size_t n)
 int vt_conn_close(int fd)
 {
     struct conn *c = conn_of(fd);
-    uint64_t deadline = 0;
+    uint64_t until = vt_now_ns() + CLOSE_WAIT_NS;
     if (!c || !__atomic_load_n(&c->active, __ATOMIC_ACQUIRE))
         return 0;
     pthread_mutex_lock(&c->mu);
-    /* what it holds leaves once durable (a client that reads nothing gets 1 s), never when failed */
-    while ((c->held_n) && !vt_off_failed()) {
-        if (c->held && c->held->need <= vt_off_durable()) {
-            uint64_t now = vt_now_ns();
-            if (!deadline)
-                deadline = now + 1000000000ull;
-            else if (now > deadline)
-                break;
-        }
+    /* what it holds leaves once durable, for at most CLOSE_WAIT_NS (a client that reads nothing, a job
+     * that never ends), never once failed or once the offload thread has ended: then it is dropped */
+    while (c->held_n && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
+           vt_now_ns() < until) {
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_lock(&vt_off.mu);
         vt_off.release_wanted = 1;
-        pthread_cond_signal(&vt_off.work);
+        vt_off_kick_locked();
         vt_off_wait_done_locked(5);
         pthread_mutex_unlock(&vt_off.mu);
         pthread_mutex_lock(&c->mu);

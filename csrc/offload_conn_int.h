@@ -59,6 +59,8 @@ struct conn {
     struct chunk *held, *held_tail;
     uint32_t held_n;
     uint64_t held_need;
+    uint64_t held_bytes;   /* bytes of replies it holds: counted against its client-output-buffer-limit */
+    uint64_t soft_since;   /* when held_bytes went over the soft limit (0: under it) */
     struct vt_held_node node;
 };
 

@@ -21,41 +21,23 @@
 
 #define FAIL_GRACE_NS 200000000ull
 
-static void log_line(int fd, const char *msg)
-{
-    char when[64], line[512];
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    localtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(when, sizeof(when), "%d %b %Y %H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03d", (int)(ts.tv_nsec / 1000000));
-    int len = snprintf(line, sizeof(line), "%d:M %s # %s\n", (int)getpid(), when, msg);
-    if (len > 0 && vt_real.write(fd, line, (size_t)len) < 0)
-        return;
-}
-
 /* The server never came back to the AOF to meet the error: end it as valkey would have */
 static void exit_as_valkey(void)
 {
     char msg[400];
-    const char *path = vt_off.control ? vt_off.control->logfile : "";
-    int fd = path[0] ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : 1;
-    if (fd < 0)
-        fd = 1;
     snprintf(msg, sizeof(msg), "valkeytrace virtual offload: the AOF %s on vt_offload failed (%s) and no AOF write "
              "came to meet it: the server ends as valkey would", vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC ? "fdatasync" : "write",
              strerror(vt_off.fail_errno));
-    log_line(fd, msg);
+    vt_off_log(msg);
     if (vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC) {
         snprintf(msg, sizeof(msg), "Can't persist AOF for fsync error when the AOF fsync policy is 'always': %s. Exiting...",
                  strerror(vt_off.fail_errno));
     } else {
         snprintf(msg, sizeof(msg), "Error writing to the AOF file: %s", strerror(vt_off.fail_errno));
-        log_line(fd, msg);
+        vt_off_log(msg);
         snprintf(msg, sizeof(msg), "Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting...");
     }
-    log_line(fd, msg);
+    vt_off_log(msg);
     exit(1);
 }
 

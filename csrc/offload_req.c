@@ -25,7 +25,7 @@ static int grow(void **p, uint32_t *cap, size_t size)
     return 1;
 }
 
-static void push_hash(struct conn *c, uint64_t h)
+static int push_hash(struct conn *c, uint64_t h)
 {
     if (c->ht == c->hcap && c->hh) { /* slide down: the tail keeps its place relative to the head */
         memmove(c->hv, c->hv + c->hh, (size_t)(c->ht - c->hh) * sizeof(uint64_t));
@@ -34,11 +34,12 @@ static void push_hash(struct conn *c, uint64_t h)
         c->hh = 0;
     }
     if (c->ht == c->hcap && !grow((void **)&c->hv, &c->hcap, sizeof(uint64_t))) {
-        vt_conn_unsync(c);
-        return;
+        vt_conn_unsync(c); /* no memory: its replies wait for everything, nothing made pending */
+        return 0;
     }
     c->hv[c->ht++] = h;
     c->nh++;
+    return 1;
 }
 
 static void push_entry(struct conn *c, int kind, int blocking, uint32_t nwide, uint32_t nh)
@@ -178,9 +179,9 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
     }
     if (!f)
         return;
-    if (f & H_PEND)
+    /* pending only once its hash is queued: a hash that could not be queued is never settled */
+    if (push_hash(c, (h & ~H_FLAGS) | f) && (f & H_PEND))
         vt_keys_pending(h & ~H_FLAGS, 1);
-    push_hash(c, (h & ~H_FLAGS) | f);
 }
 
 static void cb_end(void *ctx)

@@ -4,6 +4,10 @@
 #define _GNU_SOURCE
 #include "offload_state.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +19,7 @@ struct vt_off_state vt_off = {
     .work = PTHREAD_COND_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
     .stats = &local_stats,
+    .wake_fd = -1,
 };
 
 static __thread pid_t my_tid;
@@ -57,17 +62,66 @@ void vt_off_register_held(struct vt_held_node *node, uint64_t need)
     }
     if (need <= vt_off_durable()) { /* durable already (a job ended meanwhile): no job will release it */
         vt_off.release_wanted = 1;
-        pthread_cond_signal(&vt_off.work);
+        vt_off_kick_locked();
     }
     pthread_mutex_unlock(&vt_off.mu);
 }
 
+static struct timespec deadline(uint64_t mono_ns)
+{
+    struct timespec ts = {(time_t)(mono_ns / 1000000000ull), (long)(mono_ns % 1000000000ull)};
+    return ts;
+}
+
 void vt_off_wait_done_locked(unsigned ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec ts = deadline(vt_now_ns() + (uint64_t)ms * 1000000ull);
     pthread_cond_timedwait(&vt_off.done, &vt_off.mu, &ts);
+}
+
+void vt_off_wait_work_until_locked(uint64_t mono_ns)
+{
+    struct timespec ts = deadline(mono_ns);
+    pthread_cond_timedwait(&vt_off.work, &vt_off.mu, &ts);
+}
+
+void vt_off_kick_locked(void)
+{
+    pthread_cond_signal(&vt_off.work);
+    if (vt_off.polling && vt_off.wake_fd >= 0) {
+        uint64_t one = 1;
+        if (vt_off.raw_write(vt_off.wake_fd, &one, sizeof(one)) < 0)
+            return; /* the counter is full: the thread is awake already */
+    }
+}
+
+void vt_off_state_init(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* a clock step never stretches or cuts a wait */
+    pthread_cond_init(&vt_off.work, &a);
+    pthread_cond_init(&vt_off.done, &a);
+    pthread_condattr_destroy(&a);
+    vt_off.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+void vt_off_log(const char *msg)
+{
+    char when[64], line[600];
+    struct timespec ts;
+    struct tm tm;
+    const char *path = vt_off.control ? vt_off.control->logfile : "";
+    int fd = path[0] ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : 1;
+    if (fd < 0)
+        fd = 1;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(when, sizeof(when), "%d %b %Y %H:%M:%S", &tm);
+    snprintf(when + n, sizeof(when) - n, ".%03d", (int)(ts.tv_nsec / 1000000));
+    int len = snprintf(line, sizeof(line), "%d:M %s # %s\n", (int)getpid(), when, msg);
+    if (len > 0 && vt_off.raw_write(fd, line, (size_t)len) < 0)
+        len = 0;
+    if (fd != 1)
+        close(fd);
 }

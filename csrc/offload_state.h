@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "offload.h"
+#include "offload_layout.h"
 
 /* a connection with held replies, linked into vt_off.held (under mu) */
 struct vt_held_node {
@@ -39,6 +39,10 @@ struct vt_off_state {
     struct vt_offload_stats *stats;
     struct vt_offload_control *control;
     ssize_t (*raw_write)(int, const void *, size_t); /* libc's: released replies bypass every wrapper */
+    int wake_fd;         /* eventfd: wakes the offload thread out of its poll of blocked sockets */
+    int polling;         /* under mu: the offload thread sleeps in that poll */
+    int thread_done;     /* atomic: the offload thread has ended (nothing more will be written or released) */
+    uint64_t held_now;   /* atomic: replies held right now (what an exit drops is counted from it) */
 };
 
 extern struct vt_off_state vt_off;
@@ -55,7 +59,15 @@ int vt_off_on_main_thread(void);
 void vt_off_hist_add(struct vt_hist *h, uint64_t v, uint64_t n);
 /* a connection now holds a reply that needs `need`: the offload thread will deliver it */
 void vt_off_register_held(struct vt_held_node *node, uint64_t need);
-/* wait (mu held) until the next broadcast of `done`, at most ms milliseconds */
+/* wait (mu held) until the next broadcast of `done`, at most ms milliseconds (CLOCK_MONOTONIC) */
 void vt_off_wait_done_locked(unsigned ms);
+/* wait (mu held) for `work` until mono_ns (CLOCK_MONOTONIC) */
+void vt_off_wait_work_until_locked(uint64_t mono_ns);
+/* (mu held) the offload thread has work: its condition variable, and its eventfd while it polls */
+void vt_off_kick_locked(void);
+/* once, before any thread waits: the condition variables on CLOCK_MONOTONIC, the eventfd */
+void vt_off_state_init(void);
+/* one line in the server's log, as valkey writes its own (the control region's logfile, else stdout) */
+void vt_off_log(const char *msg);
 
 #endif

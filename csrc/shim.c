@@ -14,11 +14,17 @@
  * over what the offload holds for it: queued AOF bytes become durable, held replies leave once
  * durable. fclose closes through glibc's internal close, which no interposer sees, so it is
  * drained here before.
+ *
+ * Under the virtual offload, the server's own SIGTERM/SIGINT handlers are wrapped (sigaction): the
+ * offload learns a shutdown is coming (it drains on the server's own path, its final fsync, not in
+ * a destructor reached from a signal handler's exit()).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -212,4 +218,68 @@ EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     return accept4(fd, addr, len, 0);
+}
+
+/* -- the server's shutdown signals, under the virtual offload ------------------------------------ */
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static sigaction_fn real_sigaction;
+static struct sigaction user_act[2]; /* SIGTERM, SIGINT: what the server installed */
+static int wrapped[2];
+
+static int sig_index(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : -1; }
+
+static void wrap_handler(int sig)
+{
+    int i = sig_index(sig);
+    vt_offload_signal(sig, 1);
+    if (i >= 0 && user_act[i].sa_handler != SIG_DFL && user_act[i].sa_handler != SIG_IGN)
+        user_act[i].sa_handler(sig);
+    vt_offload_signal(sig, 0);
+}
+
+static void wrap_action(int sig, siginfo_t *si, void *uc)
+{
+    int i = sig_index(sig);
+    vt_offload_signal(sig, 1);
+    if (i >= 0)
+        user_act[i].sa_sigaction(sig, si, uc);
+    vt_offload_signal(sig, 0);
+}
+
+EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    int i = sig_index(sig), r;
+    if (!real_sigaction)
+        real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (!real_sigaction) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (i < 0 || !vt_offload_enabled())
+        return real_sigaction(sig, act, old);
+    struct sigaction prev = user_act[i];
+    int had = wrapped[i];
+    if (act && !(act->sa_flags & SA_SIGINFO) && (act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN)) {
+        r = real_sigaction(sig, act, old);
+        if (r == 0)
+            wrapped[i] = 0;
+    } else if (act) {
+        struct sigaction mine = *act;
+        if (act->sa_flags & SA_SIGINFO)
+            mine.sa_sigaction = wrap_action;
+        else
+            mine.sa_handler = wrap_handler;
+        user_act[i] = *act;
+        r = real_sigaction(sig, &mine, old);
+        if (r == 0)
+            wrapped[i] = 1;
+        else
+            user_act[i] = prev;
+    } else {
+        r = real_sigaction(sig, act, old);
+    }
+    if (r == 0 && old && had)
+        *old = prev; /* the server sees its own handler, not the wrapper */
+    return r;
 }

@@ -6,7 +6,10 @@
  *   - $VALKEYTRACE_SHM: path of the region (made by valkeytrace, mode 0600). Unset: nothing
  *     is recorded.
  *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
- *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA". Unset: none.
+ *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA" (a draw clamped to 8
+ *     sigmas, any delay to a minute). Unset: none.
+ *   - $VALKEYTRACE_FSYNC_ERROR: "eio@N" or "enospc@N": the Nth fsync/fdatasync fails with that error
+ *     (nothing synced), as a failing disk's would (record --inject-fsync-error).
  *   The region's header may add a delay of its own while the server runs (extra_delay_ns, set by
  *   valkeytrace for record --fsync-sensitivity), with or without $VALKEYTRACE_FSYNC_DELAY.
  *
@@ -51,6 +54,13 @@ static pid_t main_pid;
 static int delay_kind; /* 0 none, 1 constant, 2 lognormal */
 static uint64_t delay_ns;
 static double delay_sigma;
+#define MAX_DELAY_NS 60000000000ull /* an injected delay is clamped to a minute */
+#define MAX_Z 8.0                   /* and a log-normal draw to 8 sigmas either side */
+
+/* --inject-fsync-error: the error_at-th fdatasync/fsync fails with error_errno instead of syncing */
+static uint64_t error_at;
+static int error_errno;
+static uint64_t sync_calls;
 
 static uint8_t fd_class[FD_CACHE];
 
@@ -156,6 +166,25 @@ static void parse_delay(const char *spec)
     }
 }
 
+/* "eio@100" or "enospc@100": the 100th sync call fails with EIO (ENOSPC). Anything else: none. */
+static void parse_error(const char *spec)
+{
+    char *end;
+    const char *at;
+    if (!spec || !(at = strchr(spec, '@')))
+        return;
+    unsigned long long n = strtoull(at + 1, &end, 10);
+    if (end == at + 1 || *end != '\0' || n == 0)
+        return;
+    if (at - spec == 3 && strncmp(spec, "eio", 3) == 0)
+        error_errno = EIO;
+    else if (at - spec == 6 && strncmp(spec, "enospc", 6) == 0)
+        error_errno = ENOSPC;
+    else
+        return;
+    error_at = n;
+}
+
 /* A file valkeytrace made, mapped shared (read-write) when it holds at least min_size bytes; NULL
  * otherwise. *size gets its size. Also the virtual offload's statistics file (offload.c). */
 void *vt_map_shared(const char *path, size_t min_size, size_t *size)
@@ -201,6 +230,7 @@ void vt_io_init(void)
     VT_ENSURE(vt_real.close);
     main_pid = getpid();
     parse_delay(getenv("VALKEYTRACE_FSYNC_DELAY"));
+    parse_error(getenv("VALKEYTRACE_FSYNC_ERROR"));
     map_region(getenv("VALKEYTRACE_SHM"));
 }
 
@@ -272,9 +302,11 @@ static void inject_delay(void)
         if (u1 < 1e-300)
             u1 = 1e-300;
         double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-        ns = (uint64_t)((double)delay_ns * exp(delay_sigma * z));
+        z = z > MAX_Z ? MAX_Z : z < -MAX_Z ? -MAX_Z : z;
+        double v = (double)delay_ns * exp(delay_sigma * z);
+        ns = v >= (double)MAX_DELAY_NS ? MAX_DELAY_NS : (uint64_t)v; /* no cast of a value past the range */
     }
-    ns += extra;
+    ns = ns + extra > MAX_DELAY_NS || ns + extra < ns ? MAX_DELAY_NS : ns + extra;
     req.tv_sec = (time_t)(ns / 1000000000ull);
     req.tv_nsec = (long)(ns % 1000000000ull);
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem) == EINTR)
@@ -309,10 +341,15 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 {
     uint64_t t0;
     int ret, saved;
-    if (!delay_kind && !timed(kind) && !extra_delay())
+    if (!delay_kind && !timed(kind) && !extra_delay() && !error_at)
         return fn(fd);
     t0 = now_ns();
-    ret = fn(fd);
+    if (error_at && __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELAXED) == error_at) {
+        errno = error_errno; /* the disk said no: the call fails, nothing was synced */
+        ret = -1;
+    } else {
+        ret = fn(fd);
+    }
     saved = errno;
     inject_delay();
     record(kind, now_ns() - t0, 0);

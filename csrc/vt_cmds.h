@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "offload.h"
+#include "offload_layout.h"
 
 struct vt_cmdinfo {
     uint32_t flags; /* VT_CMD_F_* */

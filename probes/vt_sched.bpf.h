@@ -274,8 +274,10 @@ static __always_inline int on_switch(long ps, u32 next)
             struct inflight_call *in = inflight.lookup(&prev);
             since->start_ns = now;
             since->tid = prev_tid;
-            /* TASK_INTERRUPTIBLE = 1, TASK_UNINTERRUPTIBLE = 2; running or preempted otherwise */
-            since->state = (ps & 2) ? VT_STATE_IO : (ps & 1) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
+            /* TASK_UNINTERRUPTIBLE (2): in I/O; interruptible (1), stopped (4: SIGSTOP), traced (8), exiting
+             * (0x10, 0x20, 0x80: its last switch), parked (0x40), idle (0x80/0x400): not waiting for a CPU;
+             * running (0) or preempted (0, or 0x100 from the formatted tracepoint): runnable */
+            since->state = (ps & 2) ? VT_STATE_IO : (ps & 0x4fd) ? VT_STATE_SLEEPING : VT_STATE_RUNNABLE;
             since->cause = (in && in->start_ns) ? in->kind : VT_CALL_OTHER;
 #if TASK_STACK_OFFSET
             if (in)

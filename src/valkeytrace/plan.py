@@ -55,6 +55,7 @@ class EmulationPlan:
     offload: str | None = None         # durable, early-ack
     gather_ns: int = 0                 # --offload-gather: a job starts this long after its first write
     gather_source: str | None = None   # how the window was chosen (compare --candidate-offload-gather auto)
+    fsync_error: str | None = None     # --inject-fsync-error: "eio@N" (the Nth fsync fails)
     replica_fsync_delay: dict | None = None  # --replica-fsync-delay: the replicas' ({}: none); None: the primary's
 
     @property
@@ -123,6 +124,9 @@ class RecordPlan:
             raise VTUsageError("give either a SERVER_COMMAND or --attach PID, not both")
         if e.fsync_delay and not s.launched:
             raise VTUsageError("--inject-fsync-delay needs a server valkeytrace launches (it preloads "
+                               "the shim); it cannot apply to --attach")
+        if e.fsync_error and not s.launched:
+            raise VTUsageError("--inject-fsync-error needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
         if e.gather_ns and e.offload != "durable":
@@ -237,11 +241,11 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
           offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
           sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0,
-          replica_delay_spec=None) -> RecordPlan:
+          replica_delay_spec=None, fsync_error_spec=None) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
     from valkeytrace.recording.format import check_recording_output
-    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
+    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_fsync_error, parse_gather, parse_sensitivity
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
 
@@ -272,7 +276,8 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
         {} if replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(replica_delay_spec))
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,
                               gather_ns=parse_gather(offload_gather) if offload_gather else 0,
-                              replica_fsync_delay=replica_delay)
+                              replica_fsync_delay=replica_delay,
+                              fsync_error=parse_fsync_error(fsync_error_spec) if fsync_error_spec else None)
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend,

@@ -77,6 +77,32 @@ class Settings:
         return out
 
 
+def describe_exit(gone: dict) -> str:
+    """'was killed by SIGKILL', 'shut down on SIGTERM (status 0)', 'exited with status 1: why', 'ended'
+    (an attached server: how is unknown)."""
+    why = f": {gone['cause']}" if gone.get("cause") else ""
+    if gone.get("signal") and gone.get("status") is None:
+        return f"was killed by {gone['signal']}"
+    if gone.get("signal"):
+        return f"shut down on {gone['signal']} (exit status {gone['status']}){why}"
+    if gone.get("status") is not None:
+        return f"exited with status {gone['status']}{why}"
+    return "ended"
+
+
+def exit_record(gone: dict, run: dict) -> dict:
+    """runs[].server_exit: when (at_s: seconds into the run's window, or into the run before it opened)
+    and how (signal or status) the server ended."""
+    ws = run.get("window_start")
+    inside = bool(ws) and gone["time"] >= ws
+    start = ws if inside else run.get("started_at")
+    out = {"at_s": round(max(0.0, gone["time"] - start), 3) if start else None, "in_window": inside}
+    out.update({k: gone[k] for k in ("signal", "status", "cause") if gone.get(k) is not None})
+    if "signal" not in out and "status" not in out:
+        out["status"] = None
+    return out
+
+
 class Recorder:
     def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict,
                  owner: tuple[int, int] | None = None):
@@ -143,10 +169,11 @@ class Recorder:
             loop["begin"] = view.eventloop()
 
         def end():
-            loop["end"] = view.eventloop()
+            gone = self.target.gone()  # the server ended inside the window: it closes where it did
+            loop["end"] = None if gone else view.eventloop()
             if self.prober is not None:
                 run["replication"] = self.prober.end()
-            run["window_end"] = time.time()
+            run["window_end"] = max(gone["time"], run["window_start"]) if gone else time.time()
             run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
             if self.offload is not None:
                 from valkeytrace.tracers import offload
@@ -154,16 +181,21 @@ class Recorder:
                 figures = offload.window(run.pop("_offload", None), self.offload.snapshot())
                 if figures is not None:
                     run["offload"] = figures
-            metrics = self.tracer.window_end() if traced else None
+            metrics = self.tracer.window_end(gone["mono_ns"] if gone else None) if traced else None
             if metrics is not None:
                 a, b = loop.get("begin"), loop.get("end")
                 if "eventloop" not in metrics and a and b:  # the server's own count, whatever the tracer
                     metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b["cycles"] - a["cycles"],
                                             "duration_us": b["duration_us"] - a["duration_us"]}
+                if gone:
+                    metrics["server_exit"] = exit_record(gone, run)
                 run["server"] = metrics
                 if self.replicas is not None:
                     run["replicas"] = self.replicas.window_end()
-            run["server_view"] = view.end()
+            if gone:
+                run["server_exit"] = exit_record(gone, run)
+            else:
+                run["server_view"] = view.end()
         return begin, end
 
     @staticmethod
@@ -178,7 +210,10 @@ class Recorder:
         if self.client is not None:
             load = scenarios.Load.for_server(self.target, self.client, keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients)
-        return scenarios.scenario(workload, load)
+        sc = scenarios.scenario(workload, load)
+        if isinstance(sc, scenarios.Observe):
+            sc.wait = self.target.wait_exit
+        return sc
 
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
         """One cell by its scenario, inside this recorder's window."""
@@ -207,7 +242,10 @@ class Recorder:
             run["status"] = "failed"
             run["error"] = self._failure_reason(exc)
         finally:
-            if extra_delay_ns:
+            gone = self.target.gone()
+            if gone and "server_exit" not in run:
+                run["server_exit"] = exit_record(gone, run)
+            if extra_delay_ns and not gone:
                 try:
                     self.tracer.set_extra_fsync_delay(0)
                 except Exception:
@@ -219,8 +257,10 @@ class Recorder:
         return run
 
     def _failure_reason(self, exc: Exception) -> str:
-        if not self.target.alive():
-            return f"the server (pid {self.target.pid}) died during the run: {exc}"
+        gone = self.target.gone()
+        if gone or not self.target.alive():
+            how = describe_exit(gone) if gone else "ended"
+            return f"the server (pid {self.target.pid}) {how} during the run: {exc}"
         return str(exc) or type(exc).__name__
 
     OVERHEAD_PASS_S = 3.0
@@ -281,10 +321,13 @@ class Recorder:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
                                 + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
                 run = self.run_one(repeat, workload, size, extra)
-                if run["status"] == "failed" and not self.target.alive():
+                gone = self.target.gone()
+                if gone or (run["status"] == "failed" and not self.target.alive()):
                     document.add_warning(
-                        self.doc, f"server died during {workload} {size} B repeat {repeat}; "
-                        f"{len(matrix) - i - 1} run(s) not measured")
+                        self.doc, f"the server {describe_exit(gone) if gone else 'died'} during {workload} {size} B "
+                        f"repeat {repeat}" + (f", {run['server_exit']['at_s']:.2f} s into its window"
+                                              if run.get("server_exit", {}).get("at_s") is not None else "")
+                        + f"; {len(matrix) - i - 1} run(s) not measured")
                     break
             if on_progress:
                 on_progress(len(matrix), len(matrix), "done")

@@ -47,7 +47,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     echo gets the notes and warnings for the user (one line each)."""
     from valkeytrace.server import process as srv
     from valkeytrace.tracers import offload as voff
-    from valkeytrace.tracers.emulation import describe_delay, describe_sensitivity, shim_library
+    from valkeytrace.tracers.emulation import describe_delay, describe_fsync_error, describe_sensitivity, shim_library
     from valkeytrace.tracers.factory import make_tracer
     from valkeytrace.workload import placement
     from valkeytrace.workload.clients import find_client
@@ -82,6 +82,10 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             if run_as:
                 offload.chown(*run_as)
             env.update(offload.env())
+            if shim_library() not in env.get("LD_PRELOAD", ""):
+                env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
+        if e.fsync_error:
+            env["VALKEYTRACE_FSYNC_ERROR"] = e.fsync_error
             if shim_library() not in env.get("LD_PRELOAD", ""):
                 env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
         if s.attach_pid:
@@ -136,12 +140,15 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
                 "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
             settings=settings.as_recorded(),
             emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns),
+                        **({"fsync_error": e.fsync_error} if e.fsync_error else {}),
                         "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
-                                                             describe_sensitivity(e.fsync_delay, plan.sensitivity_ns)) if x),
+                                                             describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
+                                                             describe_fsync_error(e.fsync_error) if e.fsync_error
+                                                             else "") if x),
                         **({"offload": {"mode": e.offload, "gather_ns": e.gather_ns,
                                         **({"gather_source": e.gather_source} if e.gather_source else {})}}
                            if e.offload else {})}
-                       if e.fsync_delay or plan.sensitivity_ns or e.offload else None),
+                       if e.fsync_delay or plan.sensitivity_ns or e.offload or e.fsync_error else None),
             warnings=warnings)
         recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
         recorder.offload = offload
@@ -164,11 +171,17 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         except KeyboardInterrupt:
             interrupted = True
             document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
+        # the server ends before the recording is written: how it ended, and the emulation's exit (its
+        # drain, what it still held), are in it
+        if replicas is not None:
+            replicas.stop()
+        target.stop()
         if offload is not None:
             # counters stay in runs[].offload; reports derive the figures (analysis/offload.py)
             failure = offload.failure()
             if failure:
                 document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
+            doc["emulation"]["offload"]["at_exit"] = offload.at_exit()
         document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
         first = next((r for r in doc["runs"] if r.get("started_at")), None)
         launch_s = first["started_at"] - (time.time() - (time.monotonic() - t_start)) if first else None

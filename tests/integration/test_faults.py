@@ -323,10 +323,11 @@ def _kill_during_second_run(tmp_path, victim: str):
 
 def test_server_killed_mid_run(tmp_path):
     rc, err, doc = _kill_during_second_run(tmp_path, "server")
-    assert rc == 1 and "failed" in err
-    assert doc["runs"][0]["status"] == "ok"
-    assert doc["runs"][1]["status"] == "failed" and "died" in doc["runs"][1]["error"]
-    assert any("server died" in w for w in doc["warnings"])
+    assert rc == 1 and "killed by SIGKILL" in err
+    assert doc["runs"][0]["status"] == "ok" and "server_exit" not in doc["runs"][0]
+    assert doc["runs"][1]["status"] == "failed" and "killed by SIGKILL" in doc["runs"][1]["error"]
+    assert doc["runs"][1]["server_exit"]["signal"] == "SIGKILL"
+    assert any("the server was killed by SIGKILL" in w for w in doc["warnings"])
     assert len(doc["runs"]) == 2  # nothing attempted after the server was gone
 
 

@@ -212,15 +212,15 @@ def _fill(port, value_size, deadline_s):
     return acked, False
 
 
-@pytest.mark.parametrize("mode", [None, "durable"])
-def test_a_full_disk_ends_the_server_as_without_the_emulation(mode):
+@pytest.mark.parametrize("mode,io_threads", [(None, 1), ("durable", 1), ("durable", 2)])
+def test_a_full_disk_ends_the_server_as_without_the_emulation(mode, io_threads):
     if os.geteuid() != 0:
         must_have("a tmpfs to fill needs root")
     mnt = tempfile.mkdtemp(prefix="vt-full-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], check=True)
     try:
         if mode:
-            target, stats = launch(mode, delay_ms=2, config={"dir": mnt})
+            target, stats = launch(mode, delay_ms=2, config={"dir": mnt, "io-threads": str(io_threads)})
         else:
             env = {**os.environ, "LD_PRELOAD": shim_library(), "VALKEYTRACE_FSYNC_DELAY": "const:2000000"}
             target, stats = EmbeddedServer(io_threads=1, env=env, server_config={"dir": mnt}), None
@@ -268,11 +268,13 @@ def test_sigterm_under_load_drains_every_acknowledged_write():
         t.join()
     data = aof_bytes(target)
     missing = [k for k in acked if k not in data]
-    state = stats.state()[0]
+    state, at_exit = stats.state()[0], stats.at_exit()
     target.stop()
     stats.close()
     assert len(acked) > 100 and not missing, f"{len(missing)} of {len(acked)} acknowledged keys not on disk"
     assert code == 0 and state == voff.STATE_DRAINED
+    # drained on valkey's own shutdown path (its final fsync), not in a destructor after exit()
+    assert at_exit["shutdown_drains"] == 1 and at_exit["last_signal"] == "SIGTERM", at_exit
 
 
 def test_refused_where_nothing_would_be_offloaded(tmp_path):

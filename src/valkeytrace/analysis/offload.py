@@ -111,3 +111,19 @@ def summary(doc: dict) -> OffloadSummary | None:
         hold_ms_p50=round(holds.percentile(50) / 1e6, 3) if holds.count else None,
         hold_read_ms_p50=round(reads.percentile(50) / 1e6, 3) if reads.count else None,
         sets_per_job_mean=round(_sets_held(b) / b["jobs"], 2) if b.get("jobs") else None)
+
+
+def exit_warnings(doc: dict) -> list[str]:
+    """What the emulation did at the edges: clients closed over their output-buffer limit (held replies
+    counted as the server counts its buffer), and replies still held when the server ended."""
+    out = []
+    closed = sum((r.get("offload") or {}).get("obuf_closed", 0) for r in _measured(doc))
+    at_exit = (((doc.get("emulation") or {}).get("offload") or {}).get("at_exit")) or {}
+    closed = max(closed, at_exit.get("obuf_closed") or 0)
+    if closed:
+        out.append(f"virtual offload: {closed} client(s) closed over their client-output-buffer-limit (the replies "
+                   "held for them counted against it, as the server counts its own buffer)")
+    if at_exit.get("held_replies_dropped"):
+        out.append(f"virtual offload: {at_exit['held_replies_dropped']} held replies were still held when the server "
+                   "ended (never written: their connections closed with it)")
+    return out

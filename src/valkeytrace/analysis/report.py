@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from valkeytrace.analysis import distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
-from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements
+from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
 
@@ -64,8 +64,16 @@ class AnalysedRun:
     @property
     def warnings(self) -> list[str]:
         """The recording's own, then what the analysis finds inconsistent in it"""
-        return (list(self.doc.get("warnings") or []) + missed_fsyncs(self.doc) + schedstat_disagreements(self.doc)
-                + backend_disagreements(self.doc))
+        return (list(self.doc.get("warnings") or []) + stalls(self.doc) + missed_fsyncs(self.doc)
+                + schedstat_disagreements(self.doc) + backend_disagreements(self.doc) + offload.exit_warnings(self.doc))
+
+    @property
+    def server_exits(self) -> list[dict]:
+        """The runs the server's end cut short: {"workload", "value_size", "repeat", "launch", "at_s",
+        "in_window", "signal" | "status", "cause"?} (runs[].server_exit), first of all a report says."""
+        return [{"workload": r["workload"], "value_size": r["value_size"], "repeat": r.get("repeat"),
+                 "launch": r.get("launch"), **r["server_exit"]}
+                for r in self.doc.get("runs", []) if r.get("server_exit")]
 
     @property
     def overhead(self) -> dict | None:
@@ -144,6 +152,27 @@ def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
         if run.sensitivity:
             out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
     return out
+
+
+def exit_sentence(label: str, e: dict) -> str:
+    """'fsync-always: the server was killed by SIGKILL 4.21 s into the window of none 64 B #1: the
+    figures cover the 4.21 s it lived'."""
+    if e.get("signal") and e.get("status") is None:
+        how = f"was killed by {e['signal']}"
+    elif e.get("signal"):
+        how = f"shut down on {e['signal']} (exit status {e['status']})"
+    elif e.get("status") is not None:
+        how = f"exited with status {e['status']}"
+    else:
+        how = "ended (attached: how, the process table does not say)"
+    run = f"{e['workload']} {e['value_size']} B" + (f" launch {e['launch']}" if e.get("launch") else "") \
+        + f" #{e.get('repeat')}"
+    if e.get("in_window") and e.get("at_s") is not None:
+        where = f" {e['at_s']:.2f} s into the window of {run}: its figures cover the {e['at_s']:.2f} s it lived"
+    else:
+        where = f" during {run}, before its window: nothing of it was measured"
+    cause = f" (its last words: {e['cause']})" if e.get("cause") else ""
+    return f"{label}: THE SERVER ENDED: it {how}{where}{cause}; no run after it was measured."
 
 
 def share_tag(entry: dict, compared: bool) -> str:

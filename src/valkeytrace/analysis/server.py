@@ -158,7 +158,8 @@ def summarize_server(raws: list[dict]) -> ServerSummary | None:
     return ServerSummary(backend=raws[0].get("backend"), windows=len(raws), main_thread=main, threads=threads,
                          lost_events=sum(r.get("lost_events") or 0 for r in raws), blocked_events=events,
                          loop_source=probe.get("loop_source"), call_source=probe.get("call_source"),
-                         untimed=probe.get("untimed", []), durability=durability(raws), cross_check=cross)
+                         untimed=probe.get("untimed", []), durability=durability(raws), cross_check=cross,
+                         server_exits=sum(1 for r in raws if r.get("server_exit")))
 
 
 def _sync_on_cpu_pct(calls: dict, off: dict, wall_ns: float) -> float | None:
@@ -354,4 +355,28 @@ def backend_disagreements(doc: dict) -> list[str]:
         if max(ebpf, shim) and abs(ebpf - shim) > BACKENDS_TOLERANCE * max(ebpf, shim):
             out.append(f"{role}: {ebpf:,} {what} calls by eBPF, {shim:,} by the shim (--backend both): the backends "
                        f"disagree by {100 * abs(ebpf - shim) / max(ebpf, shim):.0f}%")
+    return out
+
+
+STALL_WARN_MS = 100.0  # a main-thread interval outside every timed call this long is a stall
+
+
+def stalls(doc: dict) -> list[str]:
+    """The main thread stopped outside any fsync, AOF write or poll (DEBUG SLEEP, SIGSTOP, a page-fault
+    storm): one sentence per cell with such an interval, with the longest's length; a stall is said as
+    such, not read as a slow disk or a wait for a CPU."""
+    out = []
+    for r in doc.get("runs", []):
+        s = r.get("server") or {}
+        main = s.get("main_tid") or s.get("pid")
+        longest, n = 0.0, 0
+        for e in (s.get("blocked_timeline") or {}).get("events") or ():
+            if e[2] == main and e[3] == "other" and e[4] in ("sleeping", "io") and e[1] / 1e6 >= STALL_WARN_MS:
+                n += 1
+                longest = max(longest, e[1] / 1e6)
+        if n:
+            out.append(f"the main thread stalled in {r['workload']} {r['value_size']} B #{r.get('repeat')}: {n} interval(s) "
+                       f"of {STALL_WARN_MS:.0f} ms or more outside any fsync, AOF write or poll, the longest "
+                       f"{longest:,.0f} ms (DEBUG SLEEP, SIGSTOP, a page-fault storm...): a stall of the server, "
+                       "not a slow disk nor a wait for a CPU")
     return out

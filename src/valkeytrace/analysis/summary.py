@@ -148,6 +148,7 @@ class ServerSummary:
     untimed: list = field(default_factory=list)
     durability: Durability | None = None
     cross_check: CrossCheck | None = None
+    server_exits: int = 0   # windows the server's end cut short (runs[].server_exit)
 
     def role(self, name: str) -> ThreadRole | None:
         return next((t for t in self.threads if t.role == name), None)

@@ -98,6 +98,10 @@ COMMON = [
     click.option("--inject-fsync-delay", "inject_spec", metavar="DURATION",
                  help="Emulate a slow disk: add DURATION (e.g. 4ms, or lognormal:4ms,0.3) after every "
                       "fsync/fdatasync, by sleeping. Launched servers only; reports say so."),
+    click.option("--inject-fsync-error", "fsync_error_spec", metavar="eio@N|enospc@N",
+                 help="Emulate a failing disk: the Nth fsync/fdatasync the server makes fails with EIO (or ENOSPC), "
+                      "nothing synced, as a disk's would (valkey under appendfsync always then exits). Launched "
+                      "servers only."),
     click.option("--replica-fsync-delay", "replica_delay_spec", metavar="DURATION|none",
                  help="With --replicas: the replicas' own emulated fsync delay (as --inject-fsync-delay; none: "
                       "no delay) [default: the primary's]."),

@@ -94,6 +94,15 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
     click.echo(f"  valkeytrace report --compare BASELINE.vtrace {output}")
     if out.interrupted:
         sys.exit(130)
+    ended = next((r for r in doc["runs"] if r.get("server_exit")), None)
+    if ended:
+        from valkeytrace.recorder import describe_exit
+
+        e = ended["server_exit"]
+        when = (f"{e['at_s']:.2f} s into the window of" if e.get("in_window") else "during") if e.get("at_s") is not None \
+            else "during"
+        raise VTError(f"the server {describe_exit(e)} {when} {ended['workload']} {ended['value_size']} B "
+                      f"#{ended['repeat']}; {output} keeps what was measured until then")
     if failed:
         raise VTError(f"{len(failed)} of {len(doc['runs'])} run(s) failed (first: {failed[0]['error']}); "
                       f"{output} keeps the {ok} measured and marks the failed ones")

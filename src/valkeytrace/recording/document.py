@@ -75,7 +75,7 @@ def set_overhead(doc: Document, overhead: dict) -> None:
 def finish(doc: Document, *, interrupted: bool, tracer: dict) -> None:
     """Close the document: complete unless interrupted or a run failed."""
     doc["tracer"] = tracer
-    doc["complete"] = not interrupted and all(r["status"] == "ok" for r in doc["runs"])
+    doc["complete"] = not interrupted and all(r["status"] == "ok" and not r.get("server_exit") for r in doc["runs"])
     doc["ended"] = _now()
 
 

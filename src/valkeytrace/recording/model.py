@@ -84,6 +84,7 @@ class ServerWindow(TypedDict, total=False):
     eventloop: EventLoop | None  # the server's own event-loop counters
     shim: ServerWindow | None    # --backend both: the shim's window beside eBPF's
     start_mono_ns: NonNegInt | None  # the window's start (CLOCK_MONOTONIC of its host): offsets count from it
+    server_exit: dict | None     # the server ended inside the window, which closes there (runs[].server_exit)
 
 
 class Op(TypedDict, total=False):
@@ -164,6 +165,7 @@ class Run(TypedDict, total=False):
     launch: NonNegInt | None     # valkeytrace compare: the server launch the run belongs to
     replicas: list[ServerWindow] | None  # record --replicas: each replica's tracer window
     replication: Replication | None  # record --replicas: the durability probe's timings
+    server_exit: dict | None     # the server ended during the run: {"at_s" (into its window), "in_window", "signal" | "status"}
 
 
 class ServerInfo(TypedDict, total=False):
@@ -218,7 +220,8 @@ class Emulation(TypedDict, total=False):
     fsync_delay: FsyncDelay | None  # the injected fsync delay
     fsync_sensitivity_ns: list[NonNegInt] | None  # the sensitivity levels
     description: str | None      # the sentence every report shows
-    offload: dict | None         # --emulate-offload: {mode, gather_ns}
+    offload: dict | None         # --emulate-offload: {mode, gather_ns, gather_source?}
+    fsync_error: str | None      # --inject-fsync-error: "eio@N" (the Nth fsync failed)
 
 
 class Document(TypedDict, total=False):

@@ -253,6 +253,8 @@ def _loop_note(srv: ServerSummary, m: MainThread) -> tuple[str, bool]:
         mean = f"mean {m.loop_iteration_mean_us:,.1f} µs, " if m.loop_iteration_mean_us else ""
         return (f"event loop ({srv.loop_source}): {m.loop_iterations:,} iterations, "
                 f"{m.loop_iterations_per_s:,.0f}/s, {mean}{dist}" + flushes, False)
+    if srv.server_exits:
+        return ("event loop: not measured (the server ended before the window's end, where its INFO is read)", True)
     return ("event loop: not measured (this server's INFO has no eventloop_cycles, as in valkey < 7.2 "
             "and Redis; record --loop-sample samples iteration durations)", True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from html import escape
 
-from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
@@ -161,6 +161,9 @@ def _details(anchor: str, title: str, parts: list[str]) -> list[str]:
 
 def render(inp: ReportInput, out) -> None:
     head, body = [], []
+    for run in inp.runs:  # before anything: a server that ended under the recording
+        for e in run.server_exits:
+            head.append(_p(exit_sentence(run.label, e), "emu"))
     if inp.comparison is None:
         run = inp.baseline
         head.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")

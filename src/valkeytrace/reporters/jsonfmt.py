@@ -36,7 +36,8 @@ def build(inp: ReportInput) -> dict:
                     "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
                     "mode": s.get("mode")},
             client=r.client, settings=r.settings, warnings=r.warnings, emulation=r.emulation_spec,
-            overhead=r.overhead, **({"nodes": r.nodes} if r.nodes else {}), cells=cells, explanation=r.explanation,
+            overhead=r.overhead, **({"nodes": r.nodes} if r.nodes else {}), server_exits=r.server_exits,
+            cells=cells, explanation=r.explanation,
             sensitivity=r.sensitivity or []))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
     if inp.comparison is not None:

@@ -2,7 +2,7 @@
 threads per cell; the explanation."""
 from __future__ import annotations
 
-from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line
+from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
@@ -10,6 +10,9 @@ from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_ta
 
 def render(inp: ReportInput, out) -> None:
     w = out.write
+    for run in inp.runs:  # before anything: a server that ended under the recording
+        for e in run.server_exits:
+            w(f"**{exit_sentence(run.label, e)}**\n\n")
     if inp.comparison is None:
         run = inp.baseline
         w(f"# valkeytrace: {run.label}\n\n")

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.analysis.report import ReportInput, model_sections, overhead_line, share_tag
+from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line, share_tag
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.reporters.base import (client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
@@ -57,6 +57,9 @@ def render(inp: ReportInput, out) -> None:
 
 
 def _header(console, inp: ReportInput) -> None:
+    for run in inp.runs:  # before anything: a server that ended under the recording
+        for e in run.server_exits:
+            console.print(f"[bold red]{escape(exit_sentence(run.label, e))}[/bold red]")
     if inp.comparison is not None:
         console.print(f"[bold]{escape(inp.candidate.label)} vs {escape(inp.baseline.label)}[/bold] "
                       "(candidate vs baseline; each figure the median of its repeats)")

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections import deque
 
@@ -77,6 +78,29 @@ class Target:
         self.command: list[str] = []
         self.binary: str | None = None
         self.workdir: str | None = None
+        self.exit_event = threading.Event()   # set the moment the server process is seen to end
+        self.exit_info: dict | None = None    # {"mono_ns", "time", "signal" | "status", "by_valkeytrace"}
+        self.stopping = False                 # valkeytrace is stopping it (an end it asked for)
+
+    def ended(self, mono_ns: int, time_s: float, returncode: int | None) -> None:
+        """Record how and when the server ended (from its watcher)."""
+        info: dict = {"mono_ns": mono_ns, "time": time_s, "by_valkeytrace": self.stopping}
+        if returncode is None:
+            info["status"] = None  # not valkeytrace's child: the process table says it is gone, not how
+        elif returncode < 0:
+            info["signal"] = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        else:
+            info["status"] = returncode
+        self.exit_info = info
+        self.exit_event.set()
+
+    def wait_exit(self, timeout: float) -> dict | None:
+        """Sleep up to timeout seconds, or until the server ends: its exit_info then, else None."""
+        return self.exit_info if self.exit_event.wait(timeout) and not self.stopping else None
+
+    def gone(self) -> dict | None:
+        """How the server ended, when it did (and not because valkeytrace stopped it)."""
+        return self.exit_info if self.exit_event.is_set() and not self.exit_info.get("by_valkeytrace") else None
 
     def client(self):
         return connect(self.host, self.port)
@@ -174,14 +198,32 @@ class LaunchedServer(Target):
         except OSError as exc:
             raise VTUsageError(f"cannot run server command {argv[0]}: {exc}")
         self.pid = self.proc.pid
-        import threading
-
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+        threading.Thread(target=self._watch, args=(self.proc,), daemon=True).start()
         try:
             self._wait_ready(port_known)
         except BaseException:
             self.stop()
             raise
+
+    def _watch(self, proc) -> None:
+        """The server's end, the moment the kernel reports it (waitpid), and how: a signal or a status."""
+        try:
+            rc = proc.wait()
+        except Exception:
+            return
+        mono, now = time.monotonic_ns(), time.time()
+        self._drainer.join(0.5)  # its last lines: what it said of its end
+        self.ended(mono, now, rc)
+        if self.exit_info is not None and rc is not None and rc >= 0:
+            log = list(self._log)
+            got = next((m.group(1) for line in reversed(log) if (m := re.search(r"Received (SIG[A-Z]+)", line))), None)
+            if got:  # valkey logs the signal it shut down on, then exits 0
+                self.exit_info["signal"] = got
+            cause = self.cause() if rc else None
+            if cause:
+                self.exit_info["cause"] = cause
 
     def _drain(self):
         for line in iter(self.proc.stdout.readline, b""):
@@ -232,6 +274,7 @@ class LaunchedServer(Target):
         proc = getattr(self, "proc", None)
         if proc is None:
             return
+        self.stopping = not self.exit_event.is_set()
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -343,3 +386,20 @@ class AttachedServer(Target):
         else:
             raise VTUsageError(f"--attach {pid}: process {name!r} answers no PING on a loopback TCP "
                                f"port (listening: {ports or 'none'}); is it valkey-server?")
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        """Not valkeytrace's child: a pidfd becomes readable when the process ends (how, it cannot say)."""
+        import select
+
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):
+            return
+        try:
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            p.poll()
+        finally:
+            os.close(fd)
+        self.ended(time.monotonic_ns(), time.time(), None)

@@ -45,8 +45,9 @@ class Tracer:
         """A measured window opens; requests: time each client request too (the eBPF backend's
         request events, for a write-only cell's durability record)."""
 
-    def window_end(self):
-        """The window closes: its recording.document.ServerWindow, or None."""
+    def window_end(self, end_mono_ns: int | None = None):
+        """The window closes (at end_mono_ns, CLOCK_MONOTONIC, when the server ended before now): its
+        recording.document.ServerWindow, or None."""
         return None
 
     def stop(self) -> None:

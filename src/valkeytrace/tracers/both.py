@@ -43,9 +43,9 @@ class EbpfWithShimTracer(Tracer):
         self.shim.window_begin()
         self.ebpf.window_begin(requests)
 
-    def window_end(self) -> dict:
-        metrics = self.ebpf.window_end()
-        metrics["shim"] = self.shim.window_end()
+    def window_end(self, end_mono_ns: int | None = None) -> dict:
+        metrics = self.ebpf.window_end(end_mono_ns)
+        metrics["shim"] = self.shim.window_end(end_mono_ns)
         return metrics
 
     def stop(self):

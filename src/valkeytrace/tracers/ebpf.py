@@ -72,13 +72,13 @@ def _lookup(table, key: int, size: int) -> bytes:
     return buf.raw
 
 
-def read_snapshot(tracer: "EbpfTracer") -> Snapshot:
+def read_snapshot(tracer: "EbpfTracer", mono_ns: int | None = None) -> Snapshot:
     """The per-slot arrays now (ebpf_window.Snapshot); off-CPU intervals still open count up to
-    this instant (the next snapshot subtracts them back), so a window's difference is exact at its
-    edges."""
+    this instant, or to mono_ns when the server ended before it (the next snapshot subtracts them
+    back), so a window's difference is exact at its edges."""
     bpf = tracer.bpf
     sched = thr.schedstats(tracer.pid, tracer.names)
-    mono_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
+    mono_ns = mono_ns or time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
     threads, offcpu = {}, {}
     for slot in tracer.slot_tids():
         threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
@@ -484,8 +484,10 @@ class EbpfTracer(Tracer):
             self._events.clear()
         self._begin = read_snapshot(self)
 
-    def window_end(self) -> dict:
-        end = read_snapshot(self)
+    def window_end(self, end_mono_ns: int | None = None) -> dict:
+        if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
+            end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
+        end = read_snapshot(self, end_mono_ns)
         self._requests(False)
         self._consume()
         self._refresh()

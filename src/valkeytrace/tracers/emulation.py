@@ -57,6 +57,20 @@ def describe_delay(inject: dict | None) -> str:
     return f"fsync latency emulated: +lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) per call"
 
 
+def parse_fsync_error(spec: str) -> str:
+    """'eio@100' -> 'eio@100' (the 100th fsync/fdatasync fails with EIO); 'enospc@N' alike."""
+    m = re.fullmatch(r"\s*(eio|enospc)@([1-9][0-9]{0,11})\s*", spec.lower())
+    if not m:
+        raise VTUsageError(f"--inject-fsync-error {spec!r}: expected eio@N or enospc@N (the Nth fsync fails), "
+                           "e.g. eio@100")
+    return f"{m.group(1)}@{int(m.group(2))}"
+
+
+def describe_fsync_error(spec: str) -> str:
+    kind, n = spec.split("@")
+    return f"fsync failure injected: the {int(n):,}th fsync/fdatasync fails with {kind.upper()} (nothing synced)"
+
+
 def parse_gather(spec: str) -> int:
     """--offload-gather '1ms' -> 1000000 (ns): 0 up to 1 s."""
     try:

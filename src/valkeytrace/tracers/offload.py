@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import signal
 import time
 
 import numpy as np
@@ -19,23 +20,26 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 3, 8
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 4, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
 COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
             "write_commands", "unknown_commands", "replies", "held_replies", "held_write_replies",
             "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
             "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum",
-            "replica_links", "stream_bytes", "stream_held_bytes")
+            "replica_links", "stream_bytes", "stream_held_bytes", "obuf_closed", "exit_held_replies",
+            "shutdown_drains", "signals")
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
-                       + [(c, "<u8") for c in COUNTERS]
+                       + [(c, "<u8") for c in COUNTERS] + [("last_signal", "<u4"), ("pad2", "<u4")]
                        + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE),
                           ("hold_read_ns", HIST_DTYPE)])
 CMD_NAME, CMD_MAX = 40, 2048
 CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first", "<u2"), ("step", "<u2"),
                             ("last_plus", "<u4"), ("pad", "<u4")])
+OBUF_DTYPE = np.dtype([("hard_bytes", "<u8"), ("soft_bytes", "<u8"), ("soft_seconds", "<u8")])
 CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_ns", "<u8"), ("logfile", "S256"),
+                          ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
 SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
 # VT_CMD_F_* (csrc/offload.h)
@@ -151,6 +155,8 @@ class OffloadStats:
         if len(table) > CMD_MAX:
             raise VTError(f"--emulate-offload: the server has {len(table)} commands, the shim's table holds {CMD_MAX}")
         ctl = self.shared[0]["control"]
+        for cls, limit in obuf_limits(client).items():
+            ctl[f"obuf_{cls}"] = limit
         entries = np.zeros(CMD_MAX, dtype=CMD_ENTRY_DTYPE)
         for i, (name, flags, first, last, step) in enumerate(table):
             entries[i] = (name.encode()[:CMD_NAME - 1], flags, first, max(step, 0), last + 0x8000, 0)
@@ -179,11 +185,49 @@ class OffloadStats:
             return None
         return f"the AOF {FAIL_KINDS.get(int(s['fail_kind']), 'call')} on vt_offload failed: {os.strerror(int(s['fail_errno']))}"
 
+    def at_exit(self) -> dict:
+        """What the emulation did as the server ended: its state, the drains on the server's own shutdown
+        path, the replies still held (dropped with their connections), the signals the server got."""
+        st = self.shared[0]["stats"]
+        if int(st["magic"]) != MAGIC:
+            return {}
+        names = {1: "running", 2: "draining", 3: "drained", 4: "failed"}
+        sig = int(st["last_signal"])
+        return {"state": names.get(int(st["state"]), str(int(st["state"]))),
+                "shutdown_drains": int(st["shutdown_drains"]), "held_replies_dropped": int(st["exit_held_replies"]),
+                "signals": int(st["signals"]),
+                "last_signal": signal.Signals(sig).name if sig in signal.valid_signals() else None,
+                "obuf_closed": int(st["obuf_closed"])}
+
     def close(self):
         from valkeytrace.tracers.region import close_shared
 
         del self.shared
         close_shared(self.mm, self.path)
+
+
+def obuf_limits(client) -> dict:
+    """{"normal" | "replica": (hard bytes, soft bytes, soft seconds)} from the server's own
+    client-output-buffer-limit (CONFIG GET): the shim counts held replies against them."""
+    try:
+        raw = client.config_get("client-output-buffer-limit").get("client-output-buffer-limit") or ""
+    except Exception:
+        return {}
+    return parse_obuf_limits(raw.decode() if isinstance(raw, bytes) else str(raw))
+
+
+def parse_obuf_limits(text: str) -> dict:
+    """'normal 0 0 0 slave 268435456 67108864 60 pubsub ...' -> {"normal": (0, 0, 0), "replica": (...)}."""
+    parts, out = text.split(), {}
+    for i in range(0, len(parts) - 3, 4):
+        cls = {"normal": "normal", "slave": "replica", "replica": "replica"}.get(parts[i].lower())
+        try:
+            vals = tuple(int(x) for x in parts[i + 1:i + 4])
+        except ValueError:
+            continue
+        if cls:
+            out[cls] = vals
+    return out
 
 
 def check_engaged(pid: int, timeout_s: float = 5.0) -> None:

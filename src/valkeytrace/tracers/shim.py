@@ -72,17 +72,19 @@ class ShimTracer(Tracer):
     def stop(self):
         self.region.close()
 
-    def _snap(self):
+    def _snap(self, mono_ns: int | None = None):
         names = thr.list_threads(self.pid)
-        return {"mono_ns": time.monotonic_ns(), "slots": self.region.snapshot(), "names": names,
+        return {"mono_ns": mono_ns or time.monotonic_ns(), "slots": self.region.snapshot(), "names": names,
                 "sched": thr.schedstats(self.pid, names),
                 "dropped": self.region.dropped_calls}
 
     def window_begin(self, requests: bool = False):
         self._begin = self._snap()
 
-    def window_end(self) -> dict:
-        return shim_window_metrics(self._begin, self._snap(), self.pid, self.inject,
+    def window_end(self, end_mono_ns: int | None = None) -> dict:
+        if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
+            end_mono_ns = max(end_mono_ns, self._begin["mono_ns"])
+        return shim_window_metrics(self._begin, self._snap(end_mono_ns), self.pid, self.inject,
                                    loop_reliable=self.loop_reliable, untimed=self.region.untimed)
 
 

@@ -204,10 +204,15 @@ class Observe:
     def __init__(self, load: Load | None = None):
         self.load = load
 
+    wait = None  # (seconds) -> returns early when the server ends (the recorder's target.wait_exit)
+
     def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         begin, end = window(())
         begin()
-        time.sleep(duration_s)
+        if self.wait is not None:
+            self.wait(duration_s)
+        else:
+            time.sleep(duration_s)
         end()
         return measured_client(None)
 
