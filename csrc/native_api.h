@@ -167,3 +167,42 @@ int vt_hist_percentiles(const struct vt_hist *h, const double *pcts, size_t n, u
 
 int vt_sched_set_slice(int tid, int nice, uint64_t slice_ns);
 int64_t vt_sched_get_slice(int tid);
+
+/* the open-loop client (csrc/vt_load.h) */
+#define VT_LOAD_GET ...
+#define VT_LOAD_SET ...
+#define VT_LOAD_POISSON ...
+#define VT_LOAD_UNIFORM ...
+
+struct vt_load_config {
+    const char *host;
+    int port;
+    int op;
+    uint32_t keyspace;
+    uint32_t value_size;
+    double rate;
+    int arrival;
+    int conns;
+    int max_conns;
+    uint64_t warmup_ns;
+    uint64_t duration_ns;
+    uint64_t grace_ns;
+    uint64_t drain_ns;
+    uint64_t late_ns;
+    uint64_t seed;
+    int marker_fd;
+};
+
+struct vt_load_result {
+    uint64_t window_start_ns, window_end_ns;
+    uint64_t due, sent, answered, late, errors, unanswered;
+    uint64_t answered_in_window;
+    uint64_t answered_drained;
+    uint64_t conns, pipelined;
+    struct vt_hist corrected;
+    struct vt_hist service;
+    int error;
+    char message[160];
+};
+
+int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res);

@@ -53,7 +53,7 @@ def estimate(backend: str, matrix: list, duration_s: float, launches: int = 1) -
     launch = d.get(f"launch_s:{backend}", DEFAULT_LAUNCH_S.get(backend, 5.0))
     known = f"launch_s:{backend}" in d
     per_launch = launch
-    for _, workload, _, _ in matrix:
+    for _, workload, *_ in matrix:
         over = d.get(f"overhead_s:{workload}")
         known = known and over is not None
         per_launch += duration_s + (over if over is not None else DEFAULT_OVERHEAD_S.get(workload, 2.0))

@@ -151,7 +151,7 @@ class RecordPlan:
         d = json.loads(text)
         st = d["settings"]
         settings = Settings(**{**st, "workloads": tuple(st["workloads"]), "sizes": tuple(st["sizes"]),
-                               "sensitivity": tuple(st["sensitivity"])})
+                               "sensitivity": tuple(st["sensitivity"]), "rates": tuple(st.get("rates") or ())})
         return cls(server=ServerPlan(**{**d["server"], "command": tuple(d["server"]["command"])}),
                    settings=settings, tracer=TracerPlan(**d["tracer"]),
                    emulation=EmulationPlan(**d["emulation"]),
@@ -241,7 +241,7 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
           as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
           offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
           sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0,
-          replica_delay_spec=None, fsync_error_spec=None) -> RecordPlan:
+          replica_delay_spec=None, fsync_error_spec=None, rates=(), arrival="poisson", set_rate=None) -> RecordPlan:
     """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
     options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
     from valkeytrace.recording.format import check_recording_output
@@ -278,11 +278,16 @@ def build(*, server_command=(), attach_pid=None, appendfsync="always", io_thread
                               gather_ns=parse_gather(offload_gather) if offload_gather else 0,
                               replica_fsync_delay=replica_delay,
                               fsync_error=parse_fsync_error(fsync_error_spec) if fsync_error_spec else None)
+    if (rates or set_rate) and not any(w in ("read-heavy", "write-only") for w in workloads):
+        raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "
+                           "write-only or all")
+    if set_rate and "read-heavy" not in workloads:
+        raise VTUsageError("--set-rate paces read-heavy's background SETs: it needs --workload read-heavy or all")
     settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
                         keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
                         write_clients=write_clients, backend=backend,
                         sensitivity=tuple(parse_sensitivity(sensitivity_spec)) if sensitivity_spec else (),
-                        sensitivity_runs=sensitivity_runs)
+                        sensitivity_runs=sensitivity_runs, rates=tuple(rates), arrival=arrival, set_rate=set_rate)
     plan = RecordPlan(server, settings, TracerPlan(backend), emulation, benchmark_path=benchmark_path,
                       client_cpus=client_cpus, label=label, output=output, measure_overhead=measure_overhead)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it

@@ -46,34 +46,42 @@ class Settings:
     # runs per added delay in this recording; `compare` asks for fewer a launch, the launches together making
     # up SENSITIVITY_MIN_RUNS (the slope is fitted on each level's median over the merged recording)
     sensitivity_runs: int = SENSITIVITY_MIN_RUNS
+    rates: tuple = ()        # open loop (--rate, --rates): the measured op's requests due per second, a cell each
+    arrival: str = "poisson"  # --arrival: how those requests are spaced
+    set_rate: float | None = None  # --set-rate: read-heavy's background SETs open-loop too (else closed loop)
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
         return {"workloads": list(self.workloads), "sizes": list(self.sizes), "repeat": self.repeat,
                 "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
-                "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs}
+                "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs,
+                **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate} if self.rates else {})}
 
     def matrix(self):
-        """[(repeat, workload, value_size, added fsync delay ns)] in execution order: each cell,
-        then the same cell at each --fsync-sensitivity level; below sensitivity_runs repeats,
-        the levels (not the cells) are swept again after the matrix until each has that many runs,
-        so that the slope is fitted on medians (analysis/sensitivity.py)."""
+        """[(repeat, workload, value_size, added fsync delay ns, rate)] in execution order: each cell
+        (at each --rates rate, else closed loop: None), then the same cell at each --fsync-sensitivity
+        level; below sensitivity_runs repeats, the levels (not the cells) are swept again after the
+        matrix until each has that many runs, so that the slope is fitted on medians
+        (analysis/sensitivity.py)."""
         out = []
         loaded = [w for w in self.workloads if scenarios.SCENARIOS[w].drives_load]
+        rates = self.rates or (None,)
         for r in range(1, self.repeat + 1):
             for size in self.sizes:
                 for w in self.workloads:
                     if w not in loaded and size != self.sizes[0]:
                         continue  # observing only: value sizes mean nothing, one window a repeat
-                    out.append((r, w, size, 0))
-                    if w in loaded:
-                        out += [(r, w, size, level) for level in self.sensitivity]
+                    for rate in (rates if w in loaded else (None,)):
+                        out.append((r, w, size, 0, rate))
+                        if w in loaded:
+                            out += [(r, w, size, level, rate) for level in self.sensitivity]
         if self.sensitivity:
             for r in range(self.repeat + 1, self.sensitivity_runs + 1):
                 for size in self.sizes:
                     for w in loaded:
-                        out += [(r, w, size, level) for level in self.sensitivity]
+                        for rate in rates:
+                            out += [(r, w, size, level, rate) for level in self.sensitivity]
         return out
 
 
@@ -204,12 +212,13 @@ class Recorder:
         if snaps and len(snaps) == 2:
             run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client)
 
-    def _scenario(self, workload: str):
+    def _scenario(self, workload: str, rate: float | None = None):
         s = self.settings
         load = None
         if self.client is not None:
             load = scenarios.Load.for_server(self.target, self.client, keyspace=s.keyspace, get_clients=s.get_clients,
-                                             set_clients=s.set_clients, write_clients=s.write_clients)
+                                             set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
+                                             arrival=s.arrival, set_rate=s.set_rate)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit
@@ -217,15 +226,17 @@ class Recorder:
 
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
         """One cell by its scenario, inside this recorder's window."""
-        client = self._scenario(workload).run(
+        client = self._scenario(workload, (run.get("load") or {}).get("rate")).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
             with_demand=traced and not run.get("fsync_extra_delay_ns"))
         self._host_cpu(run, client)
 
-    def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0) -> dict:
+    def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:
         run = document.new_run(self.doc, workload, size, repeat,
                                extra_delay_ns if self.settings.sensitivity else None)
+        if rate:
+            run["load"] = {"mode": "open", "rate": rate, "arrival": self.settings.arrival}
         try:
             if self.settings.sensitivity:
                 self.tracer.set_extra_fsync_delay(extra_delay_ns)
@@ -316,11 +327,11 @@ class Recorder:
                 self.tracer.start(self.target)
             if self.replicas is not None:
                 self.replicas.start()
-            for i, (repeat, workload, size, extra) in enumerate(matrix):
+            for i, (repeat, workload, size, extra, rate) in enumerate(matrix):
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
-                                + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
-                run = self.run_one(repeat, workload, size, extra)
+                                + (f" at {rate:,.0f}/s" if rate else "") + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
+                run = self.run_one(repeat, workload, size, extra, rate)
                 gone = self.target.gone()
                 if gone or (run["status"] == "failed" and not self.target.alive()):
                     document.add_warning(

@@ -51,11 +51,11 @@ def test_the_sweep_has_three_runs_per_level_whatever_the_repeat():
                         get_clients=50, set_clients=8, write_clients=50, backend="ebpf", sensitivity=levels)
     m = settings(1, (1_000_000, 2_000_000)).matrix()
     for size in (64, 256):
-        assert [x for x in m if x[1:3] == ("read-heavy", size) and x[3] == 0] == [(1, "read-heavy", size, 0)]
+        assert [x for x in m if x[1:3] == ("read-heavy", size) and x[3] == 0] == [(1, "read-heavy", size, 0, None)]
         for lvl in (1_000_000, 2_000_000):
-            assert [x[0] for x in m if x[1:] == ("read-heavy", size, lvl)] == list(range(1, SENSITIVITY_MIN_RUNS + 1))
-    assert [x for x in m if x[1] == "none"] == [(1, "none", 64, 0)]  # observing: no level, no extra sweep
-    assert m.index((1, "read-heavy", 256, 2_000_000)) < m.index((2, "read-heavy", 64, 1_000_000))  # sweeps after the matrix
+            assert [x[0] for x in m if x[1:4] == ("read-heavy", size, lvl)] == list(range(1, SENSITIVITY_MIN_RUNS + 1))
+    assert [x for x in m if x[1] == "none"] == [(1, "none", 64, 0, None)]  # observing: no level, no extra sweep
+    assert m.index((1, "read-heavy", 256, 2_000_000, None)) < m.index((2, "read-heavy", 64, 1_000_000, None))  # sweeps after the matrix
     m5 = settings(5, (1_000_000,)).matrix()
     assert len([x for x in m5 if x[3]]) == 2 * 5  # enough repeats: one level run per repeat, no extra sweep
     assert len(settings(1, ()).matrix()) == 3  # no sensitivity: the plain matrix

@@ -381,23 +381,24 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
     finding = ("tail.not_modelled" if metric != "p50_us" else "change.not_modelled" if why_not
                else f"change.led_by.{entry['leading_component']}" if sig and entry["leading_component"]
                else {True: "change.significant", False: "change.not_significant"}.get(sig, "change.unknown"))
-    return {"workload": b.workload, "op": op, "value_size": b.value_size, "metric": metric, "finding": finding,
+    return {"workload": b.workload, "op": op, "value_size": b.value_size, "rate": b.rate, "metric": metric,
+            "finding": finding,
             "claim": claim, "sides": sides, "evidence": evidence, **entry}
 
 
 def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc: dict, cand_doc: dict,
                     sens: tuple = ((), ())) -> list[dict]:
     """sens: each recording's sensitivity.sensitivity entries (for the model's self-check)."""
-    bmap = {(c.workload, c.value_size): c for c in base_cells}
-    cmap = {(c.workload, c.value_size): c for c in cand_cells}
+    bmap = {c.key: c for c in base_cells}
+    cmap = {c.key: c for c in cand_cells}
     entries = []
     dur = durability_note(base_doc, cand_doc)
     for row in cmp.rows:
-        b, c = bmap[(row.workload, row.value_size)], cmap[(row.workload, row.value_size)]
+        b, c = bmap[(row.workload, row.value_size, row.rate)], cmap[(row.workload, row.value_size, row.rate)]
         if row.op != MEASURED_OP[row.workload]:
             continue
         if not (b.server and c.server):
-            entries.append({"workload": row.workload, "op": row.op, "value_size": row.value_size,
+            entries.append({"workload": row.workload, "op": row.op, "value_size": row.value_size, "rate": row.rate,
                             "metric": "p50_us", "finding": "no_server_trace",
                             "claim": "no server-side trace in one of the recordings "
                             "(--backend none): the client change cannot be attributed",
@@ -430,7 +431,7 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, base_doc, cand_doc, 
              "each fsync covers more SETs when the main thread keeps accepting writes during it.")
     if dur:
         claim += " " + dur[0].upper() + dur[1:] + "."
-    return {"workload": row.workload, "op": "SET", "value_size": row.value_size, "metric": "sets_per_fsync",
+    return {"workload": row.workload, "op": "SET", "value_size": row.value_size, "rate": row.rate, "metric": "sets_per_fsync",
             "finding": "group_commit", "claim": claim, "evidence": {"baseline": {"set_tps": tb, "sets_per_fsync": sb},
                                          "candidate": {"set_tps": tc, "sets_per_fsync": sc}},
             "explained_share": None, "significant": significance(b.ops["SET"], c.ops["SET"], "tps"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from valkeytrace.analysis import distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
+from valkeytrace.analysis import curve, distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 
@@ -104,6 +104,7 @@ class ReportInput:
     whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
     verdict: list | None = None      # verdict.Verdict records (with --compare): what every report prints first
     seed_notes: dict | None = None   # workload -> what the seed's table implies and what this host shows (compare)
+    curves: list | None = None       # curve.Curve per side, op and size: open-loop recordings at two rates or more
     detail: bool = False             # report --detail: the per-thread tables and the full accounting too
 
     @property
@@ -115,6 +116,14 @@ class ReportInput:
         return self.runs[1] if len(self.runs) > 1 else None
 
 
+def _curves(runs: list) -> list:
+    out = []
+    for r in runs:
+        window = float((r.doc.get("settings") or {}).get("duration_s") or 1.0)
+        out += curve.curves(r.label, r.cells, window)
+    return out
+
+
 def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
     runs = []
     for p, d in paths_and_docs:
@@ -122,10 +131,10 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         views = {}
         for c in cells:
             raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
-                   and r.get("status") == "ok"]
+                   and (r.get("load") or {}).get("rate") == c.rate and r.get("status") == "ok"]
             gap = facts.server_view_gap(raw, c)
             if gap:
-                views[(c.workload, c.value_size)] = gap
+                views[c.key] = gap
         sens = sensitivity.sensitivity(d)
         runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views, sens))
     comparison = explanation = checked = verdicts = None
@@ -138,14 +147,17 @@ def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
         checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells)
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
         notes = seed.table_notes(comparison, explanation, runs[0].cells, runs[1].cells)
-        return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes)
-    return ReportInput(runs, comparison, explanation, checked, verdicts)
+        return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes, curves=_curves(runs))
+    return ReportInput(runs, comparison, explanation, checked, verdicts, curves=_curves(runs))
 
 
 def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     """[(title, sentences)]: the baseline's prediction of the candidate against its measurement (the
     pipeline model) and the intervention slopes, for the text reporters."""
     out = []
+    if inp.curves:
+        out.append(("Latency-throughput curve (open loop: latency from each request's due moment)",
+                    [curve.describe(c) for c in inp.curves]))
     if inp.whatif:
         out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
     for run in inp.runs:

@@ -42,6 +42,9 @@ WORKLOADS = workloads.NAMES  # the registry's (valkeytrace/workloads.py)
 MEASURED_OP = workloads.MEASURED_OP
 OPS_BY_WORKLOAD = workloads.OPS
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
+# an open-loop op's figures beside them (record --rate): the rates, the service time (from the send)
+OPEN_METRICS = ("offered_rate", "achieved_rate", "service_p50_us", "service_p99_us", "late", "unanswered")
+SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats
 # share it, so no test on them sees the launch-to-launch spread: A/A pairs of recordings moved GET
@@ -75,6 +78,12 @@ class OpSummary:
     launch_values: dict = field(default_factory=dict)
 
     @property
+    def saturated(self) -> bool | None:
+        """An open-loop op that answered less than SATURATED_SHARE of what was offered (None: closed loop)."""
+        off, ach = self.median.get("offered_rate"), self.median.get("achieved_rate")
+        return None if not off or ach is None else ach < SATURATED_SHARE * off
+
+    @property
     def split(self) -> bool:
         """The repeats' p50s lie on different paths (PATH_SPLIT or more fsync cycles apart)."""
         return len(self.paths) >= 2 and max(self.paths) - min(self.paths) >= PATH_SPLIT
@@ -97,6 +106,17 @@ class CellSummary:
     per_repeat: list = field(default_factory=list)
     replicas: list = field(default_factory=list)  # record --replicas: each replica's ServerSummary
     replication: object | None = None  # analysis.replication.Replication (record --replicas)
+    rate: float | None = None    # open loop (record --rate): the measured op's requests due per second
+
+    @property
+    def key(self) -> tuple:
+        """(workload, value_size, rate): what tells two cells of a recording apart."""
+        return (self.workload, self.value_size, self.rate)
+
+    @property
+    def load(self) -> dict:
+        """cells[].load: {"mode": "closed"} or {"mode": "open", "rate": R}."""
+        return {"mode": "open", "rate": self.rate} if self.rate else {"mode": "closed"}
 
 
 def _op_values(run: dict, op: str, size: int) -> dict | None:
@@ -109,6 +129,7 @@ def _op_values(run: dict, op: str, size: int) -> dict | None:
     return {"_rps": [float(p[1]) for p in prog], "_lat": [float(p[2]) * 1000 for p in prog],
             "tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
             "p95_us": res.get("p95_us"), "p99_us": res.get("p99_us"),
+            **{k: res.get(k) for k in OPEN_METRICS},
             "_role": res.get("role", "measured"), "_clients": res.get("clients"), "_launch": run.get("launch")}
 
 
@@ -178,7 +199,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
     groups: dict[tuple[str, int], list[dict]] = {}
     failed: dict[tuple[str, int], int] = {}
     for run in doc.get("runs", []):
-        key = (run["workload"], int(run["value_size"]))
+        key = (run["workload"], int(run["value_size"]), (run.get("load") or {}).get("rate"))
         if run["workload"] not in OPS_BY_WORKLOAD or int(run.get("fsync_extra_delay_ns") or 0) != extra_delay_ns:
             continue
         if key not in groups:
@@ -190,14 +211,14 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
         else:
             failed[key] += 1
     cells = []
-    for key in sorted(order, key=lambda k: (WORKLOADS.index(k[0]), k[1])):
-        workload, size = key
+    for key in sorted(order, key=lambda k: (WORKLOADS.index(k[0]), k[1], k[2] or 0)):
+        workload, size, rate = key
         ops = {}
         for op in OPS_BY_WORKLOAD[workload]:
             rows = [v for v in (_op_values(r, op, size) for r in groups[key]) if v]
             if not rows:
                 continue
-            values = {m: [r[m] for r in rows if r.get(m) is not None] for m in METRICS + ("mean_us",)}
+            values = {m: [r[m] for r in rows if r.get(m) is not None] for m in METRICS + ("mean_us",) + OPEN_METRICS}
             ops[op] = OpSummary(
                 op=op, role=rows[0]["_role"], clients=rows[0]["_clients"], n=len(rows),
                 median={m: float(np.median(v)) if v else None for m, v in values.items()},
@@ -220,7 +241,7 @@ def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
             o.paths, o.cycles_us = repeat_paths(per_repeat, op)
         reps = replica_summaries(groups[key])
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat,
-                                 reps, replication(groups[key], reps)))
+                                 reps, replication(groups[key], reps), rate))
     return cells
 
 
@@ -298,6 +319,7 @@ class CompareRow:
     deltas: dict        # metric -> pct or None
     significant: dict   # metric -> True / False / None (unknown): significance()
     interval: dict      # metric -> launches.interval() or None (below 3 launches a side)
+    rate: float | None = None  # open loop: the cell's offered rate
 
     @property
     def noise(self) -> dict:
@@ -329,13 +351,13 @@ class Comparison:
 
 def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
             base_label: str = "baseline", cand_label: str = "candidate") -> Comparison:
-    bmap = {(c.workload, c.value_size): c for c in base_cells}
-    cmap = {(c.workload, c.value_size): c for c in cand_cells}
+    bmap = {c.key: c for c in base_cells}
+    cmap = {c.key: c for c in cand_cells}
     rows, missing = [], []
-    for key in sorted(set(bmap) | set(cmap), key=lambda k: (WORKLOADS.index(k[0]), k[1])):
+    for key in sorted(set(bmap) | set(cmap), key=lambda k: (WORKLOADS.index(k[0]), k[1], k[2] or 0)):
         if key not in bmap or key not in cmap:
             who = base_label if key not in bmap else cand_label
-            missing.append(f"{key[0]} {key[1]} B: not in {who}")
+            missing.append(f"{key[0]} {key[1]} B{f' at {key[2]:,.0f}/s' if key[2] else ''}: not in {who}")
             continue
         b, c = bmap[key], cmap[key]
         for op in OPS_BY_WORKLOAD[key[0]]:
@@ -349,9 +371,9 @@ def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
             rows.append(CompareRow(key[0], op, key[1], bo, co,
                                    {m: delta_pct(bo.get(m), co.get(m)) for m in METRICS},
                                    {m: significance(bo, co, m) for m in metrics},
-                                   {m: launch_interval(bo, co, m) for m in metrics}))
+                                   {m: launch_interval(bo, co, m) for m in metrics}, key[2]))
     return Comparison(rows, missing, [_replication_row(bmap[k], cmap[k]) for k in sorted(set(bmap) & set(cmap),
-                      key=lambda k: (WORKLOADS.index(k[0]), k[1])) if bmap[k].replication and cmap[k].replication])
+                      key=lambda k: (WORKLOADS.index(k[0]), k[1], k[2] or 0)) if bmap[k].replication and cmap[k].replication])
 
 
 def _replication_row(b: CellSummary, c: CellSummary) -> ReplicationRow:

@@ -63,6 +63,8 @@ class Verdict:
     launches: list | None = None      # server launches [baseline, candidate]
     launches_needed: int | None = None  # a side, for a 95% interval of +-DETECT_PCT (when not significant)
     note: str | None = None           # replication: what the lag's change is made of (lag_note)
+    rate: float | None = None         # open loop: the cell's offered rate
+    saturated: list | None = None     # open loop: [baseline, candidate] saturated at that rate
 
     @property
     def finding(self) -> str:
@@ -102,25 +104,26 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
     """One Verdict per measured op (GET in read-heavy, SET in write-only), size and metric."""
     if comparison is None:
         return []
-    entries = {(e["workload"], e["op"], e["value_size"], e["metric"]): e for e in explanation or []}
+    entries = {(e["workload"], e["op"], e["value_size"], e.get("rate"), e["metric"]): e for e in explanation or []}
     slopes = {}
     for s in base_sensitivity or []:
         key = (s["workload"], s["op"], s["value_size"], s["metric"])
         if key not in slopes or s["thread_role"] == "main":
             slopes[key] = s
-    checks = {(w["workload"], w["op"], w["value_size"], w["metric"]): w for w in whatif_checked or []}
+    checks = {(w["workload"], w["op"], w["value_size"], w.get("rate"), w["metric"]): w for w in whatif_checked or []}
     out = []
     for row in comparison.rows:
         if row.op != MEASURED_OP.get(row.workload):
             continue
         for metric in VERDICT_METRICS:
-            key = (row.workload, row.op, row.value_size, metric)
+            key = (row.workload, row.op, row.value_size, row.rate, metric)
             sig = row.significant[metric]
             b, c = row.base.get(metric), row.cand.get(metric)
             v = Verdict(row.workload, row.op, row.value_size, metric, b, c,
                         None if delta_pct(b, c) is None else round(delta_pct(b, c), 2), sig,
                         rule_of(row, metric, sig), [row.base.n, row.cand.n],
-                        bimodal=metric == "p50_us" and path_bound(row.base, row.cand))
+                        bimodal=metric == "p50_us" and path_bound(row.base, row.cand), rate=row.rate,
+                        saturated=[row.base.saturated, row.cand.saturated] if row.rate else None)
             iv = row.interval[metric]
             if iv is not None:
                 v.change_pct, v.interval_pct, v.launches = iv["change_pct"], iv["interval_pct"], iv["launches"]
@@ -133,7 +136,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                 v.leading_component = e["leading_component"]
                 v.leading_label = model.LABELS.get(e["leading_component"], e["leading_component"])
                 v.explained_share = e.get("explained_share")
-            s = slopes.get(key)
+            s = slopes.get((row.workload, row.op, row.value_size, metric))
             if s is not None:
                 v.slope = Slope(s["thread_role"], s["slope"], s["r2"], bool(s.get("reliable")), s["points"])
             w = checks.get(key)
@@ -199,7 +202,7 @@ TITLES = {"no_change": "No significant change", "unknown": "Significance unknown
 
 def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
     """The p50 verdicts grouped by what explains them, in the order they first appear."""
-    entries = {(e["workload"], e["op"], e["value_size"], e["metric"]): e for e in explanation or []}
+    entries = {(e["workload"], e["op"], e["value_size"], e.get("rate"), e["metric"]): e for e in explanation or []}
     groups: dict[str, Finding] = {}
     for v in verdicts:
         if v.metric != "p50_us":
@@ -212,8 +215,8 @@ def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
             kind = v.leading_component or "unattributed"
         title = TITLES.get(kind) or f"{model.LABELS.get(kind, kind)[0].upper()}{model.LABELS.get(kind, kind)[1:]}"
         f = groups.setdefault(kind, Finding(kind, title, [], []))
-        f.cells.append(f"{v.workload} {v.op} {v.value_size} B")
-        e = entries.get((v.workload, v.op, v.value_size, v.metric))
+        f.cells.append(f"{v.workload} {v.op} {v.value_size} B" + (f" @ {v.rate:,.0f}/s" if v.rate else ""))
+        e = entries.get((v.workload, v.op, v.value_size, v.rate, v.metric))
         if not f.sides and e is not None:
             f.sides = list(e.get("sides") or [])
     return list(groups.values())

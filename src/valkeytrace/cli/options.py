@@ -34,6 +34,24 @@ def parse_sizes(ctx, param, value: str) -> tuple:
     return tuple(sizes)
 
 
+def parse_rates(spec: str) -> tuple:
+    """'2000,20000' -> (2000.0, 20000.0), ascending, each > 0."""
+    import math
+
+    out = []
+    for part in spec.split(","):
+        try:
+            v = float(part.strip())
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not a rate (requests per second, e.g. 2000,20000)") from None
+        if not math.isfinite(v) or v <= 0:
+            raise click.BadParameter(f"{part!r}: a rate is a number of requests per second above 0")
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise click.BadParameter("a rate is listed twice")
+    return tuple(sorted(out))
+
+
 def parse_server_config(ctx, param, values) -> dict:
     out = {}
     for item in values:
@@ -84,6 +102,19 @@ COMMON = [
     click.option("--set-clients", type=click.IntRange(min=1), default=8, show_default=True,
                  help="Background SET clients during read-heavy."),
     click.option("--write-clients", type=click.IntRange(min=1), default=50, show_default=True),
+    click.option("--rate", type=float, callback=positive, metavar="R",
+                 help="Open loop: the measured op's requests are due at R per second (--arrival), sent over as many "
+                      "connections as a stall needs, their latency taken from the moment each was due (corrected "
+                      "for coordinated omission); the time from the send is kept beside it. valkeytrace's own "
+                      "client (csrc/vt_load.c) sends them."),
+    click.option("--rates", "rates_spec", metavar="R1,R2,...",
+                 help="Open loop at each of these rates, a cell each: the latency-throughput curve and where each "
+                      "side saturates."),
+    click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True,
+                 help="How open-loop requests are spaced."),
+    click.option("--set-rate", type=float, callback=positive, metavar="R",
+                 help="Read-heavy: the background SETs open-loop at R per second too [default: closed loop, "
+                      "--set-clients of them]."),
     click.option("--benchmark", "benchmark_path",
                  help="Benchmark client [default: valkey-benchmark, else redis-benchmark]."),
     click.option("--client-cpus", default="auto", show_default=True, metavar="auto|none|LIST",
@@ -132,4 +163,11 @@ def build_kwargs(common: dict) -> dict:
     """The COMMON options' values as plan.build()'s keyword arguments."""
     out = dict(common)
     out["workloads"] = WORKLOAD_CHOICES[out.pop("workload")]
+    rate, spec = out.pop("rate", None), out.pop("rates_spec", None)
+    if rate and spec:
+        raise click.UsageError("give --rate R or --rates R1,R2,..., not both")
+    try:
+        out["rates"] = parse_rates(spec) if spec else ((rate,) if rate else ())
+    except click.BadParameter as exc:
+        raise click.UsageError(f"--rates {spec}: {exc.format_message()}") from None
     return out

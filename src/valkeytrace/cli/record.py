@@ -119,13 +119,14 @@ def describe_plan(plan, launches: int = 1) -> list[str]:
               f"{', port ' + str(s.port) if s.port else ''}"
               + "".join(f", {k} {v}" for k, v in s.config.items()))
     matrix = st.matrix()
-    cells = sorted({(w, size) for _, w, size, _ in matrix})
+    cells = sorted({(w, size) for _, w, size, *_ in matrix})
     extra = [x for x in (f"fsync +{e.fsync_delay['median_ns'] / 1e6:g} ms" if e.fsync_delay else "",
                          f"virtual offload {e.offload}" if e.offload else "",
                          f"gather {e.gather_ns / 1e6:g} ms" if e.gather_ns else "") if x]
     est = estimate.estimate(plan.tracer.backend, matrix, st.duration_s, launches)
     return [f"server: {server}" + (f" ({'; '.join(extra)})" if extra else ""),
-            f"tracer: {plan.tracer.backend}; cells: {', '.join(f'{w} {size} B' for w, size in cells)}",
+            f"tracer: {plan.tracer.backend}; cells: {', '.join(f'{w} {size} B' for w, size in cells)}"
+            + (f"; open loop at {', '.join(f'{r:,.0f}' for r in st.rates)}/s ({st.arrival})" if st.rates else ""),
             f"runs: {len(matrix)} a launch ({st.repeat} repeat(s) of {st.duration_s:g} s"
             + (f", fsync sensitivity {len(st.sensitivity)} level(s)" if st.sensitivity else "") + ")"
             + (f" x {launches} launches" if launches > 1 else ""),

@@ -77,8 +77,19 @@ DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive 
 
 
 def _row(label, size, op, o, note=""):
-    return [label, f"{size} B", op, fmt_ktps(o.median["tps"]), fmt_mbs(o.median["mb_s"]), fmt_us(o.median["p50_us"]),
+    size = size if isinstance(size, str) else f"{size} B"
+    return [label, size, op, fmt_ktps(o.median["tps"]), fmt_mbs(o.median["mb_s"]), fmt_us(o.median["p50_us"]),
             fmt_us(o.median["p95_us"]), fmt_us(o.median["p99_us"]), note]
+
+
+def _open_note(o) -> str:
+    """An open-loop op: offered and achieved, and SATURATED when it answered less than offered."""
+    off, ach = o.median.get("offered_rate"), o.median.get("achieved_rate")
+    if not off:
+        return ""
+    sat = "SATURATED: " if o.saturated else ""
+    return (f"{'; ' if False else ''}{sat}offered {off / 1000:.1f}K/s, achieved {ach / 1000:.1f}K/s; service p50 "
+            f"{fmt_us(o.median.get('service_p50_us'))} µs (latency from each request's due moment)")
 
 
 class _Settings(dict):
@@ -107,7 +118,10 @@ def client_tables(inp: ReportInput) -> list[dict]:
             for i, c in enumerate(cells):
                 o = c.ops[MEASURED_OP[workload]]
                 note = _workload_note(run, workload, run.settings) if i == 0 else ""
-                rows.append((_row(run.label, c.value_size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"), ""))
+                size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
+                extra = _open_note(o)
+                rows.append((_row(run.label, size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"
+                                  + (f"; {extra}" if extra else "")), ""))
             out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
         return out
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
@@ -120,9 +134,10 @@ def client_tables(inp: ReportInput) -> list[dict]:
         table = []
         for i, r in enumerate(rows):
             note = _workload_note(base, workload, base.settings) if i == 0 else ""
-            table.append((_row(base.label, r.value_size, r.op, r.base, note), "baseline"))
-            table.append((_row(cand.label, r.value_size, r.op, r.cand), "candidate"))
-            q = predicted.get((r.workload, r.value_size, r.op))
+            size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
+            table.append((_row(base.label, size, r.op, r.base, note + _open_note(r.base)), "baseline"))
+            table.append((_row(cand.label, size, r.op, r.cand, _open_note(r.cand)), "candidate"))
+            q = predicted.get((r.workload, r.value_size, r.op)) if not r.rate else None
             if q:
                 errs = ", ".join(f"{k.replace('_us', '').upper().replace('TPS', 'TPS')} {v:+.0f}%"
                                  for k, v in q["errors"].items())
@@ -269,9 +284,9 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
     ('' when there is none of these). The verdict every report opens with."""
     cells: dict[tuple, dict] = {}
     for v in inp.verdict or []:
-        cells.setdefault((v.workload, v.op, v.value_size), {})[v.metric] = v
+        cells.setdefault((v.workload, v.op, v.value_size, v.rate), {})[v.metric] = v
     out = []
-    for (workload, op, size), by in cells.items():
+    for (workload, op, size, rate), by in cells.items():
         if op == vd.REPLICATION_OP:
             out.append(_replication_line(workload, size, by))
             continue
@@ -305,7 +320,13 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             w = by.get(metric) and by[metric].whatif
             if w:
                 why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
-        out.append(((f"{workload} {op} {size} B", "; ".join(parts)), "; ".join(why)))
+        sat = next(iter(by.values())).saturated if rate else None
+        if sat and any(sat):
+            why.insert(0, "saturated at this rate: " + " and ".join(
+                side for side, x in zip(("the baseline", "the candidate"), sat) if x)
+                + " answered less than it was offered (the latency grows with the run, not a steady figure)")
+        cell = f"{workload} {op} {size} B" + (f" at {rate:,.0f}/s" if rate else "")
+        out.append(((cell, "; ".join(parts)), "; ".join(why)))
     return out
 
 

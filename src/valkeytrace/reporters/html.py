@@ -31,6 +31,8 @@ CAPTIONS = {
     "budget": "Where the main thread's wall time went, per system and cell (the server-side tables have the figures).",
     "fsync_hist": "fdatasync/fsync latency per cell, by system and thread role: which thread pays for durability.",
     "blocked_timeline": "The main thread's blocked intervals (and fsync calls) over the first seconds of a run.",
+    "latency_throughput": "Open loop: p50 (solid) and p99 (dashed) from each request's due moment against the rate "
+                          "achieved, per side; a hollow point is a rate the side did not keep up with.",
 }
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from valkeytrace.analysis.tables import METRICS
+from valkeytrace.analysis.tables import METRICS, OPEN_METRICS
 from valkeytrace.analysis.report import ReportInput
 
 REPORT_VERSION = 1
@@ -12,6 +12,8 @@ REPORT_VERSION = 1
 def _op(o) -> dict:
     d = {m: o.median[m] for m in METRICS}
     d["mean_us"] = o.median.get("mean_us")
+    if o.median.get("offered_rate"):  # open loop: the percentiles above are from each request's due moment
+        d.update({m: o.median.get(m) for m in OPEN_METRICS}, saturated=o.saturated)
     d.update({"clients": o.clients, "role": o.role, "n": o.n,
               "spread": {m: o.spread[m] for m in METRICS}})
     return d
@@ -21,13 +23,12 @@ def build(inp: ReportInput) -> dict:
     runs = []
     for r in inp.runs:
         s = r.server
-        cells = [{"workload": c.workload, "value_size": c.value_size, "repeats": c.repeats,
+        cells = [{"workload": c.workload, "value_size": c.value_size, "load": c.load, "repeats": c.repeats,
                   "failed": c.failed, "ops": {op: _op(o) for op, o in c.ops.items()},
                   **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
-                  **({"server_view": r.server_views[(c.workload, c.value_size)]}
-                     if (c.workload, c.value_size) in r.server_views else {})}
+                  **({"server_view": r.server_views[c.key]} if c.key in r.server_views else {})}
                  for c in r.cells]
         # the report's own keys (docs/report-json.md), not the recording's
         runs.append(dict(
@@ -39,12 +40,13 @@ def build(inp: ReportInput) -> dict:
             overhead=r.overhead, **({"nodes": r.nodes} if r.nodes else {}), server_exits=r.server_exits,
             cells=cells, explanation=r.explanation,
             sensitivity=r.sensitivity or []))
-    out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs}
+    out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs,
+           **({"curves": [c.to_json() for c in inp.curves]} if inp.curves else {})}
     if inp.comparison is not None:
         out["compare"] = {
             "baseline": inp.baseline.label,
             "candidate": inp.candidate.label,
-            "rows": [{"workload": row.workload, "op": row.op, "value_size": row.value_size,
+            "rows": [{"workload": row.workload, "op": row.op, "value_size": row.value_size, "rate": row.rate,
                       "tps_delta_pct": row.deltas["tps"], "mb_s_delta_pct": row.deltas["mb_s"],
                       "p50_delta_pct": row.deltas["p50_us"], "p95_delta_pct": row.deltas["p95_us"],
                       "p99_delta_pct": row.deltas["p99_us"],

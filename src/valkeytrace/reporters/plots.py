@@ -4,6 +4,7 @@
   budget           the main-thread time budget as stacked bars, per system and cell
   fsync_hist       fdatasync/fsync latency histograms, a panel per cell, both systems' thread roles
   blocked_timeline main-thread blocked intervals (and fsync calls) over the first seconds
+  latency_throughput open loop at two rates or more: p50/p99 against the achieved rate, per side
 """
 from __future__ import annotations
 
@@ -141,8 +142,37 @@ def blocked_timeline(inp: ReportInput, seconds: float = 2.0):
     return fig
 
 
+def latency_throughput(inp: ReportInput):
+    """Open loop at two rates or more: p50 (solid) and p99 (dashed) against the achieved rate, both sides
+    on one log-scale latency axis, a saturated point hollow."""
+    curves = inp.curves or []
+    cells = sorted({(c.workload, c.value_size, c.op) for c in curves})
+    if not cells:
+        return None
+    fig, axes = _grid(len(cells))
+    labels = [r.label for r in inp.runs]
+    for ax, (workload, size, op) in zip(axes, cells):
+        for cv in [c for c in curves if (c.workload, c.value_size, c.op) == (workload, size, op)]:
+            k = labels.index(cv.label) if cv.label in labels else 0
+            color = ("#4c72b0", "#c44e52")[k % 2]
+            xs = [p.achieved_rate or 0 for p in cv.points]
+            for metric, style in (("p50_us", "-"), ("p99_us", "--")):
+                ys = [getattr(p, metric) or np.nan for p in cv.points]
+                ax.plot(xs, ys, style, color=color, label=f"{cv.label} {metric[:3]}")
+                for x, y, p in zip(xs, ys, cv.points):
+                    ax.plot([x], [y], "o", color=color, markerfacecolor="none" if p.saturated else color)
+        ax.set_yscale("log")
+        ax.set_xlabel("achieved requests/s")
+        ax.set_ylabel(f"{op} latency from its due moment (µs)")
+        ax.set_title(f"{workload} {size} B {op}")
+        ax.legend(fontsize=7)
+    fig.suptitle(_title(inp) + ": latency-throughput (open loop)")
+    fig.tight_layout()
+    return fig
+
+
 PLOTS = {"latency_cdf": latency_cdf, "budget": budget, "fsync_hist": fsync_hist,
-         "blocked_timeline": blocked_timeline}
+         "blocked_timeline": blocked_timeline, "latency_throughput": latency_throughput}
 
 
 def make_all(inp: ReportInput) -> dict:

@@ -14,7 +14,7 @@ from rich.table import Table
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line, share_tag
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import (client_note, client_tables, replication_tables, rule_line, server_note,
+from valkeytrace.reporters.base import (_open_note, client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
@@ -157,11 +157,17 @@ def _single(console, inp: ReportInput) -> None:
     t = Table(title="median of repeats (min–max below)", show_edge=False, pad_edge=False)
     for col in ("Workload", "Value", "Op", "Role", "n", *HEAD.values()):
         t.add_column(col, justify="right" if col not in ("Workload", "Op", "Role") else "left", overflow="fold")
+    notes = []
     for cell in run.cells:
         for op, o in cell.ops.items():
-            t.add_row(cell.workload, f"{cell.value_size} B", op, f"{o.role} c={o.clients}", str(o.n),
-                      *[_cell(o, m) for m in METRICS], end_section=True)
+            size = f"{cell.value_size} B" + (f" @ {cell.rate:,.0f}/s" if cell.rate else "")
+            who = f"{o.role} open" if o.median.get("offered_rate") else f"{o.role} c={o.clients}"
+            t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=True)
+            if o.median.get("offered_rate"):
+                notes.append(f"{cell.workload} {size} {op}: {_open_note(o)}")
     console.print(t)
+    for n in notes:
+        console.print("  " + escape(n))
     entries = run.explanation or []
     if entries:
         _rule(console, "[bold]Why[/bold]")

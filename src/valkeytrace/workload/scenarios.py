@@ -14,6 +14,7 @@ scenarios for their loads (BENCH_LOAD).
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
+from valkeytrace.workload.openloop import OpenLoopClient, op_record
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
                                             measured_client, run_measured, run_requests)
 
@@ -42,6 +44,13 @@ class Load:
     get_clients: int = 50
     set_clients: int = 8
     write_clients: int = 50
+    rate: float | None = None       # open loop: the measured op's requests due per second (workload/openloop.py)
+    arrival: str = "poisson"
+    set_rate: float | None = None   # read-heavy's background SETs open-loop at this rate (else closed loop)
+
+    def open_loop(self, op: str, rate: float, size: int, duration_s: float) -> "OpenLoopClient":
+        return OpenLoopClient(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
+                              cpus=self.client.cpus)
 
     @classmethod
     def for_server(cls, server, client, **counts) -> "Load":
@@ -157,6 +166,8 @@ class ReadHeavy:
                 run["demand"] = self.demand(size)
             except (VTError, OSError) as exc:  # context for the what-if, never a reason to lose the run
                 run["demand"] = {"error": str(exc)}
+        if ld.set_rate:
+            return self._open_background(run, size, duration_s, window)
         background = self._settled_background(size)
         try:
             begin, end = window((background.pid,))
@@ -169,9 +180,12 @@ class ReadHeavy:
             def on_end():
                 marks["t1"] = time.monotonic()
                 end()
-            report = run_measured(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace,
-                                  duration_s, on_start=on_start, on_end=on_end)
-            run["ops"]["GET"] = document.op_record(report, "measured")
+            if ld.rate:
+                report = self._open_get(run, size, duration_s, on_start, on_end)
+            else:
+                report = run_measured(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace,
+                                      duration_s, on_start=on_start, on_end=on_end)
+                run["ops"]["GET"] = document.op_record(report, "measured")
             bg = background.window_summary(marks["t0"], marks["t1"])
         finally:
             background.stop()
@@ -179,6 +193,33 @@ class ReadHeavy:
             clients=ld.set_clients, tps=bg["tps"], mean_ms=bg["mean_latency_ms"], samples=bg["samples"],
             progress=background.progress_series(background.started_mono), command=background.argv)
         return measured_client(report)
+
+    def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> dict:
+        """The measured GETs open-loop (record --rate): latency from each one's due moment."""
+        result = self.load.open_loop("GET", self.load.rate, size, duration_s).run(on_start, on_end)
+        run["ops"]["GET"] = op_record(result)
+        return {"client_cpu_s": result["cpu_s"], "client_sched": None}
+
+    def _open_background(self, run: dict, size: int, duration_s: float, window) -> dict:
+        """--set-rate: the background SETs open-loop too, a client of their own started first."""
+        ld = self.load
+        bg = ld.open_loop("SET", ld.set_rate, size, duration_s + 2 * BACKGROUND_SETTLE_S + 2.0)
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", bg.run()), daemon=True)
+        t.start()
+        try:
+            time.sleep(BACKGROUND_SETTLE_S + 0.3)  # its warm-up, then the measured GETs
+            begin, end = window((bg.proc.pid,))
+            report = self._open_get(run, size, duration_s, begin, end) if ld.rate else run_measured(
+                ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, duration_s, on_start=begin,
+                on_end=end)
+            if not ld.rate:
+                run["ops"]["GET"] = document.op_record(report, "measured")
+        finally:
+            t.join(duration_s + 60)
+        if "r" in out:
+            run["ops"]["SET"] = {**op_record(out["r"]), "role": "background"}
+        return report
 
 
 class WriteOnly:
@@ -191,6 +232,10 @@ class WriteOnly:
     def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         ld = self.load
         begin, end = window(())
+        if ld.rate:  # open loop (record --rate): latency from each SET's due moment
+            result = ld.open_loop("SET", ld.rate, size, duration_s).run(begin, end)
+            run["ops"]["SET"] = op_record(result)
+            return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
         report = run_measured(ld.client, ld.host, ld.port, "SET", ld.write_clients, size, ld.keyspace,
                               duration_s, on_start=begin, on_end=end)
         run["ops"]["SET"] = document.op_record(report, "measured")

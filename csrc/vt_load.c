@@ -1,0 +1,425 @@
+/*
+ * vt_load.c: valkeytrace's open-loop client (vt_load.h).
+ *
+ * The schedule is fixed before anything is answered: request i is due at t0 + the sum of the gaps
+ * (each 1/rate, or drawn from an exponential of that mean), whatever the server does. A due request
+ * goes out on an idle connection; when every connection waits, another is opened (a stalled server's
+ * kernel still accepts it), up to max_conns, then the least-loaded one carries it behind the others
+ * (pipelined: the server answers a connection's requests in order). Its latency counts from the
+ * moment it was due (a stall is paid by every request due during it, not once per connection: the
+ * coordinated omission wrk2 and HdrHistogram correct), its service time from the moment its last
+ * byte left. The loop sleeps in epoll_pwait2 until the next request is due (nanoseconds).
+ */
+#define _GNU_SOURCE
+#include "vt_load.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hist.h"
+
+#define MAX_EVENTS 256
+#define READ_BUF 65536
+
+struct pending {
+    uint64_t due, end_off, sent;
+};
+
+struct lconn {
+    int fd, want_out, idle;
+    char *out;                  /* bytes handed to the connection, not yet written */
+    uint32_t out_len, out_cap;
+    uint64_t written, queued;   /* bytes written / handed over since it opened */
+    struct pending *q;          /* its requests outstanding, in order */
+    uint32_t qh, qt, qcap, unstamped; /* unstamped: the first not yet sent whole */
+    int state;                  /* reply parser: 0 a reply's start, 1 in its line, 2 in a bulk's data */
+    char kind;
+    int64_t bulk;               /* bulk bytes (and CRLF) still to skip */
+    int64_t num;
+};
+
+struct loader {
+    const struct vt_load_config *cfg;
+    struct vt_load_result *res;
+    struct lconn *c;
+    uint32_t n, cap, *idle, idle_n, idle_cap, rr;
+    int ep;
+    uint64_t rng, ws, we;
+    char *req;                  /* the request's bytes, its key rewritten in place */
+    uint32_t req_len, key_at;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t next_rand(struct loader *l)
+{
+    uint64_t x = l->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    l->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* n due moments over [from, from + span): evenly spaced (uniform), or Poisson spacings scaled so that
+ * the n-th falls inside the span (a Poisson process given its count: the count is the rate's) */
+static uint64_t *schedule(struct loader *l, uint64_t from, uint64_t span, uint64_t n)
+{
+    uint64_t *t = malloc((n ? n : 1) * sizeof(uint64_t));
+    double *g = malloc((n + 1) * sizeof(double)), sum = 0;
+    if (!t || !g) {
+        free(t);
+        free(g);
+        return NULL;
+    }
+    for (uint64_t i = 0; i <= n; i++) {
+        double u = (double)((next_rand(l) >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
+        g[i] = l->cfg->arrival == VT_LOAD_UNIFORM ? 1.0 : -log(u);
+        sum += g[i];
+    }
+    double acc = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        acc += g[i];
+        t[i] = from + (uint64_t)((double)span * acc / sum);
+    }
+    free(g);
+    return t;
+}
+
+static int grow(void **p, uint32_t *cap, size_t size, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    uint32_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int push_idle(struct loader *l, struct lconn *c)
+{
+    if (c->idle)
+        return 0;
+    if (grow((void **)&l->idle, &l->idle_cap, sizeof(uint32_t), l->idle_n + 1))
+        return ENOMEM;
+    l->idle[l->idle_n++] = (uint32_t)(c - l->c);
+    c->idle = 1;
+    return 0;
+}
+
+static int open_conn(struct loader *l)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)l->cfg->port)};
+    int one = 1;
+    if (inet_pton(AF_INET, l->cfg->host, &a.sin_addr) != 1)
+        return EINVAL;
+    if (grow((void **)&l->c, &l->cap, sizeof(struct lconn), l->n + 1))
+        return ENOMEM;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    struct lconn *c = &l->c[l->n];
+    memset(c, 0, sizeof(*c));
+    c->fd = fd;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = l->n};
+    epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev);
+    l->n++;
+    l->res->conns++;
+    return push_idle(l, c);
+}
+
+/* the connection a due request goes out on: an idle one, else a new one, else the next in turn */
+static struct lconn *pick(struct loader *l, int *pipelined)
+{
+    *pipelined = 0;
+    while (l->idle_n) {
+        struct lconn *c = &l->c[l->idle[--l->idle_n]];
+        c->idle = 0;
+        if (c->qt == c->qh)
+            return c;
+    }
+    if (l->n < (uint32_t)l->cfg->max_conns && open_conn(l) == 0) {
+        struct lconn *c = &l->c[l->idle[--l->idle_n]];
+        c->idle = 0;
+        return c;
+    }
+    if (!l->n)
+        return NULL;
+    *pipelined = 1;
+    l->rr = (l->rr + 1) % l->n;
+    return &l->c[l->rr];
+}
+
+static void stamp_sent(struct lconn *c, uint64_t now)
+{
+    if (c->unstamped < c->qh)
+        c->unstamped = c->qh;
+    while (c->unstamped < c->qt && c->q[c->unstamped].end_off <= c->written)
+        c->q[c->unstamped++].sent = now;
+}
+
+static void flush(struct loader *l, struct lconn *c, uint64_t now)
+{
+    while (c->out_len) {
+        ssize_t w = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR)
+                continue;
+            break; /* EAGAIN: the rest when the socket takes it; an error shows at its read */
+        }
+        memmove(c->out, c->out + w, c->out_len - (uint32_t)w);
+        c->out_len -= (uint32_t)w;
+        c->written += (uint64_t)w;
+    }
+    stamp_sent(c, now);
+    int want = c->out_len > 0;
+    if (want != c->want_out) {
+        struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.u32 = (uint32_t)(c - l->c)};
+        epoll_ctl(l->ep, EPOLL_CTL_MOD, c->fd, &ev);
+        c->want_out = want;
+    }
+}
+
+static int send_one(struct loader *l, uint64_t due, uint64_t now)
+{
+    int pipelined;
+    struct lconn *c = pick(l, &pipelined);
+    if (!c)
+        return -1;
+    char key[16];
+    snprintf(key, sizeof(key), "%012u", (unsigned)(next_rand(l) % (l->cfg->keyspace ? l->cfg->keyspace : 1)));
+    memcpy(l->req + l->key_at, key, 12);
+    if (grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
+        grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
+        return -1;
+    if (c->qh && c->qt == c->qcap) {
+        memmove(c->q, c->q + c->qh, (size_t)(c->qt - c->qh) * sizeof(struct pending));
+        c->qt -= c->qh;
+        c->unstamped -= c->unstamped >= c->qh ? c->qh : c->unstamped;
+        c->qh = 0;
+    }
+    memcpy(c->out + c->out_len, l->req, l->req_len);
+    c->out_len += l->req_len;
+    c->queued += l->req_len;
+    c->q[c->qt++] = (struct pending){due, c->queued, 0};
+    l->res->pipelined += (uint64_t)pipelined;
+    flush(l, c, now);
+    return 0;
+}
+
+/* one reply read off c: pop its request, count it */
+static void answered(struct loader *l, struct lconn *c, uint64_t now)
+{
+    if (c->qh == c->qt)
+        return; /* a reply no request of ours asked for */
+    struct pending p = c->q[c->qh++];
+    if (c->qh == c->qt)
+        push_idle(l, c);
+    if (c->kind == '-')
+        l->res->errors++;
+    if (p.due < l->ws || p.due >= l->we)
+        return;
+    struct vt_load_result *r = l->res;
+    r->answered++;
+    r->answered_in_window += now <= l->we;
+    r->answered_drained += now <= l->we + l->cfg->drain_ns;
+    if (p.sent && p.sent - p.due > l->cfg->late_ns)
+        r->late++;
+    vt_hist_record(&r->corrected, now - p.due);
+    vt_hist_record(&r->service, now - (p.sent ? p.sent : p.due));
+}
+
+/* RESP replies as they come: a simple line (+, -, :), a bulk ($N then N bytes and CRLF, or $-1);
+ * enough for GET and SET */
+static void parse(struct loader *l, struct lconn *c, const char *buf, size_t n, uint64_t now)
+{
+    for (size_t i = 0; i < n;) {
+        if (c->state == 2) {
+            size_t take = (size_t)c->bulk < n - i ? (size_t)c->bulk : n - i;
+            c->bulk -= (int64_t)take;
+            i += take;
+            if (!c->bulk) {
+                c->state = 0;
+                answered(l, c, now);
+            }
+            continue;
+        }
+        char ch = buf[i++];
+        if (c->state == 0) {
+            c->kind = ch;
+            c->num = 0;
+            c->state = 1;
+            continue;
+        }
+        if (ch == '\n') {
+            if (c->kind == '$' && c->num >= 0) {
+                c->bulk = c->num + 2;
+                c->state = 2;
+            } else {
+                c->state = 0;
+                answered(l, c, now);
+            }
+        } else if (c->kind == '$' && ch == '-') {
+            c->num = -1;
+        } else if (c->kind == '$' && ch >= '0' && ch <= '9' && c->num >= 0) {
+            c->num = c->num * 10 + (ch - '0');
+        }
+    }
+}
+
+static void marker(const struct vt_load_config *cfg, const char *m)
+{
+    if (cfg->marker_fd >= 0 && write(cfg->marker_fd, m, 2) < 0)
+        return;
+}
+
+static int build_request(struct loader *l)
+{
+    const struct vt_load_config *cfg = l->cfg;
+    uint32_t vs = cfg->op == VT_LOAD_SET ? cfg->value_size : 0;
+    size_t cap = 96 + vs;
+    l->req = malloc(cap);
+    if (!l->req)
+        return -1;
+    int head = snprintf(l->req, cap, cfg->op == VT_LOAD_SET ? "*3\r\n$3\r\nSET\r\n$16\r\nkey:" : "*2\r\n$3\r\nGET\r\n$16\r\nkey:");
+    l->key_at = (uint32_t)head;
+    memset(l->req + head, '0', 12);
+    size_t len = (size_t)head + 12;
+    len += (size_t)snprintf(l->req + len, cap - len, "\r\n");
+    if (cfg->op == VT_LOAD_SET) {
+        len += (size_t)snprintf(l->req + len, cap - len, "$%u\r\n", vs);
+        memset(l->req + len, 'x', vs);
+        len += vs;
+        len += (size_t)snprintf(l->req + len, cap - len, "\r\n");
+    }
+    l->req_len = (uint32_t)len;
+    return 0;
+}
+
+int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
+{
+    struct loader l = {.cfg = cfg, .res = res, .rng = cfg->seed ? cfg->seed : 0x9E3779B97F4A7C15ull};
+    struct epoll_event evs[MAX_EVENTS];
+    static char buf[READ_BUF];
+    memset(res, 0, sizeof(*res));
+    vt_hist_reset(&res->corrected);
+    vt_hist_reset(&res->service);
+    if (cfg->rate <= 0 || build_request(&l)) {
+        res->error = EINVAL;
+        snprintf(res->message, sizeof(res->message), "a rate above 0 is needed");
+        return -1;
+    }
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake when a request is due, not 50 µs after */
+    l.ep = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < (cfg->conns > 0 ? cfg->conns : 1); i++) {
+        int e = open_conn(&l);
+        if (e) {
+            res->error = e;
+            snprintf(res->message, sizeof(res->message), "cannot connect to %s:%d: %s", cfg->host, cfg->port, strerror(e));
+            break;
+        }
+    }
+    uint64_t start = mono_ns();
+    l.ws = start + cfg->warmup_ns;
+    l.we = l.ws + cfg->duration_ns;
+    res->window_start_ns = l.ws;
+    res->window_end_ns = l.we;
+    uint64_t nw = (uint64_t)(cfg->rate * (double)cfg->warmup_ns / 1e9 + 0.5);
+    uint64_t nm = (uint64_t)(cfg->rate * (double)cfg->duration_ns / 1e9 + 0.5);
+    uint64_t *warm = schedule(&l, start, cfg->warmup_ns, nw), *due = schedule(&l, l.ws, cfg->duration_ns, nm);
+    uint64_t iw = 0, im = 0;
+    if (!warm || !due) {
+        res->error = ENOMEM;
+        snprintf(res->message, sizeof(res->message), "out of memory for %llu requests", (unsigned long long)(nw + nm));
+    }
+    int began = 0, ended = 0;
+    while (!res->error) {
+        uint64_t now = mono_ns(), next;
+        if (!began && now >= l.ws)
+            began = 1, marker(cfg, "B\n");
+        /* everything due by now goes out now */
+        while ((next = iw < nw ? warm[iw] : im < nm ? due[im] : UINT64_MAX) <= now) {
+            if (send_one(&l, next, now)) {
+                res->error = ENOMEM;
+                snprintf(res->message, sizeof(res->message), "out of memory");
+                break;
+            }
+            if (iw < nw)
+                iw++;
+            else
+                im++, res->due++;
+        }
+        if (!ended && now >= l.we)
+            ended = 1, marker(cfg, "E\n");
+        if (ended && (res->answered >= res->due || now >= l.we + cfg->grace_ns))
+            break;
+        uint64_t wake = next != UINT64_MAX && next < l.we ? next : l.we + (ended ? cfg->grace_ns : 0);
+        struct timespec ts = {0, 0};
+        if (wake > now) {
+            ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
+            ts.tv_nsec = (long)((wake - now) % 1000000000ull);
+        }
+        int k = epoll_pwait2(l.ep, evs, MAX_EVENTS, &ts, NULL);
+        now = mono_ns();
+        for (int i = 0; i < k; i++) {
+            struct lconn *c = &l.c[evs[i].data.u32];
+            if (evs[i].events & EPOLLOUT)
+                flush(&l, c, now);
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
+                if (r > 0)
+                    parse(&l, c, buf, (size_t)r, now);
+                else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                    res->error = r == 0 ? ECONNRESET : errno;
+                    snprintf(res->message, sizeof(res->message), "the server closed a connection (%s)",
+                             strerror(res->error));
+                }
+            }
+        }
+    }
+    for (uint32_t i = 0; i < l.n; i++) {
+        for (uint32_t j = l.c[i].qh; j < l.c[i].qt; j++)
+            res->sent += l.c[i].q[j].sent != 0 && l.c[i].q[j].due >= l.ws && l.c[i].q[j].due < l.we;
+        close(l.c[i].fd);
+        free(l.c[i].out);
+        free(l.c[i].q);
+    }
+    res->sent += res->answered;
+    res->unanswered = res->due > res->answered ? res->due - res->answered : 0;
+    close(l.ep);
+    free(l.c);
+    free(l.idle);
+    free(l.req);
+    free(warm);
+    free(due);
+    return res->error ? -1 : 0;
+}

@@ -1,0 +1,55 @@
+/*
+ * vt_load.h: valkeytrace's open-loop client (record --rate): requests due on a schedule (Poisson or
+ * uniform arrivals at a rate), each sent when due over a pool of connections that grows while the
+ * server does not answer (then pipelines), its latency measured from the moment it was due
+ * (corrected for coordinated omission) and from the moment it was sent (service time), into two
+ * log-linear histograms (hist.h). The window holds exactly rate x duration requests (Poisson
+ * spacings normalized to it: the offered rate is the rate asked for, not a draw of it).
+ * Single-threaded, one epoll loop; built into the cffi module.
+ */
+#ifndef VT_LOAD_H
+#define VT_LOAD_H
+
+#include <stdint.h>
+
+#include "valkeytrace.h"
+
+#define VT_LOAD_GET 0
+#define VT_LOAD_SET 1
+#define VT_LOAD_POISSON 0
+#define VT_LOAD_UNIFORM 1
+
+struct vt_load_config {
+    const char *host;
+    int port;
+    int op;                 /* VT_LOAD_GET / VT_LOAD_SET */
+    uint32_t keyspace;      /* keys key:000000000000 .. keyspace - 1, drawn at random */
+    uint32_t value_size;    /* SET's value */
+    double rate;            /* requests due per second */
+    int arrival;            /* VT_LOAD_POISSON / VT_LOAD_UNIFORM */
+    int conns;              /* connections opened first */
+    int max_conns;          /* the pool grows to this while requests are due and every connection waits */
+    uint64_t warmup_ns;     /* due before the window: sent, not counted */
+    uint64_t duration_ns;   /* the measured window: requests due in it are counted */
+    uint64_t grace_ns;      /* after the window, how long its requests may still be answered */
+    uint64_t drain_ns;      /* answered this soon after the window, a request counts toward the achieved rate */
+    uint64_t late_ns;       /* a request sent this long after it was due is late */
+    uint64_t seed;
+    int marker_fd;          /* "B\n" written when the window begins, "E\n" when its last request is due (-1: none) */
+};
+
+struct vt_load_result {
+    uint64_t window_start_ns, window_end_ns; /* CLOCK_MONOTONIC */
+    uint64_t due, sent, answered, late, errors, unanswered;
+    uint64_t answered_in_window;  /* replies that came during the window */
+    uint64_t answered_drained;    /* replies that came by the window's end + drain_ns (the achieved rate) */
+    uint64_t conns, pipelined;    /* connections opened; requests sent behind another on one */
+    struct vt_hist corrected;     /* due -> its reply read */
+    struct vt_hist service;       /* sent -> its reply read */
+    int error;                    /* 0, or an errno: could not connect */
+    char message[160];
+};
+
+int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res);
+
+#endif

@@ -1,0 +1,78 @@
+"""The latency-throughput curve of open-loop recordings (record --rates): per side and measured op, one
+point per rate (the achieved rate, the corrected p50 and p99, the service p50), and where the side
+saturates: the highest rate it achieved within 1% with a bounded p99 (a p99 under a quarter of the
+window: a queue that grew through the window is not a latency)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from valkeytrace.analysis.tables import MEASURED_OP, SATURATED_SHARE, CellSummary
+
+BOUNDED_P99_SHARE = 0.25  # a p99 longer than this share of the window is the queue, not a latency
+
+
+@dataclass
+class Point:
+    rate: float
+    achieved_rate: float | None
+    p50_us: float | None
+    p99_us: float | None
+    service_p50_us: float | None
+    saturated: bool | None
+
+
+@dataclass
+class Curve:
+    label: str
+    workload: str
+    op: str
+    value_size: int
+    points: list = field(default_factory=list)
+    saturates_above: float | None = None   # the highest rate achieved within 1% with a bounded p99
+    first_saturated: float | None = None   # the lowest rate it did not keep up with (None: it kept up with all)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def curves(label: str, cells: list[CellSummary], window_s: float) -> list[Curve]:
+    """One curve per (workload, value size) with two rates or more."""
+    groups: dict = {}
+    for c in cells:
+        if c.rate and MEASURED_OP.get(c.workload) in c.ops:
+            groups.setdefault((c.workload, c.value_size), []).append(c)
+    out = []
+    for (workload, size), cs in groups.items():
+        op = MEASURED_OP[workload]
+        cv = Curve(label, workload, op, size)
+        for c in sorted(cs, key=lambda x: x.rate or 0):
+            o = c.ops[op]
+            m = o.median
+            cv.points.append(Point(c.rate or 0.0, m.get("achieved_rate"), m.get("p50_us"), m.get("p99_us"),
+                                   m.get("service_p50_us"), o.saturated))
+        kept = [p for p in cv.points if kept_up(p, window_s)]
+        cv.saturates_above = max((p.rate for p in kept), default=None)
+        over = [p.rate for p in cv.points if not kept_up(p, window_s)]
+        cv.first_saturated = min(over) if over else None
+        out.append(cv)
+    return out
+
+
+def kept_up(p: Point, window_s: float) -> bool:
+    """Achieved within 1% of the rate, and a p99 that is a latency, not the queue."""
+    return (p.achieved_rate is not None and p.achieved_rate >= SATURATED_SHARE * p.rate and p.p99_us is not None
+            and p.p99_us < BOUNDED_P99_SHARE * window_s * 1e6)
+
+
+def describe(cv: Curve) -> str:
+    pts = "; ".join(f"{p.rate:,.0f}/s: achieved {p.achieved_rate or 0:,.0f}/s, p50 {_us(p.p50_us)}, p99 {_us(p.p99_us)}"
+                    + (" SATURATED" if p.saturated else "") for p in cv.points)
+    where = (f"kept up to {cv.saturates_above:,.0f}/s" if cv.saturates_above else "kept up with no rate tried") + (
+        f", saturated at {cv.first_saturated:,.0f}/s" if cv.first_saturated else ", with every rate tried")
+    return f"{cv.label} {cv.workload} {cv.value_size} B {cv.op}: {where}. {pts}"
+
+
+def _us(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v / 1e6:.2f} s" if v >= 1e6 else f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"

@@ -1,0 +1,180 @@
+"""The open-loop client (record --rate): csrc/vt_load.c run in a process of its own, as the benchmark
+clients are (placed on the clients' CPUs, its CPU counted as theirs).
+
+    python -m valkeytrace.workload.openloop --host H --port P --op GET --rate R --duration S ...
+
+prints "B" when its measured window begins, "E" when the last request due in it is due, then one
+JSON line: the rates, the counts and both distributions (latency from each request's due moment,
+service time from its send), as LatencyHistogram dicts, and its own CPU time over the window.
+OpenLoopClient (below) starts it and calls the window hooks on those lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+from valkeytrace import system
+from valkeytrace.errors import VTError
+from valkeytrace.workload import placement
+
+WARMUP_S = 0.3          # requests due before the window: sent, not counted
+GRACE_S = 10.0          # after the window, how long its requests may still be answered
+# a backlog the window leaves that clears this soon after it is no saturation (a pause of up to ~2 s near
+# the window's end); one that does not is: the achieved rate counts the requests answered by then
+DRAIN_S = 2.0
+LATE_NS = 1_000_000     # sent this long after it was due: late (the client could not keep up)
+# the pool grows to this while every connection waits, then pipelines (a stalled server's listen backlog,
+# 511 by default, drops the SYNs beyond it and connect() waits a second for its retransmit: a client
+# that kept opening connections through a 1 s pause sent late and read p99 1.2 s for 0.95 s)
+MAX_CONNS = 256
+SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
+
+
+class OpenLoopError(VTError):
+    pass
+
+
+def initial_conns(rate: float) -> int:
+    """Enough connections for a millisecond of requests to go out on idle ones, at least 8."""
+    return max(8, min(256, int(rate / 1000) + 8))
+
+
+def run(host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
+        arrival: str = "poisson", seed: int = 1, marker_fd: int = -1) -> dict:
+    """One open-loop run in this process (the C loop); the result as the recording keeps it."""
+    from valkeytrace._native import ffi, lib
+    from valkeytrace.histogram import LatencyHistogram
+
+    cfg = ffi.new("struct vt_load_config *")
+    host_c = ffi.new("char[]", host.encode())
+    cfg.host, cfg.port = host_c, port
+    cfg.op = lib.VT_LOAD_SET if op == "SET" else lib.VT_LOAD_GET
+    cfg.keyspace, cfg.value_size, cfg.rate = keyspace, value_size, rate
+    cfg.arrival = lib.VT_LOAD_UNIFORM if arrival == "uniform" else lib.VT_LOAD_POISSON
+    cfg.conns, cfg.max_conns = initial_conns(rate), MAX_CONNS
+    cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(duration_s * 1e9)
+    cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
+    cfg.seed, cfg.marker_fd = seed, marker_fd
+    res = ffi.new("struct vt_load_result *")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < MAX_CONNS + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, MAX_CONNS + 256), hard))
+    cpu0 = time.process_time()
+    lib.vt_load_run(cfg, res)
+    cpu_s = time.process_time() - cpu0
+    if res.error:
+        raise OpenLoopError(f"the open-loop client: {ffi.string(res.message).decode()}")
+    window_s = (res.window_end_ns - res.window_start_ns) / 1e9
+    corrected = LatencyHistogram()
+    corrected._h[0] = res.corrected
+    service = LatencyHistogram()
+    service._h[0] = res.service
+    return {"op": op, "rate": rate, "arrival": arrival, "window_s": window_s, "due": int(res.due),
+            "sent": int(res.sent), "answered": int(res.answered), "answered_in_window": int(res.answered_in_window),
+            "answered_drained": int(res.answered_drained),
+            "late": int(res.late), "errors": int(res.errors), "unanswered": int(res.unanswered),
+            "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
+            "corrected": corrected.to_dict(), "service": service.to_dict()}
+
+
+def op_record(result: dict) -> dict:
+    """The run's `ops.OP` for an open-loop op: the corrected percentiles in the closed loop's fields,
+    the service time beside, the offered and achieved rates, and both distributions."""
+    from valkeytrace.histogram import LatencyHistogram
+
+    corrected = LatencyHistogram.from_dict(result["corrected"])
+    service = LatencyHistogram.from_dict(result["service"])
+    w = result["window_s"] or 1.0
+    offered = result["due"] / w
+    achieved = result["answered_drained"] / w
+    pct = (lambda h, q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
+    return {"role": "measured", "mode": "open", "clients": result["conns"], "tps": round(achieved, 2),
+            "requests": result["answered"], "seconds": round(w, 3),
+            "mean_us": round(corrected.mean_ns / 1e3, 1) if corrected.count else None,
+            "p50_us": pct(corrected, 50), "p95_us": pct(corrected, 95), "p99_us": pct(corrected, 99),
+            "max_us": round(corrected.max_ns / 1e3, 1) if corrected.count else None,
+            "offered_rate": round(offered, 2), "achieved_rate": round(achieved, 2),
+            "saturated": achieved < SATURATED_SHARE * offered,
+            "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
+            "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
+            "errors": result["errors"], "client_cpu_s": round(result["cpu_s"], 4),
+            "corrected_hist": result["corrected"], "service_hist": result["service"],
+            "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}), latency from each one's due "
+                    "moment (corrected); service time from its send"}
+
+
+class OpenLoopClient:
+    """The open-loop client process: started, placed on cpus, its window markers turned into calls."""
+
+    def __init__(self, host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
+                 arrival: str = "poisson", cpus=None, seed: int = 1):
+        argv = [sys.executable, "-m", "valkeytrace.workload.openloop", "--host", host, "--port", str(port), "--op", op,
+                "--rate", repr(rate), "--duration", repr(duration_s), "--keyspace", str(keyspace), "--value-size",
+                str(value_size), "--arrival", arrival, "--seed", str(seed)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     **system.own_process_group())
+        if cpus:
+            placement.pin(self.proc.pid, cpus)
+        self.timeout = duration_s + WARMUP_S + GRACE_S + 30
+
+    def run(self, on_start=None, on_end=None) -> dict:
+        """Wait for its window (calling on_start, on_end on its markers) and its result."""
+        err: list = []
+        t = threading.Thread(target=lambda: err.append(self.proc.stderr.read()), daemon=True)
+        t.start()
+        result = None
+        deadline = time.monotonic() + self.timeout
+        try:
+            for line in self.proc.stdout:
+                line = line.strip()
+                if line == "B" and on_start:
+                    on_start()
+                elif line == "E" and on_end:
+                    on_end()
+                elif line.startswith("{"):
+                    result = json.loads(line)
+                if time.monotonic() > deadline:
+                    raise OpenLoopError("the open-loop client did not finish in time")
+            self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        t.join(2)
+        if result is None:
+            last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
+            raise OpenLoopError(f"the open-loop client failed: {last}")
+        return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="valkeytrace.workload.openloop")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--op", choices=("GET", "SET"), default="GET")
+    ap.add_argument("--rate", type=float, required=True)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--keyspace", type=int, default=100000)
+    ap.add_argument("--value-size", type=int, default=64)
+    ap.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    sys.stdout.flush()
+    try:
+        out = run(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
+                  marker_fd=sys.stdout.fileno())
+    except OpenLoopError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    os.write(sys.stdout.fileno(), (json.dumps(out) + "\n").encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
