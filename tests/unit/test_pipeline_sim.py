@@ -111,3 +111,42 @@ def test_the_simulation_is_a_function_of_its_seed():
                interference=Interference(100.0, Sampler((50.0, 400.0))), jitter=Jitter(0.01, 300.0))
     a, b = simulate(p, seed=3), simulate(p, seed=3)
     assert a.ops["GET"].p99_us == b.ops["GET"].p99_us and a.events == b.events
+
+
+def test_open_loop_below_capacity_every_step_of_a_request():
+    """GETs due every 1 ms (uniform), one at a time, nothing written: each one's latency is its own
+    path (sent: CW, the main thread wakes, reads it, answers it; the client wakes and reads it), from
+    the moment it was due; the rate achieved is the one offered."""
+    r = simulate(params([Group("GET", 1, rate=1000.0, arrival="uniform")]))
+    o = r.ops["GET"]
+    assert o.p50_us == pytest.approx(CW + WAKE + SR + SW + WAKE + CR, abs=0.01)
+    assert o.open["achieved_rate"] == pytest.approx(1000.0, rel=0.002) and not o.open["saturated"]
+    assert o.open["service_p50_us"] == pytest.approx(o.p50_us - CW, abs=0.01)  # from the send, not the due moment
+
+
+def test_open_loop_past_the_servers_capacity_is_saturated():
+    """A GET costs the main thread 200 µs (at most 5,000/s): at 8,000/s offered the queue grows
+    through the window, the achieved rate is the server's, not the offered one, and the latency
+    from the due moment grows with the window (a closed loop would show a steady one)."""
+    p = params([Group("GET", 1, rate=8000.0)])
+    p = Params(**{**p.__dict__, "server": ServerCosts(read_us={"GET": 200.0}, write_us=SW, wake_us=WAKE),
+                  "drain_s": 0.0})
+    o = simulate(p).ops["GET"]
+    assert o.open["saturated"] and o.open["offered_rate"] == pytest.approx(8000, rel=0.03)
+    # at most the server's 4,926/s (200 + 3 µs a GET) are answered, less the backlog the warm-up left
+    # and the batch still being read at the window's end (every request arrived is read before any reply)
+    assert o.open["achieved_rate"] < 1e6 / (200.0 + SW)
+    assert o.p99_us > 0.5e6  # the backlog at the window's end: its requests waited most of a second
+
+
+def test_open_loop_under_always_waits_for_the_fsync_cycle_in_flight():
+    """GETs at 500/s under one closed-loop SET client whose every write the main thread fdatasyncs (4 ms):
+    the main thread is in an fsync nearly all the time; a GET due at a random moment waits for the rest
+    of it (half a cycle on the median), then is answered by the next iteration, which has no write in
+    it (the SET client's next write comes a round trip after its reply, after the GETs read in the
+    same poll): never more than a cycle and a few passes."""
+    r = simulate(params([Group("GET", 1, rate=500.0), Group("SET", 1, measured=False)]))
+    cycle = A + F  # the main thread's iteration with a write in it
+    o = r.ops["GET"]
+    assert o.p50_us == pytest.approx(cycle / 2, rel=0.1)
+    assert o.p99_us < cycle + 100

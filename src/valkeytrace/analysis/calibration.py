@@ -57,9 +57,17 @@ class Calibration:
                              "source": source}
 
 
-def _cell_runs(doc: dict, workload: str, size: int) -> list[dict]:
+def _cell_runs(doc: dict, workload: str, size: int, rate: float | None = None) -> list[dict]:
+    """The cell's measured runs with a server-side trace: at `rate` (open loop), or closed loop (None)."""
     return [r for r in doc.get("runs", []) if r.get("workload") == workload and r.get("value_size") == size
-            and r.get("status") == "ok" and not r.get("fsync_extra_delay_ns") and r.get("server")]
+            and r.get("status") == "ok" and not r.get("fsync_extra_delay_ns") and r.get("server")
+            and (r.get("load") or {}).get("rate") == rate]
+
+
+def rates_of(doc: dict, workload: str, size: int) -> list:
+    """The cell's loads: None (closed loop) and each open-loop rate, in the recording's order."""
+    return list(dict.fromkeys((r.get("load") or {}).get("rate") for r in doc.get("runs", [])
+                              if r.get("workload") == workload and r.get("value_size") == size))
 
 
 def _sync_thread(server: dict) -> dict | None:
@@ -126,7 +134,7 @@ def _sync_cpu(runs: list[dict]) -> float | None:
 
 def _passes(doc: dict, size: int) -> list[dict]:
     """The GET-only passes recorded before the read-heavy windows of this size."""
-    return [r["demand"] for r in _cell_runs(doc, "read-heavy", size)
+    return [r["demand"] for rate in rates_of(doc, "read-heavy", size) for r in _cell_runs(doc, "read-heavy", size, rate)
             if isinstance(r.get("demand"), dict) and r["demand"].get("tps") and r["demand"].get("host_cpu")]
 
 
@@ -136,7 +144,8 @@ def _per_request(passes: list[dict], key: str) -> float:
 
 def _set_extra_us(doc: dict, size: int) -> tuple[float, str]:
     vals = []
-    for r in _cell_runs(doc, "read-heavy", size) + _cell_runs(doc, "write-only", size):
+    for r in [r for w in ("read-heavy", "write-only") for rate in rates_of(doc, w, size)
+              for r in _cell_runs(doc, w, size, rate)]:
         cs = (r.get("server_view") or {}).get("commandstats") or {}
         if "set" in cs and "get" in cs:
             vals.append(cs["set"]["usec_per_call"] - cs["get"]["usec_per_call"])
@@ -242,11 +251,13 @@ def groups_for(workload: str, get_clients: int, set_clients: int, write_clients:
     return (Group("SET", write_clients),)
 
 
-def calibrate(doc: dict, workload: str, size: int) -> Calibration:
-    """The model of one cell of a recording, as recorded."""
-    runs = _cell_runs(doc, workload, size)
+def calibrate(doc: dict, workload: str, size: int, rate: float | None = None) -> Calibration:
+    """The model of one cell of a recording, as recorded: its closed loop, or its open loop at `rate`
+    (the costs, the calls and the stalls from those runs; the clients' the GET-only passes' if any)."""
+    runs = _cell_runs(doc, workload, size, rate)
     if not runs:
-        raise CalibrationError(f"no measured {workload} {size} B run with a server-side trace to calibrate from")
+        at = f" at {rate:,.0f}/s" if rate else ""
+        raise CalibrationError(f"no measured {workload} {size} B run{at} with a server-side trace to calibrate from")
     mode = _mode(doc)
     sync, sync_src = call_lengths(runs, SYNC_CALLS)
     if not sync:
@@ -275,8 +286,12 @@ def calibrate(doc: dict, workload: str, size: int) -> Calibration:
     bg = measured.get("SET", {}).get("clients") if workload == "read-heavy" else None
     w = measured.get("SET", {}).get("clients") if workload == "write-only" else None
     gather = float(((doc.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0) / 1e3
-    cal.params = Params(groups=groups_for(workload, int(g), int(bg if bg is not None else settings.get("set_clients") or 8),
-                                          int(w or settings.get("write_clients") or 50)),
+    groups = groups_for(workload, int(g), int(bg if bg is not None else settings.get("set_clients") or 8),
+                        int(w or settings.get("write_clients") or 50))
+    if rate:
+        arrival = (runs[0].get("load") or {}).get("arrival") or "poisson"
+        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
+    cal.params = Params(groups=groups,
                         server=server, client=client,
                         durability=Durability(mode, Sampler(sync, 0.0, sync_cpu or 0.0), Sampler(aof), gather),
                         io_threads=int((doc.get("server") or {}).get("io_threads") or 1),

@@ -35,7 +35,7 @@ def littles_law(cell: CellSummary) -> dict:
     out = {}
     for op, o in cell.ops.items():
         mean, tps = o.median.get("mean_us"), o.median.get("tps")
-        if tps and mean and o.clients:
+        if tps and mean and o.clients and not o.median.get("offered_rate"):  # an open loop has no fixed clients
             in_flight = tps * mean / 1e6
             out[op] = {"tps": tps, "mean_us": mean, "clients": o.clients, "in_flight": in_flight,
                        "ratio": in_flight / o.clients}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from valkeytrace.analysis.calibration import Calibration, CalibrationError, calibrate, groups_for
+from valkeytrace.analysis.calibration import Calibration, CalibrationError, calibrate, groups_for, rates_of
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
 from valkeytrace.pipeline.sim import simulate
 
@@ -55,9 +55,12 @@ class PredictedCell:
     self_check: dict              # op -> the recording's cell simulated as recorded
     inputs: dict                  # calibration.inputs
     fitted: list = field(default_factory=list)
+    rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
+    recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
 
     def to_json(self) -> dict:
-        return {"workload": self.workload, "value_size": self.value_size, "ops": self.ops, "server": self.server,
+        return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
+                "recorded_rate": self.recorded_rate, "ops": self.ops, "server": self.server,
                 "baseline": self.baseline, "self_check": self.self_check}
 
 
@@ -100,8 +103,11 @@ def apply(cal: Calibration, change: Change) -> Params:
                             change.set_clients if change.set_clients is not None else (bg.clients if bg else 0), 0)
     elif change.write_clients:
         groups = (Group("SET", change.write_clients),)
-    if change.rate:
-        groups = tuple(replace(x, rate=change.rate) if x.measured else x for x in groups)
+    was = next((x for x in p.groups if x.measured), None)  # the calibrated load: closed, or open at a rate
+    rate = change.rate or (was.rate if was else None)
+    if rate:
+        arrival = was.arrival if was else "poisson"
+        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
     server = p.server
     cost = _emulation_cost(d.mode, mode, change.emulated)
     if cost:
@@ -132,8 +138,10 @@ def run(p: Params, replicates: int = REPLICATES) -> tuple[dict, dict, list[SimRe
         for op in getattr(results[0], which):
             g = next(x for x in p.groups if x.op == op)
             per = [getattr(r, which)[op].figures() for r in results]
-            ops[op] = {k: _median([x[k] for x in per]) for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us")}
+            ops[op] = {k: _median([x[k] for x in per]) for k in per[0] if k != "saturated"}
             ops[op].update(clients=g.clients, role="measured" if which == "ops" else "background")
+            if g.rate:  # open loop: saturated as most replicates were
+                ops[op].update(rate=g.rate, saturated=sum(bool(x.get("saturated")) for x in per) * 2 > len(per))
     server = {"syncs_per_s": _median([r.syncs_per_s for r in results]),
               "writes_per_sync": _median([r.writes_per_sync for r in results]),
               "iterations_per_s": _median([r.iterations_per_s for r in results])}
@@ -166,22 +174,37 @@ def inputs_for(cal: Calibration, change: Change) -> dict:
         "request (the GET-only passes with it on against off, 21 recordings on this project's VM: docs/explain.md §3)"}}
 
 
-def predict_cell(cal: Calibration, change: Change) -> PredictedCell:
+def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,
+                 own: dict | None = None) -> PredictedCell:
     ops, server, _ = run(apply(cal, change))
-    own, _, _ = run(replace(cal.params, duration_s=max(cal.params.duration_s, MIN_SIM_S)))
+    if own is None:
+        own = self_check(cal)
+    rate = change.rate or recorded_rate
     return PredictedCell(cal.workload, cal.value_size, ops, server, baseline=cal.measured, self_check=own,
-                         inputs=inputs_for(cal, change), fitted=list(cal.fitted))
+                         inputs=inputs_for(cal, change), fitted=list(cal.fitted), rate=rate, recorded_rate=recorded_rate)
 
 
-def predict(doc: dict, change: Change, cells: list | None = None) -> Prediction:
+def self_check(cal: Calibration) -> dict:
+    """The recording's cell simulated as recorded."""
+    own, _, _ = run(replace(cal.params, duration_s=max(cal.params.duration_s, MIN_SIM_S)))
+    return own
+
+
+def predict(doc: dict, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:
+    """Each cell (calibrated from its closed loop if recorded, else from its first recorded rate), as
+    changed; with rates, once per rate (open loop), the cell's self-check simulated once."""
     out = Prediction([], change, doc.get("label") or "baseline")
     for workload, size in cells or cells_of(doc):
+        recorded = rates_of(doc, workload, size)
+        src = None if None in recorded or not recorded else recorded[0]
         try:
-            cal = calibrate(doc, workload, size)
+            cal = calibrate(doc, workload, size, src)
         except CalibrationError as exc:
             out.errors.append(f"{workload} {size} B: {exc}")
             continue
-        out.cells.append(predict_cell(cal, change))
+        own = self_check(cal)
+        for rate in rates or [change.rate]:
+            out.cells.append(predict_cell(cal, replace(change, rate=rate), src, own))
     return out
 
 

@@ -94,7 +94,7 @@ def check(base_doc: dict, cand_doc: dict, cand_cells: list[CellSummary]) -> list
         if op not in cell.ops:
             continue
         try:
-            cal = calibrate(base_doc, cell.workload, cell.value_size)
+            cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
         except CalibrationError:
             continue
         ops, server, _ = run(apply(cal, change))
@@ -109,7 +109,7 @@ def check(base_doc: dict, cand_doc: dict, cand_cells: list[CellSummary]) -> list
             err = None if not measured else round(100.0 * (predicted - measured) / measured, 1)
             tol = TOLERANCE_PCT[metric]
             out.append({"scenario": scenario, "workload": cell.workload, "op": op, "value_size": cell.value_size,
-                        "metric": metric, "predicted": predicted, "measured": measured, "error_pct": err,
+                        "rate": cell.rate, "metric": metric, "predicted": predicted, "measured": measured, "error_pct": err,
                         "tolerance_pct": tol,
                         "verdict": None if err is None else ("within" if abs(err) <= tol else "outside"),
                         "inputs": inputs})
@@ -117,11 +117,11 @@ def check(base_doc: dict, cand_doc: dict, cand_cells: list[CellSummary]) -> list
 
 
 def predicted_ops(checked: list[dict]) -> dict:
-    """{(workload, value_size, op): {metric: predicted, "errors": {metric: error_pct}}}: the rows a
+    """{(workload, value_size, op, rate): {metric: predicted, "errors": {metric: error_pct}}}: the rows a
     compare table shows beside the candidate's."""
     out: dict = {}
     for w in checked:
-        row = out.setdefault((w["workload"], w["value_size"], w["op"]), {"errors": {}})
+        row = out.setdefault((w["workload"], w["value_size"], w["op"], w.get("rate")), {"errors": {}})
         row[w["metric"]] = w["predicted"]
         if w["error_pct"] is not None:
             row["errors"][w["metric"]] = w["error_pct"]
@@ -137,9 +137,9 @@ def describe_check(checked: list[dict]) -> list[str]:
     names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99"}
     groups: dict = {}
     for w in checked:
-        groups.setdefault((w["workload"], w["value_size"], w["op"]), []).append(w)
+        groups.setdefault((w["workload"], w["value_size"], w["op"], w.get("rate")), []).append(w)
     out = []
-    for (workload, size, op), ws in groups.items():
+    for (workload, size, op, rate), ws in groups.items():
         parts = []
         for w in ws:
             if w["measured"] is None:
@@ -148,5 +148,6 @@ def describe_check(checked: list[dict]) -> list[str]:
             parts.append(f"{names[w['metric']]} predicted {fmt(w['predicted'])}, measured {fmt(w['measured'])} "
                          f"({w['error_pct']:+.0f}%: {w['verdict']} {w['tolerance_pct']:.0f}%)")
         if parts:
-            out.append(f"{workload} {size} B {op}: " + "; ".join(parts))
+            at = f" at {rate:,.0f}/s" if rate else ""
+            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts))
     return out

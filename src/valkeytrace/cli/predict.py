@@ -28,12 +28,15 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--get-clients", type=click.IntRange(min=1), help="GET clients (read-heavy).")
 @click.option("--set-clients", type=click.IntRange(min=0), help="Background SET clients (read-heavy).")
 @click.option("--write-clients", type=click.IntRange(min=1), help="SET clients (write-only).")
+@click.option("--rates", metavar="R1,R2,...",
+              help="Open loop: the measured op sent at each of these rates (requests/s, Poisson arrivals), latency "
+                   "from each request's due moment: the latency-throughput curve the model gives.")
 @click.option("--workload", type=click.Choice(["read-heavy", "write-only", "all"]), default="all", show_default=True)
 @click.option("--sizes", help="Value sizes to predict (default: every size recorded).")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default=None,
               help="text, markdown or json (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
-def predict(recording, offload, gather, inject, get_clients, set_clients, write_clients, workload, sizes, fmt,
+def predict(recording, offload, gather, inject, get_clients, set_clients, write_clients, rates, workload, sizes, fmt,
             output):
     """Predict the #4029 tables of a configuration from one recording of another.
 
@@ -41,7 +44,7 @@ def predict(recording, offload, gather, inject, get_clients, set_clients, write_
     is calibrated from RECORDING alone; every figure it used is printed with its source.
     """
     from valkeytrace.analysis import predict as model
-    from valkeytrace.cli.options import parse_sizes
+    from valkeytrace.cli.options import parse_rates, parse_sizes
     from valkeytrace.reporters.prediction import RENDER
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather
 
@@ -73,7 +76,7 @@ def predict(recording, offload, gather, inject, get_clients, set_clients, write_
                       f"{' of those sizes' if wanted else ''} to predict from")
     if auto:
         change = _auto_gather(doc, cells, change)
-    pred = model.predict(doc, change, cells)
+    pred = model.predict(doc, change, cells, rates=parse_rates(rates) if rates else None)
     if not pred.cells:
         raise VTError(f"nothing predicted: {'; '.join(pred.errors)}")
     buf = io.StringIO()

@@ -119,6 +119,8 @@ class Params:
     interference: Interference = Interference()         # on the server's CPU
     client_interference: Interference = Interference()  # on the clients' CPU
     jitter: "Jitter | None" = None                      # delays of a reply on its way, no CPU taken
+    drain_s: float = 2.0                                # open loop: how long after the window a due request may
+    #                                                     still be answered and counted (the real client's)
 
 
 @dataclass
@@ -131,10 +133,11 @@ class OpResult:
     p99_us: float | None
     mean_us: float | None
     latencies_us: np.ndarray | None = None  # kept for the tests and the plots, never encoded
+    open: dict | None = None  # open loop: offered_rate, achieved_rate, saturated, service_p50_us, service_p99_us
 
     def figures(self) -> dict:
         return {"tps": self.tps, "p50_us": self.p50_us, "p95_us": self.p95_us, "p99_us": self.p99_us,
-                "mean_us": self.mean_us}
+                "mean_us": self.mean_us, **(self.open or {})}
 
 
 @dataclass

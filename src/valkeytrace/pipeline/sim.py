@@ -2,10 +2,8 @@
 thread (and its I/O thread), and whoever makes writes durable (the main thread under appendfsync
 always, an offload thread under #3381 or the virtual offload), as the kernel showed them.
 
-- A client process is one single-threaded event loop (redis-benchmark, valkey-benchmark): a pass
-  reads every reply that has arrived (recording its latency from the request's write) and writes the
-  next request of every connection read in the pass before (a reply's read registers the write
-  event, which the next pass serves). Processes share one CPU, a pass at a time.
+- The client processes (pipeline/actors.py: closed loop, or open loop at a rate) share one CPU, a
+  pass at a time.
 - The main thread loops as valkey's aeMain: beforeSleep (write the AOF, fdatasync under always, or
   queue the bytes for the offload and return; then the replies), epoll_wait (asleep when nothing
   has arrived; every request that has arrived is served by the same pass), then each request read
@@ -24,165 +22,10 @@ from collections import deque
 
 import numpy as np
 
+from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient
 from valkeytrace.pipeline.params import OpResult, Params, SimResult
 
-_DRAWS = 4096
-
-
-class _Draws:
-    """Pre-drawn samples of one Sampler, refilled as used."""
-
-    def __init__(self, sampler, rng):
-        self.sampler, self.rng, self.buf, self.i = sampler, rng, np.empty(0), 0
-
-    def next(self) -> float:
-        if self.i >= len(self.buf):
-            self.buf, self.i = self.sampler.draws(self.rng, _DRAWS), 0
-        v = self.buf[self.i]
-        self.i += 1
-        return float(v)
-
-
-class _Noise:
-    """One CPU's stalls: a Poisson process of intervals the pipeline's thread on it does not run."""
-
-    def __init__(self, interference, rng):
-        self.rate = interference.rate_per_s / 1e6
-        self.draws = _Draws(interference.stall, rng) if self.rate else None
-        self.rng = rng
-        self.start, self.end = self._next(0.0)
-
-    def _next(self, after: float) -> tuple:
-        if not self.rate:
-            return float("inf"), float("inf")
-        s = after + float(self.rng.exponential(1.0 / self.rate))
-        return s, s + self.draws.next()
-
-    def finish(self, t: float, work: float) -> float:
-        """When `work` µs of CPU started at t end."""
-        if self.start == float("inf"):
-            return t + work
-        while self.end <= t:
-            self.start, self.end = self._next(self.start)
-        while self.start < t + work:
-            if self.start <= t:
-                t = self.end
-            else:
-                work -= self.start - t
-                t = self.end
-            self.start, self.end = self._next(self.start)
-        return t + work
-
-
-class _Engine:
-    def __init__(self):
-        self.heap: list = []
-        self.seq = 0
-        self.events = 0
-
-    def at(self, t: float, fn, arg=None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, fn, arg))
-
-    def run(self, until: float) -> None:
-        heap = self.heap
-        while heap and heap[0][0] <= until:
-            t, _, fn, arg = heapq.heappop(heap)
-            self.events += 1
-            fn(t, arg)
-
-
-class _CPU:
-    """One CPU the client processes share: a pass at a time, first come first served."""
-
-    def __init__(self, eng: _Engine, noise: _Noise):
-        self.eng, self.running, self.queue, self.noise = eng, False, deque(), noise
-
-    def want(self, proc, t: float) -> None:
-        """proc wants a pass at t (or earlier than it asked before, while it has not started)."""
-        if proc.state == _QUEUED or proc.state == _RUNNING or (proc.state == _WAITING and proc.want_at <= t):
-            return
-        proc.state, proc.want_at = _WAITING, t
-        proc.token += 1
-        self.eng.at(t, self._arrive, (proc, proc.token))
-
-    def _arrive(self, t: float, arg) -> None:
-        proc, token = arg
-        if proc.state != _WAITING or token != proc.token:
-            return
-        if self.running:
-            proc.state = _QUEUED
-            self.queue.append(proc)
-        else:
-            self._start(t, proc)
-
-    def _start(self, t: float, proc) -> None:
-        self.running, proc.state = True, _RUNNING
-        self.eng.at(proc.run_pass(t), self._end, proc)
-
-    def _end(self, t: float, proc) -> None:
-        self.running, proc.state = False, _IDLE
-        proc.pass_end(t)
-        if self.queue:
-            self._start(t, self.queue.popleft())
-
-
-_IDLE, _WAITING, _QUEUED, _RUNNING = range(4)
-
-
-class _Client:
-    """One benchmark process: its connections, in a closed loop or sent on a schedule."""
-
-    def __init__(self, sim: "_Sim", group, first_conn: int, cpu: _CPU):
-        self.sim, self.group, self.cpu = sim, group, cpu
-        self.op = group.op
-        self.conns = list(range(first_conn, first_conn + group.clients))
-        self.writes: deque = deque((0.0, c) for c in self.conns)  # connections due to write
-        self.replies: list = []  # heap (arrival, seq, conn)
-        self.sent = {}
-        self.state, self.want_at, self.token = _IDLE, 0.0, 0
-        self.latencies: list = []
-        self.seq = 0
-        self.cost = sim.p.client
-
-    def reply(self, conn: int, t: float) -> None:
-        j = self.sim.p.jitter
-        if j is not None and j.share and self.sim.rng.random() < j.share:
-            t += float(self.sim.rng.exponential(j.mean_us))
-        self.seq += 1
-        heapq.heappush(self.replies, (t, self.seq, conn))
-        self.cpu.want(self, t + self.cost.wake_us)
-
-    def run_pass(self, t: float) -> float:
-        c, sim, keyspace, op = self.cost, self.sim, self.sim.p.keyspace, self.op
-        rng = sim.rng
-        # epoll's ready list, in the order the events became ready: the write events the last pass
-        # registered, and the replies as they arrived
-        ready = [(w, 1, conn) for w, conn in self.writes]
-        while self.replies and self.replies[0][0] <= t:
-            a, _, conn = heapq.heappop(self.replies)
-            ready.append((a, 0, conn))
-        ready.sort()
-        self.writes = deque()
-        warm, lat, sent, fin = sim.warm, self.latencies, self.sent, self.cpu.noise.finish
-        for _, is_write, conn in ready:
-            if is_write:
-                t = fin(t, c.write_us)
-                sent[conn] = t
-                sim.arrive(t, conn, op, int(rng.integers(keyspace)))
-            else:
-                t = fin(t, c.read_us)
-                if t >= warm:
-                    lat.append(t - sent[conn])
-                self.writes.append((t, conn))
-        return fin(t, c.pass_us)
-
-    def pass_end(self, t: float) -> None:
-        if self.writes or (self.replies and self.replies[0][0] <= t):
-            self.cpu.want(self, t)
-        elif self.replies:
-            self.cpu.want(self, self.replies[0][0] + self.cost.wake_us)
-
+SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated (the recording's rule)
 
 class _Offload:
     """The thread that writes and fdatasyncs the queued AOF bytes in jobs, and delivers held replies."""
@@ -212,7 +55,7 @@ class _Offload:
     def _when(self, t: float) -> float:
         return max(t, max(self.first_queued, self.last_end) + self.gather, self.last_start + self.interval)
 
-    def hold(self, need: float, conn: int, client: _Client) -> None:
+    def hold(self, need: float, conn: int, client: ClosedClient) -> None:
         self.seq += 1
         heapq.heappush(self.held, (need, self.seq, conn, client))
 
@@ -253,19 +96,19 @@ class _Sim:
     def __init__(self, p: Params, seed: int):
         self.p = p
         self.rng = np.random.default_rng(seed)
-        self.eng = _Engine()
+        self.eng = Engine()
         self.warm = p.warmup_s * 1e6
         self.end = (p.warmup_s + p.duration_s) * 1e6
-        self.sync = _Draws(p.durability.sync, self.rng)
-        self.aof_write = _Draws(p.durability.aof_write, self.rng)
+        self.sync = Draws(p.durability.sync, self.rng)
+        self.aof_write = Draws(p.durability.aof_write, self.rng)
         self.mode = p.durability.mode
         self.offload = _Offload(self) if self.mode != "main" else None
-        self.noise = _Noise(p.interference, self.rng)  # the server's CPU
-        cpu = _CPU(self.eng, _Noise(p.client_interference, self.rng))
+        self.noise = Noise(p.interference, self.rng)  # the server's CPU
+        cpu = CPU(self.eng, Noise(p.client_interference, self.rng))
         self.clients, first = [], 0
         for g in p.groups:
-            own = cpu if p.shared_client_cpu else _CPU(self.eng, _Noise(p.client_interference, self.rng))
-            self.clients.append(_Client(self, g, first, own))
+            own = cpu if p.shared_client_cpu else CPU(self.eng, Noise(p.client_interference, self.rng))
+            self.clients.append((OpenClient if g.rate else ClosedClient)(self, g, first, own))
             first += g.clients
         self.client_of = {c: cl for cl in self.clients for c in cl.conns}
         self.arrivals: deque = deque()   # (time, conn, op, key), in time order
@@ -351,7 +194,7 @@ class _Sim:
         s, p = self.p.server, self.p
         if self.debt:
             t, self.debt = t + self.debt, 0.0
-        self.iterations += t >= self.warm
+        self.iterations += self.warm <= t < self.end
         while self.io_reads and self.io_reads[0][0] <= t:
             _, conn, op, key = self.io_reads.popleft()
             t = self.noise.finish(t, s.exec_us.get(op, 0.0))
@@ -360,10 +203,10 @@ class _Sim:
             t = self.noise.finish(t, self.aof_write.next())
             if self.mode == "main":
                 t += self.sync.next()
-                self.syncs += t >= self.warm
+                self.syncs += self.warm <= t < self.end
             else:
                 self.offload.queue(t, self.sets_pending * p.aof_bytes_per_write)
-            self.writes_flushed += self.sets_pending if t >= self.warm else 0
+            self.writes_flushed += self.sets_pending if self.warm <= t < self.end else 0
             self.sets_pending = 0
         t = self._answer(t)
         self.eng.at(t, self._poll, None)
@@ -400,17 +243,24 @@ class _Sim:
     # -- the run -------------------------------------------------------------------------------------
     def run(self) -> SimResult:
         for cl in self.clients:
-            cl.cpu.want(cl, 0.0)
-        self.eng.run(self.end)
+            if isinstance(cl, OpenClient):
+                cl.start()
+            else:
+                cl.cpu.want(cl, 0.0)
+        # an open loop's requests due in the window may be answered until the drain's end (the real
+        # client's rule: workload/openloop.DRAIN_S); the closed loops and the server count to the window's
+        self.eng.run(self.end + (self.p.drain_s * 1e6 if any(g.rate for g in self.p.groups) else 0.0))
         secs = self.p.duration_s
         ops, background = {}, {}
         for cl, g in zip(self.clients, self.p.groups):
-            lat = np.asarray([x for x in cl.latencies], dtype=np.float64)
+            lat = np.asarray(cl.latencies, dtype=np.float64)
             res = _op_result(g.op, lat, secs)
             target = ops if g.measured else background
             if g.op in target:  # two processes of one op: pooled
                 lat = np.concatenate([target[g.op].latencies_us, lat])
                 res = _op_result(g.op, lat, secs)
+            if isinstance(cl, OpenClient):
+                res.open = _open_figures(cl, len(lat), secs)
             target[g.op] = res
         jobs = self.syncs
         return SimResult(ops=ops, background=background, iterations_per_s=self.iterations / secs,
@@ -424,6 +274,14 @@ def _op_result(op: str, lat: np.ndarray, secs: float) -> OpResult:
         return OpResult(op, 0, 0.0, None, None, None, None, lat)
     p50, p95, p99 = np.percentile(lat, [50, 95, 99])
     return OpResult(op, int(len(lat)), len(lat) / secs, float(p50), float(p95), float(p99), float(lat.mean()), lat)
+
+
+def _open_figures(cl: OpenClient, answered: int, secs: float) -> dict:
+    offered, achieved = cl.due_in_window / secs, answered / secs
+    svc = np.asarray(cl.service, dtype=np.float64)
+    p50, p99 = (np.percentile(svc, [50, 99]) if len(svc) else (None, None))
+    return {"offered_rate": offered, "achieved_rate": achieved, "saturated": achieved < SATURATED_SHARE * offered,
+            "service_p50_us": None if p50 is None else float(p50), "service_p99_us": None if p99 is None else float(p99)}
 
 
 def simulate(p: Params, seed: int = 1) -> SimResult:

@@ -88,8 +88,9 @@ def _open_note(o) -> str:
     if not off:
         return ""
     sat = "SATURATED: " if o.saturated else ""
-    return (f"{'; ' if False else ''}{sat}offered {off / 1000:.1f}K/s, achieved {ach / 1000:.1f}K/s; service p50 "
-            f"{fmt_us(o.median.get('service_p50_us'))} µs (latency from each request's due moment)")
+    cost = o.median.get("client_us_per_request")
+    return (f"{sat}offered {off / 1000:.1f}K/s, achieved {ach / 1000:.1f}K/s, service p50 "
+            f"{fmt_us(o.median.get('service_p50_us'))} µs" + (f", client {cost:.1f} µs CPU/request" if cost else ""))
 
 
 class _Settings(dict):
@@ -120,6 +121,8 @@ def client_tables(inp: ReportInput) -> list[dict]:
                 note = _workload_note(run, workload, run.settings) if i == 0 else ""
                 size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
                 extra = _open_note(o)
+                if note and c.rate:
+                    note += "; open loop: latency from each request's due moment"
                 rows.append((_row(run.label, size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"
                                   + (f"; {extra}" if extra else "")), ""))
             out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
@@ -135,13 +138,17 @@ def client_tables(inp: ReportInput) -> list[dict]:
         for i, r in enumerate(rows):
             note = _workload_note(base, workload, base.settings) if i == 0 else ""
             size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
-            table.append((_row(base.label, size, r.op, r.base, note + _open_note(r.base)), "baseline"))
-            table.append((_row(cand.label, size, r.op, r.cand, _open_note(r.cand)), "candidate"))
-            q = predicted.get((r.workload, r.value_size, r.op)) if not r.rate else None
+            if note and r.rate:
+                note += "; open loop: latency from each request's due moment"
+            bo, co = _open_note(r.base), _open_note(r.cand)
+            table.append((_row(base.label, size, r.op, r.base, "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}")
+                                                                        if x)), "baseline"))
+            table.append((_row(cand.label, size, r.op, r.cand, co and f"{cand.label} {size}: {co}"), "candidate"))
+            q = predicted.get((r.workload, r.value_size, r.op, r.rate))
             if q:
                 errs = ", ".join(f"{k.replace('_us', '').upper().replace('TPS', 'TPS')} {v:+.0f}%"
                                  for k, v in q["errors"].items())
-                table.append((["predicted (model, from the baseline)", f"{r.value_size} B", r.op, fmt_ktps(q.get("tps")),
+                table.append((["predicted (model, from the baseline)", size, r.op, fmt_ktps(q.get("tps")),
                                fmt_mbs(q["tps"] * r.value_size / 1e6 if q.get("tps") else None), fmt_us(q.get("p50_us")),
                                fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")),
                                f"prediction vs measured: {errs}"], "predicted"))

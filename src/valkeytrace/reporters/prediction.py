@@ -38,13 +38,16 @@ def tables(p: Prediction) -> list[dict]:
         rows = []
         for c in cells:
             m, q = c.baseline.get(op) or {}, c.ops.get(op) or {}
-            rows.append([f"{p.label} (measured)", f"{c.value_size} B", op, fmt_ktps(m.get("tps")),
+            size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
+            loop = "" if c.rate == c.recorded_rate else (
+                ", closed loop" if c.recorded_rate is None else f", at {c.recorded_rate:,.0f}/s")
+            rows.append([f"{p.label} (measured{loop})", f"{c.value_size} B", op, fmt_ktps(m.get("tps")),
                          fmt_mbs((m.get("tps") or 0) * c.value_size / 1e6), fmt_us(m.get("p50_us")),
                          fmt_us(m.get("p95_us")), fmt_us(m.get("p99_us")), ""])
-            rows.append(["predicted", f"{c.value_size} B", op, fmt_ktps(q.get("tps")),
+            rows.append(["predicted", size, op, fmt_ktps(q.get("tps")),
                          fmt_mbs((q.get("tps") or 0) * c.value_size / 1e6), fmt_us(q.get("p50_us")),
                          fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")), _note(c, op)])
-            rows.append(["delta", f"{c.value_size} B", op] + [
+            rows.append(["delta", size, op] + [
                 fmt_pct(_delta(m.get(k), q.get(k))) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")] + [""])
         if rows:
             out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
@@ -58,6 +61,10 @@ def _delta(a, b):
 def _note(c, op: str) -> str:
     s = c.server
     parts = []
+    q = c.ops.get(op) or {}
+    if q.get("offered_rate"):
+        parts.append(("SATURATED: " if q.get("saturated") else "") + f"offered {q['offered_rate'] / 1000:.1f}K/s, "
+                     f"achieved {q['achieved_rate'] / 1000:.1f}K/s, service p50 {fmt_us(q.get('service_p50_us'))} µs")
     if s.get("writes_per_sync"):
         parts.append(f"{s['syncs_per_s']:.0f} fdatasync/s, {s['writes_per_sync']:.1f} writes each")
     own = c.self_check.get(op) or {}
@@ -68,8 +75,11 @@ def _note(c, op: str) -> str:
 
 
 def _inputs_lines(p: Prediction) -> list[str]:
-    out = []
+    out, seen = [], set()
     for c in p.cells:
+        if (c.workload, c.value_size) in seen:  # one calibration a cell, whatever the rates predicted
+            continue
+        seen.add((c.workload, c.value_size))
         out.append(f"{c.workload} {c.value_size} B:")
         for name, v in c.inputs.items():
             fitted = " (fitted)" if name in c.fitted else ""

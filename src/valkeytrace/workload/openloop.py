@@ -104,6 +104,8 @@ def op_record(result: dict) -> dict:
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
             "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
             "errors": result["errors"], "client_cpu_s": round(result["cpu_s"], 4),
+            # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
+            "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
             "corrected_hist": result["corrected"], "service_hist": result["service"],
             "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}), latency from each one's due "
                     "moment (corrected); service time from its send"}

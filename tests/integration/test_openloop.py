@@ -1,0 +1,79 @@
+"""The open-loop client (record --rate) against set truths, on a real server:
+
+- a server put to sleep (DEBUG SLEEP) for a known share of the window: every request due while it slept
+  waits for the rest of the sleep, so the corrected percentiles are the ones that share implies (a
+  closed loop would count each sleep once per client, not once per request due), and the backlog
+  clears: the achieved rate is the offered one;
+- a rate no client on this machine can send (its own CPU per request, ~15 µs, allows ~65K/s a core):
+  achieved below offered, the report says SATURATED and keeps the late sends."""
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from vtcli import VT, report_json, vt
+
+pytestmark = pytest.mark.integration
+
+
+def _pauser(port: int, pause_s: float, gap_s: float, stop: threading.Event) -> list:
+    """DEBUG SLEEP pause_s every pause_s + gap_s while the server is up; the moments it slept."""
+    slept = []
+
+    def loop():
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                    s.settimeout(pause_s + 10)
+                    arg = f"{pause_s:g}"
+                    s.sendall(f"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n${len(arg)}\r\n{arg}\r\n".encode())
+                    t = time.monotonic()
+                    if s.recv(16).startswith(b"+OK"):
+                        slept.append((t, time.monotonic()))
+            except OSError:
+                pass
+            stop.wait(gap_s)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return slept
+
+
+def test_pauses_give_the_corrected_percentiles_their_share_implies(tmp_path):
+    port, rate, pause, gap = 7463, 1000, 0.5, 2.5
+    out = tmp_path / "p.vtrace"
+    rec = subprocess.Popen([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--duration", "9", "--repeat",
+                            "1", "--backend", "none", "--rate", str(rate), "--port", str(port), "--keyspace", "5000",
+                            "--server-config", "enable-debug-command=yes", "-o", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    slept = _pauser(port, pause, gap, stop)
+    _, err = rec.communicate(timeout=180)
+    stop.set()
+    assert rec.returncode == 0, err
+    assert len(slept) >= 3, slept
+    measured = sum(b - a for a, b in slept) / len(slept)  # the sleeps as the pauser saw them
+    g = [c for c in report_json(out)["runs"][0]["cells"] if c["workload"] == "read-heavy"][0]
+    assert g["load"]["mode"] == "open" and g["load"]["rate"] == rate
+    o = g["ops"]["GET"]
+    share = measured / (pause + gap)  # the requests due while the server slept, each waiting its rest
+    for key, q in (("p95_us", 0.95), ("p99_us", 0.99)):
+        expected = measured * (1 - (1 - q) / share)
+        assert 0.75 * expected * 1e6 <= o[key] <= 1.25 * expected * 1e6, (key, o[key], expected, o)
+    assert o["p50_us"] < 5000  # most requests were due while it was awake
+    assert abs(o["achieved_rate"] - rate) <= 0.01 * rate and o["saturated"] is False, o
+    assert o["client_us_per_request"] and o["late"] is not None
+
+
+def test_a_rate_past_what_can_be_sent_is_saturated_and_said(tmp_path):
+    out = tmp_path / "s.vtrace"
+    res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--duration", "2", "--repeat", "1", "--backend",
+             "none", "--rate", "400000", "--keyspace", "5000", "-o", out, timeout=240)
+    assert res.returncode == 0, res.stderr
+    o = [c for c in report_json(out)["runs"][0]["cells"] if c["workload"] == "read-heavy"][0]["ops"]["GET"]
+    assert o["offered_rate"] == pytest.approx(400000, rel=0.01)
+    assert o["saturated"] is True and o["achieved_rate"] < 0.5 * o["offered_rate"], o
+    assert o["late"] > 0  # the client itself could not send them on time, and says so
+    text = vt("report", out)
+    assert text.returncode == 0 and "SATURATED" in text.stdout, text.stdout
