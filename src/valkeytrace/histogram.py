@@ -157,6 +157,14 @@ class LatencyHistogram:
         return cls.from_bucket_counts(buckets, sum_ns=d.get("sum_ns"), min_ns=d.get("min_ns"),
                                       max_ns=d.get("max_ns"))
 
+    @classmethod
+    def from_record(cls, h) -> "LatencyHistogram":
+        """From a recording's histogram: its declared record (recording.model.Histogram) or its dict."""
+        if isinstance(h, Mapping):
+            return cls.from_dict(h)
+        return cls.from_bucket_counts({int(i): int(c) for i, c in h.buckets}, sum_ns=h.sum_ns, min_ns=h.min_ns,
+                                      max_ns=h.max_ns)
+
     def __repr__(self):
         if not self.count:
             return "LatencyHistogram(empty)"

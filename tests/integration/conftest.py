@@ -25,6 +25,16 @@ def needs_bpf():
         must_have(reason)
 
 
+@pytest.fixture(scope="module")
+def needs_bpf_module():
+    """needs_bpf for module-scoped fixtures (a recording shared by a module's tests)."""
+    from vtcli import must_have
+
+    reason = _bpf_unavailable_reason()
+    if reason:
+        must_have(reason)
+
+
 def nobody_can_run_checkout() -> bool:
     """Whether user 'nobody' can run this checkout's venv (not when it sits under a 0700 dir)."""
     import subprocess

@@ -48,16 +48,6 @@ def write_only(tmp_path_factory, needs_bpf_module):
     return d, record(d / "base.vtrace", "--workload", "write-only", "--io-threads", "1", "--inject-fsync-delay", "2ms")
 
 
-@pytest.fixture(scope="module")
-def needs_bpf_module():
-    from conftest import _bpf_unavailable_reason
-    from vtcli import must_have
-
-    reason = _bpf_unavailable_reason()
-    if reason:
-        must_have(reason)
-
-
 def test_the_model_names_the_smallest_one_cohort_window_and_it_holds(write_only):
     d, base = write_only
     pred, err = predict(base, d / "auto.json", "--emulate-offload", "durable", "--offload-gather", "auto")

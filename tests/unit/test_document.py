@@ -13,6 +13,7 @@ from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "recording-format.md"
+from valkeytrace.recording import model  # noqa: E402
 from valkeytrace.recording.model import TYPES  # noqa: E402  (every record the model declares)
 
 
@@ -44,7 +45,7 @@ def test_a_newer_document_is_refused_in_one_sentence():
 def test_new_document_and_finish():
     doc = document.new_document(label="l", server={}, host={}, client=None, settings={}, emulation=None,
                                 warnings=["w"])
-    assert set(doc) <= set(document.Document.__annotations__)
+    assert set(doc) <= set(model.fields(model.Document))
     assert doc["version"] == document.VERSION and doc["complete"] is False
     run = document.new_run(doc, "read-heavy", 64, 1, None)
     assert "fsync_extra_delay_ns" not in run and doc["runs"] == [run]
@@ -60,9 +61,9 @@ def test_new_document_and_finish():
 def test_op_record_keeps_to_the_declared_keys():
     report = {"tps": 10.0, "clients": 2, "latency_ms": {k: 1.0 for k in ("avg", "min", "p50", "p95", "p99", "max")}}
     op = document.op_record(report, "measured")
-    assert set(op) <= set(document.Op.__annotations__) and op["p99_us"] == 1000.0
+    assert set(op) <= set(model.fields(model.Op)) and op["p99_us"] == 1000.0
     bg = document.background_op(clients=8, tps=5.0, mean_ms=None, samples=3, progress=[], command=["x"])
-    assert set(bg) <= set(document.Op.__annotations__) and bg["mean_us"] is None
+    assert set(bg) <= set(model.fields(model.Op)) and bg["mean_us"] is None
 
 
 def test_server_window_refuses_undeclared_keys():
@@ -79,5 +80,5 @@ def test_server_window_refuses_undeclared_keys():
 def test_docs_describe_every_declared_key(typed):
     text = DOCS.read_text()
     described = set(re.findall(r"`([a-z_0-9]+)`", text))
-    missing = sorted(set(typed.__annotations__) - described)
+    missing = sorted(set(model.fields(typed)) - described)
     assert not missing, f"docs/recording-format.md does not describe {typed.__name__} keys: {missing}"

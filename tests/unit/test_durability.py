@@ -47,20 +47,25 @@ def simulate(clients=50, job_us=4000, turnaround_us=(30, 230), gather_us=0, seco
     cols = {"events": ["arrive", "recv", "send"], "offset_ns": [int(r[0] * 1e3) for r in req],
             "conn": [r[1] for r in req], "event": [r[2] for r in req], "tid": [r[3] for r in req]}
     threads = [{"tid": 100, "name": "valkey-server", "role": "main", "calls": {}},
-               {"tid": tid, "name": thread, "role": thread, "calls": {"fdatasync": {"count": len(job_ends)}}}]
+               {"tid": tid, "name": thread, "role": thread, "calls": {"fdatasync": hist(len(job_ends))}}]
     server = {"window_ns": int(job_ends[-1] * 1e3) + 1, "threads": threads, "requests": cols,
               "blocked_timeline": {"events": ev}}
     return server, float(np.mean(waited)), len(job_ends)
 
 
+def hist(n: int) -> dict:
+    """A histogram record of n calls (their lengths do not matter here)."""
+    return {"count": n, "sum_ns": n, "min_ns": 1, "max_ns": 1, "buckets": [[1, n]] if n else []}
+
+
 def test_two_cohorts_wait_two_jobs_and_are_counted():
     server, truth, jobs = simulate()
     d = run_durability(server)
-    assert d["thread"] == "vt_offload" and d["jobs"] == jobs
-    assert abs(d["jobs_waited_per_write"] - truth) < 0.02 and 1.8 < truth < 2.1
-    assert d["cohorts"] == 2 and abs(d["writes_per_job"] - 25) < 2
-    assert abs(d["job_ms_p50"] - 4.0) < 0.01
-    assert 100 <= d["arrival_spread_us"] <= 200  # turnarounds spread over 200 µs, half a cohort each
+    assert d.thread == "vt_offload" and d.jobs == jobs
+    assert abs(d.jobs_waited_per_write - truth) < 0.02 and 1.8 < truth < 2.1
+    assert d.cohorts == 2 and abs(d.writes_per_job - 25) < 2
+    assert abs(d.job_ms_p50 - 4.0) < 0.01
+    assert 100 <= d.arrival_spread_us <= 200  # turnarounds spread over 200 µs, half a cohort each
 
 
 @pytest.mark.parametrize("gather_us", [300, 1000])
@@ -68,9 +73,9 @@ def test_a_gather_window_wider_than_the_spread_keeps_one_cohort(gather_us):
     """Clients that start within the window ride one job each round from then on."""
     server, truth, _ = simulate(gather_us=gather_us, start_spread_us=100)
     d = run_durability(server)
-    assert d["cohorts"] == 1 and abs(d["jobs_waited_per_write"] - truth) < 0.02 and truth < 1.1
-    assert abs(d["job_ms_p50"] - 4.0) < 0.01  # the job is the write + fdatasync; the window is not in it
-    assert d["arrival_delay_us"] == pytest.approx(40, abs=15)  # the fastest turnaround after a release
+    assert d.cohorts == 1 and abs(d.jobs_waited_per_write - truth) < 0.02 and truth < 1.1
+    assert abs(d.job_ms_p50 - 4.0) < 0.01  # the job is the write + fdatasync; the window is not in it
+    assert d.arrival_delay_us == pytest.approx(40, abs=15)  # the fastest turnaround after a release
 
 
 def test_split_cohorts_merge_once_the_window_covers_the_clients_return():
@@ -79,27 +84,27 @@ def test_split_cohorts_merge_once_the_window_covers_the_clients_return():
     (30-230 µs here); a window shorter than that leaves them split, as the truth is."""
     merged, truth, _ = simulate(gather_us=300, start_spread_us=2000)
     d = run_durability(merged)
-    assert d["cohorts"] == 1 and abs(d["jobs_waited_per_write"] - truth) < 0.02 and truth < 1.1
+    assert d.cohorts == 1 and abs(d.jobs_waited_per_write - truth) < 0.02 and truth < 1.1
     split, truth, _ = simulate(gather_us=20, start_spread_us=2000)
     d = run_durability(split)
-    assert d["cohorts"] == 2 and abs(d["jobs_waited_per_write"] - truth) < 0.02 and truth > 1.8
+    assert d.cohorts == 2 and abs(d.jobs_waited_per_write - truth) < 0.02 and truth > 1.8
 
 
 def test_the_main_thread_baseline_is_the_same_record():
     server, truth, _ = simulate(thread="main")
     server["threads"] = [{"tid": 100, "name": "valkey-server", "role": "main",
-                          "calls": {"fdatasync": {"count": 5}}}]
+                          "calls": {"fdatasync": hist(5)}}]
     for row in server["blocked_timeline"]["events"]:
         row[2] = 100
     d = run_durability(server)
-    assert d["thread"] == "main" and abs(d["jobs_waited_per_write"] - truth) < 0.02
+    assert d.thread == "main" and abs(d.jobs_waited_per_write - truth) < 0.02
 
 
 def test_no_requests_gives_the_jobs_only_and_cells_combine_repeats():
     server, truth, jobs = simulate(seconds=1.0)
     bare = dict(server, requests=None)
     d = run_durability(bare)
-    assert d["jobs"] == jobs and d["jobs_waited_per_write"] is None and d["cohorts"] is None
+    assert d.jobs == jobs and d.jobs_waited_per_write is None and d.cohorts is None
     a, _, _ = simulate(seed=2)
     b, _, _ = simulate(seed=3, gather_us=1000)
     cell = durability([a, b, None])

@@ -2,6 +2,7 @@
 its figures against the kernel's and the shim's (analysis/server.py), on made-up readings."""
 import numpy as np
 
+from records import doc, hist, run
 from valkeytrace.analysis.server import backend_disagreements, schedstat_disagreements
 from valkeytrace.layout import CALL_NAMES, SHIM_THREAD_DTYPE, STATE_NAMES
 from valkeytrace.tracers import ebpf_window as w
@@ -93,7 +94,7 @@ def _doc(threads, window_ns=2_000_000_000, shim=None):
     srv = {"backend": "ebpf", "window_ns": window_ns, "pid": PID, "main_tid": PID, "threads": threads}
     if shim:
         srv["shim"] = {"backend": "shim", "window_ns": window_ns, "pid": PID, "main_tid": PID, "threads": shim}
-    return {"runs": [{"status": "ok", "server": srv}]}
+    return doc([run(server=srv)])
 
 
 def main_thread(runnable, sleeping, sched_on, sched_rq, calls=None):
@@ -118,7 +119,7 @@ def test_schedstat_agreement_is_checked_per_role():
 
 def test_the_two_backends_counts_are_compared_per_role():
     def calls(n):
-        return {"fdatasync": {"count": n}, "aof_write": {"count": n}}
+        return {"fdatasync": hist(n), "aof_write": hist(n)}
     ebpf = [main_thread(0, 0, 0, 0, calls(1000))]
     assert backend_disagreements(_doc(ebpf, shim=[main_thread(0, 0, 0, 0, calls(1010))])) == []
     out = backend_disagreements(_doc(ebpf, shim=[main_thread(0, 0, 0, 0, calls(1100))]))

@@ -53,18 +53,18 @@ def recording(label, cells, appendfsync="always", repeats=3, launches=False):
                                          "progress": progress},
                                  "SET": {"role": "background", "clients": 8, "tps": 1000.0, "mean_us": p50}},
                          "server": win, **({"launch": i + 1} if launches else {}), **extra})
-    return {"format": "valkeytrace-recording", "label": label, "server": {"appendfsync": appendfsync},
+    return {"format": "valkeytrace-recording", "version": 2, "label": label, "server": {"appendfsync": appendfsync},
             "settings": {}, "runs": runs, "complete": True}
 
 
 def entry(base_doc, cand_doc, metric="p50_us"):
     b, c = summarize(base_doc), summarize(cand_doc)
     entries = explain.explain_compare(b, c, compare(b, c), base_doc, cand_doc)
-    return next(e for e in entries if e["metric"] == metric and e["op"] == "GET")
+    return next(e for e in entries if e.metric == metric and e.op == "GET")
 
 
 def observed(e):
-    return e["evidence"]["candidate"]["p50_us"] - e["evidence"]["baseline"]["p50_us"]
+    return e.evidence["candidate"]["p50_us"] - e.evidence["baseline"]["p50_us"]
 
 
 # a baseline like appendfsync always at +4 ms here: 469 iterations in 2 s, 383 main-thread fsyncs
@@ -76,19 +76,19 @@ def test_the_model_by_hand():
     res = model.server_residence(summarize(recording("a", [(ALWAYS, [10_000] * 3, {})]))[0].server)
     busy_us = WALL_NS / 1000 - 383 * 4613  # everything but the fsync is busy here (no idle)
     # 383 fsync cycles: each one 4613 µs of fsync and 1/383 of the busy time
-    assert res["inputs"]["unit"] == "fsync cycle" and res["inputs"]["busy_per_unit_us"] == pytest.approx(busy_us / 383)
-    assert res["components"]["fsync"] == pytest.approx(2 * 4613, rel=1e-3)
-    assert sum(res["components"].values()) == pytest.approx(2 * (4613 + busy_us / 383), rel=1e-3)
+    assert res.inputs["unit"] == "fsync cycle" and res.inputs["busy_per_unit_us"] == pytest.approx(busy_us / 383)
+    assert res.components["fsync"] == pytest.approx(2 * 4613, rel=1e-3)
+    assert sum(res.components.values()) == pytest.approx(2 * (4613 + busy_us / 383), rel=1e-3)
     # no main-thread fsync: the unit is one iteration
     res = model.server_residence(summarize(recording("b", [(EVERYSEC, [400] * 3, {})]))[0].server)
-    assert res["inputs"]["unit"] == "iteration" and res["components"]["fsync"] == 0
-    assert sum(res["components"].values()) == pytest.approx(2 * (WALL_NS / 1000 * 0.94) / 13188, rel=1e-3)
+    assert res.inputs["unit"] == "iteration" and res.components["fsync"] == 0
+    assert sum(res.components.values()) == pytest.approx(2 * (WALL_NS / 1000 * 0.94) / 13188, rel=1e-3)
 
 
 def test_a_a_pair_is_not_significant_and_gets_no_share():
     e = entry(recording("a", [(ALWAYS, [5850, 5800, 5900], {})]), recording("b", [(ALWAYS, [5780, 5700, 5950], {})]))
-    assert e["significant"] is False and e["explained_share"] is None and e["leading_component"] is None
-    assert "no significant change (n=3 vs n=3" in e["claim"]
+    assert e.significant is False and e.explained_share is None and e.leading_component is None
+    assert "no significant change (n=3 vs n=3" in e.claim
 
 
 def test_latency_flat_throughput_down_says_so():
@@ -104,16 +104,16 @@ def test_latency_flat_throughput_down_says_so():
         r["host_cpu"] = {"cpus": 2, "host_cores": 1.9, "server_cores": 0.8, "clients_cores": 1.1,
                          "tracer_cores": 0.0, "other_cores": 0.0}
     e = entry(base, cand)
-    assert e["significant"] is False and e["explained_share"] is None
-    assert "GET TPS moved significantly" in e["claim"] and "other processes +0.60 cores" in e["claim"]
+    assert e.significant is False and e.explained_share is None
+    assert "GET TPS moved significantly" in e.claim and "other processes +0.60 cores" in e.claim
 
 
 def test_one_repeat_is_unknown_and_asks_for_repeats():
     e = entry(recording("a", [(ALWAYS, [10_000], {})], repeats=1), recording("b", [(EVERYSEC, [600], {})], repeats=1))
-    assert e["significant"] is None and "--repeat 3" in e["claim"]
-    assert "not an explanation" in e["claim"] and "accounts for" not in e["claim"]
+    assert e.significant is None and "--repeat 3" in e.claim
+    assert "not an explanation" in e.claim and "accounts for" not in e.claim
     # the accounting's share stays in the JSON, qualified by significant: null
-    assert 0.8 <= e["explained_share"] <= 1.2
+    assert 0.8 <= e.explained_share <= 1.2
 
 
 def test_same_fsync_fraction_latency_changed_by_something_else():
@@ -122,34 +122,34 @@ def test_same_fsync_fraction_latency_changed_by_something_else():
     # likely as a change); with three launches a side the launches tell, and it is not the fsync
     one = [recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(ALWAYS, [13_000, 12_900, 13_100], {})])]
     e = entry(*one)
-    assert e["significant"] is False and "one server launch a side" in e["claim"], e["claim"]
+    assert e.significant is False and "one server launch a side" in e.claim, e.claim
     e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})], launches=True),
               recording("b", [(ALWAYS, [13_000, 12_900, 13_100], {})], launches=True))
-    assert e["significant"] is True
-    assert e["explained_share"] == pytest.approx(0.0, abs=1e-6)
-    assert e["leading_component"] == "outside_server"
-    assert "Not fsync" in e["claim"]
+    assert e.significant is True
+    assert e.explained_share == pytest.approx(0.0, abs=1e-6)
+    assert e.leading_component == "outside_server"
+    assert "Not fsync" in e.claim
     # the known answer: the server did the same, so all of the change is outside it
-    outside = next(c for c in e["components"] if c["name"] == "outside_server")
-    assert outside["delta_us"] == pytest.approx(observed(e), abs=1)
+    outside = next(c for c in e.components if c.name == "outside_server")
+    assert outside.delta_us == pytest.approx(observed(e), abs=1)
 
 
 def test_cpu_contention_names_cpu():
     busy = window(13188, bio_fsyncs=2, cpu_wait=0.30, idle=0.0)
     e = entry(recording("a", [(EVERYSEC, [400, 410, 390], {})]), recording("b", [(busy, [1200, 1150, 1160], {})]))
-    assert e["significant"] is True and abs(e["explained_share"]) <= 0.1
+    assert e.significant is True and abs(e.explained_share) <= 0.1
     # the known answer: 2 iterations per request, each holding (30% - 17.5%) of 2 s / 13,188 more
     # waiting for a CPU (short waits, none in the timeline: spread); the rest is outside the server
-    wait = next(c for c in e["components"] if c["name"] == "cpu_wait")
-    assert wait["delta_us"] == pytest.approx(2 * (0.30 - 0.175) * 2e6 / 13188, abs=0.1)
-    assert e["leading_component"] == "outside_server" and "main thread waiting for a CPU +38 µs" in e["claim"]
+    wait = next(c for c in e.components if c.name == "cpu_wait")
+    assert wait.delta_us == pytest.approx(2 * (0.30 - 0.175) * 2e6 / 13188, abs=0.1)
+    assert e.leading_component == "outside_server" and "main thread waiting for a CPU +38 µs" in e.claim
 
 
 def test_over_prediction_is_said_not_clamped():
     # the model attributes ~9 ms of fsync to the baseline; the clients saw only 3 ms go
     e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(EVERYSEC, [7_000, 6_900, 7_100], {})]))
-    assert e["explained_share"] > 1.2
-    assert "over-predicts" in e["claim"]
+    assert e.explained_share > 1.2
+    assert "over-predicts" in e.claim
 
 
 def test_3381_shaped_candidate():
@@ -159,18 +159,18 @@ def test_3381_shaped_candidate():
     cand = recording("bio-offload", [(offload, [400, 410, 390], {})])
     cand["server"]["bio_aof_offload"] = True
     e = entry(base, cand)
-    assert e["significant"] is True
-    assert 0.8 <= e["explained_share"] <= 1.2 and e["leading_component"] == "fsync"
-    assert "fdatasync runs on bio_aof (200.0/s" in e["claim"]
+    assert e.significant is True
+    assert 0.8 <= e.explained_share <= 1.2 and e.leading_component == "fsync"
+    assert "fdatasync runs on bio_aof (200.0/s" in e.claim
     # the known answer: the baseline's 2 fsync cycles of 4,613 µs of fsync each, the candidate's none
-    fsync = next(c for c in e["components"] if c["name"] == "fsync")
-    assert fsync["base_us"] == pytest.approx(2 * 4613, rel=1e-3) and fsync["cand_us"] == 0
-    assert {c["name"] for c in e["components"]} == set(model.COMPONENTS)
+    fsync = next(c for c in e.components if c.name == "fsync")
+    assert fsync.base_us == pytest.approx(2 * 4613, rel=1e-3) and fsync.cand_us == 0
+    assert {c.name for c in e.components} == set(model.COMPONENTS)
 
 
 def test_p99_is_not_modelled():
     e = entry(recording("a", [(ALWAYS, [10_000, 9_900, 10_100], {})]), recording("b", [(EVERYSEC, [400, 410, 390], {})]), "p99_us")
-    assert e["components"] == [] and e["explained_share"] is None and "not modelled" in e["claim"]
+    assert e.components == [] and e.explained_share is None and "not modelled" in e.claim
 
 
 def test_significance_needs_a_shift_of_the_interval_samples():
@@ -191,16 +191,16 @@ def test_iterations_per_request_are_measured():
     # the mean GET against the fsync cycle decides whether the median request made the main
     # thread's next poll (1 cycle) or waited one out (2)
     server = summarize(recording("a", [(ALWAYS, [10_000] * 3, {})]))[0].server
-    t = model.loop_cycle(server)["duration_us"]
+    t = model.loop_cycle(server).duration_us
     assert t == pytest.approx(WALL_NS / 1000 / 383, rel=1e-6)  # the whole window is busy: wall / fsyncs
     one = model.request_iterations(server, 1.27 * t)  # as with the clients on a CPU of their own
-    assert one["k"] == 1 and one["shorter_path_share"] == pytest.approx(0.73) and one["unit"] == "fsync cycle"
-    assert model.request_iterations(server, 1.6 * t)["k"] == 2
-    assert model.request_iterations(server, 44 * t)["k"] == 2  # clients' own time: still 2 in the server
-    assert model.request_iterations(server, None)["k"] == 2
+    assert one.k == 1 and one.shorter_path_share == pytest.approx(0.73) and one.unit == "fsync cycle"
+    assert model.request_iterations(server, 1.6 * t).k == 2
+    assert model.request_iterations(server, 44 * t).k == 2  # clients' own time: still 2 in the server
+    assert model.request_iterations(server, None).k == 2
     # with I/O threads one hop more: 2 or 3
-    assert model.request_iterations(server, 1.6 * t, most=3)["k"] == 2
-    assert model.request_iterations(server, 2.6 * t, most=3)["k"] == 3
+    assert model.request_iterations(server, 1.6 * t, most=3).k == 2
+    assert model.request_iterations(server, 2.6 * t, most=3).k == 3
     doc = recording("a", [(ALWAYS, [10_000] * 3, {})])
     assert model.max_iterations(doc) == 2
     doc["server"]["io_threads"] = 2
@@ -214,9 +214,9 @@ def test_iterations_that_execute_no_write_belong_to_the_fsync_cycle():
     w = window(2470, main_fsyncs=416, fsync_us=4323, cpu_wait=0.0, idle=0.01)
     server = summarize(recording("a", [(w, [5_359] * 3, {})]))[0].server
     cyc = model.loop_cycle(server)
-    assert cyc["duration_us"] == pytest.approx(WALL_NS / 1000 * 0.99 / 416, rel=1e-6)
-    assert model.request_iterations(server, 5_556)["k"] == 1
-    assert model.decompose(5_359, server, 1)["components"]["outside_server"] == pytest.approx(5_359 - cyc["duration_us"])
+    assert cyc.duration_us == pytest.approx(WALL_NS / 1000 * 0.99 / 416, rel=1e-6)
+    assert model.request_iterations(server, 5_556).k == 1
+    assert model.decompose(5_359, server, 1).components["outside_server"] == pytest.approx(5_359 - cyc.duration_us)
 
 
 def test_a_request_answered_in_one_iteration_is_not_counted_twice():
@@ -228,11 +228,11 @@ def test_a_request_answered_in_one_iteration_is_not_counted_twice():
     for r in base["runs"]:
         r["ops"]["GET"]["mean_us"] = 1.27 * 5_050
     e = entry(base, recording("everysec", [(EVERYSEC, [287, 279, 311], {})], "everysec"))
-    assert e["significant"] is True and 0.8 <= e["explained_share"] <= 1.0
-    assert e["evidence"]["model_inputs"]["baseline"]["request_iterations"]["k"] == 1
-    assert "so the median one spends 1" in e["claim"]
-    fsync = next(c for c in e["components"] if c["name"] == "fsync")
-    assert fsync["base_us"] == pytest.approx(4613, rel=1e-3)  # one fsync, not two
+    assert e.significant is True and 0.8 <= e.explained_share <= 1.0
+    assert e.evidence["model_inputs"]["baseline"]["request_iterations"]["k"] == 1
+    assert "so the median one spends 1" in e.claim
+    fsync = next(c for c in e.components if c.name == "fsync")
+    assert fsync.base_us == pytest.approx(4613, rel=1e-3)  # one fsync, not two
 
 
 def test_littles_law_flags_a_client_bound_run():
@@ -241,25 +241,26 @@ def test_littles_law_flags_a_client_bound_run():
         r["ops"]["GET"]["tps"] = 1000.0  # 1000/s x 10 ms = 10 of 50 clients in flight
     cells = summarize(doc)
     ll = explain.littles_law(cells[0])["GET"]
-    assert ll["in_flight"] == pytest.approx(10) and ll["ratio"] == pytest.approx(0.2)
+    assert ll.in_flight == pytest.approx(10) and ll.ratio == pytest.approx(0.2)
     recs = explain.caveats(cells, [doc])
-    assert any("of 50 clients in flight" in c["text"] and c["finding"] == "clients_own_time" for c in recs)
+    assert any("of 50 clients in flight" in c.text and c.finding == "clients_own_time" for c in recs)
 
 
 def test_durability_note_only_when_ack_semantics_differ():
-    assert explain.durability_note({"label": "a", "server": {"appendfsync": "always"}},
-                                   {"label": "b", "server": {"appendfsync": "everysec"}})
-    assert explain.durability_note({"label": "a", "server": {"appendfsync": "always"}},
-                                   {"label": "b", "server": {"appendfsync": "everysec", "bio_aof_offload": True}}) is None
+    def doc(label, **server):
+        return {"format": "valkeytrace-recording", "version": 2, "label": label, "server": server, "runs": []}
+    assert explain.durability_note(doc("a", appendfsync="always"), doc("b", appendfsync="everysec"))
+    assert explain.durability_note(doc("a", appendfsync="always"),
+                                   doc("b", appendfsync="everysec", bio_aof_offload=True)) is None
 
 
 def test_repeats_that_disagree_are_named():
     # a bimodal p50 (CPU contention: 431 / 527 / 1207 µs) is said to be one; a tight side is not
     base = recording("everysec", [(EVERYSEC, [463, 471, 519], {})], "everysec")
     cand = recording("busy", [(EVERYSEC, [431, 1207, 527], {})], "everysec")
-    claim = entry(base, cand)["claim"]
+    claim = entry(base, cand).claim
     assert "The repeats disagree (p50: busy 431 µs-1.21 ms)" in claim and "everysec 463" not in claim
-    assert "repeats disagree" not in entry(base, base)["claim"]
+    assert "repeats disagree" not in entry(base, base).claim
 
 
 def _contended(doc, waits, main_waits=None):
@@ -283,32 +284,33 @@ def test_where_the_contention_landed_is_named():
         r["ops"]["GET"]["tps"] /= 2
         r["ops"]["GET"]["progress"] = [[t, rps / 2, ms] for t, rps, ms in r["ops"]["GET"]["progress"]]
     e = entry(base, on_clients)
-    claim = e["claim"]
+    claim = e.claim
     assert "GET TPS moved significantly" in claim
     # the clients kept 25 of 50 requests in flight: the caveat says why, measured
     assert any("GET 25.0 of 50 clients in flight (they waited for a CPU 48% of their time)" in c
-               and "the latency they report holds some of that CPU wait too" in c for c in e["caveats"]), e["caveats"]
+               and "the latency they report holds some of that CPU wait too" in c for c in e.caveats), e.caveats
     assert ("Waiting for a CPU: the main thread 18% -> 18%, the GET clients 5% -> 48%, the background SET clients "
             "22% -> 29%: it landed mostly on the GET clients (+43 points).") in claim
     on_main = _contended(recording("c", [(EVERYSEC, [900, 910, 890], {})]), [(0.07, 0.23)] * 3, [0.30] * 3)
     e = entry(base, on_main)
-    assert not any("GET clients waited" in c for c in e["caveats"])  # 7%: nothing to say
+    assert not any("GET clients waited" in c for c in e.caveats)  # 7%: nothing to say
     waiting = _contended(recording("w", [(EVERYSEC, [900, 910, 890], {})]), [(0.31, 0.23)] * 3)
     assert any(c.startswith("w: the GET clients waited for a CPU 31% of their time: the latency they report holds")
-               for c in entry(base, waiting)["caveats"])
-    assert e["significant"] is True
-    assert "the main thread 18% -> 30%, the GET clients 5% -> 7%" in e["claim"]
-    assert "it landed mostly on the main thread (+12 points)" in e["claim"]
+               for c in entry(base, waiting).caveats)
+    assert e.significant is True
+    waits = e.note("cpu_wait").figures
+    assert waits["waits"]["the main thread"] == [17.5, 30.0] and waits["waits"]["the GET clients"] == [5.0, 7.0]
+    assert waits["landed_on"] == "the main thread" and waits["points"] == pytest.approx(12, abs=0.5)
     # without the clients' figures (older recordings) nothing is said of them
     plain = recording("d", [(EVERYSEC, [900, 910, 890], {})])
-    assert "Waiting for a CPU:" not in entry(recording("e", [(EVERYSEC, [450, 455, 445], {})]), plain)["claim"]
+    assert entry(recording("e", [(EVERYSEC, [450, 455, 445], {})]), plain).note("cpu_wait") is None
 
 
 def test_repeats_that_disagree_say_who_waited_in_each():
     base = _contended(recording("everysec", [(EVERYSEC, [463, 471, 519], {})], "everysec"), [(0.05, 0.22)] * 3)
     cand = _contended(recording("busy", [(EVERYSEC, [431, 1207, 527], {})], "everysec"),
                       [(0.45, 0.3), (0.10, 0.3), (0.44, 0.3)], [0.16, 0.27, 0.15])
-    claim = entry(base, cand)["claim"]
+    claim = entry(base, cand).claim
     assert ("Waiting for a CPU, busy, per repeat: 431 µs (main thread 16%, GET clients 45%), 1.21 ms (27%, 10%), "
             "527 µs (15%, 44%).") in claim
 
@@ -317,12 +319,12 @@ def test_clients_sharing_a_cpu_are_said_to():
     # --client-cpus auto on 2 CPUs puts both read-heavy clients on one: their tails hold each other's turns
     base = recording("a", [(EVERYSEC, [287, 279, 311], {})], "everysec")
     cells = summarize(base)
-    assert not any("shared" in explain.caveat_words(c) for c in explain.caveats(cells, [base]))  # no placement recorded
+    assert "clients_shared_cpu" not in [c.finding for c in explain.caveats(cells, [base])]  # no placement recorded
     base["client"] = {"placement": {"requested": "auto", "client_cpus": [1]}}
-    assert any(explain.caveat_words(c).startswith("a: the GET and the background SET clients shared CPU 1")
-               and c["finding"] == "clients_shared_cpu" and c["label"] == "a" for c in explain.caveats(cells, [base]))
+    assert any(c.words.startswith("a: the GET and the background SET clients shared CPU 1")
+               and c.finding == "clients_shared_cpu" and c.label == "a" for c in explain.caveats(cells, [base]))
     base["client"]["placement"]["client_cpus"] = [2, 3]  # one each: nothing to say
-    assert not any("shared" in explain.caveat_words(c) for c in explain.caveats(cells, [base]))
+    assert "clients_shared_cpu" not in [c.finding for c in explain.caveats(cells, [base])]
 
 
 def test_a_p50_between_the_paths_is_modelled_where_it_lies_not_on_the_means_path():
@@ -331,46 +333,46 @@ def test_a_p50_between_the_paths_is_modelled_where_it_lies_not_on_the_means_path
     # p50 lies in the valley (1.47 and 1.62 cycles) while the mean, pulled down by the quick
     # fifth, reads 1.21 and 1.30 (the mean's path: 1). On the mean's path the model left 2.9 ms
     # "outside the server" and gave a share of 0.61; where the p50 lies, the fsync's part.
-    t = model.loop_cycle(summarize(recording("a", [(ALWAYS, [10_000], {})]))[0].server)["duration_us"]
+    t = model.loop_cycle(summarize(recording("a", [(ALWAYS, [10_000], {})]))[0].server).duration_us
     base = recording("always", [(ALWAYS, [1.47 * t, 1.62 * t], {})], repeats=2)
     for r, c in zip(base["runs"], (1.21, 1.30)):
         r["ops"]["GET"]["mean_us"] = c * t
     cand = recording("everysec", [(EVERYSEC, [391, 431], {})], "everysec", repeats=2)
     e = entry(base, cand)
-    ins = e["evidence"]["model_inputs"]["baseline"]
+    ins = e.evidence["model_inputs"]["baseline"]
     assert ins["repeats"] == [1, 2] and [p["units_per_request"] for p in ins["per_repeat"]] == [1.47, 1.62]
     assert all(p["request_iterations"]["from"] == "p50" for p in ins["per_repeat"])
-    assert 0.8 <= e["explained_share"] <= 1.0, e["claim"]
-    assert "between the paths of 1 and 2" in e["claim"] and "would have given 1" in e["claim"]
+    assert 0.8 <= e.explained_share <= 1.0, e.claim
+    assert "between the paths of 1 and 2" in e.claim and "would have given 1" in e.claim
     # the side's components are the mean of its two middle repeats': they add up to its median
-    fsync = next(c for c in e["components"] if c["name"] == "fsync")
-    f = model.loop_cycle(summarize(base)[0].server)["fsync_us"]
-    assert fsync["base_us"] == pytest.approx((1.47 + 1.62) / 2 * f, rel=1e-3)
-    assert sum(c["delta_us"] for c in e["components"]) == pytest.approx(observed(e), rel=1e-3)
+    fsync = next(c for c in e.components if c.name == "fsync")
+    f = model.loop_cycle(summarize(base)[0].server).fsync_us
+    assert fsync.base_us == pytest.approx((1.47 + 1.62) / 2 * f, rel=1e-3)
+    assert sum(c.delta_us for c in e.components) == pytest.approx(observed(e), rel=1e-3)
 
 
 def test_a_p50_near_the_means_path_keeps_it():
     server = summarize(recording("a", [(ALWAYS, [10_000], {})]))[0].server
-    t = model.loop_cycle(server)["duration_us"]
+    t = model.loop_cycle(server).duration_us
     near = model.request_iterations(server, 1.05 * t, p50_us=1.13 * t)  # the demo's: 1.13 cycles, mean 1.07
-    assert near["k"] == 1 and near["from"] == "mean" and near["p50_in_units"] == pytest.approx(1.13)
-    assert model.request_iterations(server, 1.9 * t, p50_us=1.92 * t)["k"] == 2
+    assert near.k == 1 and near.source == "mean" and near.p50_in_units == pytest.approx(1.13)
+    assert model.request_iterations(server, 1.9 * t, p50_us=1.92 * t).k == 2
     # a p50 beyond the longer path does not move k off the mean's path: the rest stays outside the
     # server (a client slowdown is not made into fsync); without a mean, K
-    assert model.request_iterations(server, 1.3 * t, p50_us=2.6 * t)["k"] == 1
-    assert model.request_iterations(server, None, p50_us=2.6 * t)["k"] == 2
-    assert model.request_iterations(server, 1.2 * t, p50_us=1.5 * t)["k"] == pytest.approx(1.5)
+    assert model.request_iterations(server, 1.3 * t, p50_us=2.6 * t).k == 1
+    assert model.request_iterations(server, None, p50_us=2.6 * t).k == 2
+    assert model.request_iterations(server, 1.2 * t, p50_us=1.5 * t).k == pytest.approx(1.5)
 
 
 def test_the_median_repeat_is_modelled_on_its_own():
     # three repeats, one of them on the longer path: the side's p50 is the middle one's, and so is
     # its accounting (not the pooled mean's)
     server = summarize(recording("a", [(ALWAYS, [10_000], {})]))[0].server
-    t = model.loop_cycle(server)["duration_us"]
-    reps = [{"repeat": i, "p50_us": p * t, "mean_us": p * t, "server": server} for i, p in ((1, 1.9), (2, 1.0), (3, 1.05))]
+    t = model.loop_cycle(server).duration_us
+    reps = [model.RepeatInput(i, None, p * t, p * t, server) for i, p in ((1, 1.9), (2, 1.0), (3, 1.05))]
     side = model.median_repeat(reps)
-    assert [u["repeat"] for u in side["used"]] == [3] and side["k"] == 1
-    assert sum(side["components"].values()) == pytest.approx(1.05 * t)
+    assert [u.repeat for u in side.used] == [3] and side.k == 1
+    assert sum(side.components.values()) == pytest.approx(1.05 * t)
     two = model.median_repeat(reps[:2])
-    assert [u["repeat"] for u in two["used"]] == [2, 1] and two["k"] == pytest.approx(1.5)
-    assert sum(two["components"].values()) == pytest.approx((1.9 + 1.0) / 2 * t)
+    assert [u.repeat for u in two.used] == [2, 1] and two.k == pytest.approx(1.5)
+    assert sum(two.components.values()) == pytest.approx((1.9 + 1.0) / 2 * t)

@@ -18,9 +18,9 @@ def _levels(make_window, p50_of):
 
 def test_sensitivity_slope_and_r2():
     doc = _levels(lambda f: window(469, main_fsyncs=383, fsync_us=f), lambda f: 2.1 * f + 400)
-    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
-    assert s["slope"] == pytest.approx(2.1, rel=0.01) and s["r2"] == pytest.approx(1.0, abs=1e-3)
-    assert len(s["points"]) == 4
+    s = [x for x in sensitivity.sensitivity(doc) if x.metric == "p50_us" and x.thread_role == "main"][0]
+    assert s.slope == pytest.approx(2.1, rel=0.01) and s.r2 == pytest.approx(1.0, abs=1e-3)
+    assert len(s.points) == 4
     # the runs at an added delay stay out of the tables
     assert summarize(doc)[0].repeats == 1
 
@@ -34,13 +34,13 @@ def test_sensitivity_fits_each_levels_median_run():
         fsync_us = 180 + extra_ms * 1050
         cells.append((window(469, main_fsyncs=383, fsync_us=fsync_us), p50s, {"fsync_extra_delay_ns": extra_ms * 1_000_000}))
     doc = recording("s", cells)
-    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
-    assert [p[1] for p in s["points"]] == [647, 2319, 3400, 4823]
-    assert s["runs_per_point"] == [1, 3, 3, 3] and s["r2"] >= 0.95 and 0.9 <= s["slope"] <= 1.1, s
+    s = [x for x in sensitivity.sensitivity(doc) if x.metric == "p50_us" and x.thread_role == "main"][0]
+    assert [p[1] for p in s.points] == [647, 2319, 3400, 4823]
+    assert s.runs_per_point == [1, 3, 3, 3] and s.r2 >= 0.95 and 0.9 <= s.slope <= 1.1, s
     assert "each the median of 3 runs (+0 ms: 1)" in sensitivity.describe([s])[0]
     one_run = recording("s", [(w, p50s[-1:] if x["fsync_extra_delay_ns"] != 2_000_000 else [4911], x) for w, p50s, x in cells])
-    s1 = [x for x in sensitivity.sensitivity(one_run) if x["metric"] == "p50_us" and x["thread_role"] == "main"][0]
-    assert s1["r2"] < 0.9  # what one run per level gave
+    s1 = [x for x in sensitivity.sensitivity(one_run) if x.metric == "p50_us" and x.thread_role == "main"][0]
+    assert s1.r2 < 0.9  # what one run per level gave
 
 
 def test_the_sweep_has_three_runs_per_level_whatever_the_repeat():
@@ -76,20 +76,22 @@ def test_the_intervention_checks_the_model():
     # the median request misses the next poll (k = 2)
     doc = _levels(busy_window, lambda f: 2.05 * f + 400)
     (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
-    assert "agrees" in e["claim"] and "against the model's 2 fsync cycles" in e["claim"]
+    check = e.note("model_check.intervention").figures
+    assert check["agrees"] == "agrees" and check["k"] == 2
     # 3 ms per ms: requests span three fsyncs, the model says two
     doc = _levels(busy_window, lambda f: 3.0 * f + 400)
     (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
-    assert "the intervention measured 3.00 ms of get p50" in e["claim"].lower() and "under-states" in e["claim"]
+    check = e.note("model_check.intervention").figures
+    assert check["slope"] == pytest.approx(3.0, abs=0.005) and check["agrees"] == "under"
     # 1.05 ms per ms, but a mean of 1.8 cycles puts the median request at 2: the model errs
     doc = _levels(busy_window, lambda f: 2.05 * f + 400)
     for r in doc["runs"]:
         r["ops"]["GET"]["p50_us"] = 1.05 * (r["server"]["threads"][0]["calls"]["fdatasync"]["sum_ns"] / 383e3) + 500
     (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
-    assert "over-states" in e["claim"]
+    assert e.note("model_check.intervention").figures["agrees"] == "over"
     doc["server"]["io_threads"] = 2
-    claim = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))[0]["claim"]
-    assert "2 I/O threads" in claim
+    (e,) = explain.explain_run(summarize(doc), doc, sensitivity.sensitivity(doc))
+    assert "model_check.io_threads" in e.codes()
 
 
 def test_sensitivity_off_the_request_path_is_flat():
@@ -98,5 +100,5 @@ def test_sensitivity_off_the_request_path_is_flat():
         w["threads"][1]["calls"]["fdatasync"] = _hist([f * 1000] * 2)
         return w
     doc = _levels(bio_window, lambda f: 600.0)
-    s = [x for x in sensitivity.sensitivity(doc) if x["metric"] == "p50_us"]
-    assert [x["thread_role"] for x in s] == ["bio_aof"] and abs(s[0]["slope"]) < 0.01
+    s = [x for x in sensitivity.sensitivity(doc) if x.metric == "p50_us"]
+    assert [x.thread_role for x in s] == ["bio_aof"] and abs(s[0].slope) < 0.01

@@ -7,10 +7,9 @@ from valkeytrace.analysis import launches
 
 
 def test_launch_figures_summarise_each_launch_first():
-    rows = [{"_launch": 1, "p50_us": 10.0}, {"_launch": 1, "p50_us": 30.0}, {"_launch": 2, "p50_us": 5.0},
-            {"_launch": None, "p50_us": 99.0}, {"_launch": 3, "p50_us": None}]
-    assert launches.launch_figures(rows, "p50_us") == [20.0, 5.0]
-    assert launches.launch_figures([{"p50_us": 1.0}], "p50_us") == []
+    rows = [(1, 10.0), (1, 30.0), (2, 5.0), (None, 99.0), (3, None)]
+    assert launches.launch_figures(rows) == [20.0, 5.0]
+    assert launches.launch_figures([(None, 1.0)]) == []
 
 
 def test_below_three_launches_a_side_there_is_no_interval():
@@ -23,8 +22,8 @@ def test_aa_launches_from_one_distribution_are_rarely_significant():
     for _ in range(200):
         x = rng.normal(5000, 250, 8)
         iv = launches.interval(list(x[:4]), list(x[4:]))
-        assert iv["interval_pct"][0] <= iv["change_pct"] <= iv["interval_pct"][1]
-        hits += iv["significant"]
+        assert iv.interval_pct[0] <= iv.change_pct <= iv.interval_pct[1]
+        hits += iv.significant
     # the nominal 5% (a percentile bootstrap gave 16% on these pairs)
     assert hits / 200 <= 0.08, hits
 
@@ -33,17 +32,17 @@ def test_a_shift_beyond_the_launch_spread_is_found_with_its_size():
     base = [5000, 5200, 4900, 5100]
     cand = [6000, 6150, 5900, 6100]  # +20%
     iv = launches.interval(base, cand)
-    assert iv["significant"] and iv["interval_pct"][0] > 10 and iv["interval_pct"][0] <= iv["change_pct"] <= iv["interval_pct"][1]
+    assert iv.significant and iv.interval_pct[0] > 10 and iv.interval_pct[0] <= iv.change_pct <= iv.interval_pct[1]
     geo = lambda x: np.exp(np.mean(np.log(x)))  # noqa: E731
-    assert abs(iv["change_pct"] - 100 * (geo(cand) / geo(base) - 1)) < 0.01
-    assert iv["launches"] == [4, 4]
+    assert abs(iv.change_pct - 100 * (geo(cand) / geo(base) - 1)) < 0.01
+    assert iv.launches == [4, 4]
 
 
 def test_a_split_side_is_not_a_change_and_says_how_many_launches_it_would_take():
     base = [5000, 9800, 5100, 9600]  # one fsync cycle per request in some launches, two in others
     cand = [5200, 5300, 9900, 5100]
     iv = launches.interval(base, cand)
-    assert not iv["significant"] and iv["interval_pct"][0] < 0 < iv["interval_pct"][1]
+    assert not iv.significant and iv.interval_pct[0] < 0 < iv.interval_pct[1]
     need = launches.launches_needed(base, cand)
     assert need is not None and need > 4
 
@@ -87,10 +86,10 @@ def test_the_interval_is_welchs_computed_by_hand():
     df = (vb + vc) ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
     d, half = lc.mean() - lb.mean(), student.ppf(0.975, df) * np.sqrt(vb + vc)
     iv = launches.interval(base, cand)
-    assert iv["interval_pct"] == [round(100 * (np.exp(d - half) - 1), 2), round(100 * (np.exp(d + half) - 1), 2)]
-    assert iv["significant"] and iv["launches"] == [4, 3]
+    assert iv.interval_pct == [round(100 * (np.exp(d - half) - 1), 2), round(100 * (np.exp(d + half) - 1), 2)]
+    assert iv.significant and iv.launches == [4, 3]
     same = launches.interval([5.0] * 3, [5.0] * 3)  # no spread: no interval to speak of, no change
-    assert same["interval_pct"] == [0.0, 0.0] and not same["significant"]
+    assert same.interval_pct == [0.0, 0.0] and not same.significant
 
 
 def test_the_slope_and_its_standard_error_are_least_squares():
@@ -103,6 +102,6 @@ def test_the_slope_and_its_standard_error_are_least_squares():
     slope = ((x - x.mean()) * (y - y.mean())).sum() / sxx
     sse = ((y - (y.mean() + slope * (x - x.mean()))) ** 2).sum()
     f = fit(list(zip(x, y)))
-    assert f["slope"] == round(slope, 4) and f["slope_stderr"] == round(float(np.sqrt(sse / 2 / sxx)), 4)
-    assert f["r2"] == round(1 - sse / ((y - y.mean()) ** 2).sum(), 4)
-    assert fit([(0, 5.0), (1, 5.0), (2, 5.0)])["r2"] == 0.0
+    assert f.slope == round(slope, 4) and f.slope_stderr == round(float(np.sqrt(sse / 2 / sxx)), 4)
+    assert f.r2 == round(1 - sse / ((y - y.mean()) ** 2).sum(), 4)
+    assert fit([(0, 5.0), (1, 5.0), (2, 5.0)]).r2 == 0.0

@@ -5,7 +5,7 @@ import pytest
 
 from valkeytrace.analysis import explain, model
 from valkeytrace.analysis.server import summarize_server
-from valkeytrace.analysis.tables import compare, summarize
+from valkeytrace.analysis.tables import Meet, compare, summarize
 
 WALL_NS = 2_000_000_000
 PID = 100
@@ -37,11 +37,11 @@ def window(iterations, runnable_ns, stalls=(), main_fsyncs=0, fsync_us=0.0):
 
 # a client distribution: 90% of requests within 0.1-0.3 ms, evenly, the rest up to 10 ms
 CDF = [(100.0, 0.0), (300.0, 90.0), (10_000.0, 100.0)]
-MEET = {"clients": 50, "tps": 50_000.0, "cdf": CDF}  # 100,000 requests in the 2 s window
+MEET = Meet(clients=50, tps=50_000.0, cdf=CDF)  # 100,000 requests in the 2 s window
 
 
 def comps(win, k=2.0, meet=MEET):
-    return model.server_residence(summarize_server([win]), k, meet)["components"]
+    return model.server_residence(summarize_server([win]), k, meet).components
 
 
 def test_rare_long_stalls_weigh_as_the_median_request_meets_them():
@@ -56,9 +56,9 @@ def test_rare_long_stalls_weigh_as_the_median_request_meets_them():
     assert long_["cpu_wait"] == pytest.approx(200 / 90 * 0.5, rel=1e-3)
     # the mean they cost is Little's: 50 clients x 200 ms / 100,000 requests = 100 µs, not the median's
     res = model.server_residence(summarize_server([window(40_000, total, stalls=[10_000_000] * 20)]), 2.0, MEET)
-    assert res["inputs"]["stalls_met_share"] == pytest.approx(0.01)
+    assert res.inputs["stalls_met_share"] == pytest.approx(0.01)
     # when most requests meet one (a loop taking the CPU in slices), the median request waits one out
-    many = comps(window(40_000, total, stalls=[2_000_000] * 100), meet={**MEET, "tps": 2_000.0})  # 4,000 requests
+    many = comps(window(40_000, total, stalls=[2_000_000] * 100), meet=Meet(50, 2_000.0, CDF))  # 4,000 requests
     assert many["cpu_wait"] == pytest.approx(2000.0, rel=1e-3)  # W, the stalls' mean
 
 
@@ -73,8 +73,8 @@ def test_two_main_thread_fsyncs_in_two_seconds_are_stalls_not_the_cycle():
     win = window(100_000, 20_000_000, main_fsyncs=2, fsync_us=5000)
     srv = summarize_server([win])
     cyc = model.loop_cycle(srv)
-    assert cyc["unit"] == "iteration" and cyc["units"] == 100_000  # not "0.00 fsync cycles of 909 ms"
-    c = model.server_residence(srv, 2.0, MEET)["components"]
+    assert cyc.unit == "iteration" and cyc.units == 100_000  # not "0.00 fsync cycles of 909 ms"
+    c = model.server_residence(srv, 2.0, MEET).components
     # 2 x 50 / 100,000 = 0.1% of requests met one: a fraction of a µs of the median's latency
     assert 0 <= c["fsync"] < 1.0
     # no component exceeds what its own measured time allows per request
@@ -84,8 +84,8 @@ def test_two_main_thread_fsyncs_in_two_seconds_are_stalls_not_the_cycle():
 def test_regular_fsyncs_stay_the_cycle():
     win = window(469, 20_000_000, main_fsyncs=383, fsync_us=4613)
     cyc = model.loop_cycle(summarize_server([win]))
-    assert cyc["unit"] == "fsync cycle" and cyc["units"] == 383
-    c = model.server_residence(summarize_server([win]), 1.0, MEET)["components"]
+    assert cyc.unit == "fsync cycle" and cyc.units == 383
+    c = model.server_residence(summarize_server([win]), 1.0, MEET).components
     assert c["fsync"] == pytest.approx(4613, rel=1e-3)  # the whole fsync, in every unit
 
 
@@ -98,7 +98,7 @@ def _doc(label, p50s, unit_fsync_us=4613, main_fsyncs=383):
                      "ops": {"GET": {"role": "measured", "clients": 50, "tps": 50 / (p50 / 1e6), "p50_us": p50,
                                      "p95_us": p50 * 1.1, "p99_us": p50 * 1.3, "mean_us": p50, "progress": progress}},
                      "server": win})
-    return {"format": "valkeytrace-recording", "label": label, "server": {"appendfsync": "always"},
+    return {"format": "valkeytrace-recording", "version": 2, "label": label, "server": {"appendfsync": "always"},
             "settings": {}, "runs": runs, "complete": True}
 
 
@@ -109,9 +109,9 @@ def test_repeats_on_different_paths_are_no_basis_for_significance():
     b, c = summarize(base), summarize(cand)
     assert b[0].ops["GET"].split and not c[0].ops["GET"].split
     entries = explain.explain_compare(b, c, compare(b, c), base, cand)
-    e = next(e for e in entries if e["metric"] == "p50_us")
-    assert e["significant"] is False and e["explained_share"] is None, e["claim"]
-    assert "different paths" in e["claim"] and "a1 1.24 and 1.83" in e["claim"], e["claim"]
+    e = next(e for e in entries if e.metric == "p50_us")
+    assert e.significant is False and e.explained_share is None, e.claim
+    assert "different paths" in e.claim and "a1 1.24 and 1.83" in e.claim, e.claim
 
 
 def test_one_launch_a_side_on_different_paths_is_no_basis_either():
@@ -121,18 +121,18 @@ def test_one_launch_a_side_on_different_paths_is_no_basis_either():
     b, c = summarize(base), summarize(cand)
     assert not b[0].ops["GET"].split and not c[0].ops["GET"].split
     e = explain.explain_compare(b, c, compare(b, c), base, cand)[0]
-    assert e["significant"] is False and e["explained_share"] is None, e["claim"]
-    assert "one server launch a side" in e["claim"] and "compare --launches 3" in e["claim"], e["claim"]
+    assert e.significant is False and e.explained_share is None, e.claim
+    assert "significance.paths" in e.codes(), e.codes()
     # the same path on both sides, a longer cycle on one: the change is the cycle's, significant
     same = _doc("slow", [10_950, 11_100], unit_fsync_us=5613, main_fsyncs=340)
     s = summarize(same)
     assert abs(s[0].ops["GET"].paths[0] - b[0].ops["GET"].paths[0]) < 0.1, (s[0].ops["GET"].paths, b[0].ops["GET"].paths)
-    assert explain.explain_compare(b, s, compare(b, s), base, same)[0]["significant"] is True
+    assert explain.explain_compare(b, s, compare(b, s), base, same)[0].significant is True
     # different paths, but beyond the paths' reach (cycles of 5.2 ms against 13 ms): significant
     far = _doc("far", [22_000, 22_300], unit_fsync_us=12_000, main_fsyncs=150)
     f = summarize(far)
     e = explain.explain_compare(c, f, compare(c, f), cand, far)[0]
-    assert e["significant"] is True, e["claim"]
+    assert e.significant is True, e.claim
 
 
 def test_a_median_answered_within_a_fraction_of_a_cycle_waited_no_fsync():
@@ -140,11 +140,11 @@ def test_a_median_answered_within_a_fraction_of_a_cycle_waited_no_fsync():
     # write answered it): no fsync in its latency, not 0.06 of a cycle's fsync
     srv = summarize_server([window(469, 20_000_000, main_fsyncs=383, fsync_us=4613)])
     it = model.request_iterations(srv, 3700.0, 2.0, 300.0)
-    assert it["quick"] and it["k"] == 2.0
-    res = model.decompose(300.0, srv, it["k"], None, it["quick"])
-    assert res["components"]["fsync"] == 0
+    assert it.quick and it.k == 2.0
+    res = model.decompose(300.0, srv, it.k, None, it.quick)
+    assert res.components["fsync"] == 0
     busy_per_iteration = (WALL_NS / 1000 - 383 * 4613) / 469
-    assert sum(v for c, v in res["components"].items() if c != "outside_server") == pytest.approx(2 * busy_per_iteration)
+    assert sum(v for c, v in res.components.items() if c != "outside_server") == pytest.approx(2 * busy_per_iteration)
 
 
 def test_a_split_side_still_shows_a_change_beyond_all_its_repeats():
@@ -155,4 +155,4 @@ def test_a_split_side_still_shows_a_change_beyond_all_its_repeats():
     b, c = summarize(base), summarize(cand)
     assert b[0].ops["GET"].split
     e = explain.explain_compare(b, c, compare(b, c), base, cand)[0]
-    assert e["significant"] is True, e["claim"]
+    assert e.significant is True, e.claim

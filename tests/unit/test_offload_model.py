@@ -4,6 +4,7 @@ directly; what is tested is the merging across runs, the exclusion of other cell
 intervention's runs, and what an early-ack or plain recording gives (nothing)."""
 import numpy as np
 
+from records import doc
 from valkeytrace.analysis import offload
 from valkeytrace.analysis.facts import offload_sentence
 from valkeytrace.histogram import LatencyHistogram
@@ -23,7 +24,7 @@ def _run(waits, job_ms, workload="write-only", size=64, extra=0):
 
 
 def _doc(*runs, mode="durable"):
-    return {"emulation": {"offload": {"mode": mode, "gather_ns": 0}}, "runs": list(runs)}
+    return doc(list(runs), emulation={"offload": {"mode": mode, "gather_ns": 0}})
 
 
 class Cell:
@@ -53,7 +54,7 @@ def test_group_commit_reads_as_one_batch_per_round_trip():
 
 def test_nothing_outside_a_durable_virtual_offload():
     run = _run([2] * 100, [4.0] * 5)
-    assert offload.jobs({"runs": [run]}, "write-only", 64) is None and offload.summary({"runs": [run]}) is None
+    assert offload.jobs(doc([run]), "write-only", 64) is None and offload.summary(doc([run])) is None
     assert offload.jobs(_doc(run, mode="early-ack"), "write-only", 64) is None
     assert offload_sentence("v", _doc(run, mode="early-ack"), Cell()) == ""
 

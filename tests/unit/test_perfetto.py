@@ -5,10 +5,10 @@ from valkeytrace.reporters import perfetto
 
 
 def doc_with_timeline(events):
-    return {"label": "fsync-always", "runs": [{
+    return {"format": "valkeytrace-recording", "version": 2, "label": "fsync-always", "runs": [{
         "workload": "read-heavy", "value_size": 64, "repeat": 1, "status": "ok", "window_start": 100.0,
         "ops": {"GET": {"role": "measured", "started_at": 100.0, "progress": [[0.125, 5000.0, 9.8], [0.25, 5100.0, 9.7]]}},
-        "server": {"main_tid": 10, "threads": [{"tid": 10, "name": "valkey-server", "role": "main"},
+        "server": {"window_ns": 10_000_000, "main_tid": 10, "threads": [{"tid": 10, "name": "valkey-server", "role": "main"},
                                                {"tid": 11, "name": "bio_aof", "role": "bio_aof"}],
                    "blocked_timeline": {"events": events}}}]}
 

@@ -120,8 +120,8 @@ def test_open_loop_below_capacity_every_step_of_a_request():
     r = simulate(params([Group("GET", 1, rate=1000.0, arrival="uniform")]))
     o = r.ops["GET"]
     assert o.p50_us == pytest.approx(CW + WAKE + SR + SW + WAKE + CR, abs=0.01)
-    assert o.open["achieved_rate"] == pytest.approx(1000.0, rel=0.002) and not o.open["saturated"]
-    assert o.open["service_p50_us"] == pytest.approx(o.p50_us - CW, abs=0.01)  # from the send, not the due moment
+    assert o.open.achieved_rate == pytest.approx(1000.0, rel=0.002) and not o.open.saturated
+    assert o.open.service_p50_us == pytest.approx(o.p50_us - CW, abs=0.01)  # from the send, not the due moment
 
 
 def test_open_loop_past_the_servers_capacity_is_saturated():
@@ -132,10 +132,10 @@ def test_open_loop_past_the_servers_capacity_is_saturated():
     p = Params(**{**p.__dict__, "server": ServerCosts(read_us={"GET": 200.0}, write_us=SW, wake_us=WAKE),
                   "drain_s": 0.0})
     o = simulate(p).ops["GET"]
-    assert o.open["saturated"] and o.open["offered_rate"] == pytest.approx(8000, rel=0.03)
+    assert o.open.saturated and o.open.offered_rate == pytest.approx(8000, rel=0.03)
     # at most the server's 4,926/s (200 + 3 µs a GET) are answered, less the backlog the warm-up left
     # and the batch still being read at the window's end (every request arrived is read before any reply)
-    assert o.open["achieved_rate"] < 1e6 / (200.0 + SW)
+    assert o.open.achieved_rate < 1e6 / (200.0 + SW)
     assert o.p99_us > 0.5e6  # the backlog at the window's end: its requests waited most of a second
 
 

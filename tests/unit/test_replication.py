@@ -8,7 +8,7 @@ from valkeytrace.histogram import LatencyHistogram
 
 
 def _run(waits, sets, acked, replica_fsync_ns=()):
-    run = {"status": "ok", "replication": {"rate_per_s": 150, "replicas": 1, "sent_ns": list(range(len(waits))),
+    run = {"workload": "write-only", "value_size": 64, "status": "ok", "replication": {"rate_per_s": 150, "replicas": 1, "sent_ns": list(range(len(waits))),
                                            "set_us": list(sets), "waitaof_us": list(waits), "acked": list(acked)}}
     if len(replica_fsync_ns):
         hist = LatencyHistogram.from_values(np.array(replica_fsync_ns, dtype=np.uint64)).to_dict()
@@ -46,4 +46,5 @@ def test_compare_decides_a_replication_change_once():
 
 
 def test_no_probe_no_record():
-    assert replication([{"status": "ok"}], []) is None and replica_summaries([{"status": "ok"}]) == []
+    bare = {"workload": "write-only", "value_size": 64, "status": "ok"}
+    assert replication([bare], []) is None and replica_summaries([bare]) == []

@@ -104,7 +104,8 @@ def test_a_replica_that_never_drains_is_not_joined_but_still_witnessed():
 def test_replication_record_from_the_kernel_alone():
     """No probe ran (a merged recording of observed nodes): the pairs the kernel saw are the probes."""
     p, r, truth = simulate()
-    rec = replication.replication([{"status": "ok", "server": p, "replicas": [r]}], [])
+    rec = replication.replication([{"workload": "write-only", "value_size": 64, "status": "ok", "server": p,
+                                    "replicas": [r]}], [])
     span = (truth[0]["reply"] - truth[0]["p0"]) / US
     assert rec.source == "kernel" and rec.probes == 40 and rec.waitaof_p50_us == pytest.approx(span)
     assert sum(rec.components_us.values()) == pytest.approx(span, abs=0.5)

@@ -1,6 +1,7 @@
 """A real #3381 build's INFO debug (reply_blocking_*): parsed from INFO text and said in the
 claims. The text below follows the fields the pull request adds to INFO debug (issue 32 lists
 them; no #3381 build runs here, so this is the format, not a capture of one)."""
+from records import DOC
 from valkeytrace.analysis.facts import reply_blocking_sentence
 from valkeytrace.server.view import parse_info, reply_blocking
 
@@ -31,10 +32,10 @@ def test_the_fields_are_read_and_others_ignored():
 def test_the_claim_says_what_the_server_held_only_for_a_3381_build():
     run = {"status": "ok", "workload": "write-only", "value_size": 64,
            "server_view": {"reply_blocking": reply_blocking(INFO_DEBUG)}}
-    doc = {"server": {"bio_aof_offload": True}, "runs": [run]}
+    doc = {**DOC, "server": {"bio_aof_offload": True}, "runs": [run]}
     s = reply_blocking_sentence("bio-offload", doc, Cell())
     assert "writes held 40,211" in s and "reads held 17" in s and "clients waiting for an ack 8" in s
-    assert reply_blocking_sentence("x", {"server": {"bio_aof_offload": False}, "runs": [run]}, Cell()) == ""
-    missing = reply_blocking_sentence("y", {"server": {"bio_aof_offload": True}, "runs": [{**run, "server_view": {}}]},
-                                      Cell())
+    assert reply_blocking_sentence("x", {**DOC, "server": {"bio_aof_offload": False}, "runs": [run]}, Cell()) == ""
+    missing = reply_blocking_sentence("y", {**DOC, "server": {"bio_aof_offload": True},
+                                            "runs": [{**run, "server_view": {}}]}, Cell())
     assert "not counted" in missing

@@ -118,34 +118,34 @@ def test_server_table_states_what_its_figures_are():
     srv = summarize_server([window])
     srv.main_thread = dataclasses.replace(srv.main_thread, loop_iterations=500, loop_iterations_counted=False,
                                           loop_iteration_p50_us=90.0, loop_iteration_p99_us=400.0, aof_flushes=0)
-    t = server_table("base", SimpleNamespace(server=srv, workload="read-heavy", value_size=64))
-    notes = " | ".join(text for text, _ in t["notes"])
+    t = server_table("base", SimpleNamespace(server=srv, workload="read-heavy", value_size=64, host_cpu=None))
+    notes = " | ".join(text for text, _ in t.notes)
     assert "no scheduler data" in notes
     assert "added up to 130% of the window" in notes and "scaled to 100%" in notes
     assert "a sample of 500 iterations (not a total" in notes
     assert "lost events: 3 (events were lost" in notes
-    assert all(warn for text, warn in t["notes"] if "no scheduler data" in text or "lost" in text)
+    assert all(warn for text, warn in t.notes if "no scheduler data" in text or "lost" in text)
     # one row per timed call of each role, then its off-CPU row, the last of the role marked
-    assert [(cells[0], cells[1], last) for cells, last in t["rows"]] == [
+    assert [(cells[0], cells[1], last) for cells, last in t.rows] == [
         ("main", "fdatasync", False), ("", "off-CPU", True), ("bio_aof", "fdatasync", False), ("", "off-CPU", True)]
-    assert len(t["columns"]) + 1 == len(t["rows"][0][0])
+    assert len(t.columns) + 1 == len(t.rows[0][0])
     # the same window with scheduler data and within the wall: no such statement
     ok = dict(window, threads=[dict(_thread(1, "valkey-server", "main", [4_000_000] * 10,
                                             {"fdatasync": {"io": 4 * 10**7}}),
                                     sched={"on_cpu_ns": 5 * 10**8, "runqueue_ns": 0})], lost_events=0)
     notes = " | ".join(text for text, _ in server_table("b", SimpleNamespace(
-        server=summarize_server([ok]), workload="read-heavy", value_size=64))["notes"])
+        server=summarize_server([ok]), workload="read-heavy", value_size=64, host_cpu=None)).notes)
     assert "no scheduler data" not in notes and "scaled" not in notes and "events were lost" not in notes
 
 
 def _window_doc(mode, window_s, writes, syncs, on="bio_aof"):
     def calls(n, kind):
-        return {kind: {"count": n, "sum_ns": n * 1000, "buckets": []}} if n else {}
+        return {kind: {"count": n, "sum_ns": n * 1000, "min_ns": 1000, "max_ns": 1000, "buckets": [[1, n]]}} if n else {}
     threads = [{"tid": 1, "name": "valkey-server", "role": "main", "calls": calls(writes, "aof_write")},
                {"tid": 2, "name": on, "role": on, "calls": calls(syncs, "fdatasync")}]
     run = {"workload": "read-heavy", "value_size": 64, "repeat": 1, "status": "ok",
            "server": {"window_ns": int(window_s * 1e9), "threads": threads}}
-    return {"server": {"appendfsync": mode}, "runs": [run]}
+    return {"format": "valkeytrace-recording", "version": 2, "label": "x", "server": {"appendfsync": mode}, "runs": [run]}
 
 
 def test_a_window_without_the_fsyncs_its_mode_implies_is_said():
@@ -175,7 +175,7 @@ def test_an_fsync_longer_than_the_window_is_placed_not_missed():
     assert not missed_fsyncs(doc)
     srv = summarize_server([dict(doc["runs"][0]["server"], pid=1, main_tid=1)])
     (place,) = explain.fsync_placement(srv)
-    assert place["role"] == "bio_aof" and place["count"] == 0 and place["in_flight"] and place["blocked_ms"] == 3900
+    assert place.role == "bio_aof" and place.count == 0 and place.in_flight and place.blocked_ms == 3900
     assert "fdatasync runs on bio_aof (none completed in the window: it was blocked inside one for 3.90 s of it)" \
         in explain._where("x", srv)
     # waiting for a CPU inside the call is no sign of one in flight

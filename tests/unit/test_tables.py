@@ -107,10 +107,10 @@ def test_the_compare_decision_on_launches_with_a_known_answer():
         b = summarize(_launched("a", base))
         (row,) = compare(b, summarize(_launched("b", shifted))).rows
         found += row.significant["p50_us"] is True
-        lo, hi = row.interval["p50_us"]["interval_pct"]
+        lo, hi = row.interval["p50_us"].interval_pct
         covered += lo <= 25.0 <= hi
         (aa,) = compare(b, summarize(_launched("c", same))).rows
         false_pos += aa.significant["p50_us"] is True
-        assert row.interval["p50_us"]["launches"] == [4, 4]
+        assert row.interval["p50_us"].launches == [4, 4]
     assert found >= 0.95 * trials and covered >= 0.88 * trials, (found, covered)
     assert false_pos <= 0.10 * trials, false_pos

@@ -58,16 +58,17 @@ def test_reliable_needs_a_good_fit_and_monotonic_points():
 
 
 def test_an_unreliable_slope_is_not_stated():
-    e = {"workload": "read-heavy", "op": "GET", "value_size": 1024, "metric": "p50_us", "thread_role": "main",
-         "slope": 0.89, "r2": 0.24, "points": [[100, 6440], [2100, 13880], [4100, 10220]], "reliable": False,
-         "added_delays_ns": [0, 2_000_000, 4_000_000], "runs_per_point": [1, 1, 1], "point_delays_ns": [0, 2e6, 4e6]}
+    e = sensitivity.Slope("read-heavy", "GET", 1024, "p50_us", "main", slope=0.89, slope_stderr=0.5, intercept_us=0.0,
+                          r2=0.24, points=[[100, 6440], [2100, 13880], [4100, 10220]], reliable=False,
+                          runs_per_point=[1, 1, 1], point_delays_ns=[0, 2e6, 4e6], added_delays_ns=[0, 2_000_000, 4_000_000])
     (line,) = sensitivity.describe([e])
     assert "not measured reliably" in line and "0.89" not in line and "6.44 -> 13.88 -> 10.22 ms" in line
 
 
 def test_the_candidates_configuration_as_a_change_of_the_baselines():
     def doc(emulation=None, **server):
-        return {"server": {"appendfsync": "always", "io_threads": 1, **server}, "emulation": emulation,
+        return {"format": "valkeytrace-recording", "version": 2, "label": "x", "runs": [],
+                "server": {"appendfsync": "always", "io_threads": 1, **server}, "emulation": emulation,
                 "settings": {"get_clients": 50, "set_clients": 8, "write_clients": 50}}
     base = doc({"fsync_delay": {"median_ns": 4e6, "sigma": 0.0}})
     gathered = doc({"fsync_delay": {"median_ns": 4e6, "sigma": 0.0}, "offload": {"mode": "durable", "gather_ns": 1e6}})
@@ -76,7 +77,7 @@ def test_the_candidates_configuration_as_a_change_of_the_baselines():
     assert scenario == "fsync_off_main_thread+gather_window"
     slower = doc({"fsync_delay": {"median_ns": 6e6, "sigma": 0.0}})
     change, scenario = whatif.change_between(base, slower)
-    assert change.offload is None and change.fsync_delay["median_ns"] == 6e6 and scenario == "fsync_delay"
+    assert change.offload is None and change.fsync_delay.median_ns == 6e6 and scenario == "fsync_delay"
     change, _ = whatif.change_between(base, doc(None, appendfsync="everysec"))
     assert change.offload == "early-ack" and change.job_interval_us == 1e6
     # what the model does not change, and an A/A pair: nothing predicted, and said why

@@ -17,7 +17,9 @@ def test_the_first_rows_note_names_the_clients_from_the_settings():
 
     from valkeytrace.reporters.base import _workload_note
 
-    run = SimpleNamespace(server={"appendfsync": "always"})
-    assert _workload_note(run, "read-heavy", {"get_clients": 50, "set_clients": 8}) == \
-        "GET c=50 + c=8 background SET; fsync=always"
-    assert _workload_note(run, "write-only", {}) == "isolated SET c=?; fsync=always"
+    from valkeytrace.recording.model import ServerInfo, Settings
+
+    run = SimpleNamespace(server=ServerInfo(appendfsync="always"), settings=Settings(get_clients=50, set_clients=8))
+    assert _workload_note(run, "read-heavy") == "GET c=50 + c=8 background SET; fsync=always"
+    run.settings = Settings()
+    assert _workload_note(run, "write-only") == "isolated SET c=?; fsync=always"

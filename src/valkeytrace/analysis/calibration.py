@@ -26,6 +26,7 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
 from valkeytrace.pipeline.sim import simulate
+from valkeytrace.recording.model import Demand, Document, Run, ServerWindow, ThreadRecord, decode, decode_as
 
 SYNC_CALLS = ("fdatasync", "fsync")
 MAX_SAMPLES = 4000        # call lengths kept per distribution (evenly thinned)
@@ -43,41 +44,79 @@ class CalibrationError(ValueError):
 
 
 @dataclass
+class Input:
+    """One figure the model stands on, with its unit and where it came from."""
+    value: object
+    unit: str
+    source: str
+
+
+@dataclass
+class Measured:
+    """A cell's op as the recording measured it (the medians of its runs)."""
+    tps: float | None = None
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    mean_us: float | None = None
+    clients: int | None = None
+
+    def get(self, metric: str):
+        return getattr(self, metric, None)
+
+
+@dataclass
 class Calibration:
     workload: str
     value_size: int
     params: Params
-    inputs: dict = field(default_factory=dict)     # name -> {"value", "unit", "source"}
+    inputs: dict = field(default_factory=dict)     # name -> Input
     injected_ns: float = 0.0                        # the recording's own injected fsync delay (median)
-    measured: dict = field(default_factory=dict)    # op -> the cell's measured figures (median of runs)
+    measured: dict = field(default_factory=dict)    # op -> Measured
     fitted: list = field(default_factory=list)      # the parameters fitted to the recording, not measured
 
     def put(self, name: str, value, unit: str, source: str) -> None:
-        self.inputs[name] = {"value": round(value, 3) if isinstance(value, float) else value, "unit": unit,
-                             "source": source}
+        self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
+
+    def value(self, name: str) -> float:
+        return float(self.inputs[name].value)
 
 
-def _cell_runs(doc: dict, workload: str, size: int, rate: float | None = None) -> list[dict]:
+def _rate(r: Run) -> float | None:
+    return r.load.rate if r.load else None
+
+
+def _cell_runs(doc: Document, workload: str, size: int, rate: float | None = None) -> list[Run]:
     """The cell's measured runs with a server-side trace: at `rate` (open loop), or closed loop (None)."""
-    return [r for r in doc.get("runs", []) if r.get("workload") == workload and r.get("value_size") == size
-            and r.get("status") == "ok" and not r.get("fsync_extra_delay_ns") and r.get("server")
-            and (r.get("load") or {}).get("rate") == rate]
+    return [r for r in doc.runs if r.workload == workload and r.value_size == size and r.status == "ok"
+            and not r.fsync_extra_delay_ns and r.server and _rate(r) == rate]
 
 
-def rates_of(doc: dict, workload: str, size: int) -> list:
+def rates_of(doc, workload: str, size: int) -> list:
     """The cell's loads: None (closed loop) and each open-loop rate, in the recording's order."""
-    return list(dict.fromkeys((r.get("load") or {}).get("rate") for r in doc.get("runs", [])
-                              if r.get("workload") == workload and r.get("value_size") == size))
+    return list(dict.fromkeys(_rate(r) for r in decode(doc).runs if r.workload == workload and r.value_size == size))
 
 
-def _sync_thread(server: dict) -> dict | None:
+def _all_rates(doc: Document, workload: str, size: int) -> list[Run]:
+    return [r for rate in rates_of(doc, workload, size) for r in _cell_runs(doc, workload, size, rate)]
+
+
+def _count(t: ThreadRecord, names) -> int:
+    return sum(t.calls[c].count for c in names if c in t.calls)
+
+
+def _sync_thread(server: ServerWindow) -> ThreadRecord | None:
     """The thread whose fdatasync/fsync calls are most frequent in a window."""
     best, n = None, 0
-    for t in server.get("threads") or []:
-        k = sum(((t.get("calls") or {}).get(c) or {}).get("count", 0) for c in SYNC_CALLS)
+    for t in server.threads:
+        k = _count(t, SYNC_CALLS)
         if k > n:
             best, n = t, k
     return best
+
+
+def _main(server: ServerWindow) -> ThreadRecord | None:
+    return next((x for x in server.threads if x.tid == server.main_tid), None)
 
 
 def _thin(values: list) -> tuple:
@@ -87,23 +126,22 @@ def _thin(values: list) -> tuple:
     return tuple(np.asarray(values)[idx])
 
 
-def call_lengths(runs: list[dict], names: tuple, thread: str = "sync") -> tuple[tuple, str]:
+def call_lengths(runs: list, names: tuple, thread: str = "sync") -> tuple[tuple, str]:
     """(lengths µs, source) of the calls `names` on the durability thread (thread='sync') or the main
     thread, from the timeline's call events, else from the histograms' buckets."""
     vals, hist = [], LatencyHistogram()
     for r in runs:
-        s = r["server"]
-        t = _sync_thread(s) if thread == "sync" else next((x for x in s.get("threads") or []
-                                                             if x.get("tid") == s.get("main_tid")), None)
-        if t is None:
+        s = decode_as(r, Run).server
+        t = (_sync_thread(s) if thread == "sync" else _main(s)) if s else None
+        if s is None or t is None:
             continue
-        for e in (s.get("blocked_timeline") or {}).get("events") or []:
-            if e[4] == "call" and e[2] == t["tid"] and e[3] in names:
+        for e in s.blocked_timeline.events:
+            if e[4] == "call" and e[2] == t.tid and e[3] in names:
                 vals.append(e[1] / 1e3)
         for name in names:
-            rec = (t.get("calls") or {}).get(name)
-            if rec and rec.get("count"):
-                hist.merge(LatencyHistogram.from_dict(rec))
+            rec = t.calls.get(name)
+            if rec and rec.count:
+                hist.merge(LatencyHistogram.from_record(rec))
     if vals:
         return _thin(vals), f"{len(vals)} calls timed by the kernel (eBPF timeline)"
     if not hist.count:
@@ -116,65 +154,68 @@ def call_lengths(runs: list[dict], names: tuple, thread: str = "sync") -> tuple[
     return _thin(list(reps)), f"{hist.count} calls in the tracer's histograms (bucket midpoints)"
 
 
-def _sync_cpu(runs: list[dict]) -> float | None:
+def _sync_cpu(runs: list[Run]) -> float | None:
     """µs of CPU a sync call takes on its thread: its length less its off-CPU time inside it."""
     total = off = n = 0
     for r in runs:
-        t = _sync_thread(r["server"])
-        if not t or not t.get("off_cpu_ns"):
+        t = _sync_thread(r.server) if r.server else None
+        if not t or not t.off_cpu_ns:
             continue
         for c in SYNC_CALLS:
-            rec = (t.get("calls") or {}).get(c)
-            if rec and rec.get("count"):
-                total += rec["sum_ns"]
-                n += rec["count"]
-                off += sum((t["off_cpu_ns"].get(c) or {}).values())
+            rec = t.calls.get(c)
+            if rec and rec.count:
+                total += rec.sum_ns
+                n += rec.count
+                off += sum((t.off_cpu_ns.get(c) or {}).values())
     return max(0.0, (total - off) / n / 1e3) if n else None
 
 
-def _passes(doc: dict, size: int) -> list[dict]:
+def _passes(doc: Document, size: int) -> list[Demand]:
     """The GET-only passes recorded before the read-heavy windows of this size."""
-    return [r["demand"] for rate in rates_of(doc, "read-heavy", size) for r in _cell_runs(doc, "read-heavy", size, rate)
-            if isinstance(r.get("demand"), dict) and r["demand"].get("tps") and r["demand"].get("host_cpu")]
+    return [r.demand for r in _all_rates(doc, "read-heavy", size) if r.demand and r.demand.tps and r.demand.host_cpu]
 
 
-def _per_request(passes: list[dict], key: str) -> float:
-    return float(np.median([p["host_cpu"][key] * p["seconds"] * 1e6 / p["requests"] for p in passes]))
+def _per_request(passes: list[Demand], what: str) -> float:
+    return float(np.median([getattr(p.host_cpu, what) * (p.seconds or 0) * 1e6 / (p.requests or 1) for p in passes]))
 
 
-def _set_extra_us(doc: dict, size: int) -> tuple[float, str]:
+def _set_extra_us(doc: Document, size: int) -> tuple[float, str]:
     vals = []
-    for r in [r for w in ("read-heavy", "write-only") for rate in rates_of(doc, w, size)
-              for r in _cell_runs(doc, w, size, rate)]:
-        cs = (r.get("server_view") or {}).get("commandstats") or {}
-        if "set" in cs and "get" in cs:
-            vals.append(cs["set"]["usec_per_call"] - cs["get"]["usec_per_call"])
+    for r in _all_rates(doc, "read-heavy", size) + _all_rates(doc, "write-only", size):
+        cs = r.server_view.commandstats
+        st, gt = cs.get(SET), cs.get(GET)
+        if st and gt and st.usec_per_call is not None and gt.usec_per_call is not None:
+            vals.append(st.usec_per_call - gt.usec_per_call)
     if not vals:
         return 0.0, "no commandstats of both GET and SET: taken as 0"
     return max(0.0, float(np.median(vals))), "INFO commandstats: SET's usec_per_call less GET's"
 
 
-def _window_costs(runs: list[dict], sync_cpu: float) -> tuple[float, float]:
+GET, SET = "get", "set"  # INFO commandstats' names
+
+
+def _window_costs(runs: list[Run], sync_cpu: float) -> tuple[float, float]:
     """Without a GET-only pass: server and client µs per request from the windows (schedstat)."""
     srv, cli = [], []
     for r in runs:
-        s, w = r["server"], r["server"]["window_ns"] / 1e9
-        main = next((t for t in s.get("threads") or [] if t.get("tid") == s.get("main_tid")), None)
-        n = sum((o.get("tps") or 0) * w for o in r["ops"].values())
-        if not main or not main.get("sched") or not n:
+        if r.server is None:
             continue
-        syncs = sum(((main.get("calls") or {}).get(c) or {}).get("count", 0) for c in SYNC_CALLS)
-        srv.append((main["sched"]["on_cpu_ns"] / 1e3 - syncs * sync_cpu) / n)
-        measured = next((o for o in r["ops"].values() if o.get("role") == "measured"), None)
-        if measured and measured.get("client_cpu_s") and measured.get("requests"):
-            cli.append(measured["client_cpu_s"] * 1e6 / measured["requests"])
+        w = r.server.window_ns / 1e9
+        main = _main(r.server)
+        n = sum((o.tps or 0) * w for o in r.ops.values())
+        if not main or not main.sched or not n:
+            continue
+        srv.append((main.sched.on_cpu_ns / 1e3 - _count(main, SYNC_CALLS) * sync_cpu) / n)
+        measured = next((o for o in r.ops.values() if o.role == "measured"), None)
+        if measured and measured.client_cpu_s and measured.requests:
+            cli.append(measured.client_cpu_s * 1e6 / measured.requests)
     if not srv or not cli:
         raise CalibrationError("no per-request CPU figures in the recording (no GET-only pass, no schedstat)")
     return max(1.0, float(np.median(srv))), max(1.0, float(np.median(cli)))
 
 
-def _costs(cal: Calibration, runs: list[dict], passes: list[dict], sync_cpu: float, set_extra: float,
-           set_src: str) -> tuple[ServerCosts, ClientCosts]:
+def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: float,
+           set_extra: tuple[float, str]) -> tuple[ServerCosts, ClientCosts]:
     """Per-request CPU: the totals from the GET-only pass (the regime of a loaded server), else the
     windows' schedstat per request; split in halves between a request's read and its reply (no figure
     splits them: the write-only windows' request timestamps put 30-40% of the server's in the read, but
@@ -186,61 +227,50 @@ def _costs(cal: Calibration, runs: list[dict], passes: list[dict], sync_cpu: flo
     else:
         srv, cli = _window_costs(runs, sync_cpu)
         src = "the windows' schedstat per request (no GET-only pass recorded)"
+    extra, extra_src = set_extra
     cal.put("server_us_per_get", srv, "µs", f"{src} (the server's threads)")
     cal.put("client_us_per_request", cli, "µs", f"{src} (the benchmark clients)")
-    cal.put("server_us_set_extra", set_extra, "µs", set_src)
+    cal.put("server_us_set_extra", extra, "µs", extra_src)
     wake = _wake_us(runs)
     cal.put("wake_us", wake, "µs", "the main thread's run-queue time (schedstat) per sleep, two a loop iteration")
     read = srv * SPLIT
-    server = ServerCosts(read_us={"GET": read, "SET": read + set_extra, "PING": read}, write_us=srv - read,
+    server = ServerCosts(read_us={"GET": read, "SET": read + extra, "PING": read}, write_us=srv - read,
                          wake_us=wake, deliver_us=srv - read, sync_cpu_us=sync_cpu,
-                         exec_us={"GET": read * 0.4, "SET": read * 0.4 + set_extra},
+                         exec_us={"GET": read * 0.4, "SET": read * 0.4 + extra},
                          io_read_us=read * 0.6, io_write_us=srv - read)
     return server, ClientCosts(read_us=cli * SPLIT, write_us=cli * (1 - SPLIT), wake_us=wake)
 
 
-def _wake_us(runs: list[dict]) -> float:
+def _wake_us(runs: list[Run]) -> float:
     vals = []
     for r in runs:
-        s = r["server"]
-        main = next((t for t in s.get("threads") or [] if t.get("tid") == s.get("main_tid")), None)
-        cycles = (s.get("eventloop") or {}).get("cycles")
-        if main and main.get("sched") and cycles:
-            vals.append(main["sched"]["runqueue_ns"] / 1e3 / (2 * cycles))
+        main = _main(r.server) if r.server else None
+        cycles = r.server.eventloop.cycles if r.server and r.server.eventloop else None
+        if main and main.sched and cycles:
+            vals.append(main.sched.runqueue_ns / 1e3 / (2 * cycles))
     return float(np.median(vals)) if vals else 0.0
 
 
-def _stalls(runs: list[dict]) -> tuple:
-    vals = []
-    for r in runs:
-        s = r["server"]
-        for e in (s.get("blocked_timeline") or {}).get("events") or []:
-            if e[4] == "runnable" and e[2] == s.get("main_tid"):
-                vals.append(e[1] / 1e3)
-    return _thin(vals)
-
-
-def _median_op(runs: list[dict], op: str) -> dict:
-    vals = [r["ops"][op] for r in runs if op in r.get("ops", {})]
-    out = {}
+def _median_op(runs: list[Run], op: str) -> Measured:
+    vals = [r.ops[op] for r in runs if op in r.ops]
+    out = Measured()
     for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "clients"):
-        xs = [v[k] for v in vals if v.get(k) is not None]
-        out[k] = float(np.median(xs)) if xs else None
-    if out.get("clients") is not None:
-        out["clients"] = int(out["clients"])
+        xs = [getattr(v, k) for v in vals if getattr(v, k) is not None]
+        setattr(out, k, float(np.median(xs)) if xs else None)
+    if out.clients is not None:
+        out.clients = int(out.clients)
     return out
 
 
-def _mode(doc: dict) -> str:
-    off = ((doc.get("emulation") or {}).get("offload") or {}).get("mode")
+def _mode(doc: Document) -> str:
+    off = doc.emulation.offload.mode if doc.emulation.offload else None
     if off:
         return off
-    server = doc.get("server") or {}
-    if server.get("bio_aof_offload"):
+    if doc.server.bio_aof_offload:
         return "durable"
-    if server.get("appendfsync") not in (None, "always"):
+    if doc.server.appendfsync not in (None, "always"):
         raise CalibrationError(f"the model covers appendfsync always and its offload; this recording's server runs "
-                               f"appendfsync {server.get('appendfsync')}")
+                               f"appendfsync {doc.server.appendfsync}")
     return "main"
 
 
@@ -251,9 +281,10 @@ def groups_for(workload: str, get_clients: int, set_clients: int, write_clients:
     return (Group("SET", write_clients),)
 
 
-def calibrate(doc: dict, workload: str, size: int, rate: float | None = None) -> Calibration:
+def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calibration:
     """The model of one cell of a recording, as recorded: its closed loop, or its open loop at `rate`
     (the costs, the calls and the stalls from those runs; the clients' the GET-only passes' if any)."""
+    doc = decode(doc)
     runs = _cell_runs(doc, workload, size, rate)
     if not runs:
         at = f" at {rate:,.0f}/s" if rate else ""
@@ -264,10 +295,8 @@ def calibrate(doc: dict, workload: str, size: int, rate: float | None = None) ->
         raise CalibrationError(f"{workload} {size} B: no fdatasync/fsync was timed (a trace of the server's "
                                "threads is needed: --backend ebpf or shim)")
     aof, aof_src = call_lengths(runs, ("aof_write",))
-    emu = (doc.get("emulation") or {}).get("fsync_delay") or {}
-    injected = float(emu.get("median_ns") or 0.0)
-    settings = doc.get("settings") or {}
-    measured = {op: _median_op(runs, op) for op in ("GET", "SET") if any(op in r.get("ops", {}) for r in runs)}
+    injected = float(doc.emulation.fsync_delay.median_ns or 0.0)
+    measured = {op: _median_op(runs, op) for op in ("GET", "SET") if any(op in r.ops for r in runs)}
     cal = Calibration(workload, size, params=_PLACEHOLDER, injected_ns=injected, measured=measured)
     sync_cpu = _sync_cpu(runs)
     cal.put("sync_us_p50", float(np.median(sync)), "µs", f"{sync_src}, on the thread that makes writes durable")
@@ -277,45 +306,52 @@ def calibrate(doc: dict, workload: str, size: int, rate: float | None = None) ->
     cal.put("injected_fsync_delay_us", injected / 1e3, "µs", "the recording's --inject-fsync-delay" if injected else
             "none injected")
     passes = _passes(doc, size)
-    set_extra, set_src = _set_extra_us(doc, size)
-    server, client = _costs(cal, runs, passes, sync_cpu or 0.0, set_extra, set_src)
-    write_runs = _cell_runs(doc, "write-only", size) or runs
-    bytes_per_set = _aof_bytes_per_set(write_runs)
+    server, client = _costs(cal, runs, passes, sync_cpu or 0.0, _set_extra_us(doc, size))
+    bytes_per_set = _aof_bytes_per_set(_cell_runs(doc, "write-only", size) or runs)
     cal.put("aof_bytes_per_set", bytes_per_set, "bytes", "AOF bytes written per SET in the windows (eBPF)")
-    g = measured.get("GET", {}).get("clients") or settings.get("get_clients") or 50
-    bg = measured.get("SET", {}).get("clients") if workload == "read-heavy" else None
-    w = measured.get("SET", {}).get("clients") if workload == "write-only" else None
-    gather = float(((doc.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0) / 1e3
-    groups = groups_for(workload, int(g), int(bg if bg is not None else settings.get("set_clients") or 8),
-                        int(w or settings.get("write_clients") or 50))
-    if rate:
-        arrival = (runs[0].get("load") or {}).get("arrival") or "poisson"
-        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
-    cal.params = Params(groups=groups,
-                        server=server, client=client,
-                        durability=Durability(mode, Sampler(sync, 0.0, sync_cpu or 0.0), Sampler(aof), gather),
-                        io_threads=int((doc.get("server") or {}).get("io_threads") or 1),
-                        keyspace=int(settings.get("keyspace") or 100000), value_size=size,
-                        aof_bytes_per_write=bytes_per_set,
-                        duration_s=float(settings.get("duration_s") or 2.0))
+    cal.params = Params(groups=_groups(doc, workload, measured, runs, rate), server=server, client=client,
+                        durability=Durability(mode, Sampler(sync, 0.0, sync_cpu or 0.0), Sampler(aof),
+                                              float((doc.emulation.offload.gather_ns if doc.emulation.offload else 0)
+                                                    or 0) / 1e3),
+                        io_threads=int(doc.server.io_threads or 1), keyspace=int(doc.settings.keyspace or 100000),
+                        value_size=size, aof_bytes_per_write=bytes_per_set,
+                        duration_s=float(doc.settings.duration_s or 2.0))
     _interference(cal, runs, passes)
     _fit_jitter(cal, passes)
     return cal
 
 
+def _groups(doc: Document, workload: str, measured: dict, runs: list[Run], rate: float | None) -> tuple:
+    """The benchmark processes as recorded (their clients from the runs, else the settings)."""
+    st = doc.settings
+    get, set_ = measured.get("GET"), measured.get("SET")
+    g = (get.clients if get else None) or st.get_clients or 50
+    bg = set_.clients if set_ and workload == "read-heavy" else None
+    w = set_.clients if set_ and workload == "write-only" else None
+    groups = groups_for(workload, int(g), int(bg if bg is not None else st.set_clients or 8), int(w or st.write_clients or 50))
+    if rate:
+        arrival = (runs[0].load.arrival if runs[0].load else None) or "poisson"
+        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
+    return groups
 
-def _aof_bytes_per_set(runs: list[dict]) -> float:
+
+def _aof_bytes_per_set(runs: list[Run]) -> float:
     vals = []
     for r in runs:
-        s, w = r["server"], r["server"]["window_ns"] / 1e9
-        sets = (r["ops"].get("SET") or {}).get("tps")
-        nbytes = sum(((t.get("calls") or {}).get("aof_write") or {}).get("bytes") or 0 for t in s.get("threads") or [])
+        if r.server is None:
+            continue
+        w = r.server.window_ns / 1e9
+        sets = r.ops[OP_SET].tps if OP_SET in r.ops else None
+        nbytes = sum(t.calls[AOF].bytes or 0 for t in r.server.threads if AOF in t.calls)
         if sets and nbytes:
             vals.append(nbytes / (sets * w))
     return float(np.median(vals)) if vals else 100.0
 
 
-def _interference(cal: Calibration, runs: list[dict], passes: list[dict]) -> None:
+OP_SET, AOF = "SET", "aof_write"
+
+
+def _interference(cal: Calibration, runs: list[Run], passes: list[Demand]) -> None:
     """What else takes the CPUs, from the kernel: on the server's, the main thread's runnable intervals
     (the timeline's, at least its threshold long) per second it wanted the CPU (on it or runnable,
     schedstat), and the rest of its run-queue time as stalls of the threshold's half; on the clients',
@@ -323,16 +359,15 @@ def _interference(cal: Calibration, runs: list[dict], passes: list[dict]) -> Non
     stalls of the server's lengths (the clients' own lengths are not recorded)."""
     stalls, want_ns, rq_ns, long_ns, threshold = [], 0.0, 0.0, 0.0, 100.0
     for r in runs:
-        s = r["server"]
-        main = next((t for t in s.get("threads") or [] if t.get("tid") == s.get("main_tid")), None)
-        if not main or not main.get("sched"):
+        s = r.server
+        main = _main(s) if s else None
+        if s is None or not main or not main.sched:
             continue
-        want_ns += main["sched"]["on_cpu_ns"] + main["sched"]["runqueue_ns"]
-        rq_ns += main["sched"]["runqueue_ns"]
-        tl = s.get("blocked_timeline") or {}
-        threshold = (tl.get("threshold_ns") or 100_000) / 1e3
-        for e in tl.get("events") or []:
-            if e[4] == "runnable" and e[2] == s.get("main_tid"):
+        want_ns += main.sched.on_cpu_ns + main.sched.runqueue_ns
+        rq_ns += main.sched.runqueue_ns
+        threshold = (s.blocked_timeline.threshold_ns or 100_000) / 1e3
+        for e in s.blocked_timeline.events:
+            if e[4] == "runnable" and e[2] == s.main_tid:
                 stalls.append(e[1] / 1e3)
                 long_ns += e[1]
     if not want_ns:
@@ -351,16 +386,19 @@ def _interference(cal: Calibration, runs: list[dict], passes: list[dict]) -> Non
     _client_interference(cal, passes, Sampler(_thin(stalls) or values))
 
 
-def _client_interference(cal: Calibration, passes: list[dict], stall: Sampler) -> None:
+def _client_interference(cal: Calibration, passes: list[Demand], stall: Sampler) -> None:
     """The clients' CPU stalls: their share of time waiting for a CPU over the GET-only pass (schedstat), in
     stalls as long as the main thread's (no timeline records the clients')."""
-    waits = [((p["host_cpu"].get("clients_cpu_wait") or {}).get("measured")) for p in passes]
+    waits = [p.host_cpu.clients_cpu_wait.measured for p in passes if p.host_cpu and p.host_cpu.clients_cpu_wait]
     waits = [w for w in waits if w is not None]
     mean_us = float(np.mean(stall.values_us)) if stall.values_us else 0.0
     rate = float(np.median(waits)) / (mean_us / 1e6) if waits and mean_us else 0.0
     cal.params = replace(cal.params, client_interference=Interference(rate, stall))
     cal.put("client_interference_per_s", rate, "1/s", "the GET clients' share of time waiting for a CPU in the "
             "GET-only pass (schedstat), in stalls as long as the main thread's" if waits else "not measured")
+
+
+OP_GET = "GET"
 
 
 def _fit_jitter(cal: Calibration, passes: list[dict]) -> None:
@@ -372,11 +410,11 @@ def _fit_jitter(cal: Calibration, passes: list[dict]) -> None:
     if not passes:
         cal.put("jitter_share", 0.0, "", "not fitted (no GET-only pass)")
         return
-    target = float(np.median([p["p99_us"] for p in passes]))
-    clients = int(np.median([p["clients"] for p in passes]))
-    seconds = float(np.median([p["seconds"] for p in passes]))  # a pass is a fixed count of requests
+    target = float(np.median([p.p99_us or 0 for p in passes]))
+    clients = int(np.median([p.clients or 0 for p in passes]))
+    seconds = float(np.median([p.seconds or 0 for p in passes]))  # a pass is a fixed count of requests
     base = replace(cal.params, groups=(Group("GET", clients),), duration_s=seconds, warmup_s=0.05)
-    runs = [simulate(base, seed=7 + i).ops["GET"].latencies_us for i in range(FIT_RUNS)]
+    runs = [simulate(base, seed=7 + i).ops[OP_GET].latencies_us for i in range(FIT_RUNS)]
     p50 = float(np.median([np.percentile(x, 50) for x in runs]))
     p99 = float(np.median([np.percentile(x, 99) for x in runs]))
     if p99 >= target:

@@ -48,8 +48,7 @@ def curves(label: str, cells: list[CellSummary], window_s: float) -> list[Curve]
         for c in sorted(cs, key=lambda x: x.rate or 0):
             o = c.ops[op]
             m = o.median
-            cv.points.append(Point(c.rate or 0.0, m.get("achieved_rate"), m.get("p50_us"), m.get("p99_us"),
-                                   m.get("service_p50_us"), o.saturated))
+            cv.points.append(Point(c.rate or 0.0, m.achieved_rate, m.p50_us, m.p99_us, m.service_p50_us, o.saturated))
         kept = [p for p in cv.points if kept_up(p, window_s)]
         cv.saturates_above = max((p.rate for p in kept), default=None)
         over = [p.rate for p in cv.points if not kept_up(p, window_s)]

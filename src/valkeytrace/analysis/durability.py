@@ -18,20 +18,23 @@ No emulation counter is read: a real #3381 build and the virtual offload are mea
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 
 from valkeytrace.analysis.summary import Durability
+from valkeytrace.recording.model import ServerWindow, decode_as
 
 SYNC_CALLS = ("fdatasync", "fsync")
 MIN_REQUESTS_PER_CONN = 10  # fewer in a window: not a load client (valkeytrace's own INFO, say)
 
 
-def _jobs(server: dict, tids: set) -> tuple[np.ndarray, np.ndarray]:
+def _jobs(server: ServerWindow, tids: set) -> tuple[np.ndarray, np.ndarray]:
     """(job start, job end) offsets in ns, in end order, of the durability thread(s)."""
-    syncs, writes = [], []
-    for start, dur, tid, cause, state in server.get("blocked_timeline", {}).get("events", []):
+    syncs: list = []
+    writes: list = []
+    for start, dur, tid, cause, state in server.blocked_timeline.events:
         if state != "call" or tid not in tids:
             continue
         if cause in SYNC_CALLS:
@@ -43,13 +46,13 @@ def _jobs(server: dict, tids: set) -> tuple[np.ndarray, np.ndarray]:
     syncs.sort()
     ends = np.array([e for e, _ in syncs], dtype=np.int64)
     sync_starts = np.array([s for _, s in syncs], dtype=np.int64)
-    writes = np.sort(np.array(writes, dtype=np.int64))
-    if not len(writes):
+    at = np.sort(np.array(writes, dtype=np.int64))
+    if not len(at):
         return sync_starts, ends
     # the job begins at its first AOF write after the previous sync ended (if one came before
     # this sync began), else at the sync
     prev_ends = np.concatenate(([np.iinfo(np.int64).min], ends[:-1]))
-    first = writes[np.minimum(np.searchsorted(writes, prev_ends, side="left"), len(writes) - 1)]
+    first = at[np.minimum(np.searchsorted(at, prev_ends, side="left"), len(at) - 1)]
     return np.where((first >= prev_ends) & (first <= sync_starts), first, sync_starts), ends
 
 
@@ -74,36 +77,50 @@ def answered(offsets, conns, events, nbytes=None) -> list[tuple[int, int, int, i
     return out
 
 
-def _role_of_syncs(server: dict) -> tuple[str | None, set]:
-    by_role, tids = Counter(), {}
-    for t in server.get("threads", []):
-        n = sum((t.get("calls", {}).get(c) or {}).get("count", 0) for c in SYNC_CALLS)
-        by_role[t["role"]] += n
-        tids.setdefault(t["role"], set()).add(t["tid"])
+def _role_of_syncs(server: ServerWindow) -> tuple[str | None, set]:
+    by_role: Counter = Counter()
+    tids: dict[str, set] = {}
+    for t in server.threads:
+        by_role[t.role] += sum(t.calls[c].count for c in SYNC_CALLS if c in t.calls)
+        tids.setdefault(t.role, set()).add(t.tid)
     if not by_role or not max(by_role.values()):
         return None, set()
     role = by_role.most_common(1)[0][0]
     return role, tids[role]
 
 
-def run_durability(server: dict | None) -> dict | None:
+@dataclass
+class WindowDurability:
+    """One window's durability record (see the module)."""
+    thread: str
+    jobs: int
+    jobs_per_s: float | None
+    job_ms_p50: float | None
+    writes: int = 0
+    writes_per_job: float | None = None
+    arrival_spread_us: float | None = None
+    arrival_delay_us: float | None = None
+    jobs_waited_per_write: float | None = None
+    cohorts: int | None = None
+    write_clients: int = 0
+
+
+def run_durability(server) -> WindowDurability | None:
     """One window's durability record (see the module), or None without syncs."""
     if not server:
         return None
+    server = decode_as(server, ServerWindow)
     role, tids = _role_of_syncs(server)
     if role is None:
         return None
     starts, ends = _jobs(server, tids)
-    window_s = server["window_ns"] / 1e9
-    rec = {"thread": role, "jobs": int(len(ends)), "jobs_per_s": len(ends) / window_s if window_s else None,
-           "job_ms_p50": float(np.median(ends - starts)) / 1e6 if len(ends) else None,
-           "writes": 0, "writes_per_job": None, "arrival_spread_us": None, "arrival_delay_us": None,
-           "jobs_waited_per_write": None,
-           "cohorts": None, "write_clients": 0}
-    cols = server.get("requests")
+    window_s = server.window_ns / 1e9
+    rec = WindowDurability(thread=role, jobs=int(len(ends)), jobs_per_s=len(ends) / window_s if window_s else None,
+                           job_ms_p50=float(np.median(ends - starts)) / 1e6 if len(ends) else None)
+    cols = server.requests
     if not cols or not len(ends):
         return rec
-    reqs = answered(cols["offset_ns"], cols["conn"], cols["event"])
+    reqs = answered(cols.offset_ns, cols.conn, cols.event)
     per_conn = Counter(r[0] for r in reqs)
     reqs = [r for r in reqs if per_conn[r[0]] >= MIN_REQUESTS_PER_CONN]
     if not reqs:
@@ -111,38 +128,39 @@ def run_durability(server: dict | None) -> dict | None:
     arr = np.array(reqs, dtype=np.int64)
     waited = np.searchsorted(ends, arr[:, 3], side="right") - np.searchsorted(ends, arr[:, 1], side="right")
     clients = len({r[0] for r in reqs})
-    rec.update(writes=len(reqs), write_clients=clients, jobs_waited_per_write=float(waited.mean()),
-               writes_per_job=len(reqs) / len(ends))
-    rec["cohorts"] = max(1, int(round(clients / rec["writes_per_job"])))
+    rec.writes, rec.write_clients, rec.jobs_waited_per_write = len(reqs), clients, float(waited.mean())
+    rec.writes_per_job = len(reqs) / len(ends)
+    rec.cohorts = max(1, int(round(clients / rec.writes_per_job)))
     # a cohort: the replies one job released, and when their clients' next requests arrived
     released = np.searchsorted(ends, arr[:, 3], side="right") - 1
-    nxt = {}
+    nxt: dict[int, list] = {}
     order = np.lexsort((arr[:, 3], arr[:, 0]))
     for a, b in zip(order[:-1], order[1:]):
         if arr[a, 0] == arr[b, 0] and released[a] >= 0:
             nxt.setdefault(int(released[a]), []).append(int(arr[b, 1]))
     spreads = [max(v) - min(v) for v in nxt.values() if len(v) >= 2]
     delays = [min(v) - int(ends[k]) for k, v in nxt.items()]
-    rec["arrival_spread_us"] = float(np.median(spreads)) / 1e3 if spreads else None
-    rec["arrival_delay_us"] = float(np.median(delays)) / 1e3 if delays else None
+    rec.arrival_spread_us = float(np.median(spreads)) / 1e3 if spreads else None
+    rec.arrival_delay_us = float(np.median(delays)) / 1e3 if delays else None
     return rec
 
 
-def durability(raws: list[dict]) -> Durability | None:
+def durability(raws: list) -> Durability | None:
     """A cell's record over its repeats: the medians of the windows' figures, the jobs a write
     waited averaged over every write."""
     per = [d for d in (run_durability(r) for r in raws if r) if d]
     if not per:
         return None
 
-    def med(key):
-        vals = [d[key] for d in per if d[key] is not None]
+    def med(vals):
+        vals = [v for v in vals if v is not None]
         return float(np.median(vals)) if vals else None
-    writes = sum(d["writes"] for d in per)
-    waited = (sum(d["jobs_waited_per_write"] * d["writes"] for d in per if d["writes"]) / writes) if writes else None
-    cohorts = med("cohorts")
-    return Durability(thread=Counter(d["thread"] for d in per).most_common(1)[0][0], jobs_per_s=med("jobs_per_s"),
-                      job_ms_p50=med("job_ms_p50"), writes_per_job=med("writes_per_job"),
-                      arrival_spread_us=med("arrival_spread_us"), arrival_delay_us=med("arrival_delay_us"),
+    writes = sum(d.writes for d in per)
+    waited = (sum((d.jobs_waited_per_write or 0.0) * d.writes for d in per if d.writes) / writes) if writes else None
+    cohorts = med([d.cohorts for d in per])
+    return Durability(thread=Counter(d.thread for d in per).most_common(1)[0][0], jobs_per_s=med([d.jobs_per_s for d in per]),
+                      job_ms_p50=med([d.job_ms_p50 for d in per]), writes_per_job=med([d.writes_per_job for d in per]),
+                      arrival_spread_us=med([d.arrival_spread_us for d in per]),
+                      arrival_delay_us=med([d.arrival_delay_us for d in per]),
                       jobs_waited_per_write=waited, cohorts=int(round(cohorts)) if cohorts is not None else None,
-                      write_clients=int(med("write_clients") or 0), windows=len(per))
+                      write_clients=int(med([d.write_clients for d in per]) or 0), windows=len(per))

@@ -5,15 +5,34 @@ cell carries, SETs per fsync, durability, and the server's own view (INFO latenc
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis import offload
 from valkeytrace.analysis.summary import MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
+from valkeytrace.recording.model import Document, Run, decode, decode_as
 
 IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
 
 
-def fsync_placement(server: ServerSummary) -> list[dict]:
+@dataclass
+class Placement:
+    """A thread role that made fdatasync/fsync calls (or was blocked inside one that did not complete)."""
+    role: str
+    count: int
+    per_s: float | None
+    p50_us: float | None
+    blocked_ms: float | None = None
+    in_flight: bool = False
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        if not self.in_flight:
+            del out["blocked_ms"], out["in_flight"]
+        return out
+
+
+def fsync_placement(server: ServerSummary) -> list[Placement]:
     """Which thread roles made fdatasync/fsync calls, with counts and rates; a role that completed
     none but was blocked inside one (an fsync longer than the window, on a slow disk) too, with
     count 0 and blocked_ms."""
@@ -23,22 +42,30 @@ def fsync_placement(server: ServerSummary) -> list[dict]:
         n = t.fdatasync.count + t.fsync.count
         if n:
             p50 = t.fdatasync.p50_us if t.fdatasync.count else t.fsync.p50_us
-            out.append({"role": t.role, "count": n, "per_s": n / wall_s if wall_s else None, "p50_us": p50})
+            out.append(Placement(t.role, n, n / wall_s if wall_s else None, p50))
         elif (t.blocked_in_sync_ms or 0) >= IN_FLIGHT_MS:
-            out.append({"role": t.role, "count": 0, "per_s": 0.0, "p50_us": None,
-                        "blocked_ms": t.blocked_in_sync_ms, "in_flight": True})
-    return sorted(out, key=lambda x: (-x["count"], -(x.get("blocked_ms") or 0)))
+            out.append(Placement(t.role, 0, 0.0, None, t.blocked_in_sync_ms, True))
+    return sorted(out, key=lambda x: (-x.count, -(x.blocked_ms or 0)))
 
 
-def littles_law(cell: CellSummary) -> dict:
+@dataclass
+class LittlesLaw:
+    """TPS x mean latency against the number of closed-loop clients of an op."""
+    tps: float
+    mean_us: float
+    clients: int
+    in_flight: float
+    ratio: float
+
+
+def littles_law(cell: CellSummary) -> dict[str, LittlesLaw]:
     """TPS x mean latency against the number of clients, per measured op (closed-loop clients)."""
     out = {}
     for op, o in cell.ops.items():
-        mean, tps = o.median.get("mean_us"), o.median.get("tps")
-        if tps and mean and o.clients and not o.median.get("offered_rate"):  # an open loop has no fixed clients
+        mean, tps = o.median.mean_us, o.median.tps
+        if tps and mean and o.clients and not o.median.offered_rate:  # an open loop has no fixed clients
             in_flight = tps * mean / 1e6
-            out[op] = {"tps": tps, "mean_us": mean, "clients": o.clients, "in_flight": in_flight,
-                       "ratio": in_flight / o.clients}
+            out[op] = LittlesLaw(tps, mean, o.clients, in_flight, in_flight / o.clients)
     return out
 
 
@@ -61,20 +88,21 @@ def _where(label: str, server: ServerSummary, latency_us: float | None = None) -
     place = fsync_placement(server)
     f_pct = (m.blocked_in_fsync_pct or 0)
     parts = []
-    if any(p["role"] == "main" for p in place):
-        p = next(p for p in place if p["role"] == "main")
+    main = next((p for p in place if p.role == "main"), None)
+    if main:
         parts.append(f"the main thread spent {f_pct:.0f}% of wall time blocked in fdatasync "
-                     + ("(inside one that did not complete in the window)" if p.get("in_flight") else
-                        f"({p['per_s']:.0f}/s, p50 {_ms(p['p50_us'])})"))
+                     + ("(inside one that did not complete in the window)" if main.in_flight else
+                        f"({main.per_s or 0:.0f}/s, p50 {_ms(main.p50_us)})"))
     else:
         parts.append("the main thread is never blocked in fsync")
-    others = [p for p in place if p["role"] != "main"]
-    for p in others:
-        if p.get("in_flight"):
-            parts.append(f"fdatasync runs on {p['role']} (none completed in the window: it was blocked inside "
-                         f"one for {_ms(p['blocked_ms'] * 1000)} of it)")
+    for p in place:
+        if p.role == "main":
+            continue
+        if p.in_flight:
+            parts.append(f"fdatasync runs on {p.role} (none completed in the window: it was blocked inside "
+                         f"one for {_ms((p.blocked_ms or 0) * 1000)} of it)")
         else:
-            parts.append(f"fdatasync runs on {p['role']} ({p['per_s']:.1f}/s, p50 {_ms(p['p50_us'])})")
+            parts.append(f"fdatasync runs on {p.role} ({p.per_s or 0:.1f}/s, p50 {_ms(p.p50_us)})")
     if not place:
         parts.append("no thread called fsync in the window")
     if m.loop_iteration_tw_p50_us:
@@ -98,98 +126,117 @@ STEAL_CAVEAT = 0.01  # the hypervisor's steal on the server's CPUs above this sh
 CLIENT_WAIT_CAVEAT = 0.2  # a measuring client waiting this share of its time for a CPU gets a caveat
 
 
-def shared_client_cpus(cell: CellSummary, doc: dict) -> str | None:
+def shared_client_cpus(cell: CellSummary, doc) -> str | None:
     """'CPU 1' when the cell's two client processes (read-heavy: GET measured, SET behind) were
     placed on fewer CPUs than processes (record --client-cpus), else None."""
-    cpus = ((doc.get("client") or {}).get("placement") or {}).get("client_cpus")
+    cpus = decode(doc).client.placement.client_cpus
     if not cpus or cell.workload != "read-heavy" or len(cpus) >= len(cell.ops):
         return None
     return ("CPUs " if len(cpus) > 1 else "CPU ") + ",".join(str(c) for c in cpus)
 
 
-def caveat(finding: str, label: str | None, text: str) -> dict:
+@dataclass
+class Caveat:
     """A caveat as a record: its stable code, the side it is said of (None: both or neither), its words."""
-    return {"finding": finding, "label": label, "text": text}
+    finding: str
+    label: str | None
+    text: str
+
+    @property
+    def words(self) -> str:
+        return f"{self.label}: {self.text}" if self.label else self.text
 
 
-def caveat_words(c: dict) -> str:
-    return f"{c['label']}: {c['text']}" if c.get("label") else c["text"]
+def caveat(finding: str, label: str | None, text: str) -> Caveat:
+    return Caveat(finding, label, text)
 
 
-def caveats(cells: list[CellSummary], docs: list[dict]) -> list[dict]:
-    """The caveats of cells (one a side), as records (caveat())."""
+def caveat_words(c: Caveat) -> str:
+    return c.words
+
+
+def caveats(cells: list[CellSummary], docs: list) -> list[Caveat]:
+    """The caveats of cells (one a side), as records (Caveat)."""
     out = []
+    docs = [decode(d) for d in docs]
     for doc in docs:
-        emu = (doc.get("emulation") or {}).get("description")
-        if emu:
-            out.append(caveat("emulation", doc["label"], emu))
+        if doc.emulation.description:
+            out.append(caveat("emulation", doc.label, doc.emulation.description))
     for cell, doc in zip(cells, docs):
-        shared = shared_client_cpus(cell, doc)
-        if shared:
-            out.append(caveat("clients_shared_cpu", doc["label"], f"the GET and the background SET clients shared {shared} (--client-cpus auto on "
-                       "a host with too few CPUs to give each its own): each waited for the other's turn on it, "
-                       "which shows in their tails (p95/p99)"))
-        low = []  # one sentence for every op whose clients had fewer requests in flight than their number
-        for op, ll in littles_law(cell).items():
-            waited = (cell.host_cpu or {}).get(f"{cell.ops[op].role}_client_wait")
-            if ll["ratio"] < 0.8:
-                low.append((op, ll, waited))
-            elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
-                out.append(caveat("clients_waited_cpu", doc["label"], f"the {op} clients waited for a CPU "
-                                  f"{100 * waited:.0f}% of their time: the latency they report holds some of that "
-                                  "wait too, not only the server's"))
-            if ll["ratio"] > 1.2:
-                out.append(caveat("littles_law_inconsistent", doc["label"], f"{op} TPS x mean latency = "
-                                  f"{ll['in_flight']:.1f} exceeds {ll['clients']} clients: the recording is inconsistent"))
-        if low:
-            parts = [f"{op} {ll['in_flight']:.1f} of {ll['clients']} clients in flight"
-                     + ("" if w is None else f" (they waited for a CPU {100 * w:.0f}% of their time)")
-                     for op, ll, w in low]
-            held = any(w is not None and w >= CLIENT_WAIT_CAVEAT for _, _, w in low)
-            unknown = all(w is None for _, _, w in low)
-            out.append(caveat("clients_own_time", doc["label"], "TPS x mean latency: " + ", ".join(parts)
-                       + ": the clients spend time of their own between requests"
-                       + (" (a CPU-bound benchmark client?)" if unknown else "")
-                       + ("; the latency they report holds some of that CPU wait too, not only the server's"
-                          if held else "")))
-        steal, wall_s = (cell.host_cpu or {}).get("server_steal_ms"), (cell.host_cpu or {}).get("wall_s")
-        if steal and wall_s and steal >= STEAL_CAVEAT * wall_s * 1000:
-            out.append(caveat("hypervisor_steal", doc["label"], f"the hypervisor took more than {STEAL_CAVEAT:.0%} "
-                              "of the server's CPU time (steal: in the main thread's on-CPU time by its context "
-                              "switches, not in schedstat's; --detail has the figures)"))
-        if cell.server and (cell.server.main_thread.waiting_for_cpu_pct or 0) >= 20:
-            out.append(caveat("main_cpu_bound", doc["label"], f"the main thread waited for a CPU "
-                              f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)"))
+        out += _cell_caveats(cell, doc)
     return out
 
 
-def offload_mode(doc: dict) -> str | None:
+def _cell_caveats(cell: CellSummary, doc: Document) -> list[Caveat]:
+    out = []
+    shared = shared_client_cpus(cell, doc)
+    if shared:
+        out.append(caveat("clients_shared_cpu", doc.label, f"the GET and the background SET clients shared {shared} "
+                          "(--client-cpus auto on a host with too few CPUs to give each its own): each waited for the "
+                          "other's turn on it, which shows in their tails (p95/p99)"))
+    cpu = cell.host_cpu
+    low = []  # one sentence for every op whose clients had fewer requests in flight than their number
+    for op, ll in littles_law(cell).items():
+        waited = None if cpu is None else (cpu.measured_client_wait if cell.ops[op].role == "measured"
+                                           else cpu.background_client_wait)
+        if ll.ratio < 0.8:
+            low.append((op, ll, waited))
+        elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
+            out.append(caveat("clients_waited_cpu", doc.label, f"the {op} clients waited for a CPU "
+                              f"{100 * waited:.0f}% of their time: the latency they report holds some of that "
+                              "wait too, not only the server's"))
+        if ll.ratio > 1.2:
+            out.append(caveat("littles_law_inconsistent", doc.label, f"{op} TPS x mean latency = "
+                              f"{ll.in_flight:.1f} exceeds {ll.clients} clients: the recording is inconsistent"))
+    if low:
+        parts = [f"{op} {ll.in_flight:.1f} of {ll.clients} clients in flight"
+                 + ("" if w is None else f" (they waited for a CPU {100 * w:.0f}% of their time)")
+                 for op, ll, w in low]
+        held = any(w is not None and w >= CLIENT_WAIT_CAVEAT for _, _, w in low)
+        unknown = all(w is None for _, _, w in low)
+        out.append(caveat("clients_own_time", doc.label, "TPS x mean latency: " + ", ".join(parts)
+                          + ": the clients spend time of their own between requests"
+                          + (" (a CPU-bound benchmark client?)" if unknown else "")
+                          + ("; the latency they report holds some of that CPU wait too, not only the server's"
+                             if held else "")))
+    steal, wall_s = (cpu.server_steal_ms, cpu.wall_s) if cpu else (None, None)
+    if steal and wall_s and steal >= STEAL_CAVEAT * wall_s * 1000:
+        out.append(caveat("hypervisor_steal", doc.label, f"the hypervisor took more than {STEAL_CAVEAT:.0%} "
+                          "of the server's CPU time (steal: in the main thread's on-CPU time by its context "
+                          "switches, not in schedstat's; --detail has the figures)"))
+    if cell.server and (cell.server.main_thread.waiting_for_cpu_pct or 0) >= 20:
+        out.append(caveat("main_cpu_bound", doc.label, f"the main thread waited for a CPU "
+                          f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)"))
+    return out
+
+
+def offload_mode(doc) -> str | None:
     """'durable' or 'early-ack' for a virtual offload recording (record --emulate-offload), else None."""
     return offload.mode(doc)
 
 
-def fsync_off_main(doc: dict) -> bool:
+def fsync_off_main(doc) -> bool:
     """The recording's server keeps the AOF fsync off its main thread: everysec/no, #3381's
     offload, or the virtual offload; the systems the what-if predicts."""
-    s = doc.get("server", {})
-    return bool(offload_mode(doc) or s.get("bio_aof_offload") or s.get("appendfsync") in ("everysec", "no"))
+    s = decode(doc).server
+    return bool(offload_mode(doc) or s.bio_aof_offload or s.appendfsync in ("everysec", "no"))
 
 
-def acks_before_fsync(doc: dict) -> bool:
+def acks_before_fsync(doc) -> bool:
     """True when the server acknowledges a SET before its fsync (everysec, no, or the virtual
     offload's early-ack): not durable."""
-    s = doc.get("server", {})
+    s = decode(doc).server
     if offload_mode(doc) == "early-ack":
         return True
-    return not (s.get("bio_aof_offload") or s.get("appendfsync") == "always")
+    return not (s.bio_aof_offload or s.appendfsync == "always")
 
 
-def durability_note(base_doc: dict, cand_doc: dict) -> str | None:
+def durability_note(base_doc, cand_doc) -> str | None:
     b, c = not acks_before_fsync(base_doc), not acks_before_fsync(cand_doc)
     if b == c:
         return None
-    loose = cand_doc if b else base_doc
-    return (f"durability differs: {loose['label']} (appendfsync={loose.get('server', {}).get('appendfsync')}) "
+    loose = decode(cand_doc if b else base_doc)
+    return (f"durability differs: {loose.label} (appendfsync={loose.server.appendfsync}) "
             "acknowledges SETs before their fsync, the other after (as appendfsync always and #3381's "
             "offload do): SET rows are not comparable for durability")
 
@@ -208,31 +255,46 @@ def sets_per_fsync(cell: CellSummary) -> float | None:
     fsyncs under everysec made '31983.9 SETs per fsync' once: a ratio its count does not support)."""
     if not cell.server or "SET" not in cell.ops:
         return None
-    tps = cell.ops["SET"].median.get("tps")
+    tps = cell.ops["SET"].median.tps
     place = fsync_placement(cell.server)
-    rate = sum(p["per_s"] or 0 for p in place)
-    if not tps or not rate or sum(p["count"] for p in place) < MIN_FSYNCS_FOR_RATIO:
+    rate = sum(p.per_s or 0 for p in place)
+    if not tps or not rate or sum(p.count for p in place) < MIN_FSYNCS_FOR_RATIO:
         return None
     return tps / rate
 
 
-def server_view_gap(runs: list[dict], cell: CellSummary) -> dict | None:
+@dataclass
+class ServerViewGap:
+    """What the server's own INFO latencystats says against what the clients measured."""
+    op: str
+    server_p50_us: float
+    client_p50_us: float | None
+
+    @property
+    def claim(self) -> str:
+        # valkey times a command with a microsecond clock: a sub-µs command is recorded as 1 ns
+        p50 = self.server_p50_us
+        return (f"the server's INFO latencystats puts {self.op} p50 {'under 1 µs' if p50 < 1 else f'at {p50:.3g} µs'}, "
+                f"clients measured {_ms(self.client_p50_us)}: latencystats times command execution only, not the wait "
+                "for the event loop (and the fsync in it) before the command runs and before its reply is written")
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "claim": self.claim}
+
+
+def server_view_gap(runs: list, cell: CellSummary) -> ServerViewGap | None:
     """What the server's own INFO latencystats says against what clients measured."""
     op = MEASURED_OP.get(cell.workload)
     if not op or op not in cell.ops:
         return None
-    views = [r.get("server_view", {}).get("latencystats", {}).get(op.lower()) for r in runs]
-    views = [v for v in views if v and "p50" in v]
-    if not views:
+    views = [decode_as(r, Run).server_view.latencystats.get(op.lower()) for r in runs]
+    p50s = sorted(v[P50] for v in views if v and P50 in v)
+    if not p50s:
         return None
-    server_p50 = sorted(v["p50"] for v in views)[len(views) // 2]
-    client_p50 = cell.ops[op].median["p50_us"]
-    return {"op": op, "server_p50_us": server_p50, "client_p50_us": client_p50,
-            # valkey times a command with a microsecond clock: a sub-µs command is recorded as 1 ns
-            "claim": (f"the server's INFO latencystats puts {op} p50 "
-                      f"{'under 1 µs' if server_p50 < 1 else f'at {server_p50:.3g} µs'}, clients measured "
-                      f"{_ms(client_p50)}: latencystats times command execution only, not the wait for the "
-                      "event loop (and the fsync in it) before the command runs and before its reply is written")}
+    return ServerViewGap(op, p50s[len(p50s) // 2], cell.ops[op].median.p50_us)
+
+
+P50 = "p50"  # INFO latencystats' percentile key
 
 
 def offload_sentence(label: str, doc: dict, cell: CellSummary) -> str:
@@ -247,14 +309,15 @@ def offload_sentence(label: str, doc: dict, cell: CellSummary) -> str:
             f"vt_offload; {j.sets_per_job:.1f} SETs a job, {j.held_replies:,} replies held): {how}.")
 
 
-def reply_blocking_sentence(label: str, doc: dict, cell: CellSummary) -> str:
+def reply_blocking_sentence(label: str, doc, cell: CellSummary) -> str:
     """A real #3381 build (bio-aof-offload-enabled yes): what the server's INFO debug says it held,
     the median of the cell's runs at their windows' end; '' elsewhere."""
-    if not (doc.get("server") or {}).get("bio_aof_offload"):
+    doc = decode(doc)
+    if not doc.server.bio_aof_offload:
         return ""
-    seen = [r["server_view"]["reply_blocking"] for r in doc.get("runs", [])
-            if r.get("status") == "ok" and r["workload"] == cell.workload and r["value_size"] == cell.value_size
-            and (r.get("server_view") or {}).get("reply_blocking")]
+    seen = [r.server_view.reply_blocking for r in doc.runs
+            if r.status == "ok" and r.workload == cell.workload and r.value_size == cell.value_size
+            and r.server_view.reply_blocking]
     if not seen:
         return (f"{label}: #3381's offload is on (bio-aof-offload-enabled yes), but its INFO debug gave no "
                 "reply_blocking fields: the replies it held are not counted.")
@@ -273,31 +336,48 @@ def reply_blocking_sentence(label: str, doc: dict, cell: CellSummary) -> str:
 
 # the seed's write-only 64 B SET row (valkey-io/valkey#4029, ../shared/seed): what its numbers imply
 # is computed below, never typed
-SEED_SET = {"clients": 50, "baseline": {"tps": 4840.0, "p50_us": 10831.0}, "candidate": {"tps": 9020.0, "p50_us": 5463.0}}
+@dataclass(frozen=True)
+class SeedPoint:
+    tps: float
+    p50_us: float
+
+
+@dataclass(frozen=True)
+class SeedRow:
+    clients: int
+    baseline: SeedPoint
+    candidate: SeedPoint
+
+
+SEED_SET = SeedRow(50, SeedPoint(4840.0, 10831.0), SeedPoint(9020.0, 5463.0))
 
 
 def seed_set_reading() -> str:
     """The seed's SET halving read by Little's law: two cohorts on the main thread, then either
     one cohort (every SET in one job) or the same two cohorts with an fsync twice as fast."""
-    n, b, c = SEED_SET["clients"], SEED_SET["baseline"], SEED_SET["candidate"]
-    in_flight = b["tps"] * b["p50_us"] / 1e6
-    cyc_b = (n / 2) / b["tps"] * 1e3
-    return (f"the seed's write-only 64 B SET went {b['tps'] / 1000:.2f}K/s at p50 {b['p50_us'] / 1000:.1f} ms "
+    n, b, c = SEED_SET.clients, SEED_SET.baseline, SEED_SET.candidate
+    in_flight = b.tps * b.p50_us / 1e6
+    cyc_b = (n / 2) / b.tps * 1e3
+    return (f"the seed's write-only 64 B SET went {b.tps / 1000:.2f}K/s at p50 {b.p50_us / 1000:.1f} ms "
             f"({in_flight:.0f} SETs in flight by Little's law: its {n} clients; two cohorts: "
-            f"{b['tps'] / (n / 2):.0f} cycles/s of {n // 2} SETs, {cyc_b:.2f} ms each) to "
-            f"{c['tps'] / 1000:.2f}K/s at {c['p50_us'] / 1000:.2f} ms: either one cohort "
-            f"({c['tps'] / n:.0f} jobs/s of {n} SETs, {n / c['tps'] * 1e3:.2f} ms a job, as long as the cycle before: "
+            f"{b.tps / (n / 2):.0f} cycles/s of {n // 2} SETs, {cyc_b:.2f} ms each) to "
+            f"{c.tps / 1000:.2f}K/s at {c.p50_us / 1000:.2f} ms: either one cohort "
+            f"({c.tps / n:.0f} jobs/s of {n} SETs, {n / c.tps * 1e3:.2f} ms a job, as long as the cycle before: "
             f"one wait instead of two) or two cohorts with the fsync twice as fast off the main thread "
-            f"({c['tps'] / (n / 2):.0f} jobs/s of {n // 2}, {(n / 2) / c['tps'] * 1e3:.2f} ms a job)")
+            f"({c.tps / (n / 2):.0f} jobs/s of {n // 2}, {(n / 2) / c.tps * 1e3:.2f} ms a job)")
+
+
+def _cohorts(k: int | None) -> str:
+    return {1: "one cohort", 2: "two cohorts"}.get(k or 0) or (f"{k} cohorts taking turns" if k else "cohorts not counted")
 
 
 def _cohort_words(k: int | None, unit: str) -> str:
     if k == 1:
-        return f"one cohort: every client's write rides the same {unit}"
+        return f"{_cohorts(k)}: every client's write rides the same {unit}"
     if k == 2:
-        return (f"two cohorts: a write that arrives while the other cohort's {unit} is in flight waits it out, "
+        return (f"{_cohorts(k)}: a write that arrives while the other cohort's {unit} is in flight waits it out, "
                 "then its own")
-    return f"{k} cohorts taking turns" if k else "cohorts not counted"
+    return _cohorts(k)
 
 
 def durability_sentence(label: str, cell: CellSummary) -> str:
@@ -328,5 +408,5 @@ def set_mechanism(b: CellSummary, c: CellSummary) -> str:
         what = f"each job's length ({jb:.2f} -> {jc:.2f} ms, a faster fsync), {wb:.1f} -> {wc:.1f} a write"
     else:
         what = (f"neither: a write waits {wb:.1f} -> {wc:.1f} jobs of {jb:.2f} -> {jc:.2f} ms, the same "
-                f"{_cohort_words(dc.cohorts, 'job').split(':')[0]}")
+                f"{_cohorts(dc.cohorts)}")
     return f"The SET's mechanism: {what}. For reference, {seed_set_reading()}."

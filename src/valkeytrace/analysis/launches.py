@@ -12,6 +12,7 @@ single-launch recording keeps the repeats' rule (tables.significance). Pure.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,20 +20,29 @@ MIN_LAUNCHES = 3
 LEVEL = 0.95
 
 
-def launch_figures(rows: list[dict], metric: str) -> list[float]:
-    """One figure per launch (the median of its repeats), in launch order; [] when the rows carry
-    no launch (a plain recording)."""
+def launch_figures(rows: list[tuple], metric: str = "") -> list[float]:
+    """One figure per launch (the median of its repeats), in launch order, from (launch, figure) per
+    repeat; [] when the rows carry no launch (a plain recording)."""
     by: dict[int, list[float]] = {}
-    for r in rows:
-        if r.get("_launch") is None or r.get(metric) is None:
+    for launch, v in rows:
+        if launch is None or v is None:
             continue
-        by.setdefault(int(r["_launch"]), []).append(float(r[metric]))
+        by.setdefault(int(launch), []).append(float(v))
     return [float(np.median(v)) for _, v in sorted(by.items())]
 
 
-def interval(base: list[float], cand: list[float]) -> dict | None:
-    """{"change_pct", "interval_pct": [lo, hi], "significant", "launches": [nb, nc]} for the change
-    of the launch figures, or None below MIN_LAUNCHES a side (or a figure <= 0)."""
+@dataclass
+class Interval:
+    """The change of the launch figures: its geometric-mean change, its 95% interval, significance."""
+    change_pct: float
+    interval_pct: list            # [lo, hi]
+    significant: bool
+    launches: list                # [baseline, candidate]
+
+
+def interval(base: list[float], cand: list[float]) -> Interval | None:
+    """The change of the launch figures with its 95% interval, or None below MIN_LAUNCHES a side
+    (or a figure <= 0)."""
     if len(base) < MIN_LAUNCHES or len(cand) < MIN_LAUNCHES or min(base) <= 0 or min(cand) <= 0:
         return None
     from scipy.stats import ttest_ind
@@ -47,8 +57,7 @@ def interval(base: list[float], cand: list[float]) -> dict | None:
             ci = ttest_ind(lc, lb, equal_var=False).confidence_interval(LEVEL)
         lo, hi = float(ci.low), float(ci.high)
     pct = lambda x: round(100.0 * (float(np.exp(x)) - 1.0), 2)  # noqa: E731
-    return {"change_pct": pct(diff), "interval_pct": [pct(lo), pct(hi)], "significant": bool(lo > 0 or hi < 0),
-            "launches": [len(lb), len(lc)]}
+    return Interval(pct(diff), [pct(lo), pct(hi)], bool(lo > 0 or hi < 0), [len(lb), len(lc)])
 
 
 def launches_needed(base: list[float], cand: list[float], width_goal: float | None = None) -> int | None:
@@ -57,8 +66,8 @@ def launches_needed(base: list[float], cand: list[float], width_goal: float | No
     iv = interval(base, cand)
     if iv is None:
         return None
-    half = (iv["interval_pct"][1] - iv["interval_pct"][0]) / 2
-    goal = width_goal or abs(iv["change_pct"])
+    half = (iv.interval_pct[1] - iv.interval_pct[0]) / 2
+    goal = width_goal or abs(iv.change_pct)
     if goal <= 0 or half <= goal:
         return None
     n = max(len(base), len(cand))

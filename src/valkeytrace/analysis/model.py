@@ -68,7 +68,10 @@ contributions to a change add up to the change.
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
+
 from valkeytrace.analysis.summary import BUDGET, ServerSummary
+from valkeytrace.recording.model import decode
 
 VALLEY = 0.25  # a p50 between the paths this far (in units) from the mean's path contradicts it
 MIN_FSYNC_CYCLES_PER_S = 10.0  # main-thread fsyncs this frequent are the loop's cycle; rarer ones are stalls
@@ -104,52 +107,67 @@ def unmodelled_reason(server: ServerSummary | None) -> str | None:
     return None
 
 
-def max_iterations(doc: dict) -> float:
+def max_iterations(doc) -> float:
     """K: the iterations a request that misses the main thread's next poll spends in the server
     for the recording's server (I/O threads: one more)."""
-    io = (doc.get("server") or {}).get("io_threads") or 1
+    io = decode(doc).server.io_threads or 1
     return ITERATIONS_PER_REQUEST_IO_THREADS if io > 1 else ITERATIONS_PER_REQUEST
 
 
-def loop_cycle(server: ServerSummary, spread_stalls: bool = True) -> dict:
+@dataclass
+class LoopCycle:
+    """The unit a request waits out, and what fills it: per unit, the fsync time and each busy cause's
+    time (µs); the long stalls weighed apart ({component: StallSums})."""
+    unit: str                     # "fsync cycle" or "iteration"
+    iterations: float
+    main_fsyncs: float
+    units: float
+    fsync_us: float
+    busy_us: dict                 # component -> µs a unit
+    stalls: dict                  # component -> StallSums
+    duration_us: float
+
+
+def loop_cycle(server: ServerSummary, spread_stalls: bool = True) -> LoopCycle:
     """The unit a request waits out (module docstring): the fsync cycle when the main thread
     fsyncs as part of its loop, else one iteration; per unit, the fsync time and each busy cause's
     time (µs), without the long stalls of an interruption unless spread_stalls; and those stalls
-    ({component: {"count", "sum_ms", ...}}, the blocked timeline's)."""
+    (the blocked timeline's)."""
     m = server.main_thread
     wall_us = m.wall_ms * 1000.0
-    iters = float(m.loop_iterations)
+    iters = float(m.loop_iterations or 0)
     n_f = float(min((m.fdatasync_count or 0) + (m.fsync_count or 0), iters))
     regular = bool(n_f) and wall_us > 0 and n_f / (wall_us / 1e6) >= MIN_FSYNC_CYCLES_PER_S
     units = n_f if regular else iters
-    total = {"fsync": wall_us * (getattr(m, _FSYNC) or 0) / 100.0,
-             **{c: wall_us * (getattr(m, k) or 0) / 100.0 for c, k in _BUDGET.items()}}
+    fsync_total = wall_us * (getattr(m, _FSYNC) or 0) / 100.0
+    busy = {c: wall_us * (getattr(m, k) or 0) / 100.0 for c, k in _BUDGET.items()}
     # the sync calls' own CPU is fsync time too (the budget counts it on CPU)
-    own = min(total["on_cpu"], wall_us * (m.sync_on_cpu_pct or 0) / 100.0)
-    total["fsync"] += own
-    total["on_cpu"] -= own
-    stalls = {} if spread_stalls else {c: st for c, st in (m.stalls or {}).items()
-                                       if c in STALLS and st.get("count") and not (c == "fsync" and regular)}
+    own = min(busy["on_cpu"], wall_us * (m.sync_on_cpu_pct or 0) / 100.0)
+    fsync_total += own
+    busy["on_cpu"] -= own
+    stalls = {} if spread_stalls or not m.stalls else {
+        c: st for c, st in m.stalls.by_class().items() if c in STALLS and st.count and not (c == "fsync" and regular)}
     for c, st in stalls.items():
-        total[c] = max(0.0, total[c] - st["sum_ms"] * 1000.0)
-    fsync_us = total.pop("fsync") / units if units else 0.0
-    busy_us = {c: v / units for c, v in total.items()} if units else dict.fromkeys(total, 0.0)
-    return {"unit": "fsync cycle" if regular else "iteration", "iterations": iters, "main_fsyncs": n_f,
-            "units": units, "fsync_us": fsync_us, "busy_us": busy_us, "stalls": stalls,
-            "duration_us": fsync_us + sum(busy_us.values())}
+        if c == "fsync":
+            fsync_total = max(0.0, fsync_total - st.sum_ms * 1000.0)
+        else:
+            busy[c] = max(0.0, busy[c] - st.sum_ms * 1000.0)
+    fsync_us = fsync_total / units if units else 0.0
+    busy_us = {c: v / units for c, v in busy.items()} if units else dict.fromkeys(busy, 0.0)
+    return LoopCycle("fsync cycle" if regular else "iteration", iters, n_f, units, fsync_us, busy_us, stalls,
+                     fsync_us + sum(busy_us.values()))
 
 
 STALLS = ("fsync", "aof_write", "cpu_wait", "other_blocked")  # interruptions the timeline weighs
 
 
-def plain_iterations(cyc: dict) -> dict:
+def plain_iterations(cyc: LoopCycle) -> LoopCycle:
     """The loop in iterations without their fsync: what a request answered by an iteration that
     executed no write waits (request_iterations' quick path)."""
-    scale = cyc["units"] / cyc["iterations"] if cyc["iterations"] else 0.0
-    busy = {c: v * scale for c, v in cyc["busy_us"].items()}
-    return {**cyc, "unit": "iteration", "units": cyc["iterations"], "fsync_us": 0.0, "busy_us": busy,
-            "stalls": {c: st for c, st in cyc["stalls"].items() if c != "fsync"},
-            "duration_us": sum(busy.values())}
+    scale = cyc.units / cyc.iterations if cyc.iterations else 0.0
+    busy = {c: v * scale for c, v in cyc.busy_us.items()}
+    return replace(cyc, unit="iteration", units=cyc.iterations, fsync_us=0.0, busy_us=busy,
+                   stalls={c: st for c, st in cyc.stalls.items() if c != "fsync"}, duration_us=sum(busy.values()))
 
 
 def quantile(cdf: list, pct: float) -> float | None:
@@ -167,59 +185,94 @@ def quantile(cdf: list, pct: float) -> float | None:
     return None
 
 
-def stall_components(stalls: dict, wall_ms: float, meet: dict | None) -> dict:
+@dataclass
+class Met:
+    """The part of the median request's latency the long stalls account for, and how it was weighed."""
+    components: dict              # component -> µs
+    met_share: float | None = None
+    how: str | None = None        # "met", "above the median", or None (not weighed)
+
+
+def stall_components(stalls: dict, wall_ms: float, meet) -> Met:
     """{component: µs} of the median request's latency that the long stalls account for, and how
-    (module docstring). meet: {"clients", "tps", "cdf"} of the op; {} without it."""
-    if not stalls or not meet or not meet.get("clients") or not meet.get("tps") or not wall_ms:
-        return {"components": {}, "met_share": None, "how": None}
-    requests = meet["tps"] * wall_ms / 1000.0
-    q = {c: min(1.0, meet["clients"] * st["count"] / requests) for c, st in stalls.items()}
+    (module docstring). meet: the op's clients, TPS and latency distribution (tables.Meet); None
+    without it."""
+    if not stalls or not meet or not meet.clients or not meet.tps or not wall_ms:
+        return Met({})
+    requests = meet.tps * wall_ms / 1000.0
+    q = {c: min(1.0, meet.clients * st.count / requests) for c, st in stalls.items()}
     total = min(1.0, sum(q.values()))
     if total >= 0.5:
-        comps = {c: 1000.0 * st["sum_ms"] / st["count"] * q[c] / total for c, st in stalls.items()}
-        return {"components": comps, "met_share": round(total, 3), "how": "met"}
-    hi, lo = quantile(meet.get("cdf") or [], 50.0), quantile(meet.get("cdf") or [], 50.0 * (1 - total))
+        return Met({c: 1000.0 * st.sum_ms / st.count * q[c] / total for c, st in stalls.items()}, round(total, 3), "met")
+    hi, lo = quantile(meet.cdf or [], 50.0), quantile(meet.cdf or [], 50.0 * (1 - total))
     if hi is None or lo is None:
-        return {"components": {}, "met_share": round(total, 3), "how": None}
+        return Met({}, round(total, 3))
     shift = max(0.0, hi - lo)
-    return {"components": {c: shift * q[c] / total for c in stalls} if total else {},
-            "met_share": round(total, 3), "how": "above the median"}
+    return Met({c: shift * q[c] / total for c in stalls} if total else {}, round(total, 3), "above the median")
+
+
+@dataclass
+class RequestIterations:
+    """k, the loop units the median request spends in the server, and what it was made of."""
+    k: float
+    most: float
+    quick: bool = False
+    unit: str | None = None
+    mean_in_units: float | None = None
+    shorter_path_share: float | None = None
+    p50_in_units: float | None = None
+    unit_us: float | None = None
+    mean_latency_us: float | None = None
+    mean_k: float | None = None
+    source: str | None = None     # "mean", "p50" or "kernel" (JSON: "from")
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["from"] = out.pop("source")
+        return out
 
 
 def request_iterations(server: ServerSummary, mean_us: float | None, most: float = ITERATIONS_PER_REQUEST,
-                       p50_us: float | None = None) -> dict:
+                       p50_us: float | None = None) -> RequestIterations:
     """k, the loop units the median request spends in the server (module docstring), with what it
     was made of: the mean's path, or the p50's own position between the paths when the p50
     contradicts it (or there is no mean)."""
     cyc = loop_cycle(server) if server.main_thread.loop_iterations else None
-    unit = cyc["duration_us"] if cyc else None
-    out = {"k": most, "most": most, "quick": False, "unit": cyc["unit"] if cyc else None, "mean_in_units": None,
-           "shorter_path_share": None, "p50_in_units": None, "unit_us": round(unit, 1) if unit else unit,
-           "mean_latency_us": mean_us, "mean_k": None, "from": None}
-    if not unit:
+    unit = cyc.duration_us if cyc else None
+    out = RequestIterations(k=most, most=most, unit=cyc.unit if cyc else None,
+                            unit_us=round(unit, 1) if unit else unit, mean_latency_us=mean_us)
+    if not unit or cyc is None:
         return out
     if mean_us:
         c = mean_us / unit
         shorter = min(1.0, max(0.0, most - c))
         k = most - 1 if shorter >= 0.5 else most
-        out.update(k=k, mean_k=k, mean_in_units=round(c, 3), shorter_path_share=round(shorter, 3), **{"from": "mean"})
+        out.k, out.mean_k, out.mean_in_units, out.shorter_path_share, out.source = k, k, round(c, 3), round(shorter, 3), "mean"
     if p50_us:
         u = p50_us / unit
-        out["p50_in_units"] = round(u, 3)
-        if cyc["unit"] == "fsync cycle" and u < most - 1 - VALLEY:
-            out.update(k=most, quick=True, **{"from": "p50"})  # no fsync cycle: K plain iterations
-        elif not mean_us or (most - 1 < u < most and abs(u - out["k"]) > VALLEY):
-            out.update(k=round(min(most, max(most - 1, u)), 3), **{"from": "p50"})
+        out.p50_in_units = round(u, 3)
+        if cyc.unit == "fsync cycle" and u < most - 1 - VALLEY:
+            out.k, out.quick, out.source = most, True, "p50"  # no fsync cycle: K plain iterations
+        elif not mean_us or (most - 1 < u < most and abs(u - out.k) > VALLEY):
+            out.k, out.source = round(min(most, max(most - 1, u)), 3), "p50"
     d = server.durability
-    if d is not None and d.thread == "main" and d.jobs_waited_per_write and cyc["unit"] == "fsync cycle":
+    if d is not None and d.thread == "main" and d.jobs_waited_per_write and cyc.unit == "fsync cycle":
         # a write-only window times each request (eBPF): the fsync cycles each write waited, from its
         # arrival to its reply, are counted, not inferred (three cohorts under two I/O threads: 3.2)
-        out.update(k=round(d.jobs_waited_per_write, 3), quick=False, **{"from": "kernel"})
+        out.k, out.quick, out.source = round(d.jobs_waited_per_write, 3), False, "kernel"
     return out
 
 
-def server_residence(server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
-                     quick: bool = False) -> dict:
+@dataclass
+class Residence:
+    """The main thread's part of one request's latency by component (SERVER_COMPONENTS, and
+    outside_server once decompose() adds it), and the inputs used (JSON: evidence.model_inputs)."""
+    components: dict
+    inputs: dict
+
+
+def server_residence(server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet=None,
+                     quick: bool = False) -> Residence:
     """{component: µs} of the main thread's part of one request's latency (SERVER_COMPONENTS):
     k loop units, each split by cause, and the long stalls as the median request met them (meet:
     the op's clients, TPS and latency distribution; without it they are spread too); and the
@@ -228,76 +281,112 @@ def server_residence(server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, m
     cyc = loop_cycle(server, spread_stalls=not meet)
     if quick:
         cyc = plain_iterations(cyc)
-    met = stall_components(cyc["stalls"], server.main_thread.wall_ms, meet)
-    if cyc["stalls"] and not met["how"]:  # no way to weigh them: spread, as before
-        cyc, met = loop_cycle(server), {"components": {}, "met_share": None, "how": None}
+    met = stall_components(cyc.stalls, server.main_thread.wall_ms, meet)
+    if cyc.stalls and not met.how:  # no way to weigh them: spread, as before
+        cyc, met = loop_cycle(server), Met({})
         if quick:
             cyc = plain_iterations(cyc)
-    res = met["components"]
-    comps = {"fsync": k * cyc["fsync_us"] + res.get("fsync", 0.0),
-             **{c: k * v + res.get(c, 0.0) for c, v in cyc["busy_us"].items()}, "offload_wait": 0.0}
-    return {"components": comps,
-            "inputs": {"iterations": cyc["iterations"], "main_fsyncs": cyc["main_fsyncs"], "unit": cyc["unit"],
-                       "unit_us": cyc["duration_us"], "fsync_per_unit_us": cyc["fsync_us"],
-                       "busy_per_unit_us": sum(cyc["busy_us"].values()), "units_per_request": k,
-                       "stalls": {c: {"count": st["count"], "mean_ms": round(st["sum_ms"] / st["count"], 3),
-                                      "per_request_us": round(res.get(c, 0.0), 1)} for c, st in cyc["stalls"].items()},
-                       "stalls_met_share": met["met_share"], "stalls_weighed": met["how"],
-                       "wall_ms": server.main_thread.wall_ms}}
+    res = met.components
+    comps = {c: k * v + res.get(c, 0.0) for c, v in (("fsync", cyc.fsync_us), *cyc.busy_us.items())}
+    comps["offload_wait"] = 0.0
+    return Residence(comps, {
+        "iterations": cyc.iterations, "main_fsyncs": cyc.main_fsyncs, "unit": cyc.unit,
+        "unit_us": cyc.duration_us, "fsync_per_unit_us": cyc.fsync_us, "busy_per_unit_us": sum(cyc.busy_us.values()),
+        "units_per_request": k,
+        "stalls": {c: {"count": st.count, "mean_ms": round(st.sum_ms / st.count, 3),
+                       "per_request_us": round(res.get(c, 0.0), 1)} for c, st in cyc.stalls.items()},
+        "stalls_met_share": met.met_share, "stalls_weighed": met.how, "wall_ms": server.main_thread.wall_ms})
 
 
-def decompose(latency_us: float, server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet: dict | None = None,
-              quick: bool = False) -> dict:
+def decompose(latency_us: float, server: ServerSummary, k: float = ITERATIONS_PER_REQUEST, meet=None,
+              quick: bool = False) -> Residence:
     """Components of latency_us (summing to it exactly): SERVER_COMPONENTS + outside_server."""
     res = server_residence(server, k, meet, quick)
-    comps = dict(res["components"])
-    comps["outside_server"] = latency_us - sum(comps.values())
-    return {"components": comps, "inputs": res["inputs"]}
+    res.components["outside_server"] = latency_us - sum(res.components.values())
+    return res
 
 
-def median_repeat(repeats: list[dict], most: float = ITERATIONS_PER_REQUEST) -> dict:
-    """One side's p50, modelled. repeats: [{"repeat", "p50_us", "mean_us", "server"}], one per
-    repeat (or one for the pooled repeats). The side's p50 is the median of the repeats' p50s: the
+@dataclass
+class RepeatInput:
+    """One repeat's op as the side's model takes it: its p50 and mean, its server summary, and how
+    the op's requests meet the long stalls (tables.Meet; None: spread them)."""
+    repeat: int | None
+    launch: int | None
+    p50: float
+    mean: float | None
+    server: ServerSummary
+    meet: object | None = None
+
+
+@dataclass
+class UsedRepeat:
+    """A repeat the side's p50 was modelled from."""
+    repeat: int | None
+    launch: int | None
+    p50_us: float
+    request_iterations: RequestIterations
+    components: dict
+    inputs: dict
+
+
+@dataclass
+class Side:
+    """One side's p50, modelled: its components (adding up to the p50), k, the repeat(s) it came from."""
+    components: dict
+    k: float
+    used: list                    # [UsedRepeat]
+
+
+def median_repeat(repeats: list, most: float = ITERATIONS_PER_REQUEST) -> Side:
+    """One side's p50, modelled. repeats: tables.RepeatDetail (or the pooled repeats as one), with a
+    p50, a mean and a server summary each. The side's p50 is the median of the repeats' p50s: the
     middle repeat's, or the mean of the middle two; so its components are that repeat's (the mean of
     those two's), each repeat decomposed with its own server figures and its own k. They add up to
     the side's p50 exactly, and two repeats on different paths (a 5 ms and an 11 ms p50 at 2 vs 2)
     are not modelled as one path from their pooled mean."""
-    reps = sorted(repeats, key=lambda r: r["p50_us"])
+    reps = sorted(repeats, key=lambda r: r.p50)
     n = len(reps)
     used = []
     for r in reps[(n - 1) // 2: n // 2 + 1]:
-        it = request_iterations(r["server"], r["mean_us"], most, r["p50_us"])
-        used.append({"repeat": r["repeat"], "launch": r.get("launch"), "p50_us": r["p50_us"], "request_iterations": it,
-                     **decompose(r["p50_us"], r["server"], it["k"], r.get("meet"), it["quick"])})
-    return {"components": {c: sum(u["components"][c] for u in used) / len(used) for c in COMPONENTS},
-            "k": sum(u["request_iterations"]["k"] for u in used) / len(used), "used": used}
+        it = request_iterations(r.server, r.mean, most, r.p50)
+        res = decompose(r.p50, r.server, it.k, r.meet, it.quick)
+        used.append(UsedRepeat(r.repeat, r.launch, r.p50, it, res.components, res.inputs))
+    return Side({c: sum(u.components[c] for u in used) / len(used) for c in COMPONENTS},
+                sum(u.request_iterations.k for u in used) / len(used), used)
 
 
-def contributions(b: dict, c: dict) -> list[dict]:
-    """[{"name", "base_us", "cand_us", "delta_us"}]: each component on each side (b, c:
-    {component: µs}, each adding up to its side's latency) and its contribution to the change
-    (the deltas sum to the change)."""
-    return [{"name": n, "base_us": round(b[n], 1), "cand_us": round(c[n], 1), "delta_us": round(c[n] - b[n], 1)}
-            for n in COMPONENTS]
+@dataclass
+class Contribution:
+    """A component on each side and its part of the change (JSON: compare.explanation[].components)."""
+    name: str
+    base_us: float
+    cand_us: float
+    delta_us: float
 
 
-def durability_share(comps: list[dict], observed_us: float) -> float | None:
+def contributions(b: dict, c: dict) -> list[Contribution]:
+    """Each component on each side (b, c: {component: µs}, each adding up to its side's latency) and
+    its contribution to the change (the deltas sum to the change)."""
+    return [Contribution(n, round(b[n], 1), round(c[n], 1), round(c[n] - b[n], 1)) for n in COMPONENTS]
+
+
+def durability_share(comps: list[Contribution], observed_us: float) -> float | None:
     """(fsync + AOF-write contribution) / observed change: unclamped; None when nothing changed."""
     if not observed_us:
         return None
-    return sum(c["delta_us"] for c in comps if c["name"] in DURABILITY) / observed_us
+    return sum(c.delta_us for c in comps if c.name in DURABILITY) / observed_us
 
 
-def server_share(comps: list[dict], observed_us: float) -> float | None:
+def server_share(comps: list[Contribution], observed_us: float) -> float | None:
     """The server's part of the change (every component but outside_server) over the observed change."""
     if not observed_us:
         return None
-    return sum(c["delta_us"] for c in comps if c["name"] in SERVER_COMPONENTS) / observed_us
+    return sum(c.delta_us for c in comps if c.name in SERVER_COMPONENTS) / observed_us
 
 
-def leading(comps: list[dict], observed_us: float) -> list[dict]:
+def leading(comps: list[Contribution], observed_us: float) -> list[Contribution]:
     """The components that drove the change: those moving with it, largest first (all of them,
     by size, when none does)."""
     sign = 1 if observed_us >= 0 else -1
-    along = [c for c in comps if c["delta_us"] * sign > 0]
-    return sorted(along or comps, key=lambda c: -abs(c["delta_us"]))
+    along = [c for c in comps if c.delta_us * sign > 0]
+    return sorted(along or comps, key=lambda c: -abs(c.delta_us))

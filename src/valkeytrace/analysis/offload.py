@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.recording.model import AtExit, Document, Run, decode
 
 
 @dataclass
@@ -44,86 +45,106 @@ class OffloadSummary:
     def to_json(self) -> dict:
         """Flat, as recordings before 2026-12-02 kept it: the totals beside the derived figures."""
         d = dataclasses.asdict(self)
-        return {**d.pop("totals"), **d}
+        totals = d.pop("totals")
+        return {**totals, **d}
 
 
-def mode(doc: dict) -> str | None:
+def mode(doc) -> str | None:
     """'durable' or 'early-ack' for a virtual offload recording, else None."""
-    return (((doc.get("emulation") or {}).get("offload")) or {}).get("mode")
+    off = decode(doc).emulation.offload
+    return off.mode if off else None
 
 
-def _counters(runs: list[dict]) -> dict:
-    out: dict[str, int] = {}
-    for r in runs:
-        for k, v in r["offload"].items():
-            if isinstance(v, int) and not isinstance(v, bool):
-                out[k] = out.get(k, 0) + v
-    return out
+@dataclass
+class Counters:
+    """The shim's counters summed over runs (runs[].offload), those read by name typed."""
+    totals: dict                  # every integer counter, by name
+    released_replies: int = 0
+    jobs: int = 0
+    jobs_waited_sum: int = 0
+    held_replies: int = 0
+    sets_held: int = 0            # held_write_replies (before 2026-12-02: released_after_write)
+    obuf_closed: int = 0
+
+    @classmethod
+    def of(cls, runs: list[Run]) -> "Counters":
+        out: dict[str, int] = {}
+        for r in runs:
+            for k, v in (r.offload or {}).items():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out[k] = out.get(k, 0) + v
+        named = {f: out.get(f, 0) for f in ("released_replies", "jobs", "jobs_waited_sum", "held_replies", "obuf_closed")}
+        return cls(out, sets_held=out.get(HELD_WRITES, out.get(HELD_WRITES_BEFORE, 0)), **named)
 
 
-def _sets_held(c: dict) -> int:
-    return c.get("held_write_replies", c.get("released_after_write", 0))  # before 2026-12-02: released_after_write
+HELD_WRITES, HELD_WRITES_BEFORE = "held_write_replies", "released_after_write"
 
 
-def _hist(runs: list[dict], key: str) -> LatencyHistogram:
-    return LatencyHistogram.merged(LatencyHistogram.from_dict(r["offload"][key]) for r in runs if r["offload"].get(key))
+def _hist(runs: list[Run], key: str) -> LatencyHistogram:
+    return LatencyHistogram.merged(LatencyHistogram.from_dict((r.offload or {})[key]) for r in runs
+                                   if (r.offload or {}).get(key))
 
 
-def _measured(doc: dict) -> list[dict]:
-    return [r for r in doc.get("runs", []) if r.get("status") == "ok" and r.get("offload")]
+def _measured(doc: Document) -> list[Run]:
+    return [r for r in doc.runs if r.status == "ok" and r.offload]
 
 
-def jobs(doc: dict, workload: str, size: int) -> OffloadJobs | None:
+def jobs(doc, workload: str, size: int) -> OffloadJobs | None:
     """A durable virtual offload's jobs as a cell's replies met them, or None."""
+    doc = decode(doc)
     if mode(doc) != "durable":
         return None
-    runs = [r for r in _measured(doc) if r["workload"] == workload and r["value_size"] == size
-            and not r.get("fsync_extra_delay_ns")]
-    c = _counters(runs)
-    if not c.get("released_replies") or not c.get("jobs"):
+    runs = [r for r in _measured(doc) if r.workload == workload and r.value_size == size and not r.fsync_extra_delay_ns]
+    c = Counters.of(runs)
+    if not c.released_replies or not c.jobs:
         return None
     h = _hist(runs, "job_ns")
-    waited = c.get("jobs_waited_sum", 0) / c["released_replies"]
+    waited = c.jobs_waited_sum / c.released_replies
     job_ms = h.sum_ns / h.count / 1e6 if h.count else None
     return OffloadJobs(jobs_waited_mean=waited, job_ms_mean=job_ms,
                        job_ms_p50=h.percentile(50) / 1e6 if h.count else None,
-                       sets_per_job=_sets_held(c) / c["jobs"], held_replies=c.get("held_replies", 0),
+                       sets_per_job=c.sets_held / c.jobs, held_replies=c.held_replies,
                        wait_us=waited * job_ms * 1000 if job_ms else None)
 
 
-def summary(doc: dict) -> OffloadSummary | None:
+def summary(doc) -> OffloadSummary | None:
+    doc = decode(doc)
     m = mode(doc)
     if not m:
         return None
     measured = _measured(doc)
-    write_only = [r for r in measured if r["workload"] == "write-only"]
+    write_only = [r for r in measured if r.workload == "write-only"]
     basis = write_only or measured
-    b = _counters(basis)
+    b = Counters.of(basis)
     j, holds, reads = _hist(basis, "job_ns"), _hist(basis, "hold_ns"), _hist(measured, "hold_read_ns")
-    waited = (np.sum([r["offload"]["jobs_waited"] for r in basis], axis=0).tolist() if basis else [])
+    waited = (np.sum([(r.offload or {})[JOBS_WAITED] for r in basis], axis=0).tolist() if basis else [])
+    off = doc.emulation.offload
     return OffloadSummary(
-        mode=m, gather_ns=((doc.get("emulation") or {}).get("offload") or {}).get("gather_ns") or 0,
-        basis="write-only runs" if write_only else "all runs", totals=_counters(measured),
-        jobs_waited_mean=round(b["jobs_waited_sum"] / b["released_replies"], 3) if b.get("released_replies") else None,
+        mode=m, gather_ns=int((off.gather_ns if off else 0) or 0),
+        basis="write-only runs" if write_only else "all runs", totals=Counters.of(measured).totals,
+        jobs_waited_mean=round(b.jobs_waited_sum / b.released_replies, 3) if b.released_replies else None,
         jobs_waited=waited,
         job_ms_p50=round(j.percentile(50) / 1e6, 3) if j.count else None,
         job_ms_mean=round(j.sum_ns / j.count / 1e6, 3) if j.count else None,
         hold_ms_p50=round(holds.percentile(50) / 1e6, 3) if holds.count else None,
         hold_read_ms_p50=round(reads.percentile(50) / 1e6, 3) if reads.count else None,
-        sets_per_job_mean=round(_sets_held(b) / b["jobs"], 2) if b.get("jobs") else None)
+        sets_per_job_mean=round(b.sets_held / b.jobs, 2) if b.jobs else None)
 
 
-def exit_warnings(doc: dict) -> list[str]:
+JOBS_WAITED = "jobs_waited"  # the shim's histogram of jobs waited per reply (a list by count)
+
+
+def exit_warnings(doc) -> list[str]:
     """What the emulation did at the edges: clients closed over their output-buffer limit (held replies
     counted as the server counts its buffer), and replies still held when the server ended."""
+    doc = decode(doc)
     out = []
-    closed = sum((r.get("offload") or {}).get("obuf_closed", 0) for r in _measured(doc))
-    at_exit = (((doc.get("emulation") or {}).get("offload") or {}).get("at_exit")) or {}
-    closed = max(closed, at_exit.get("obuf_closed") or 0)
+    at_exit = doc.emulation.offload.at_exit if doc.emulation.offload else AtExit()
+    closed = max(Counters.of(_measured(doc)).obuf_closed, at_exit.obuf_closed)
     if closed:
         out.append(f"virtual offload: {closed} client(s) closed over their client-output-buffer-limit (the replies "
                    "held for them counted against it, as the server counts its own buffer)")
-    if at_exit.get("held_replies_dropped"):
-        out.append(f"virtual offload: {at_exit['held_replies_dropped']} held replies were still held when the server "
+    if at_exit.held_replies_dropped:
+        out.append(f"virtual offload: {at_exit.held_replies_dropped} held replies were still held when the server "
                    "ended (never written: their connections closed with it)")
     return out

@@ -9,12 +9,14 @@ the measurement it was calibrated from, where only the stall rate was fitted).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
+import msgspec
 import numpy as np
 
-from valkeytrace.analysis.calibration import Calibration, CalibrationError, calibrate, groups_for, rates_of
+from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, calibrate, groups_for, rates_of
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
+from valkeytrace.recording.model import FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
 
 REPLICATES = 3            # simulated runs a prediction takes the median of (as a cell, of its repeats)
@@ -33,7 +35,8 @@ EMULATION_US_PER_REQUEST = 1.3
 class Change:
     offload: str | None = None        # "durable", "early-ack", "none" (the main thread fsyncs); None: as recorded
     gather_us: float | None = None    # the durable offload's gather window; None: as recorded
-    fsync_delay: dict | None = None   # tracers.emulation.parse_fsync_delay's, {} for none; None: as recorded
+    fsync_delay: object = None        # the new delay (recording.model.FsyncDelay, or its dict: parse_fsync_delay's;
+    #                                   {} or an empty one for none); None: as recorded
     get_clients: int | None = None
     set_clients: int | None = None
     write_clients: int | None = None
@@ -42,26 +45,28 @@ class Change:
     emulated: bool = True             # an offload turned on is valkeytrace's virtual one (it costs the server CPU)
 
     def describe(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: (msgspec.to_builtins(v) if isinstance(v, msgspec.Struct) else v)
+                for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass
 class PredictedCell:
     workload: str
     value_size: int
-    ops: dict                     # op -> {"tps", "p50_us", "p95_us", "p99_us", "mean_us", "clients"}
-    server: dict                  # {"syncs_per_s", "writes_per_sync", "iterations_per_s"}
-    baseline: dict                # op -> the recording's measured figures (medians of its runs)
-    self_check: dict              # op -> the recording's cell simulated as recorded
-    inputs: dict                  # calibration.inputs
+    ops: dict                     # op -> PredictedOp
+    server: "PredictedServer"
+    baseline: dict                # op -> the recording's measured figures (calibration.Measured)
+    self_check: dict              # op -> PredictedOp: the recording's cell simulated as recorded
+    inputs: dict                  # calibration.inputs: name -> Input
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
-                "recorded_rate": self.recorded_rate, "ops": self.ops, "server": self.server,
-                "baseline": self.baseline, "self_check": self.self_check}
+                "recorded_rate": self.recorded_rate, "ops": {k: asdict(v) for k, v in self.ops.items()},
+                "server": asdict(self.server), "baseline": {k: asdict(v) for k, v in self.baseline.items()},
+                "self_check": {k: asdict(v) for k, v in self.self_check.items()}}
 
 
 @dataclass
@@ -75,7 +80,8 @@ class Prediction:
         return {"label": self.label, "change": self.change.describe(),
                 "cells": [c.to_json() for c in self.cells],
                 "model": {"kind": "discrete-event simulation (valkeytrace.pipeline)", "replicates": REPLICATES,
-                          "cells": {f"{c.workload} {c.value_size}": {"inputs": c.inputs, "fitted": c.fitted}
+                          "cells": {f"{c.workload} {c.value_size}": {"inputs": {k: asdict(v) for k, v in c.inputs.items()},
+                                                                     "fitted": c.fitted}
                                     for c in self.cells},
                           "not_calibrated": self.errors}}
 
@@ -88,11 +94,11 @@ def apply(cal: Calibration, change: Change) -> Params:
     gather = d.gather_us if change.gather_us is None else change.gather_us
     sync = d.sync
     if change.fsync_delay is not None:
-        new = change.fsync_delay or {}
-        median_us = float(new.get("median_ns") or 0.0) / 1e3
+        new = decode_as(change.fsync_delay or {}, FsyncDelay)
+        median_us = float(new.median_ns or 0.0) / 1e3
         shift = -cal.injected_ns / 1e3
-        if new.get("kind") == "lognormal" and new.get("sigma"):
-            sync = Sampler(sync.values_us, sync.shift_us + shift, sync.floor_us, median_us, float(new["sigma"]))
+        if new.kind == "lognormal" and new.sigma:
+            sync = Sampler(sync.values_us, sync.shift_us + shift, sync.floor_us, median_us, float(new.sigma))
         else:
             sync = Sampler(sync.values_us, sync.shift_us + shift + median_us, sync.floor_us)
     groups = p.groups
@@ -128,23 +134,55 @@ def _emulation_cost(recorded: str, wanted: str, emulated: bool) -> float:
     return 0.0
 
 
-def run(p: Params, replicates: int = REPLICATES) -> tuple[dict, dict, list[SimResult]]:
+@dataclass
+class PredictedOp:
+    """One op's simulated figures as a recording reports them (the medians of the replicates)."""
+    clients: int
+    role: str                     # measured or background
+    tps: float | None = None
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    mean_us: float | None = None
+    rate: float | None = None     # open loop: offered per second
+    saturated: bool | None = None  # open loop: as most replicates were
+    offered_rate: float | None = None
+    achieved_rate: float | None = None
+    service_p50_us: float | None = None
+    service_p99_us: float | None = None
+
+    def get(self, metric: str):
+        return getattr(self, metric, None)
+
+
+@dataclass
+class PredictedServer:
+    syncs_per_s: float | None
+    writes_per_sync: float | None
+    iterations_per_s: float | None
+
+
+FIGURES = ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "offered_rate", "achieved_rate", "service_p50_us",
+           "service_p99_us")
+
+
+def run(p: Params, replicates: int = REPLICATES) -> tuple[dict, PredictedServer, list[SimResult]]:
     """Simulated figures of p as a recording reports them: `replicates` runs of p.duration_s (as its
     repeats), each metric the median of the runs' own (a rare long fdatasync lands in the p99 of one
     run in several, as in the measured repeats, not in a pooled tail)."""
     results = [simulate(p, seed) for seed in range(1, replicates + 1)]
     ops = {}
-    for which in ("ops", "background"):
+    for which, role in (("ops", "measured"), ("background", "background")):
         for op in getattr(results[0], which):
             g = next(x for x in p.groups if x.op == op)
-            per = [getattr(r, which)[op].figures() for r in results]
-            ops[op] = {k: _median([x[k] for x in per]) for k in per[0] if k != "saturated"}
-            ops[op].update(clients=g.clients, role="measured" if which == "ops" else "background")
+            per = [getattr(r, which)[op] for r in results]
+            figs = [x.figures() for x in per]
+            o = PredictedOp(g.clients, role, **{k: _median([f.get(k) for f in figs]) for k in FIGURES})
             if g.rate:  # open loop: saturated as most replicates were
-                ops[op].update(rate=g.rate, saturated=sum(bool(x.get("saturated")) for x in per) * 2 > len(per))
-    server = {"syncs_per_s": _median([r.syncs_per_s for r in results]),
-              "writes_per_sync": _median([r.writes_per_sync for r in results]),
-              "iterations_per_s": _median([r.iterations_per_s for r in results])}
+                o.rate, o.saturated = g.rate, sum(bool(x.open and x.open.saturated) for x in per) * 2 > len(per)
+            ops[op] = o
+    server = PredictedServer(_median([r.syncs_per_s for r in results]), _median([r.writes_per_sync for r in results]),
+                             _median([r.iterations_per_s for r in results]))
     return ops, server, results
 
 
@@ -153,11 +191,11 @@ def _median(xs: list) -> float | None:
     return round(float(np.median(xs)), 1) if xs else None
 
 
-def cells_of(doc: dict) -> list[tuple[str, int]]:
+def cells_of(doc) -> list[tuple[str, int]]:
     seen = []
-    for r in doc.get("runs", []):
-        key = (r.get("workload"), r.get("value_size"))
-        if r.get("status") == "ok" and key[0] in ("read-heavy", "write-only") and key not in seen:
+    for r in decode(doc).runs:
+        key = (r.workload, r.value_size)
+        if r.status == "ok" and key[0] in ("read-heavy", "write-only") and key not in seen:
             seen.append(key)
     return seen
 
@@ -169,9 +207,9 @@ def inputs_for(cal: Calibration, change: Change) -> dict:
     cost = _emulation_cost(d.mode, mode, change.emulated)
     if not cost:
         return cal.inputs
-    return {**cal.inputs, "emulation_us_per_request": {
-        "value": cost, "unit": "µs", "source": "valkeytrace's own: the virtual offload's CPU in the server per "
-        "request (the GET-only passes with it on against off, 21 recordings on this project's VM: docs/explain.md §3)"}}
+    return {**cal.inputs, "emulation_us_per_request": Input(
+        cost, "µs", "valkeytrace's own: the virtual offload's CPU in the server per request (the GET-only passes "
+        "with it on against off, 21 recordings on this project's VM: docs/explain.md §3)")}
 
 
 def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,
@@ -193,7 +231,8 @@ def self_check(cal: Calibration) -> dict:
 def predict(doc: dict, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:
     """Each cell (calibrated from its closed loop if recorded, else from its first recorded rate), as
     changed; with rates, once per rate (open loop), the cell's self-check simulated once."""
-    out = Prediction([], change, doc.get("label") or "baseline")
+    doc = decode(doc)
+    out = Prediction([], change, doc.label or "baseline")
     for workload, size in cells or cells_of(doc):
         recorded = rates_of(doc, workload, size)
         src = None if None in recorded or not recorded else recorded[0]

@@ -22,6 +22,8 @@ import numpy as np
 
 from valkeytrace.analysis import replink
 from valkeytrace.analysis.server import summarize_server
+from valkeytrace.recording.model import Replication as ReplicationProbe
+from valkeytrace.recording.model import Run, decode_as
 from valkeytrace.analysis.summary import ServerSummary
 
 
@@ -70,12 +72,13 @@ class Replication:
         return d
 
 
-def replica_summaries(runs: list[dict]) -> list[ServerSummary]:
+def replica_summaries(runs: list) -> list[ServerSummary]:
     """Each replica's server summary over a cell's ok runs (replica i of every run together)."""
-    n = max((len(r.get("replicas") or []) for r in runs), default=0)
+    runs = [decode_as(r, Run) for r in runs]
+    n = max((len(r.replicas) for r in runs), default=0)
     out = []
     for i in range(n):
-        s = summarize_server([(r.get("replicas") or [None] * n)[i] for r in runs if len(r.get("replicas") or []) > i])
+        s = summarize_server([r.replicas[i] for r in runs if len(r.replicas) > i])
         if s is not None:
             out.append(s)
     return out
@@ -85,20 +88,22 @@ def _p(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else None
 
 
-def _links(runs: list[dict]) -> list[tuple[dict, list]]:
+def _links(runs: list[Run]) -> list[tuple[Run, list]]:
     """Per ok run with windows of its nodes: (run, [replink.Link per replica])."""
     out = []
     for r in runs:
-        primary = replink.node_events(r.get("server"))
-        if primary is None:
+        primary = replink.node_events(r.server)
+        if primary is None or r.server is None:
             continue
         links = []
-        for w in r.get("replicas") or []:
+        p0 = r.server.start_mono_ns or 0
+        for w in r.replicas:
             ev = replink.node_events(w)
             lk = None
             if ev is not None:
-                lo = max(r["server"]["start_mono_ns"], w["start_mono_ns"])
-                hi = min(r["server"]["start_mono_ns"] + r["server"]["window_ns"], w["start_mono_ns"] + w["window_ns"])
+                w0 = w.start_mono_ns or 0
+                lo = max(p0, w0)
+                hi = min(p0 + r.server.window_ns, w0 + w.window_ns)
                 lk = replink.link(primary.within(lo, hi), ev.within(lo, hi)) if hi > lo else None
             if lk is not None:
                 links.append(lk)
@@ -107,10 +112,10 @@ def _links(runs: list[dict]) -> list[tuple[dict, list]]:
     return out
 
 
-def _probe_chains(run: dict, links: list) -> list[tuple[float, dict]]:
+def _probe_chains(run: Run, links: list) -> list[tuple[float, dict]]:
     """(client WAITAOF µs, parts) per probe matched with its kernel chain: the chain of the
     replica the WAITAOF waited for (its sync ended last), the probe by its SET's send."""
-    probe = run.get("replication") or {}
+    probe = run.replication or ReplicationProbe()
     by_p0 = {}
     for lk in links:
         for p0, pts in lk.chains:
@@ -120,7 +125,7 @@ def _probe_chains(run: dict, links: list) -> list[tuple[float, dict]]:
         return []
     p0s = np.array(sorted(by_p0), dtype=np.int64)
     out = []
-    for sent, total in zip(probe.get("sent_ns") or [], probe.get("waitaof_us") or []):
+    for sent, total in zip(probe.sent_ns, probe.waitaof_us):
         i = np.searchsorted(p0s, sent, side="left")
         if i >= len(p0s):
             continue
@@ -128,9 +133,12 @@ def _probe_chains(run: dict, links: list) -> list[tuple[float, dict]]:
         if (pts[8] - sent) / 1e3 > total + 50:  # the next probe's chain, not this one's
             continue
         parts = replink.components(pts)
-        parts["client_us"] = total - (pts[8] - pts[0]) / 1e3
+        parts[CLIENT] = total - (pts[8] - pts[0]) / 1e3
         out.append((total, parts))
     return out
+
+
+CLIENT = "client_us"  # the client's own part of a WAITAOF, beside the kernel's components
 
 
 def _middle(parts: list[tuple[float, dict]]) -> dict:
@@ -140,20 +148,21 @@ def _middle(parts: list[tuple[float, dict]]) -> dict:
     return {k: round(float(np.mean([p[k] for p in mid])), 1) for k in mid[0]}
 
 
-def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication | None:
-    probes = [r["replication"] for r in runs if r.get("replication")]
+def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None:
+    runs = [decode_as(r, Run) for r in runs]
+    probes = [r.replication for r in runs if r.replication]
     links = _links(runs)
     if not probes and not links:
         return None
-    wait = np.array([x for p in probes for x in p.get("waitaof_us") or []], dtype=float)
-    sets = np.array([x for p in probes for x in p.get("set_us") or []], dtype=float)
-    acked = [a for p in probes for a in p.get("acked") or []]
-    n = max([int(p.get("replicas") or 0) for p in probes] + [len(lk) for _, lk in links])
+    wait = np.array([x for p in probes for x in p.waitaof_us], dtype=float)
+    sets = np.array([x for p in probes for x in p.set_us], dtype=float)
+    acked = [a for p in probes for a in p.acked]
+    n = max([int(p.replicas or 0) for p in probes] + [len(lk) for _, lk in links])
     rec = Replication(probes=len(wait), replicas=n, waitaof_p50_us=_p(wait, 50), waitaof_p99_us=_p(wait, 99),
                       set_p50_us=_p(sets, 50), acked_all_share=(sum(a >= n for a in acked) / len(acked)) if acked else None,
-                      errors=sorted({p["error"] for p in probes if p.get("error")}))
-    rec.per_run = {"waitaof_p50_us": [_p(np.asarray(p.get("waitaof_us") or [], dtype=float), 50) for p in probes if p.get("waitaof_us")],
-                   "waitaof_p99_us": [_p(np.asarray(p.get("waitaof_us") or [], dtype=float), 99) for p in probes if p.get("waitaof_us")],
+                      errors=sorted({p.error for p in probes if p.error}))
+    per_probe = [np.asarray(p.waitaof_us, dtype=float) for p in probes if p.waitaof_us]
+    rec.per_run = {"waitaof_p50_us": [_p(x, 50) for x in per_probe], "waitaof_p99_us": [_p(x, 99) for x in per_probe],
                    "lag_p50_us": [_p(np.concatenate([lk.lag_ns for lk in ls]) / 1e3, 50) for _, ls in links
                                   if sum(len(lk.lag_ns) for lk in ls)]}
     rec.samples = {"waitaof_p50_us": wait, "waitaof_p99_us": wait}
@@ -168,8 +177,8 @@ def replication(runs: list[dict], replicas: list[ServerSummary]) -> Replication 
     rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
     rec.unjoined_windows = sum(not lk.joined for _, ls in links for lk in ls)
-    rec.lost_events = sum(int((r.get("server") or {}).get("lost_events") or 0)
-                          + sum(int(w.get("lost_events") or 0) for w in r.get("replicas") or []) for r, _ in links)
+    rec.lost_events = sum(int((r.server.lost_events if r.server else 0) or 0)
+                          + sum(int(w.lost_events or 0) for w in r.replicas) for r, _ in links)
     if probes:
         parts = [x for r, ls in links for x in _probe_chains(r, ls)]
     else:  # no probe: the server's span of each SET + WAITAOF pair is the total

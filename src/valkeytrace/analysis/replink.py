@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from valkeytrace.recording.model import ServerWindow, decode_as
+
 from valkeytrace.analysis import durability
 
 ARRIVE, RECV, SEND = 0, 1, 2  # server.requests' event index (tracers/ebpf_window.REQUEST_EVENTS)
@@ -82,18 +84,23 @@ class NodeEvents:
         return self.t[m], np.cumsum(self.nbytes[m])
 
 
-def node_events(server: dict | None, clock_offset_ns: int = 0) -> NodeEvents | None:
+def node_events(server, clock_offset_ns: int = 0) -> NodeEvents | None:
     """A window's events, its times moved to the primary's clock (clock_offset_ns: this node's
     clock minus the primary's); None when the window has no sized socket events."""
-    req = (server or {}).get("requests") or {}
-    origin = (server or {}).get("start_mono_ns")
-    if origin is None or not req.get("bytes") or len(req["bytes"]) != len(req.get("offset_ns", ())):
+    if not server:
+        return None
+    w = decode_as(server, ServerWindow)
+    req, origin = w.requests, w.start_mono_ns
+    if origin is None or req is None or not req.bytes or len(req.bytes) != len(req.offset_ns):
         return None
     base = int(origin) - int(clock_offset_ns)
-    t = np.asarray(req["offset_ns"], dtype=np.int64) + base
+    t = np.asarray(req.offset_ns, dtype=np.int64) + base
     order = np.argsort(t, kind="stable")
-    ss, se, ws, we = [], [], [], []
-    for start, dur, _tid, cause, state in (server.get("blocked_timeline") or {}).get("events") or []:
+    ss: list = []
+    se: list = []
+    ws: list = []
+    we: list = []
+    for start, dur, _tid, cause, state in w.blocked_timeline.events:
         if state != "call":
             continue
         if cause in SYNC_CALLS:
@@ -109,8 +116,8 @@ def node_events(server: dict | None, clock_offset_ns: int = 0) -> NodeEvents | N
         return a[o], b[o]
     sync_start, sync_end = sorted_pair(ss, se)
     write_start, write_end = sorted_pair(ws, we)
-    return NodeEvents(t[order], np.asarray(req["conn"], dtype=np.int64)[order], np.asarray(req["event"], dtype=np.int64)[order],
-                      np.asarray(req["bytes"], dtype=np.int64)[order], sync_start, sync_end, write_start, write_end)
+    return NodeEvents(t[order], np.asarray(req.conn, dtype=np.int64)[order], np.asarray(req.event, dtype=np.int64)[order],
+                      np.asarray(req.bytes, dtype=np.int64)[order], sync_start, sync_end, write_start, write_end)
 
 
 def anchor(sent_t, sent_n, read_t, read_n) -> int | None:

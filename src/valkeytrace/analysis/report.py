@@ -7,83 +7,113 @@ data the plots draw (analysis/distributions.py) all come from here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+
+import msgspec
 
 from valkeytrace.analysis import curve, distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
+from valkeytrace.recording.model import Client, Document, ServerInfo, Settings, decode
+
+
+@dataclass
+class ServerExitRecord:
+    """A run the server's end cut short (runs[].server_exit): what every report says first."""
+    workload: str
+    value_size: int
+    repeat: int | None
+    launch: int | None
+    at_s: float | None
+    in_window: bool
+    signal: str | None
+    status: int | None
+    cause: str | None
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for k in ("signal", "status", "cause"):
+            if out[k] is None:
+                del out[k]
+        return out
+
+
+@dataclass
+class Problem:
+    """A run that did not finish."""
+    workload: str
+    value_size: int
+    repeat: int | None
+    status: str
+    error: str | None
 
 
 @dataclass
 class AnalysedRun:
     path: str
-    doc: dict
+    doc: Document
     cells: list[CellSummary]
-    explanation: list = None     # explain.explain_run entries
-    server_views: dict = None    # (workload, size) -> explain.server_view_gap
-    sensitivity: list = None     # sensitivity.sensitivity entries
+    explanation: list = field(default_factory=list)  # explain.explain_run entries
+    server_views: dict = field(default_factory=dict)  # cell key -> facts.ServerViewGap
+    sensitivity: list = field(default_factory=list)  # sensitivity.sensitivity entries
 
     @property
     def label(self) -> str:
-        return self.doc["label"]
+        return self.doc.label
 
     @property
-    def server(self) -> dict:
-        return self.doc.get("server", {})
+    def server(self) -> ServerInfo:
+        return self.doc.server
 
     @property
     def emulation(self) -> str:
         """The sentence every report must show when the fsync latency was emulated, else ''."""
-        emu = self.doc.get("emulation") or {}
-        return emu.get("description") or ""
+        return self.doc.emulation.description or ""
 
     @property
     def emulation_spec(self) -> dict | None:
         """The recording's emulation, its virtual offload's figures derived here (analysis/offload.py)."""
-        emu = self.doc.get("emulation")
+        emu = msgspec.to_builtins(self.doc.emulation)
         s = offload.summary(self.doc)
         return emu if s is None else {**emu, "offload": s.to_json()}
 
     @property
-    def client(self) -> dict:
-        return self.doc.get("client") or {}
+    def client(self) -> Client:
+        return self.doc.client
 
     @property
-    def settings(self) -> dict:
-        return self.doc.get("settings") or {}
+    def settings(self) -> Settings:
+        return self.doc.settings
 
     @property
     def nodes(self) -> list:
         """record --replicas: the primary and its replicas (role, pid, port, version, config)."""
-        return self.doc.get("nodes") or []
+        return self.doc.nodes
 
     @property
     def complete(self) -> bool:
-        return bool(self.doc.get("complete", False))
+        return self.doc.complete
 
     @property
     def warnings(self) -> list[str]:
         """The recording's own, then what the analysis finds inconsistent in it"""
-        return (list(self.doc.get("warnings") or []) + stalls(self.doc) + missed_fsyncs(self.doc)
+        return (list(self.doc.warnings) + stalls(self.doc) + missed_fsyncs(self.doc)
                 + schedstat_disagreements(self.doc) + backend_disagreements(self.doc) + offload.exit_warnings(self.doc))
 
     @property
-    def server_exits(self) -> list[dict]:
-        """The runs the server's end cut short: {"workload", "value_size", "repeat", "launch", "at_s",
-        "in_window", "signal" | "status", "cause"?} (runs[].server_exit), first of all a report says."""
-        return [{"workload": r["workload"], "value_size": r["value_size"], "repeat": r.get("repeat"),
-                 "launch": r.get("launch"), **r["server_exit"]}
-                for r in self.doc.get("runs", []) if r.get("server_exit")]
+    def server_exits(self) -> list[ServerExitRecord]:
+        """The runs the server's end cut short (runs[].server_exit), first of all a report says."""
+        return [ServerExitRecord(r.workload, r.value_size, r.repeat, r.launch, e.at_s, e.in_window, e.signal, e.status,
+                                 e.cause) for r in self.doc.runs if (e := r.server_exit)]
 
     @property
-    def overhead(self) -> dict | None:
-        return self.doc.get("overhead")
+    def overhead(self):
+        return self.doc.overhead
 
     @property
-    def problems(self) -> list[dict]:
+    def problems(self) -> list[Problem]:
         """The runs that did not finish: workload, value_size, repeat, status, error."""
-        return [{k: r.get(k) for k in ("workload", "value_size", "repeat", "status", "error")}
-                for r in self.doc.get("runs", []) if r.get("status") != "ok"]
+        return [Problem(r.workload, r.value_size, r.repeat, r.status, r.error) for r in self.doc.runs if r.status != "ok"]
 
     # what the plots draw
     def latency_cdfs(self, workload: str, size: int, op: str) -> list:
@@ -119,19 +149,19 @@ class ReportInput:
 def _curves(runs: list) -> list:
     out = []
     for r in runs:
-        window = float((r.doc.get("settings") or {}).get("duration_s") or 1.0)
-        out += curve.curves(r.label, r.cells, window)
+        out += curve.curves(r.label, r.cells, float(r.settings.duration_s or 1.0))
     return out
 
 
-def analyse(paths_and_docs: list[tuple[str, dict]]) -> ReportInput:
+def analyse(paths_and_docs: list[tuple]) -> ReportInput:
     runs = []
-    for p, d in paths_and_docs:
+    for p, raw_doc in paths_and_docs:
+        d = decode(raw_doc)
         cells = summarize(d)
         views = {}
         for c in cells:
-            raw = [r for r in d["runs"] if r["workload"] == c.workload and r["value_size"] == c.value_size
-                   and (r.get("load") or {}).get("rate") == c.rate and r.get("status") == "ok"]
+            raw = [r for r in d.runs if r.workload == c.workload and r.value_size == c.value_size
+                   and (r.load.rate if r.load else None) == c.rate and r.status == "ok"]
             gap = facts.server_view_gap(raw, c)
             if gap:
                 views[c.key] = gap
@@ -166,50 +196,49 @@ def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     return out
 
 
-def exit_sentence(label: str, e: dict) -> str:
+def exit_sentence(label: str, e: ServerExitRecord) -> str:
     """'fsync-always: the server was killed by SIGKILL 4.21 s into the window of none 64 B #1: the
     figures cover the 4.21 s it lived'."""
-    if e.get("signal") and e.get("status") is None:
-        how = f"was killed by {e['signal']}"
-    elif e.get("signal"):
-        how = f"shut down on {e['signal']} (exit status {e['status']})"
-    elif e.get("status") is not None:
-        how = f"exited with status {e['status']}"
+    if e.signal and e.status is None:
+        how = f"was killed by {e.signal}"
+    elif e.signal:
+        how = f"shut down on {e.signal} (exit status {e.status})"
+    elif e.status is not None:
+        how = f"exited with status {e.status}"
     else:
         how = "ended (attached: how, the process table does not say)"
-    run = f"{e['workload']} {e['value_size']} B" + (f" launch {e['launch']}" if e.get("launch") else "") \
-        + f" #{e.get('repeat')}"
-    if e.get("in_window") and e.get("at_s") is not None:
-        where = f" {e['at_s']:.2f} s into the window of {run}: its figures cover the {e['at_s']:.2f} s it lived"
+    run = f"{e.workload} {e.value_size} B" + (f" launch {e.launch}" if e.launch else "") + f" #{e.repeat}"
+    if e.in_window and e.at_s is not None:
+        where = f" {e.at_s:.2f} s into the window of {run}: its figures cover the {e.at_s:.2f} s it lived"
     else:
         where = f" during {run}, before its window: nothing of it was measured"
-    cause = f" (its last words: {e['cause']})" if e.get("cause") else ""
+    cause = f" (its last words: {e.cause})" if e.cause else ""
     return f"{label}: THE SERVER ENDED: it {how}{where}{cause}; no run after it was measured."
 
 
-def share_tag(entry: dict, compared: bool) -> str:
+def share_tag(entry, compared: bool) -> str:
     """What an explanation's heading says of its share: 'explained share 0.92' for a significant
     change, 'significance unknown' when n < 2, 'fsync + AOF write: 0.87 of it' for one recording."""
-    share = entry.get("explained_share")
+    share = entry.explained_share
     if not compared:
         return f"fsync + AOF write: {share:.2f} of it" if share is not None else ""
-    if entry.get("significant") and share is not None:
+    if entry.significant and share is not None:
         return f"explained share {share:.2f}"
-    if entry.get("significant") is None and entry.get("components"):
+    if entry.significant is None and entry.components:
         return "significance unknown"
     return ""
 
 
 def overhead_line(run: AnalysedRun) -> str:
     """The --measure-overhead result, as one sentence ('' when not measured)."""
-    o = run.doc.get("overhead")
-    if not o or not o.get("get_tps_ratio"):
+    o = run.doc.overhead
+    if not o or not o.get_tps_ratio:
         return ""
-    p99 = f", GET p99 x{o['get_p99_ratio']:.3f}" if o.get("get_p99_ratio") else ""
-    order = f", {o['order']}" if o.get("order") else ""
-    untraced = f"; untraced = {o['untraced_side']}" if o.get("untraced_side") else ""
-    return (f"tracer overhead ({o.get('backend')}, {o.get('cell')}, one untraced/traced pair of "
-            f"{o.get('duration_s')} s{order}{untraced}): GET TPS x{o['get_tps_ratio']:.3f}{p99} "
+    p99 = f", GET p99 x{o.get_p99_ratio:.3f}" if o.get_p99_ratio else ""
+    order = f", {o.order}" if o.order else ""
+    untraced = f"; untraced = {o.untraced_side}" if o.untraced_side else ""
+    return (f"tracer overhead ({o.backend}, {o.cell}, one untraced/traced pair of "
+            f"{o.duration_s} s{order}{untraced}): GET TPS x{o.get_tps_ratio:.3f}{p99} "
             "(one pair: an indication; benchmarks/peers.py measures it)")
 
 

@@ -3,11 +3,22 @@ mechanism a compare shows here: one sentence per table, from the comparison's ow
 durability records (the kernel's timestamps), never typed as results."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from valkeytrace.analysis import model
+from valkeytrace.analysis.facts import SeedPoint
+
+
+@dataclass(frozen=True)
+class SeedTable:
+    op: str
+    base: SeedPoint
+    cand: SeedPoint
+
 
 # the seed's published 64 B rows: baseline (upstream, appendfsync always) and #3381's offload
-SEED = {"read-heavy": {"op": "GET", "base": {"tps": 5450.0, "p50_us": 10263.0}, "cand": {"tps": 70670.0, "p50_us": 359.0}},
-        "write-only": {"op": "SET", "base": {"tps": 4840.0, "p50_us": 10831.0}, "cand": {"tps": 9020.0, "p50_us": 5463.0}}}
+SEED = {"read-heavy": SeedTable("GET", SeedPoint(5450.0, 10263.0), SeedPoint(70670.0, 359.0)),
+        "write-only": SeedTable("SET", SeedPoint(4840.0, 10831.0), SeedPoint(9020.0, 5463.0))}
 
 
 def _pct(a: float, b: float) -> str:
@@ -17,17 +28,19 @@ def _pct(a: float, b: float) -> str:
 
 def _here(row) -> str:
     b, c = row.base.median, row.cand.median
-    sig = row.significant.get("p50_us")
-    word = {True: "significant", False: "not significant"}.get(sig, "significance unknown")
-    return (f"{row.op} p50 {_pct(b['p50_us'], c['p50_us'])}, TPS {_pct(b['tps'], c['tps'])} at {row.value_size} B "
+    word = {True: "significant", False: "not significant"}.get(row.significant[P50], "significance unknown")
+    return (f"{row.op} p50 {_pct(b.p50_us or 0, c.p50_us or 0)}, TPS {_pct(b.tps or 0, c.tps or 0)} at {row.value_size} B "
             f"({word})")
 
 
-def _get_mechanism(entry: dict | None) -> str:
-    if not entry or not entry.get("leading_component") or not entry.get("significant"):
+P50 = "p50_us"
+
+
+def _get_mechanism(entry) -> str:
+    if not entry or not entry.leading_component or not entry.significant:
         return "no change to explain"
-    lead = model.LABELS.get(entry["leading_component"], entry["leading_component"])
-    share = entry.get("explained_share")
+    lead = model.LABELS.get(entry.leading_component, entry.leading_component)
+    share = entry.explained_share
     return f"led by {lead}" + (f", durability work {share:.0%} of the change" if share is not None else "")
 
 
@@ -51,16 +64,16 @@ def table_notes(comparison, explanation: list, base_cells: list, cand_cells: lis
     """{workload: sentence} for each table the comparison has (its first value size's row)."""
     out = {}
     for workload, s in SEED.items():
-        rows = [r for r in comparison.rows if r.workload == workload and r.op == s["op"]]
+        rows = [r for r in comparison.rows if r.workload == workload and r.op == s.op]
         if not rows:
             continue
         row = rows[0]
-        sb, sc = s["base"], s["cand"]
-        seed = (f"The seed (valkey#4029, 64 B): {s['op']} p50 {_pct(sb['p50_us'], sc['p50_us'])}, "
-                f"TPS {_pct(sb['tps'], sc['tps'])} with the fsync off the main thread")
+        sb, sc = s.base, s.cand
+        seed = (f"The seed (valkey#4029, 64 B): {s.op} p50 {_pct(sb.p50_us, sc.p50_us)}, "
+                f"TPS {_pct(sb.tps, sc.tps)} with the fsync off the main thread")
         if workload == "read-heavy":
-            entry = next((e for e in explanation or [] if e["workload"] == workload and e["op"] == "GET"
-                          and e["value_size"] == row.value_size and e["metric"] == "p50_us"), None)
+            entry = next((e for e in explanation or [] if (e.workload, e.op, e.value_size, e.metric)
+                          == (workload, "GET", row.value_size, P50)), None)
             out[workload] = (f"{seed}: a GET no longer waits for the main thread's fsync. This host: {_here(row)}, "
                              f"{_get_mechanism(entry)}.")
         else:

@@ -15,18 +15,21 @@ Main-thread time budget (sums to 100% of the measured window by construction):
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.analysis.durability import durability
-from valkeytrace.analysis.summary import (BUDGET, SYNC_CALLS, TIMED_CALLS, CallStats, CrossCheck, MainThread,
-                                          ServerSummary, ThreadRole, budget_category)
+from valkeytrace.analysis.summary import (BUDGET, SYNC_CALLS, TIMED_CALLS, BackendCounts, CallStats, CrossCheck,
+                                          MainThread,
+                                          ServerSummary, Stalls, ThreadRole, budget_category)
+from valkeytrace.recording.model import Document, Run, ServerWindow, ThreadRecord, decode, decode_as
 from valkeytrace.roles import ROLES, thread_role
 
 CALLS = TIMED_CALLS
 
 
-def _hist(rec: dict | None) -> LatencyHistogram:
-    return LatencyHistogram.from_dict(rec) if rec else LatencyHistogram()
+def _hist(rec) -> LatencyHistogram:
+    return LatencyHistogram.from_record(rec) if rec else LatencyHistogram()
 
 
 def call_summary(h: LatencyHistogram, nbytes: int = 0) -> CallStats:
@@ -58,67 +61,124 @@ def budget(off_cpu_ns: dict, wall_ns: int) -> dict:
     return {**{k: 100.0 * v / wall_ns for k, v in ns.items()}, "off_cpu_over_wall_pct": over}
 
 
-def summarize_server(raws: list[dict]) -> ServerSummary | None:
-    """Merge the raw `server` dicts of a cell's repeats into the report's server summary."""
-    raws = [r for r in raws if r]
-    if not raws:
+@dataclass
+class _RoleAcc:
+    """One thread role's figures summed over a cell's windows."""
+    names: set = field(default_factory=set)
+    tids: set = field(default_factory=set)
+    calls: dict = field(default_factory=lambda: defaultdict(LatencyHistogram))
+    bytes: dict = field(default_factory=lambda: defaultdict(int))
+    off_cpu_ns: dict = field(default_factory=lambda: defaultdict(float))
+    in_sync_ns: float = 0.0
+    sched_on_cpu_ns: float = 0.0
+    sched_runqueue_ns: float = 0.0
+    sched_windows: int = 0
+    windows: int = 0
+    wall_ns: int = 0
+
+    def thread_role(self, role: str, n_windows: int) -> ThreadRole:
+        th = ThreadRole(role=role, names=sorted(self.names), threads=len(self.tids),
+                        **{call: call_summary(self.calls[call], self.bytes[call]) for call in CALLS})
+        th.off_cpu_ms = sum(self.off_cpu_ns.values()) / 1e6
+        th.off_cpu_ms_by_state = {s: v / 1e6 for s, v in self.off_cpu_ns.items()}
+        # the kernel's own accounting (/proc/PID/task/TID/schedstat) over the same windows, when
+        # every window of every thread of the role has it
+        th.schedstat = ({"on_cpu_ms": self.sched_on_cpu_ns / 1e6, "runqueue_ms": self.sched_runqueue_ns / 1e6}
+                        if self.windows and self.sched_windows == self.windows else None)
+        th.wall_ms = self.wall_ns / 1e6 / max(1, len(self.tids))
+        # the role's thread time: each of its threads over each window it was in (launches apart:
+        # a role's threads of two launches are two tids, each there half the time)
+        th.thread_wall_ms = self.wall_ns / 1e6
+        th.threads_per_window = round(self.windows / n_windows, 2)
+        # an fsync still in flight at a window's end is in no histogram yet, but its blocked time is
+        th.blocked_in_sync_ms = self.in_sync_ns / 1e6
+        return th
+
+
+def role_of(t: ThreadRecord, w: ServerWindow) -> str:
+    """A thread's role from its name, by today's table (recordings keep the role they were made with)."""
+    main_tid = w.main_tid or w.pid
+    return thread_role(t.tid, main_tid, t.name) if t.name and main_tid else t.role
+
+
+def _windows(raws: list) -> list[ServerWindow]:
+    return [decode_as(r, ServerWindow) for r in raws if r]
+
+
+def summarize_server(raws: list) -> ServerSummary | None:
+    """Merge the `server` windows of a cell's repeats into the report's server summary."""
+    ws = _windows(raws)
+    if not ws:
         return None
-    wall_ns = sum(r["window_ns"] for r in raws)
+    wall_ns = sum(w.window_ns for w in ws)
     main_calls: dict[str, LatencyHistogram] = defaultdict(LatencyHistogram)
     main_off: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    roles: dict[str, dict] = {}
+    roles: dict[str, _RoleAcc] = {}
     # without scheduler data (the shim where /proc has no schedstat), "on CPU" is only "not in a
     # timed call": reports say so
-    on_cpu_measured = any("sched" in ((raw.get("probe") or {}).get("probe_groups") or ()) for raw in raws)
-    for raw in raws:
-        main_tid = raw.get("main_tid") or raw.get("pid")
-        for t in raw["threads"]:
-            # from the name, by today's table (recordings keep the role they were made with)
-            role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
-            r = roles.setdefault(role, {"names": set(), "tids": set(), "calls": defaultdict(LatencyHistogram),
-                                        "bytes": defaultdict(int), "off_cpu_ns": defaultdict(float),
-                                        "in_sync_ns": 0.0, "sched_ns": defaultdict(float), "sched_windows": 0,
-                                        "windows": 0, "wall_ns": 0})
-            r["in_sync_ns"] += sync_blocked_ns(t)
-            r["names"].add(t["name"])
-            r["tids"].add(t["tid"])
-            for call, rec in t.get("calls", {}).items():
-                r["calls"][call].merge(_hist(rec))
-                r["bytes"][call] += rec.get("bytes") or 0
+    on_cpu_measured = any("sched" in w.probe.probe_groups for w in ws)
+    for w in ws:
+        for t in w.threads:
+            role = role_of(t, w)
+            r = roles.setdefault(role, _RoleAcc())
+            r.in_sync_ns += sync_blocked_ns(t)
+            r.names.add(t.name)
+            r.tids.add(t.tid)
+            for call, rec in t.calls.items():
+                r.calls[call].merge(_hist(rec))
+                r.bytes[call] += rec.bytes or 0
                 if role == "main":
                     main_calls[call].merge(_hist(rec))
-            sched = t.get("sched")
-            on_cpu_measured = on_cpu_measured or bool(sched and role == "main")
-            own = t.get("off_cpu_ns") or {}
-            if sched:  # the kernel's own figures, kept beside the tracer's
-                r["sched_ns"]["on_cpu"] += sched["on_cpu_ns"]
-                r["sched_ns"]["runqueue"] += sched["runqueue_ns"]
-                r["sched_windows"] += 1
-            if sched and not own:  # no switch seen in the window (or the shim): the kernel's accounting
-                r["off_cpu_ns"]["runnable"] += sched["runqueue_ns"]
-                r["off_cpu_ns"]["blocked"] += max(0, raw["window_ns"] - sched["on_cpu_ns"] - sched["runqueue_ns"])
-            r["windows"] += 1
-            r["wall_ns"] += raw["window_ns"]
-            for cause, by_state in own.items():
+            on_cpu_measured = on_cpu_measured or bool(t.sched and role == "main")
+            if t.sched:  # the kernel's own figures, kept beside the tracer's
+                r.sched_on_cpu_ns += t.sched.on_cpu_ns
+                r.sched_runqueue_ns += t.sched.runqueue_ns
+                r.sched_windows += 1
+            if t.sched and not t.off_cpu_ns:  # no switch seen in the window (or the shim): the kernel's accounting
+                r.off_cpu_ns["runnable"] += t.sched.runqueue_ns
+                r.off_cpu_ns["blocked"] += max(0, w.window_ns - t.sched.on_cpu_ns - t.sched.runqueue_ns)
+            r.windows += 1
+            r.wall_ns += w.window_ns
+            for cause, by_state in t.off_cpu_ns.items():
                 for state, v in by_state.items():
-                    r["off_cpu_ns"][state] += v
+                    r.off_cpu_ns[state] += v
                     if role == "main":
                         main_off[cause][state] += v
+    main = _main_thread(ws, main_calls, main_off, wall_ns, on_cpu_measured)
+    threads = [roles[role].thread_role(role, len(ws))
+               for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES))]
+    events = sum(1 for w in ws for e in w.blocked_timeline.events if e[-1] != "call")
+    cross = None
+    shims = [w.shim for w in ws if w.shim]
+    if shims:
+        shim = summarize_server(shims)
+        if shim is not None:
+            cross = CrossCheck(shim.main_thread, shim.threads, cross_check(main, shim.main_thread))
+    probe = ws[0].probe
+    return ServerSummary(backend=ws[0].backend, windows=len(ws), main_thread=main, threads=threads,
+                         lost_events=sum(w.lost_events or 0 for w in ws), blocked_events=events,
+                         loop_source=probe.loop_source, call_source=probe.call_source,
+                         untimed=probe.untimed, durability=durability(ws), cross_check=cross,
+                         server_exits=sum(1 for w in ws if w.server_exit))
+
+
+def _main_thread(ws: list[ServerWindow], main_calls: dict, main_off: dict, wall_ns: int,
+                 on_cpu_measured: bool) -> MainThread:
     loop = main_calls["loop_iteration"]
     # the server's own count (INFO eventloop_cycles) when every window has it: the eBPF backend
     # probes beforeSleep for a sample of the time only, so its histogram is a sample
-    counted = [r["eventloop"] for r in raws if r.get("eventloop")]
-    if len(counted) == len(raws):
-        iterations = sum(e["cycles"] for e in counted)
-        mean_us = sum(e["duration_us"] for e in counted) / iterations if iterations else None
+    counted = [w.eventloop for w in ws if w.eventloop]
+    if len(counted) == len(ws):
+        iterations = sum(e.cycles for e in counted)
+        mean_us = sum(e.duration_us for e in counted) / iterations if iterations else None
         iterations_counted = True
     else:
         iterations, mean_us = loop.count, (loop.sum_ns / loop.count / 1e3 if loop.count else None)
         # the shim sees every iteration (epoll_wait returns); the eBPF uprobe a sample of them
-        iterations_counted = bool(loop.count) and str(raws[0].get("probe", {}).get("loop_source")).startswith("shim")
+        iterations_counted = bool(loop.count) and str(ws[0].probe.loop_source).startswith("shim")
     fds, flush = main_calls["fdatasync"], main_calls["aof_flush"]
     p = lambda h, q: float(h.percentile(q)) / 1e3 if h.count else None  # noqa: E731
-    main = MainThread(wall_ms=wall_ns / 1e6, fdatasync_count=fds.count, fdatasync_p50_us=p(fds, 50),
+    return MainThread(wall_ms=wall_ns / 1e6, fdatasync_count=fds.count, fdatasync_p50_us=p(fds, 50),
                       fdatasync_p99_us=p(fds, 99), fsync_count=main_calls["fsync"].count,
                       **budget(main_off, wall_ns), on_cpu_measured=on_cpu_measured,
                       loop_iterations=iterations, loop_iterations_counted=iterations_counted,
@@ -128,38 +188,7 @@ def summarize_server(raws: list[dict]) -> ServerSummary | None:
                       loop_iterations_per_s=iterations / (wall_ns / 1e9) if wall_ns else None,
                       aof_flushes=flush.count, aof_flush_p50_us=p(flush, 50),
                       off_cpu_ms_by_cause={c: {s: v / 1e6 for s, v in st.items()} for c, st in main_off.items()},
-                      stalls=main_stalls(raws), sync_on_cpu_pct=_sync_on_cpu_pct(main_calls, main_off, wall_ns))
-    threads = []
-    for role in sorted(roles, key=lambda x: ROLES.index(x) if x in ROLES else len(ROLES)):
-        r = roles[role]
-        th = ThreadRole(role=role, names=sorted(r["names"]), threads=len(r["tids"]),
-                        **{call: call_summary(r["calls"][call], r["bytes"][call]) for call in CALLS})
-        th.off_cpu_ms = sum(r["off_cpu_ns"].values()) / 1e6
-        th.off_cpu_ms_by_state = {s: v / 1e6 for s, v in r["off_cpu_ns"].items()}
-        # the kernel's own accounting (/proc/PID/task/TID/schedstat) over the same windows, when
-        # every window of every thread of the role has it
-        th.schedstat = ({"on_cpu_ms": r["sched_ns"]["on_cpu"] / 1e6, "runqueue_ms": r["sched_ns"]["runqueue"] / 1e6}
-                        if r["windows"] and r["sched_windows"] == r["windows"] else None)
-        th.wall_ms = r["wall_ns"] / 1e6 / max(1, len(r["tids"]))
-        # the role's thread time: each of its threads over each window it was in (launches apart:
-        # a role's threads of two launches are two tids, each there half the time)
-        th.thread_wall_ms = r["wall_ns"] / 1e6
-        th.threads_per_window = round(r["windows"] / len(raws), 2)
-        # an fsync still in flight at a window's end is in no histogram yet, but its blocked time is
-        th.blocked_in_sync_ms = r["in_sync_ns"] / 1e6
-        threads.append(th)
-    events = sum(1 for r in raws for e in r.get("blocked_timeline", {}).get("events", []) if e[-1] != "call")
-    cross = None
-    shim_raws = [r["shim"] for r in raws if r.get("shim")]
-    if shim_raws:
-        shim = summarize_server(shim_raws)
-        cross = CrossCheck(shim.main_thread, shim.threads, cross_check(main, shim.main_thread))
-    probe = raws[0].get("probe", {})
-    return ServerSummary(backend=raws[0].get("backend"), windows=len(raws), main_thread=main, threads=threads,
-                         lost_events=sum(r.get("lost_events") or 0 for r in raws), blocked_events=events,
-                         loop_source=probe.get("loop_source"), call_source=probe.get("call_source"),
-                         untimed=probe.get("untimed", []), durability=durability(raws), cross_check=cross,
-                         server_exits=sum(1 for r in raws if r.get("server_exit")))
+                      stalls=main_stalls(ws), sync_on_cpu_pct=_sync_on_cpu_pct(main_calls, main_off, wall_ns))
 
 
 def _sync_on_cpu_pct(calls: dict, off: dict, wall_ns: float) -> float | None:
@@ -170,9 +199,6 @@ def _sync_on_cpu_pct(calls: dict, off: dict, wall_ns: float) -> float | None:
         return None
     blocked = sum(sum(off.get(c, {}).values()) for c in SYNC_CALLS)
     return max(0.0, 100.0 * (total - blocked) / wall_ns)
-
-
-STALL_CLASSES = ("fsync", "aof_write", "cpu_wait", "other_blocked")
 
 
 def stall_class(cause: str, state: str) -> str | None:
@@ -189,47 +215,35 @@ def stall_class(cause: str, state: str) -> str | None:
     return None if cause == "epoll_wait" else "other_blocked"
 
 
-def main_stalls(raws: list[dict]) -> dict | None:
+def main_stalls(raws: list) -> Stalls | None:
     """The main thread's long off-CPU intervals (the blocked timeline: each part at least its
-    threshold) by budget class: {class: {"count", "sum_ms", "sum_sq_ms2", "max_ms"}}, over windows
-    that all have a timeline (None otherwise: the shim records none). What a request arriving at
-    random meets of them is their residual, sum(W^2) / 2 per unit of wall time (analysis/model.py)."""
-    def threshold(r):
-        t = (r.get("blocked_timeline") or {}).get("threshold_ns")
-        return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
-
-    if not raws or any(threshold(r) is None for r in raws):
+    threshold) by budget class, over windows that all have a timeline (None otherwise: the shim
+    records none). What a request arriving at random meets of them is their residual, sum(W^2) / 2
+    per unit of wall time (analysis/model.py)."""
+    ws = _windows(raws)
+    if not ws or any(w.blocked_timeline.threshold_ns is None for w in ws):
         return None
-    out = {c: {"count": 0, "sum_ms": 0.0, "sum_sq_ms2": 0.0, "max_ms": 0.0} for c in STALL_CLASSES}
-    for r in raws:
-        main_tid = r.get("main_tid") or r.get("pid")
-        wall = r["window_ns"]
-        for row in r["blocked_timeline"].get("events") or ():
-            try:
-                start, dur, tid, cause, state = row
-                cls = stall_class(cause, state) if tid == main_tid else None
-                w = (min(start + dur, wall) - max(start, 0)) / 1e6 if cls else 0  # the part inside the window
-            except (TypeError, ValueError):
-                continue  # a row the schema let through that is not one: not a stall
-            if not cls:
+    out = Stalls(threshold_ms=(ws[0].blocked_timeline.threshold_ns or 0) / 1e6)
+    for w in ws:
+        main_tid = w.main_tid or w.pid
+        for start, dur, tid, cause, state in w.blocked_timeline.events:
+            cls = stall_class(cause, state) if tid == main_tid else None
+            part = (min(start + dur, w.window_ns) - max(start, 0)) / 1e6 if cls else 0  # the part inside the window
+            if not cls or part <= 0:
                 continue
-            if w <= 0:
-                continue
-            o = out[cls]
-            o["count"] += 1
-            o["sum_ms"] += w
-            o["sum_sq_ms2"] += w * w
-            o["max_ms"] = max(o["max_ms"], w)
-    out["threshold_ms"] = threshold(raws[0]) / 1e6
+            o = getattr(out, cls)
+            o.count += 1
+            o.sum_ms += part
+            o.sum_sq_ms2 += part * part
+            o.max_ms = max(o.max_ms, part)
     return out
 
 
-def cross_check(ebpf_main: MainThread, shim_main: MainThread) -> dict:
+def cross_check(ebpf_main: MainThread, shim_main: MainThread) -> BackendCounts:
     """Main-thread fdatasync as each backend counted it, and how far apart the counts are."""
     a, b = ebpf_main.fdatasync_count, shim_main.fdatasync_count
-    return {"ebpf_count": a, "shim_count": b, "ebpf_p50_us": ebpf_main.fdatasync_p50_us,
-            "shim_p50_us": shim_main.fdatasync_p50_us,
-            "count_diff_pct": 100.0 * abs(a - b) / max(a, b) if max(a, b) else 0.0}
+    return BackendCounts(a, b, ebpf_main.fdatasync_p50_us, shim_main.fdatasync_p50_us,
+                         100.0 * abs(a - b) / max(a, b) if max(a, b) else 0.0)
 
 
 # a window at least this long under appendfsync everysec holds at least one fsync (the server
@@ -237,35 +251,42 @@ def cross_check(ebpf_main: MainThread, shim_main: MainThread) -> dict:
 MIN_EVERYSEC_WINDOW_S = 2.5
 
 
-def sync_blocked_ns(thread: dict) -> float:
+def sync_blocked_ns(thread) -> float:
     """ns one raw thread spent blocked inside fsync/fdatasync in the window, whether the call
     completed in it or not (the off-CPU intervals, not the call histograms)."""
-    return sum(v for cause, by_state in (thread.get("off_cpu_ns") or {}).items() if cause in SYNC_CALLS
+    t = decode_as(thread, ThreadRecord)
+    return sum(v for cause, by_state in t.off_cpu_ns.items() if cause in SYNC_CALLS
                for state, v in by_state.items() if state != "runnable")
 
 
-def missed_fsyncs(doc: dict) -> list[str]:
+def _count(t: ThreadRecord, kinds) -> int:
+    return sum(t.calls[k].count for k in kinds if k in t.calls)
+
+
+def _ok_windows(doc: Document):
+    """(run, its window) of every finished run with a server-side trace."""
+    return [(r, r.server) for r in doc.runs if r.status == "ok" and r.server and r.server.threads]
+
+
+def missed_fsyncs(doc) -> list[str]:
     """Windows in which the AOF was written but the tracer saw no fsync on any thread, although
     the server's appendfsync implies some: under `always` every write is followed by one, under
     `everysec` one a second. A missed probe (or a server that did not fsync) said, not hidden in
     the medians: one sentence per such window."""
-    mode = (doc.get("server") or {}).get("appendfsync")
+    doc = decode(doc)
+    mode = doc.server.appendfsync
     if mode not in ("always", "everysec"):
         return []
     out = []
-    for run in doc.get("runs", []):
-        srv = run.get("server")
-        if run.get("status") != "ok" or not srv or not srv.get("threads"):
-            continue
-        calls = [t.get("calls") or {} for t in srv["threads"]]
-        writes = sum((c.get("aof_write") or {}).get("count", 0) for c in calls)
-        syncs = sum((c.get(k) or {}).get("count", 0) for c in calls for k in SYNC_CALLS)
-        window_s = srv["window_ns"] / 1e9
+    for run, srv in _ok_windows(doc):
+        writes = sum(_count(t, ("aof_write",)) for t in srv.threads)
+        syncs = sum(_count(t, SYNC_CALLS) for t in srv.threads)
+        window_s = srv.window_ns / 1e9
         expected = writes >= 10 if mode == "always" else writes > 0 and window_s >= MIN_EVERYSEC_WINDOW_S
-        if expected and syncs == 0 and any(sync_blocked_ns(t) for t in srv["threads"]):
+        if expected and syncs == 0 and any(sync_blocked_ns(t) for t in srv.threads):
             continue  # an fsync ran across the window (explain.fsync_placement says so): not missed
         if expected and syncs == 0:
-            out.append(f"{run['workload']} {run['value_size']} B #{run.get('repeat')}: no fsync seen on any thread "
+            out.append(f"{run.workload} {run.value_size} B #{run.repeat}: no fsync seen on any thread "
                        f"in a {window_s:.1f} s window with {writes:,} AOF writes under appendfsync {mode} "
                        f"(the server fsyncs {'after each write' if mode == 'always' else 'about once a second'}): "
                        "a probe missed them, or the server did not fsync; this window's fsync figures are not "
@@ -278,48 +299,46 @@ TRUTH_FLOOR_OF_WALL = 0.01  # ... or by this share of the wall time, whichever i
 BACKENDS_TOLERANCE = 0.02  # --backend both: call counts per role may differ by this share
 
 
-def _own_figures(thread: dict, window_ns: int) -> tuple[float, float] | None:
+def _own_figures(t: ThreadRecord, window_ns: int) -> tuple[float, float] | None:
     """(on-CPU ns, run-queue ns) of one raw thread by the tracer's own off-CPU intervals, or None
     when it recorded none (the figures then are the kernel's: nothing to compare)."""
-    own = thread.get("off_cpu_ns") or {}
-    if not own:
+    if not t.off_cpu_ns:
         return None
-    off = sum(v for st in own.values() for v in st.values())
-    rq = sum(v for st in own.values() for s, v in st.items() if s == "runnable")
+    off = sum(v for st in t.off_cpu_ns.values() for v in st.values())
+    rq = sum(v for st in t.off_cpu_ns.values() for s, v in st.items() if s == "runnable")
     return window_ns - off, rq
 
 
-def server_steal_ns(doc: dict, run: dict) -> float | None:
+def server_steal_ns(doc, run) -> float | None:
     """The hypervisor's steal on the server's CPUs during the run's window (ns), or None when the
     recording has no per-CPU steal (made before it was kept)."""
-    steal = (run.get("host_cpu") or {}).get("steal_ms_by_cpu")
+    doc, run = decode(doc), decode_as(run, Run)
+    steal = run.host_cpu.steal_ms_by_cpu if run.host_cpu else None
     if steal is None:
         return None
-    cpus = ((doc.get("client") or {}).get("placement") or {}).get("server_cpus") or range(len(steal))
+    cpus = doc.client.placement.server_cpus or range(len(steal))
     return 1e6 * sum(steal[c] for c in cpus if c < len(steal))
 
 
-def schedstat_disagreements(doc: dict) -> list[str]:
+def schedstat_disagreements(doc) -> list[str]:
     """The eBPF backend against the kernel's own accounting (/proc schedstat), per thread role
     over the recording's windows: a sentence for each role whose on-CPU or run-queue time differs
     by more than TRUTH_TOLERANCE (or TRUTH_FLOOR_OF_WALL of its wall time). On-CPU time by the
     switches includes what the hypervisor stole from the thread's CPU while it ran, which the
     kernel does not charge (PARAVIRT_TIME_ACCOUNTING): up to the steal on the server's CPUs, an
     excess is that, not a tracer fault."""
+    doc = decode(doc)
     sums: dict[str, list[float]] = {}
-    for run in doc.get("runs", []):
-        srv = run.get("server")
-        if run.get("status") != "ok" or not srv or srv.get("backend") != "ebpf":
+    for run, srv in _ok_windows(doc):
+        if srv.backend != "ebpf":
             continue
-        main_tid = srv.get("main_tid") or srv.get("pid")
         steal = server_steal_ns(doc, run) or 0.0
-        for t in srv.get("threads") or ():
-            own, sched = _own_figures(t, srv["window_ns"]), t.get("sched")
-            if own is None or not sched:
+        for t in srv.threads:
+            own = _own_figures(t, srv.window_ns)
+            if own is None or not t.sched:
                 continue
-            role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
-            acc = sums.setdefault(role, [0.0] * 6)
-            for i, v in enumerate((own[0], sched["on_cpu_ns"], own[1], sched["runqueue_ns"], srv["window_ns"], steal)):
+            acc = sums.setdefault(role_of(t, srv), [0.0] * 6)
+            for i, v in enumerate((own[0], t.sched.on_cpu_ns, own[1], t.sched.runqueue_ns, srv.window_ns, steal)):
                 acc[i] += v
     out = []
     for role, (on, k_on, rq, k_rq, wall, steal) in sums.items():
@@ -334,22 +353,18 @@ def schedstat_disagreements(doc: dict) -> list[str]:
     return out
 
 
-def backend_disagreements(doc: dict) -> list[str]:
+def backend_disagreements(doc) -> list[str]:
     """--backend both: per thread role, fsync and AOF-write counts as eBPF and the shim counted
     them over the recording; a sentence for each that differs by more than BACKENDS_TOLERANCE."""
+    doc = decode(doc)
     counts: dict[tuple[str, str], list[int]] = {}
-    for run in doc.get("runs", []):
-        srv = run.get("server")
-        if run.get("status") != "ok" or not srv or not srv.get("shim"):
+    for _, srv in _ok_windows(doc):
+        if not srv.shim:
             continue
-        for i, side in enumerate((srv, srv["shim"])):
-            main_tid = side.get("main_tid") or side.get("pid")
-            for t in side.get("threads") or ():
-                role = thread_role(t["tid"], main_tid, t["name"]) if t.get("name") and main_tid else t["role"]
-                calls = t.get("calls") or {}
+        for i, side in enumerate((srv, srv.shim)):
+            for t in side.threads:
                 for what, kinds in (("fsync", SYNC_CALLS), ("AOF write", ("aof_write",))):
-                    n = sum((calls.get(k) or {}).get("count", 0) for k in kinds)
-                    counts.setdefault((role, what), [0, 0])[i] += n
+                    counts.setdefault((role_of(t, side), what), [0, 0])[i] += _count(t, kinds)
     out = []
     for (role, what), (ebpf, shim) in sorted(counts.items()):
         if max(ebpf, shim) and abs(ebpf - shim) > BACKENDS_TOLERANCE * max(ebpf, shim):
@@ -361,22 +376,20 @@ def backend_disagreements(doc: dict) -> list[str]:
 STALL_WARN_MS = 100.0  # a main-thread interval outside every timed call this long is a stall
 
 
-def stalls(doc: dict) -> list[str]:
+def stalls(doc) -> list[str]:
     """The main thread stopped outside any fsync, AOF write or poll (DEBUG SLEEP, SIGSTOP, a page-fault
     storm): one sentence per cell with such an interval, with the longest's length; a stall is said as
     such, not read as a slow disk or a wait for a CPU."""
     out = []
-    for r in doc.get("runs", []):
-        s = r.get("server") or {}
-        main = s.get("main_tid") or s.get("pid")
-        longest, n = 0.0, 0
-        for e in (s.get("blocked_timeline") or {}).get("events") or ():
-            if e[2] == main and e[3] == "other" and e[4] in ("sleeping", "io") and e[1] / 1e6 >= STALL_WARN_MS:
-                n += 1
-                longest = max(longest, e[1] / 1e6)
-        if n:
-            out.append(f"the main thread stalled in {r['workload']} {r['value_size']} B #{r.get('repeat')}: {n} interval(s) "
+    for r in decode(doc).runs:
+        if not r.server:
+            continue
+        main = r.server.main_tid or r.server.pid
+        long = [e[1] / 1e6 for e in r.server.blocked_timeline.events
+                if e[2] == main and e[3] == "other" and e[4] in ("sleeping", "io") and e[1] / 1e6 >= STALL_WARN_MS]
+        if long:
+            out.append(f"the main thread stalled in {r.workload} {r.value_size} B #{r.repeat}: {len(long)} interval(s) "
                        f"of {STALL_WARN_MS:.0f} ms or more outside any fsync, AOF write or poll, the longest "
-                       f"{longest:,.0f} ms (DEBUG SLEEP, SIGSTOP, a page-fault storm...): a stall of the server, "
+                       f"{max(long):,.0f} ms (DEBUG SLEEP, SIGSTOP, a page-fault storm...): a stall of the server, "
                        "not a slow disk nor a wait for a CPU")
     return out

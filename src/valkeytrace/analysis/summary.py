@@ -59,6 +59,31 @@ class CallStats:
 
 
 @dataclass
+class StallSums:
+    """The main thread's long off-CPU intervals of one budget class in a cell's windows."""
+    count: int = 0
+    sum_ms: float = 0.0
+    sum_sq_ms2: float = 0.0
+    max_ms: float = 0.0
+
+
+STALL_CLASSES = ("fsync", "aof_write", "cpu_wait", "other_blocked")
+
+
+@dataclass
+class Stalls:
+    """The blocked timeline's intervals (each at least threshold_ms) by budget class (STALL_CLASSES)."""
+    fsync: StallSums = field(default_factory=StallSums)
+    aof_write: StallSums = field(default_factory=StallSums)
+    cpu_wait: StallSums = field(default_factory=StallSums)
+    other_blocked: StallSums = field(default_factory=StallSums)
+    threshold_ms: float = 0.0
+
+    def by_class(self) -> dict[str, StallSums]:
+        return {c: getattr(self, c) for c in STALL_CLASSES}
+
+
+@dataclass
 class MainThread:
     wall_ms: float = 0.0
     fdatasync_count: int = 0
@@ -85,7 +110,7 @@ class MainThread:
     aof_flushes: int = 0
     aof_flush_p50_us: float | None = None
     off_cpu_ms_by_cause: dict = field(default_factory=dict)
-    stalls: dict | None = None
+    stalls: Stalls | None = None
 
     def budget_pct(self, name: str) -> float | None:
         return getattr(self, BUDGET_BY_NAME[name].name)
@@ -128,11 +153,21 @@ class Durability:
 
 
 @dataclass
+class BackendCounts:
+    """--backend both: the main thread's fdatasync as each backend counted it."""
+    ebpf_count: int
+    shim_count: int
+    ebpf_p50_us: float | None
+    shim_p50_us: float | None
+    count_diff_pct: float
+
+
+@dataclass
 class CrossCheck:
     """--backend both: the shim's own view beside eBPF's, and their fdatasync counts."""
     shim_main_thread: MainThread
     shim_threads: list
-    fdatasync: dict
+    fdatasync: BackendCounts
 
 
 @dataclass

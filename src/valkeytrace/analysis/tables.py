@@ -28,7 +28,7 @@ Conventions (those of valkey#4029):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from valkeytrace.analysis import launches
 from valkeytrace.analysis.replication import replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import ServerSummary
+from valkeytrace.recording.model import CpuWait, Document, Op, Run, decode, decode_as
 
 WORKLOADS = workloads.NAMES  # the registry's (valkeytrace/workloads.py)
 MEASURED_OP = workloads.MEASURED_OP
@@ -62,12 +63,41 @@ ALPHA = 0.01
 
 
 @dataclass
+class Figures:
+    """An op's figures by metric (the medians of its repeats, or one repeat's): attributes, and by a
+    metric's name for the code that walks METRICS (None where no repeat had the metric)."""
+    tps: float | None = None
+    mb_s: float | None = None
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    mean_us: float | None = None
+    offered_rate: float | None = None
+    achieved_rate: float | None = None
+    service_p50_us: float | None = None
+    service_p99_us: float | None = None
+    late: float | None = None
+    unanswered: float | None = None
+    client_us_per_request: float | None = None
+
+    def __getitem__(self, metric: str) -> float | None:
+        return getattr(self, metric)
+
+    def get(self, metric: str, default=None):
+        v = getattr(self, metric, None)
+        return default if v is None else v
+
+
+FIGURES = tuple(f.name for f in fields(Figures))
+
+
+@dataclass
 class OpSummary:
     op: str
     role: str            # "measured" or "background"
     clients: int | None
     n: int
-    median: dict         # metric -> median (None when no repeat had it)
+    median: Figures      # metric -> median (None when no repeat had it)
     spread: dict         # metric -> [min, max] or None
     values: dict = field(default_factory=dict)  # metric -> list of per-repeat values
     intervals: dict = field(default_factory=dict)  # "rps" / "latency_us" -> the clients' interval samples
@@ -81,7 +111,7 @@ class OpSummary:
     @property
     def saturated(self) -> bool | None:
         """An open-loop op that answered less than SATURATED_SHARE of what was offered (None: closed loop)."""
-        off, ach = self.median.get("offered_rate"), self.median.get("achieved_rate")
+        off, ach = self.median.offered_rate, self.median.achieved_rate
         return None if not off or ach is None else ach < SATURATED_SHARE * off
 
     @property
@@ -89,7 +119,7 @@ class OpSummary:
         """The repeats' p50s lie on different paths (PATH_SPLIT or more fsync cycles apart)."""
         return len(self.paths) >= 2 and max(self.paths) - min(self.paths) >= PATH_SPLIT
 
-    def get(self, metric):
+    def get(self, metric: str):
         return self.median.get(metric)
 
 
@@ -101,7 +131,7 @@ class CellSummary:
     failed: int
     ops: dict            # op -> OpSummary
     server: ServerSummary | None = None  # analysis.server.summarize_server of the ok repeats
-    host_cpu: dict | None = None  # median cores per consumer over the repeats' windows (system.cpu_window)
+    host_cpu: "CellCpu | None" = None  # median cores per consumer over the repeats' windows (system.cpu_window)
     # per ok repeat, in order (repeat_detail): each op's p50 and mean, the repeat's own server
     # summary, and who waited for a CPU in it
     per_repeat: list = field(default_factory=list)
@@ -120,26 +150,36 @@ class CellSummary:
         return {"mode": "open", "rate": self.rate} if self.rate else {"mode": "closed"}
 
 
-def _op_values(run: dict, op: str, size: int) -> dict | None:
-    res = run.get("ops", {}).get(op)
-    if not res or res.get("tps") is None:
+@dataclass
+class RepeatOp:
+    """One op of one repeat: its figures, the clients' interval samples, who ran it."""
+    figures: Figures
+    rps: list
+    latency_us: list
+    role: str
+    clients: int | None
+    launch: int | None
+
+
+def _op_values(run: Run, op: str, size: int) -> RepeatOp | None:
+    res = run.ops.get(op)
+    if not res or res.tps is None:
         return None
-    tps = float(res["tps"])
+    tps = float(res.tps)
     # the client's progress lines ([t, rps, mean ms]); the first interval holds the connection set-up
-    prog = [p for p in (res.get("progress") or [])[1:] if p[1] and p[2] is not None]
-    return {"_rps": [float(p[1]) for p in prog], "_lat": [float(p[2]) * 1000 for p in prog],
-            "tps": tps, "mb_s": tps * size / 1e6, "p50_us": res.get("p50_us"), "mean_us": res.get("mean_us"),
-            "p95_us": res.get("p95_us"), "p99_us": res.get("p99_us"),
-            **{k: res.get(k) for k in OPEN_METRICS},
-            "_role": res.get("role", "measured"), "_clients": res.get("clients"), "_launch": run.get("launch")}
+    prog = [p for p in res.progress[1:] if p[1] and p[2] is not None]
+    fig = Figures(tps=tps, mb_s=tps * size / 1e6, p50_us=res.p50_us, mean_us=res.mean_us, p95_us=res.p95_us,
+                  p99_us=res.p99_us, **{k: getattr(res, k) for k in OPEN_METRICS})
+    return RepeatOp(fig, [float(p[1]) for p in prog], [float(p[2] or 0) * 1000 for p in prog], res.role or "measured",
+                    res.clients, run.launch)
 
 
-def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
+def latency_cdf(op_result) -> list[tuple[float, float]]:
     """[(latency µs, percent of requests at or below it)] of one client result: the client's
     percentile distribution (the halving percentiles 50, 75, 87.5, ...) merged with its cumulative
     distribution (every ~0.1 ms up to 2 ms, then every ms), sorted by latency."""
-    rows = [r for key in ("percentile_distribution", "cumulative_distribution")
-            if isinstance(op_result.get(key), list) for r in op_result[key]]
+    res = decode_as(op_result, Op)
+    rows = list(res.percentile_distribution) + list(res.cumulative_distribution)
     out = set()
     for r in rows:
         try:
@@ -149,32 +189,87 @@ def latency_cdf(op_result: dict) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def extra_delays(doc: dict) -> list[int]:
+def extra_delays(doc) -> list[int]:
     """The added fsync delays (ns) the recording's runs were made at: [0] without sensitivity runs."""
-    return sorted({int(r.get("fsync_extra_delay_ns") or 0) for r in doc.get("runs", [])} | {0})
+    return sorted({int(r.fsync_extra_delay_ns or 0) for r in decode(doc).runs} | {0})
 
 
-HOST_CPU_KEYS = ("host_cores", "server_cores", "clients_cores", "tracer_cores", "other_cores",
-                 "measured_client_wait", "background_client_wait", "server_steal_ms", "wall_s")
+@dataclass
+class CellCpu:
+    """Who used the host's CPUs over a cell's windows (the medians of its repeats; system.cpu_window)."""
+    cpus: int | None = None
+    wall_s: float | None = None
+    host_cores: float | None = None
+    server_cores: float | None = None
+    clients_cores: float | None = None
+    tracer_cores: float | None = None
+    other_cores: float | None = None
+    measured_client_wait: float | None = None    # the clients' share of their time waiting for a CPU
+    background_client_wait: float | None = None
+    server_steal_ms: float | None = None         # the hypervisor's steal on the server's CPUs
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def repeat_detail(run: dict) -> dict:
+def _cell_cpu(doc: Document, runs: list[Run]) -> CellCpu | None:
+    rows = []
+    for r in runs:
+        h = r.host_cpu
+        if not h:
+            continue
+        steal = server_steal_ns(doc, r)
+        wait = h.clients_cpu_wait or CpuWait()
+        rows.append(CellCpu(h.cpus, h.wall_s, h.host_cores, h.server_cores, h.clients_cores, h.tracer_cores,
+                            h.other_cores, wait.measured, wait.background, None if steal is None else steal / 1e6))
+    if not rows:
+        return None
+    out = CellCpu(cpus=rows[0].cpus)
+    for f in fields(CellCpu):
+        vals = [getattr(c, f.name) for c in rows if getattr(c, f.name) is not None]
+        if f.name != "cpus" and vals:
+            setattr(out, f.name, float(np.median(vals)))
+    return out
+
+
+@dataclass
+class RepeatDetail:
+    """One repeat on its own: the p50 and mean per op, its server summary (None without a trace),
+    what the model needs to weigh the main thread's long stalls (per op: clients, TPS, the latency
+    CDF), and who waited for a CPU in it."""
+    repeat: int | None
+    launch: int | None
+    p50_us: dict                  # op -> p50
+    mean_us: dict                 # op -> mean
+    meet: dict                    # op -> Meet
+    server: ServerSummary | None
+    main_cpu_wait_pct: float | None
+    measured_client_wait: float | None
+    background_client_wait: float | None
+
+
+@dataclass
+class Meet:
+    clients: int | None
+    tps: float | None
+    cdf: list
+
+
+def repeat_detail(run) -> RepeatDetail:
     """One repeat on its own: the p50 and mean per op, its server summary (analysis.server; None
     without a trace), and who waited for a CPU in it: the main thread (% of the window, from the
     tracer) and the clients (share of their time, run.host_cpu.clients_cpu_wait)."""
-    srv = summarize_server([run.get("server")]) if run.get("server") else None
-    wait = (run.get("host_cpu") or {}).get("clients_cpu_wait") or {}
-    ops = run.get("ops") or {}
-    return {"repeat": run.get("repeat"), "launch": run.get("launch"), "p50_us": {op: r.get("p50_us") for op, r in ops.items()},
-            # what the model needs to weigh the main thread's long stalls (model.stall_components)
-            "meet": {op: {"clients": r.get("clients"), "tps": r.get("tps"), "cdf": latency_cdf(r)}
-                     for op, r in ops.items()},
-            "mean_us": {op: r.get("mean_us") for op, r in ops.items()}, "server": srv,
-            "main_cpu_wait_pct": srv.main_thread.waiting_for_cpu_pct if srv else None,
-            "measured_client_wait": wait.get("measured"), "background_client_wait": wait.get("background")}
+    run = decode_as(run, Run)
+    srv = summarize_server([run.server]) if run.server else None
+    wait = (run.host_cpu.clients_cpu_wait if run.host_cpu else None) or CpuWait()
+    ops = run.ops
+    return RepeatDetail(run.repeat, run.launch, {op: r.p50_us for op, r in ops.items()},
+                        {op: r.mean_us for op, r in ops.items()},
+                        {op: Meet(r.clients, r.tps, latency_cdf(r)) for op, r in ops.items()}, srv,
+                        srv.main_thread.waiting_for_cpu_pct if srv else None, wait.measured, wait.background)
 
 
-def repeat_paths(per_repeat: list[dict], op: str) -> tuple[list[float], list[float]]:
+def repeat_paths(per_repeat: list[RepeatDetail], op: str) -> tuple[list[float], list[float]]:
     """Each repeat's p50 of op in its main thread's fsync cycles, and the cycles' length (µs), when
     every repeat has regular main-thread fsyncs (model.loop_cycle's unit is the fsync cycle); else
     ([], [])."""
@@ -182,68 +277,63 @@ def repeat_paths(per_repeat: list[dict], op: str) -> tuple[list[float], list[flo
 
     out, cycles = [], []
     for r in per_repeat:
-        p50, srv = r["p50_us"].get(op), r.get("server")
+        p50, srv = r.p50_us.get(op), r.server
         if p50 is None or not srv or model.unmodelled_reason(srv):
             return [], []
         cyc = model.loop_cycle(srv)
-        if cyc["unit"] != "fsync cycle" or not cyc["duration_us"]:
+        if cyc.unit != "fsync cycle" or not cyc.duration_us:
             return [], []
-        out.append(round(p50 / cyc["duration_us"], 2))
-        cycles.append(cyc["duration_us"])
+        out.append(round(p50 / cyc.duration_us, 2))
+        cycles.append(cyc.duration_us)
     return out, cycles
 
 
-def summarize(doc: dict, extra_delay_ns: int = 0) -> list[CellSummary]:
-    """One CellSummary per (workload, value_size) present in the recording, in matrix order,
+def summarize(doc, extra_delay_ns: int = 0) -> list[CellSummary]:
+    """One CellSummary per (workload, value_size, rate) present in the recording, in matrix order,
     from the runs made at extra_delay_ns of added fsync delay (0: the recording's own cells)."""
-    order: list[tuple[str, int]] = []
-    groups: dict[tuple[str, int], list[dict]] = {}
-    failed: dict[tuple[str, int], int] = {}
-    for run in doc.get("runs", []):
-        key = (run["workload"], int(run["value_size"]), (run.get("load") or {}).get("rate"))
-        if run["workload"] not in OPS_BY_WORKLOAD or int(run.get("fsync_extra_delay_ns") or 0) != extra_delay_ns:
+    doc = decode(doc)
+    order: list[tuple] = []
+    groups: dict[tuple, list[Run]] = {}
+    failed: dict[tuple, int] = {}
+    for run in doc.runs:
+        key = (run.workload, int(run.value_size), run.load.rate if run.load else None)
+        if run.workload not in OPS_BY_WORKLOAD or int(run.fsync_extra_delay_ns or 0) != extra_delay_ns:
             continue
         if key not in groups:
             order.append(key)
             groups[key] = []
             failed[key] = 0
-        if run.get("status") == "ok":
+        if run.status == "ok":
             groups[key].append(run)
         else:
             failed[key] += 1
     cells = []
     for key in sorted(order, key=lambda k: (WORKLOADS.index(k[0]), k[1], k[2] or 0)):
         workload, size, rate = key
-        ops = {}
-        for op in OPS_BY_WORKLOAD[workload]:
-            rows = [v for v in (_op_values(r, op, size) for r in groups[key]) if v]
-            if not rows:
-                continue
-            values = {m: [r[m] for r in rows if r.get(m) is not None] for m in METRICS + ("mean_us",) + OPEN_METRICS}
-            ops[op] = OpSummary(
-                op=op, role=rows[0]["_role"], clients=rows[0]["_clients"], n=len(rows),
-                median={m: float(np.median(v)) if v else None for m, v in values.items()},
-                spread={m: [float(min(v)), float(max(v))] if v else None for m, v in values.items()},
-                values=values,
-                launch_values={m: launches.launch_figures(rows, m) for m in METRICS + ("mean_us",)},
-                intervals={"rps": [x for r in rows for x in r["_rps"]],
-                           "latency_us": [x for r in rows for x in r["_lat"]]})
-        server = summarize_server([r.get("server") for r in groups[key]])
-        # the clients' CPU-wait shares flattened beside the cores (measured_client_wait, ...)
-        cpu = [{**r["host_cpu"], **{f"{k}_client_wait": v for k, v in (r["host_cpu"].get("clients_cpu_wait") or {}).items()},
-                "server_steal_ms": None if server_steal_ns(doc, r) is None else server_steal_ns(doc, r) / 1e6}
-               for r in groups[key] if r.get("host_cpu")]
-        host_cpu = {k: float(np.median([c[k] for c in cpu if c.get(k) is not None]))
-                    for k in HOST_CPU_KEYS if any(c.get(k) is not None for c in cpu)} if cpu else None
-        if host_cpu:
-            host_cpu["cpus"] = cpu[0].get("cpus")
+        ops = {op: o for op in OPS_BY_WORKLOAD[workload] if (o := _op_summary(groups[key], op, size))}
+        server = summarize_server([r.server for r in groups[key]])
         per_repeat = [repeat_detail(r) for r in groups[key]]
         for op, o in ops.items():
             o.paths, o.cycles_us = repeat_paths(per_repeat, op)
         reps = replica_summaries(groups[key])
-        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server, host_cpu, per_repeat,
-                                 reps, replication(groups[key], reps), rate))
+        cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server,
+                                 _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate))
     return cells
+
+
+def _op_summary(runs: list[Run], op: str, size: int) -> OpSummary | None:
+    rows = [v for v in (_op_values(r, op, size) for r in runs) if v]
+    if not rows:
+        return None
+    values = {m: [r.figures[m] for r in rows if r.figures[m] is not None] for m in FIGURES}
+    return OpSummary(
+        op=op, role=rows[0].role, clients=rows[0].clients, n=len(rows),
+        median=Figures(**{m: float(np.median(v)) if v else None for m, v in values.items()}),
+        spread={m: [float(min(v)), float(max(v))] if v else None for m, v in values.items()},
+        values=values,
+        launch_values={m: launches.launch_figures([(r.launch, r.figures[m]) for r in rows])
+                       for m in METRICS + ("mean_us",)},
+        intervals={"rps": [x for r in rows for x in r.rps], "latency_us": [x for r in rows for x in r.latency_us]})
 
 
 def delta_pct(base: float | None, cand: float | None) -> float | None:
@@ -252,7 +342,7 @@ def delta_pct(base: float | None, cand: float | None) -> float | None:
     return (cand - base) / base * 100.0
 
 
-def launch_interval(a: OpSummary, b: OpSummary, metric: str) -> dict | None:
+def launch_interval(a: OpSummary, b: OpSummary, metric: str) -> "launches.Interval | None":
     """The launches' rule (analysis/launches.py) for metric, or None below 3 launches a side."""
     return launches.interval(a.launch_values.get(metric) or [], b.launch_values.get(metric) or [])
 
@@ -263,7 +353,7 @@ def significance(a: OpSummary, b: OpSummary, metric: str) -> bool | None:
     launches decide (a 95% interval of the change that excludes 0); else the repeats do."""
     iv = launch_interval(a, b, metric)
     if iv is not None:
-        return iv["significant"]
+        return iv.significant
     ra, rb = a.spread.get(metric), b.spread.get(metric)
     va, vb = a.get(metric), b.get(metric)
     if ra is None or rb is None or va is None or vb is None:

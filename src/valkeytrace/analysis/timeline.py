@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from valkeytrace.analysis.summary import BLOCKED_IN as OFFCPU_NAMES
+from valkeytrace.recording.model import ServerWindow, decode
 
 
 @dataclass
@@ -40,46 +41,46 @@ def slice_name(cause: str, state: str) -> str:
     return OFFCPU_NAMES.get(cause, f"blocked ({cause})")
 
 
-def run_timelines(doc: dict, t_from_s: float | None = None, t_to_s: float | None = None) -> list[RunTimeline]:
+def run_timelines(doc, t_from_s: float | None = None, t_to_s: float | None = None) -> list[RunTimeline]:
+    doc = decode(doc)
     lo = (t_from_s or 0.0) * 1e6
     hi = t_to_s * 1e6 if t_to_s is not None else float("inf")
     out = []
-    ports = [n.get("port") for n in doc.get("nodes") or [] if n.get("role") == "replica"]
-    for run in doc.get("runs", []):
-        name = f"{doc['label']} · {run['workload']} {run['value_size']} B #{run.get('repeat')}"
+    ports = [n.port for n in doc.nodes if n.role == "replica"]
+    for run in doc.runs:
+        name = f"{doc.label} · {run.workload} {run.value_size} B #{run.repeat}"
         tl = RunTimeline(name)
         out.append(tl)
-        server = run.get("server")
+        server = run.server
         if not server:
             continue
         _threads_and_slices(tl, server, lo, hi, 0.0)
         # each replica (record --replicas, valkeytrace merge) a process of its own, on the primary's
         # window: its start_mono_ns is on the primary's clock (a merged replica's was moved there)
-        for i, w in enumerate(run.get("replicas") or []):
+        for i, w in enumerate(run.replicas):
             port = ports[i] if i < len(ports) else None
             rtl = RunTimeline(f"{name} · replica {i + 1}" + (f" (port {port})" if port else ""))
-            shift = ((w.get("start_mono_ns") or 0) - (server.get("start_mono_ns") or 0)) / 1e3 \
-                if w.get("start_mono_ns") is not None and server.get("start_mono_ns") is not None else 0.0
+            shift = ((w.start_mono_ns or 0) - (server.start_mono_ns or 0)) / 1e3 \
+                if w.start_mono_ns is not None and server.start_mono_ns is not None else 0.0
             _threads_and_slices(rtl, w, lo - shift, hi - shift, shift)
             out.append(rtl)
-        window_start = run.get("window_start")
-        for op, res in run.get("ops", {}).items():
-            started = res.get("started_at") or window_start
-            for sec, rps, _mean in res.get("progress") or []:
-                ts = ((started or 0) - (window_start or 0) + sec) * 1e6
+        for op, res in run.ops.items():
+            started = res.started_at or run.window_start
+            for sec, rps, _mean in res.progress:
+                ts = ((started or 0) - (run.window_start or 0) + sec) * 1e6
                 if lo <= ts <= hi:
-                    tl.counters.append((f"client {op} rps ({res.get('role', '')})", round(ts, 3), rps))
+                    tl.counters.append((f"client {op} rps ({res.role or ''})", round(ts, 3), rps))
     return out
 
 
-def _threads_and_slices(tl: RunTimeline, server: dict, lo: float, hi: float, shift_us: float) -> None:
+def _threads_and_slices(tl: RunTimeline, server: ServerWindow, lo: float, hi: float, shift_us: float) -> None:
     """A server window's threads and blocked/call slices, its offsets moved by shift_us."""
-    main = server.get("main_tid")
-    for t in server.get("threads", []):
-        role = "main" if t["tid"] == main else t["role"]
-        tl.threads.append((t["tid"], f"{role} ({t['name']})", 0 if role == "main" else t["tid"]))
+    main = server.main_tid
+    for t in server.threads:
+        role = "main" if t.tid == main else t.role
+        tl.threads.append((t.tid, f"{role} ({t.name})", 0 if role == "main" else t.tid))
     slices = []
-    for start_ns, dur_ns, tid, cause, state in server.get("blocked_timeline", {}).get("events", []):
+    for start_ns, dur_ns, tid, cause, state in server.blocked_timeline.events:
         ts, dur = start_ns / 1e3, dur_ns / 1e3
         if ts + dur < lo or ts > hi:
             continue

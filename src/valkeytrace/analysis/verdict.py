@@ -79,7 +79,7 @@ def rule_of(row, metric: str, sig: bool | None) -> str:
     b, c = row.base, row.cand
     iv = row.interval.get(metric)
     if iv is not None:
-        nb, nc = iv["launches"]
+        nb, nc = iv.launches
         return (f"launches: the 95% interval of the change (Welch's t on the launches' logarithms) excludes 0 "
                 f"or not ({nb} vs {nc} launches, each the median of its repeats)")
     if sig is None:
@@ -104,13 +104,13 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
     """One Verdict per measured op (GET in read-heavy, SET in write-only), size and metric."""
     if comparison is None:
         return []
-    entries = {(e["workload"], e["op"], e["value_size"], e.get("rate"), e["metric"]): e for e in explanation or []}
+    entries = {e.key: e for e in explanation or []}
     slopes = {}
     for s in base_sensitivity or []:
-        key = (s["workload"], s["op"], s["value_size"], s["metric"])
-        if key not in slopes or s["thread_role"] == "main":
+        key = (s.workload, s.op, s.value_size, s.metric)
+        if key not in slopes or s.thread_role == "main":
             slopes[key] = s
-    checks = {(w["workload"], w["op"], w["value_size"], w.get("rate"), w["metric"]): w for w in whatif_checked or []}
+    checks = {w.key: w for w in whatif_checked or []}
     out = []
     for row in comparison.rows:
         if row.op != MEASURED_OP.get(row.workload):
@@ -126,22 +126,22 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                         saturated=[row.base.saturated, row.cand.saturated] if row.rate else None)
             iv = row.interval[metric]
             if iv is not None:
-                v.change_pct, v.interval_pct, v.launches = iv["change_pct"], iv["interval_pct"], iv["launches"]
+                v.change_pct, v.interval_pct, v.launches = iv.change_pct, iv.interval_pct, iv.launches
                 lb, lc = row.base.launch_values[metric], row.cand.launch_values[metric]
                 v.bimodal = metric == "p50_us" and any(max(x) >= 1.5 * min(x) > 0 for x in (lb, lc))
-                if not iv["significant"]:
+                if not iv.significant:
                     v.launches_needed = ln.launches_needed(lb, lc, DETECT_PCT)
             e = entries.get(key)
-            if e is not None and e.get("leading_component"):
-                v.leading_component = e["leading_component"]
-                v.leading_label = model.LABELS.get(e["leading_component"], e["leading_component"])
-                v.explained_share = e.get("explained_share")
+            if e is not None and e.leading_component:
+                v.leading_component = e.leading_component
+                v.leading_label = model.LABELS.get(e.leading_component, e.leading_component)
+                v.explained_share = e.explained_share
             s = slopes.get((row.workload, row.op, row.value_size, metric))
             if s is not None:
-                v.slope = Slope(s["thread_role"], s["slope"], s["r2"], bool(s.get("reliable")), s["points"])
+                v.slope = Slope(s.thread_role, s.slope, s.r2, bool(s.reliable), s.points)
             w = checks.get(key)
-            if w is not None and w.get("measured") and w.get("error_pct") is not None:
-                v.whatif = WhatIf(w["predicted"], w["measured"], w["error_pct"], w["tolerance_pct"], w["verdict"])
+            if w is not None and w.measured and w.error_pct is not None:
+                v.whatif = WhatIf(w.predicted, w.measured, w.error_pct, w.tolerance_pct, w.verdict or "")
             out.append(v)
     out.extend(replication_verdicts(comparison))
     return out
@@ -202,7 +202,7 @@ TITLES = {"no_change": "No significant change", "unknown": "Significance unknown
 
 def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
     """The p50 verdicts grouped by what explains them, in the order they first appear."""
-    entries = {(e["workload"], e["op"], e["value_size"], e.get("rate"), e["metric"]): e for e in explanation or []}
+    entries = {e.key: e for e in explanation or []}
     groups: dict[str, Finding] = {}
     for v in verdicts:
         if v.metric != "p50_us":
@@ -218,23 +218,22 @@ def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
         f.cells.append(f"{v.workload} {v.op} {v.value_size} B" + (f" @ {v.rate:,.0f}/s" if v.rate else ""))
         e = entries.get((v.workload, v.op, v.value_size, v.rate, v.metric))
         if not f.sides and e is not None:
-            f.sides = list(e.get("sides") or [])
+            f.sides = list(e.sides)
     return list(groups.values())
 
 
-def caveats_by_cell(explanation: list, banners: list[str] = (), labels: tuple = ()) -> list[tuple[str, list[str]]]:
+def caveats_by_cell(explanation: list) -> list[tuple[str, list[str]]]:
     """[(caveat, [cells])]: each caveat once, with the cells it applies to; one said of both sides
     (the same words, two labels) said once for both; the emulation's (every report's banner) left
-    out. Read from the entries' caveat records, never from their sentences (banners, labels:
-    unused, kept for callers)."""
+    out. Read from the entries' caveat records, never from their sentences."""
     out: dict[str, list[str]] = {}
     who: dict[str, list[str]] = {}
     for e in explanation or []:
-        for c in e.get("caveat_records") or []:
-            if c["finding"] == "emulation":
+        for c in e.caveat_records:
+            if c.finding == "emulation":
                 continue
-            label, text = c.get("label"), c["text"]
-            cell = f"{e['workload']} {e['op']} {e['value_size']} B"
+            label, text = c.label, c.text
+            cell = e.cell
             cells = out.setdefault(text, [])
             if cell not in cells:
                 cells.append(cell)

@@ -6,7 +6,7 @@ constant of its own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -133,11 +133,20 @@ class OpResult:
     p99_us: float | None
     mean_us: float | None
     latencies_us: np.ndarray | None = None  # kept for the tests and the plots, never encoded
-    open: dict | None = None  # open loop: offered_rate, achieved_rate, saturated, service_p50_us, service_p99_us
+    open: "OpenFigures | None" = None  # open loop: the rates, saturation, the service time
 
     def figures(self) -> dict:
         return {"tps": self.tps, "p50_us": self.p50_us, "p95_us": self.p95_us, "p99_us": self.p99_us,
-                "mean_us": self.mean_us, **(self.open or {})}
+                "mean_us": self.mean_us, **(asdict(self.open) if self.open else {})}
+
+
+@dataclass
+class OpenFigures:
+    offered_rate: float
+    achieved_rate: float
+    saturated: bool
+    service_p50_us: float | None
+    service_p99_us: float | None
 
 
 @dataclass

@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient
-from valkeytrace.pipeline.params import OpResult, Params, SimResult
+from valkeytrace.pipeline.params import OpenFigures, OpResult, Params, SimResult
 
 SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated (the recording's rule)
 
@@ -276,12 +276,12 @@ def _op_result(op: str, lat: np.ndarray, secs: float) -> OpResult:
     return OpResult(op, int(len(lat)), len(lat) / secs, float(p50), float(p95), float(p99), float(lat.mean()), lat)
 
 
-def _open_figures(cl: OpenClient, answered: int, secs: float) -> dict:
+def _open_figures(cl: OpenClient, answered: int, secs: float) -> OpenFigures:
     offered, achieved = cl.due_in_window / secs, answered / secs
     svc = np.asarray(cl.service, dtype=np.float64)
     p50, p99 = (np.percentile(svc, [50, 99]) if len(svc) else (None, None))
-    return {"offered_rate": offered, "achieved_rate": achieved, "saturated": achieved < SATURATED_SHARE * offered,
-            "service_p50_us": None if p50 is None else float(p50), "service_p99_us": None if p99 is None else float(p99)}
+    return OpenFigures(offered, achieved, achieved < SATURATED_SHARE * offered,
+                       None if p50 is None else float(p50), None if p99 is None else float(p99))
 
 
 def simulate(p: Params, seed: int = 1) -> SimResult:

@@ -38,7 +38,8 @@ import sys
 import time
 from typing import Any
 
-from valkeytrace.recording.model import Document, Histogram, Op, Run, ServerWindow, ThreadRecord  # noqa: F401
+from valkeytrace.recording import model
+from valkeytrace.recording.model import fields
 
 DOCUMENT_FORMAT = "valkeytrace-recording"
 VERSION = 2
@@ -46,42 +47,50 @@ OLDEST_READABLE = 1
 US_PER_MS = 1000.0
 
 
+def _record(t: type, **kw: Any) -> dict:
+    """A record of the declared type t, as the plain dict `record` writes (keys checked against t)."""
+    unknown = set(kw) - set(fields(t))
+    if unknown:
+        raise TypeError(f"not a {t.__name__} key: {', '.join(sorted(unknown))}")
+    return kw
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def new_document(*, label: str, server: dict, host: dict, client: dict | None, settings: dict,
-                 emulation: dict | None, warnings: list[str]) -> Document:
+                 emulation: dict | None, warnings: list[str]) -> dict:
     from valkeytrace import __version__
 
-    return Document(format=DOCUMENT_FORMAT, version=VERSION, label=label, complete=False, created=_now(),
+    return _record(model.Document, format=DOCUMENT_FORMAT, version=VERSION, label=label, complete=False, created=_now(),
                     valkeytrace_version=__version__, argv=list(sys.argv), server=server, host=host,
                     client=client, settings=settings, emulation=emulation, warnings=list(warnings), runs=[])
 
 
-def add_warning(doc: Document, sentence: str) -> None:
+def add_warning(doc: dict, sentence: str) -> None:
     doc.setdefault("warnings", []).append(sentence)
 
 
-def set_nodes(doc: Document, nodes: list[dict]) -> None:
+def set_nodes(doc: dict, nodes: list[dict]) -> None:
     """record --replicas: the primary and its replicas (role, pid, port, version, config)."""
     doc["nodes"] = nodes
 
 
-def set_overhead(doc: Document, overhead: dict) -> None:
+def set_overhead(doc: dict, overhead: dict) -> None:
     doc["overhead"] = overhead
 
 
-def finish(doc: Document, *, interrupted: bool, tracer: dict) -> None:
+def finish(doc: dict, *, interrupted: bool, tracer: dict) -> None:
     """Close the document: complete unless interrupted or a run failed."""
     doc["tracer"] = tracer
     doc["complete"] = not interrupted and all(r["status"] == "ok" and not r.get("server_exit") for r in doc["runs"])
     doc["ended"] = _now()
 
 
-def new_run(doc: Document, workload: str, value_size: int, repeat: int, extra_delay_ns: int | None) -> Run:
+def new_run(doc: dict, workload: str, value_size: int, repeat: int, extra_delay_ns: int | None) -> dict:
     """A run appended to doc, status running until the recorder sets it."""
-    run = Run(workload=workload, value_size=value_size, repeat=repeat, status="running", error=None,
+    run = _record(model.Run, workload=workload, value_size=value_size, repeat=repeat, status="running", error=None,
               started_at=time.time(), ops={})
     if extra_delay_ns is not None:
         run["fsync_extra_delay_ns"] = extra_delay_ns
@@ -89,10 +98,10 @@ def new_run(doc: Document, workload: str, value_size: int, repeat: int, extra_de
     return run
 
 
-def op_record(report: dict, role: str) -> Op:
+def op_record(report: dict, role: str) -> dict:
     """A measured op from the benchmark client's parsed report (workload/parse.py)."""
     lat = report["latency_ms"]
-    return Op(role=role, clients=report.get("clients"), tps=report["tps"], requests=report.get("requests"),
+    return _record(model.Op, role=role, clients=report.get("clients"), tps=report["tps"], requests=report.get("requests"),
               seconds=report.get("seconds"), mean_us=lat["avg"] * US_PER_MS, min_us=lat["min"] * US_PER_MS,
               p50_us=lat["p50"] * US_PER_MS, p95_us=lat["p95"] * US_PER_MS, p99_us=lat["p99"] * US_PER_MS,
               max_us=lat["max"] * US_PER_MS,
@@ -103,9 +112,9 @@ def op_record(report: dict, role: str) -> Op:
 
 
 def background_op(*, clients: int, tps: float | None, mean_ms: float | None, samples: int, progress: list,
-                  command: list) -> Op:
+                  command: list) -> dict:
     """The background load's op: rate and mean from its progress lines inside the window."""
-    return Op(role="background", clients=clients, tps=tps,
+    return _record(model.Op, role="background", clients=clients, tps=tps,
               mean_us=mean_ms * US_PER_MS if mean_ms is not None else None,
               p50_us=None, p95_us=None, p99_us=None, progress_samples=samples, progress=progress,
               command=command,
@@ -113,22 +122,22 @@ def background_op(*, clients: int, tps: float | None, mean_ms: float | None, sam
                    "measured GET window (the client prints no percentiles until it ends)")
 
 
-def thread_record(tid: int, name: str, role: str) -> ThreadRecord:
-    return ThreadRecord(tid=tid, name=name, role=role, calls={}, off_cpu_ns={})
+def thread_record(tid: int, name: str, role: str) -> dict:
+    return _record(model.ThreadRecord, tid=tid, name=name, role=role, calls={}, off_cpu_ns={})
 
 
-def server_window(*, backend: str, window_ns: int, pid: int, threads: list[ThreadRecord], lost_events: int,
-                  blocked_timeline: dict, probe: dict, **extra: Any) -> ServerWindow:
+def server_window(*, backend: str, window_ns: int, pid: int, threads: list[dict], lost_events: int,
+                  blocked_timeline: dict, probe: dict, **extra: Any) -> dict:
     """One tracer window, threads main first (extra: hist_buckets, eventloop)."""
-    unknown = set(extra) - set(ServerWindow.__annotations__)
+    unknown = set(extra) - set(fields(model.ServerWindow))
     if unknown:
         raise TypeError(f"not a server window key: {', '.join(sorted(unknown))}")
-    return ServerWindow(backend=backend, window_ns=window_ns, pid=pid, main_tid=pid,
+    return _record(model.ServerWindow, backend=backend, window_ns=window_ns, pid=pid, main_tid=pid,
                         threads=sorted(threads, key=lambda t: (t["role"] != "main", t["tid"])),
                         lost_events=lost_events, blocked_timeline=blocked_timeline, probe=probe, **extra)
 
 
-def upgrade(doc: dict) -> Document:
+def upgrade(doc: dict) -> dict:
     """A document of an older version, in today's shape (validated afterwards by schema.py)."""
     version = doc.get("version")
     if isinstance(version, int) and OLDEST_READABLE <= version < VERSION:

@@ -12,7 +12,7 @@ import msgspec
 
 from valkeytrace.errors import RecordingError
 from valkeytrace.recording.document import DOCUMENT_FORMAT, OLDEST_READABLE, VERSION
-from valkeytrace.recording.model import Document
+from valkeytrace.recording.model import Document, _plain
 
 MAX_ITEMS = 10_000_000  # no list in a recording is longer (events, distributions, runs)
 _AT = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>[^`]*)`$", re.S)
@@ -38,7 +38,7 @@ def validate_document(doc, name: str = "recording") -> dict:
     if isinstance(v, bool) or not isinstance(v, int) or not OLDEST_READABLE <= v <= VERSION:
         _fail(name, "version", "out of range")
     try:
-        msgspec.convert(doc, Document)
+        msgspec.convert(_plain(doc), Document)  # a null or an empty object reads as an absent key
     except msgspec.ValidationError as exc:
         _refusal(name, exc)
     except (OverflowError, RecursionError):
@@ -63,7 +63,8 @@ def _normalise(doc: dict, name: str) -> None:
     _sub(doc["client"], "placement")
     _sub(doc["emulation"], "fsync_delay")
     for i, run in enumerate(doc["runs"]):
-        for op in _sub(run, "ops").values():
+        run["ops"] = {k: op for k, op in _sub(run, "ops").items() if op is not None}  # a null op: absent
+        for op in run["ops"].values():
             _sub(op, "percentile_distribution", list)
             _sub(op, "progress", list)
         _sub(_sub(run, "server_view"), "latencystats")

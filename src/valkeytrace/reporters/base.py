@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+
+import msgspec
 
 from valkeytrace import workloads
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.analysis.facts import caveat_words
 from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
-from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT
+from valkeytrace.analysis.tables import MEASURED_OP, METRICS, MIN_EFFECT, Figures
 from valkeytrace.analysis.whatif import predicted_ops
 from valkeytrace.system import format_cpu_list
 
@@ -47,26 +49,25 @@ def fmt_mbs(value: float | None) -> str:
 
 def server_note(run: AnalysedRun) -> str:
     s = run.server
-    parts = [f"fsync={s.get('appendfsync') or '?'}"]
-    if s.get("io_threads"):
-        parts.append(f"io-threads={s['io_threads']}")
-    if s.get("bio_aof_offload") is not None:
-        parts.append(f"bio-aof-offload={'yes' if s['bio_aof_offload'] else 'no'}")
+    parts = [f"fsync={s.appendfsync or '?'}"]
+    if s.io_threads:
+        parts.append(f"io-threads={s.io_threads}")
+    if s.bio_aof_offload is not None:
+        parts.append(f"bio-aof-offload={'yes' if s.bio_aof_offload else 'no'}")
     return ", ".join(parts)
 
 
 def client_note(run: AnalysedRun) -> str:
     """'redis-benchmark 7.0.15 on CPU 1 (the server: any of 0-1)', or '... on any CPU'."""
     c = run.client
-    out = f"{c.get('name', '?')} {c.get('version', '')}".strip()
-    place = c.get("placement")
-    if not place:
+    out = f"{c.name or '?'} {c.version or ''}".strip()
+    place = c.placement
+    if place.requested is None and place.client_cpus is None and place.server_cpus is None:
         return out
-    if not place.get("client_cpus"):
-        return out + " on any CPU (--client-cpus " + str(place.get("requested")) + ")"
-    cpus = "CPU" + ("s " if len(place["client_cpus"]) > 1 else " ") + format_cpu_list(place["client_cpus"])
-    server = place.get("server_cpus")
-    where = "on" if place.get("server_moved") else "any of"
+    if not place.client_cpus:
+        return out + " on any CPU (--client-cpus " + str(place.requested) + ")"
+    cpus = "CPU" + ("s " if len(place.client_cpus) > 1 else " ") + format_cpu_list(place.client_cpus)
+    server, where = place.server_cpus, "on" if place.server_moved else "any of"
     return out + f" on {cpus}" + (f" (the server: {where} {format_cpu_list(server)})" if server else "")
 
 
@@ -76,21 +77,21 @@ DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive 
                     "(TPS × value bytes / 10^6). Each cell is the median of its repeats.")
 
 
-def _row(label, size, op, o, note=""):
+def _row(label, size, op, f: Figures, note=""):
     size = size if isinstance(size, str) else f"{size} B"
-    return [label, size, op, fmt_ktps(o.median["tps"]), fmt_mbs(o.median["mb_s"]), fmt_us(o.median["p50_us"]),
-            fmt_us(o.median["p95_us"]), fmt_us(o.median["p99_us"]), note]
+    return [label, size, op, fmt_ktps(f.tps), fmt_mbs(f.mb_s), fmt_us(f.p50_us), fmt_us(f.p95_us), fmt_us(f.p99_us),
+            note]
 
 
 def _open_note(o) -> str:
     """An open-loop op: offered and achieved, and SATURATED when it answered less than offered."""
-    off, ach = o.median.get("offered_rate"), o.median.get("achieved_rate")
-    if not off:
+    m = o.median
+    if not m.offered_rate:
         return ""
     sat = "SATURATED: " if o.saturated else ""
-    cost = o.median.get("client_us_per_request")
-    return (f"{sat}offered {off / 1000:.1f}K/s, achieved {ach / 1000:.1f}K/s, service p50 "
-            f"{fmt_us(o.median.get('service_p50_us'))} µs" + (f", client {cost:.1f} µs CPU/request" if cost else ""))
+    cost = m.client_us_per_request
+    return (f"{sat}offered {m.offered_rate / 1000:.1f}K/s, achieved {(m.achieved_rate or 0) / 1000:.1f}K/s, service p50 "
+            f"{fmt_us(m.service_p50_us)} µs" + (f", client {cost:.1f} µs CPU/request" if cost else ""))
 
 
 class _Settings(dict):
@@ -98,15 +99,24 @@ class _Settings(dict):
         return "?"
 
 
-def _workload_note(run, workload, settings) -> str:
-    fsync = run.server.get("appendfsync") or "?"
-    return workloads.BY_NAME[workload].note.format_map(_Settings(settings or {})) + f"; fsync={fsync}"
+def _workload_note(run, workload) -> str:
+    fsync = run.server.appendfsync or "?"
+    settings = {k: v for k, v in msgspec.to_builtins(run.settings).items() if v is not None}
+    return workloads.BY_NAME[workload].note.format_map(_Settings(settings)) + f"; fsync={fsync}"
 
 
+@dataclass
+class ClientTable:
+    """A #4029 table: the seed's columns; rows (cells, kind), kind "" for one recording, else "baseline"
+    / "candidate" / "predicted" / "delta"; and the seed's sentence for it (compare)."""
+    title: str
+    columns: tuple
+    rows: list
+    seed: str | None = None
 
-def client_tables(inp: ReportInput) -> list[dict]:
-    """The #4029 tables: [{"title", "columns", "rows": [(cells, kind)]}], kind "" for one
-    recording, else "baseline" / "candidate" / "delta" (the seed's columns and delta convention)."""
+
+def client_tables(inp: ReportInput) -> list[ClientTable]:
+    """The #4029 tables (the seed's columns and delta convention)."""
     out = []
     if inp.comparison is None:
         run = inp.baseline
@@ -118,14 +128,14 @@ def client_tables(inp: ReportInput) -> list[dict]:
             rows = []
             for i, c in enumerate(cells):
                 o = c.ops[MEASURED_OP[workload]]
-                note = _workload_note(run, workload, run.settings) if i == 0 else ""
+                note = _workload_note(run, workload) if i == 0 else ""
                 size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
                 extra = _open_note(o)
                 if note and c.rate:
                     note += "; open loop: latency from each request's due moment"
-                rows.append((_row(run.label, size, o.op, o, f"{note}{'; ' if note else ''}n={o.n}"
+                rows.append((_row(run.label, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
                                   + (f"; {extra}" if extra else "")), ""))
-            out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
+            out.append(ClientTable(w.title, COLUMNS, rows))
         return out
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
     predicted = predicted_ops(inp.whatif or [])
@@ -136,46 +146,49 @@ def client_tables(inp: ReportInput) -> list[dict]:
             continue
         table = []
         for i, r in enumerate(rows):
-            note = _workload_note(base, workload, base.settings) if i == 0 else ""
+            note = _workload_note(base, workload) if i == 0 else ""
             size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
             if note and r.rate:
                 note += "; open loop: latency from each request's due moment"
             bo, co = _open_note(r.base), _open_note(r.cand)
-            table.append((_row(base.label, size, r.op, r.base, "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}")
-                                                                        if x)), "baseline"))
-            table.append((_row(cand.label, size, r.op, r.cand, co and f"{cand.label} {size}: {co}"), "candidate"))
+            table.append((_row(base.label, size, r.op, r.base.median,
+                                "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}") if x)), "baseline"))
+            table.append((_row(cand.label, size, r.op, r.cand.median, co and f"{cand.label} {size}: {co}"), "candidate"))
             q = predicted.get((r.workload, r.value_size, r.op, r.rate))
             if q:
-                errs = ", ".join(f"{k.replace('_us', '').upper().replace('TPS', 'TPS')} {v:+.0f}%"
-                                 for k, v in q["errors"].items())
-                table.append((["predicted (model, from the baseline)", size, r.op, fmt_ktps(q.get("tps")),
-                               fmt_mbs(q["tps"] * r.value_size / 1e6 if q.get("tps") else None), fmt_us(q.get("p50_us")),
-                               fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")),
-                               f"prediction vs measured: {errs}"], "predicted"))
+                errs = ", ".join(f"{k.replace('_us', '').upper()} {v:+.0f}%" for k, v in q.errors.items())
+                f = q.figures
+                table.append((["predicted (model, from the baseline)", size, r.op, fmt_ktps(f.tps),
+                               fmt_mbs(f.tps * r.value_size / 1e6 if f.tps else None), fmt_us(f.p50_us),
+                               fmt_us(f.p95_us), fmt_us(f.p99_us), f"prediction vs measured: {errs}"], "predicted"))
             if min(r.base.n, r.cand.n) < 2:
                 dnote = f"significance unknown (n={r.base.n}/{r.cand.n})"
             else:
                 noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
                 dnote = f"not significant: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
-            table.append((["delta", f"{r.value_size} B", r.op, fmt_pct(r.deltas["tps"]), fmt_pct(r.deltas["mb_s"]),
-                           fmt_pct(r.deltas["p50_us"]), fmt_pct(r.deltas["p95_us"]), fmt_pct(r.deltas["p99_us"]),
-                           dnote], "delta"))
-        out.append({"title": w.title, "columns": COLUMNS, "rows": table,
-                    "seed": (inp.seed_notes or {}).get(workload)})
+            table.append((["delta", f"{r.value_size} B", r.op, *[fmt_pct(r.deltas[m]) for m in METRICS], dnote], "delta"))
+        out.append(ClientTable(w.title, COLUMNS, table, (inp.seed_notes or {}).get(workload)))
     return out
 
 
-def explanation_entries(inp: ReportInput) -> tuple[list[dict], list[tuple[str, int]]]:
-    """([{"title", "tag", "claim", "caveats"}], [(caveat, entries it applies to)]): a caveat that
+@dataclass
+class ExplanationItem:
+    title: str
+    tag: str
+    claim: str
+    caveats: list
+
+
+def explanation_entries(inp: ReportInput) -> tuple[list[ExplanationItem], list[tuple[str, int]]]:
+    """(the entries as a report lists them, [(caveat, entries it applies to)]): a caveat that
     applies to more than one entry is said once, after them, not under each; the emulation
     sentence, which every report prints at the top, is not repeated as a caveat."""
     compared = inp.comparison is not None
     entries = (inp.explanation if compared else [e for r in inp.runs for e in (r.explanation or [])]) or []
-    caveats = [list(dict.fromkeys(caveat_words(c) for c in e.get("caveat_records") or [] if c["finding"] != "emulation"))
-               for e in entries]
+    caveats = [list(dict.fromkeys(c.words for c in e.caveat_records if c.finding != "emulation")) for e in entries]
     uses = Counter(c for cs in caveats for c in cs)
-    out = [{"title": f"{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}",
-            "tag": share_tag(e, compared), "claim": e["claim"], "caveats": [c for c in cs if uses[c] == 1]} for e, cs in zip(entries, caveats)]
+    out = [ExplanationItem(f"{e.workload} {e.value_size} B {e.op} {e.metric.replace('_us', '')}", share_tag(e, compared),
+                           e.claim, [c for c in cs if uses[c] == 1]) for e, cs in zip(entries, caveats)]
     return out, [(c, n) for c, n in uses.items() if n > 1]
 
 
@@ -186,11 +199,21 @@ def _num(v, fmt="{:,.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def server_tables(inp: ReportInput) -> list[dict]:
-    """Per recording and cell with server data: {"title", "columns" (after "Thread role"), "rows":
-    [(cells, last_of_its_role)], "caption", "notes": [(text, is_warning)]}. The notes state every
-    figure that is not what it looks like: on-CPU time without scheduler data, off-CPU intervals
-    rescaled to the window, a loop sample that is not a total, lost events."""
+@dataclass
+class ServerTable:
+    """A cell's server threads: columns (after "Thread role"), rows (cells, last_of_its_role), a caption,
+    and notes [(text, is_warning)]."""
+    title: str
+    columns: tuple
+    rows: list
+    caption: str | None
+    notes: list
+
+
+def server_tables(inp: ReportInput) -> list[ServerTable]:
+    """Per recording and cell with server data. The notes state every figure that is not what it looks
+    like: on-CPU time without scheduler data, off-CPU intervals rescaled to the window, a loop sample that
+    is not a total, lost events."""
     out = []
     for run in inp.runs:
         for cell in run.cells:
@@ -199,7 +222,7 @@ def server_tables(inp: ReportInput) -> list[dict]:
     return out
 
 
-def server_table(label: str, cell) -> dict:
+def server_table(label: str, cell) -> ServerTable:
     srv = cell.server
     m = srv.main_thread
     wall_ms = m.wall_ms or 0
@@ -234,27 +257,24 @@ def server_table(label: str, cell) -> dict:
         notes.append((f"off-CPU intervals added up to {m.off_cpu_over_wall_pct:.0f}% of the window (intervals "
                       "straddling its edges): the budget is scaled to 100%", True))
     notes.append(_loop_note(srv, m))
-    host = getattr(cell, "host_cpu", None) or {}
-    steal = host.get("server_steal_ms")
-    if steal is not None:
-        notes.append((f"the hypervisor's steal on the server's CPU: {steal:,.0f} ms per window of "
-                      f"{host.get('wall_s') or 0:.1f} s (median of the repeats): in on-CPU time by the "
+    host = cell.host_cpu
+    if host is not None and host.server_steal_ms is not None:
+        notes.append((f"the hypervisor's steal on the server's CPU: {host.server_steal_ms:,.0f} ms per window of "
+                      f"{host.wall_s or 0:.1f} s (median of the repeats): in on-CPU time by the "
                       "context switches, not in the kernel's schedstat", False))
     cc = srv.cross_check
     if cc:
         f = cc.fdatasync
-        notes.append((f"main-thread fdatasync, both backends: ebpf {f['ebpf_count']:,} (p50 {_num(f['ebpf_p50_us'])} µs)"
-                      f" · shim {f['shim_count']:,} (p50 {_num(f['shim_p50_us'])} µs); counts differ by "
-                      f"{f['count_diff_pct']:.1f}%", False))
+        notes.append((f"main-thread fdatasync, both backends: ebpf {f.ebpf_count:,} (p50 {_num(f.ebpf_p50_us)} µs)"
+                      f" · shim {f.shim_count:,} (p50 {_num(f.shim_p50_us)} µs); counts differ by "
+                      f"{f.count_diff_pct:.1f}%", False))
     lost = srv.lost_events
     notes.append((f"main-thread blocked intervals recorded: {srv.blocked_events:,}; lost events: {lost}"
                   + (" (events were lost: the timeline is incomplete)" if lost else ""), bool(lost)))
-    return {"title": f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
-                     f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)",
-            "columns": SERVER_COLUMNS, "rows": rows,
-            "caption": "socket writes not timed (record --socket-writes)"
-            if "socket_write" in (srv.untimed or []) else None,
-            "notes": notes}
+    return ServerTable(f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
+                       f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)", SERVER_COLUMNS, rows,
+                       "socket writes not timed (record --socket-writes)" if "socket_write" in (srv.untimed or []) else None,
+                       notes)
 
 
 def _loop_note(srv: ServerSummary, m: MainThread) -> tuple[str, bool]:
@@ -308,7 +328,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             parts[-1] += ": " + ("all " if len(shown) > 1 and shown[0].significant is not None else "") \
                 + SIG[shown[0].significant]
         why = []
-        p50 = by.get("p50_us")
+        p50 = by.get(P50)
         if p50 is not None and p50.significant and p50.leading_label:
             share = (f"; durability work {p50.explained_share:.0%} of the p50 change"
                      if p50.explained_share is not None else "")
@@ -324,7 +344,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"
                        if s.reliable else f"intervention slope not measured reliably (R² {s.r2:.2f})")
         for metric in ("p50_us", "p99_us", "tps"):
-            w = by.get(metric) and by[metric].whatif
+            w = by[metric].whatif if metric in by else None
             if w:
                 why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
         sat = next(iter(by.values())).saturated if rate else None
@@ -337,9 +357,18 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
     return out
 
 
-def replication_tables(inp: ReportInput) -> list[dict]:
-    """Per recording and cell with replicas: {"title", "columns", "rows", "notes"}: WAITAOF p50/p99,
-    its parts (the probes around the median, decomposed from the kernel), the lag, the cap's witness."""
+@dataclass
+class ReplicationTable:
+    title: str
+    columns: list
+    rows: list
+    notes: list
+    caption: str | None = None
+
+
+def replication_tables(inp: ReportInput) -> list[ReplicationTable]:
+    """Per recording and cell with replicas: WAITAOF p50/p99, its parts (the probes around the median,
+    decomposed from the kernel), the lag, the cap's witness."""
     from valkeytrace.analysis.replication import COMPONENT_LABELS
 
     out = []
@@ -351,11 +380,9 @@ def replication_tables(inp: ReportInput) -> list[dict]:
             ms = lambda us: _num(None if us is None else us / 1e3, "{:,.2f} ms")  # noqa: E731
             rows = [(["WAITAOF p50", ms(r.waitaof_p50_us), ""], False), (["WAITAOF p99", ms(r.waitaof_p99_us), ""], True)]
             total = sum(r.components_us.values()) or None
-            for k, v in r.components_us.items():
-                rows.append((["  " + COMPONENT_LABELS.get(k, k), ms(v), _num(100 * v / total if total else None, "{:.0f}%")],
-                             False))
-            if rows[-1][0][0].startswith("  "):
-                rows[-1] = (rows[-1][0], True)
+            parts = [["  " + COMPONENT_LABELS.get(k, k), ms(v), _num(100 * v / total if total else None, "{:.0f}%")]
+                     for k, v in r.components_us.items()]
+            rows += [(cells, i == len(parts) - 1) for i, cells in enumerate(parts)]  # the last part ends its group
             rows += [(["lag p50 (read by the primary -> arrival on the replica)", ms(r.lag_p50_us), ""], False),
                      (["lag p99", ms(r.lag_p99_us), ""], False),
                      (["lag p50 after the primary's sync", ms(r.lag_after_durable_p50_us), ""], True)]
@@ -377,11 +404,12 @@ def replication_tables(inp: ReportInput) -> list[dict]:
                               "the offsets after it, so the join holds only where reads still agree", True))
             for e in r.errors:
                 notes.append((f"the probe stopped: {e}", True))
-            out.append({"title": f"{run.label}: {cell.workload} {cell.value_size} B, {r.replicas} replica(s)",
-                        "columns": ["Figure", "value", "share"], "rows": rows, "notes": notes})
+            out.append(ReplicationTable(f"{run.label}: {cell.workload} {cell.value_size} B, {r.replicas} replica(s)",
+                                        ["Figure", "value", "share"], rows, notes))
     return out
 
 
+LAG, P50 = "lag_p50_us", "p50_us"
 REPLICATION_SHORT = {"waitaof_p50_us": "WAITAOF p50", "waitaof_p99_us": "WAITAOF p99", "lag_p50_us": "lag p50"}
 
 
@@ -394,7 +422,8 @@ def _replication_line(workload: str, size: int, by: dict) -> tuple[tuple[str, st
         if v is None or v.change_pct is None:
             continue
         parts.append(f"{label} {fmt_pct(v.change_pct)} ({v.base / 1e3:.2f} -> {v.cand / 1e3:.2f} ms) {SIG[v.significant]}")
-    note = (by.get("lag_p50_us") and by["lag_p50_us"].note) or ""
+    lag = by.get(LAG)
+    note = (lag.note if lag else None) or ""
     return (f"{workload} {size} B replicated", "; ".join(parts)), note
 
 

@@ -51,9 +51,9 @@ def _table(head, rows, cls: str = "", caption: str = "") -> str:
 def _client_tables(inp: ReportInput) -> list[str]:
     out = []
     for t in client_tables(inp):
-        out.append(_table((t["title"], *t["columns"]), t["rows"]))
-        if t.get("seed"):
-            out.append(_p(t["seed"]))
+        out.append(_table((t.title, *t.columns), t.rows))
+        if t.seed:
+            out.append(_p(t.seed))
     if inp.comparison is not None:
         out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
     return out
@@ -62,12 +62,12 @@ def _client_tables(inp: ReportInput) -> list[str]:
 def _server_tables(inp: ReportInput) -> list[str]:
     out = []
     for t in server_tables(inp):
-        out.append(_table(("Thread role", *t["columns"]), ((cells, "last" if last else "") for cells, last in t["rows"]),
-                          cls="server", caption=t["title"]))
-        if t["caption"]:
-            out.append(_p(t["caption"] + "."))
+        out.append(_table(("Thread role", *t.columns), ((cells, "last" if last else "") for cells, last in t.rows),
+                          cls="server", caption=t.title))
+        if t.caption:
+            out.append(_p(t.caption + "."))
         out.append("<ul class='server-notes'>" + "".join(
-            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t["notes"]) + "</ul>")
+            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t.notes) + "</ul>")
     return out
 
 
@@ -77,10 +77,10 @@ def _why(inp: ReportInput) -> list[str]:
     if entries:
         out.append("<ul class='why'>")
         for e in entries:
-            tag = f" ({escape(e['tag'])})" if e["tag"] else ""
-            caveats = "".join(f"<li class='caveat'>caveat: {escape(c)}</li>" for c in e["caveats"]
+            tag = f" ({escape(e.tag)})" if e.tag else ""
+            caveats = "".join(f"<li class='caveat'>caveat: {escape(c)}</li>" for c in e.caveats
                               if inp.comparison is None)  # a compare lists them once, above
-            out.append(f"<li><b>{escape(e['title'])}</b>{tag}: {escape(e['claim'])}"
+            out.append(f"<li><b>{escape(e.title)}</b>{tag}: {escape(e.claim)}"
                        + (f"<ul>{caveats}</ul>" if caveats else "") + "</li>")
         out.append("</ul>")
         if shared and inp.comparison is None:
@@ -88,7 +88,7 @@ def _why(inp: ReportInput) -> list[str]:
                        + "".join(f"<li class='caveat'>{escape(c)} ({n} entries)</li>" for c, n in shared) + "</ul>")
     for title, lines in model_sections(inp):
         out.append(f"<h3>{escape(title)}</h3><ul>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>")
-    views = [(run.label, gap["claim"]) for run in inp.runs for gap in (run.server_views or {}).values()]
+    views = [(run.label, gap.claim) for run in inp.runs for gap in (run.server_views or {}).values()]
     if views:
         out.append("<h3>The server's own view</h3><ul>"
                    + "".join(f"<li>{escape(label)}: {escape(claim)}</li>" for label, claim in views) + "</ul>")
@@ -103,7 +103,7 @@ def _notes(inp: ReportInput) -> list[str]:
         if not run.complete:
             out.append(_p(f"{run.label}: incomplete recording ({run.path}); tables use the runs that finished.", "warn"))
         out += [_p(f"{run.label}: {w}", "warn") for w in run.warnings]
-        out += [_p(f"{run.label}: {p['workload']} {p['value_size']} B #{p['repeat']} {p['status']}: {p['error']}", "warn")
+        out += [_p(f"{run.label}: {p.workload} {p.value_size} B #{p.repeat} {p.status}: {p.error}", "warn")
                 for p in run.problems]
     return out
 
@@ -134,8 +134,7 @@ def _verdict(inp: ReportInput) -> list[str]:
     for f in fs:
         out.append(f"<p><b>{escape(f.title)}</b> ({escape(', '.join(f.cells))})</p><ul>"
                    + "".join(f"<li>{escape(x)}</li>" for x in f.sides) + "</ul>")
-    items = vd.caveats_by_cell(inp.explanation or [], [run.emulation for run in inp.runs if run.emulation],
-                                tuple(run.label for run in inp.runs))
+    items = vd.caveats_by_cell(inp.explanation or [])
     if items:
         out.append("<h2 id='caveats'>Caveats</h2><ul>" + "".join(
             f"<li class='caveat'>{escape(text)} ({escape(', '.join(cells))})</li>" for text, cells in items) + "</ul>")
@@ -148,10 +147,10 @@ def _replication(inp: ReportInput) -> list[str]:
         return []
     out = ["<h2 id='replication'>Replication: a write durable on the primary and its replicas</h2>"]
     for t in tables:
-        out.append(_table(t["columns"], ((cells, "last" if last else "") for cells, last in t["rows"]),
-                          cls="server", caption=t["title"]))
+        out.append(_table(t.columns, ((cells, "last" if last else "") for cells, last in t.rows),
+                          cls="server", caption=t.title))
         out.append("<ul class='server-notes'>" + "".join(
-            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t["notes"]) + "</ul>")
+            f"<li{' class=warn' if warn else ''}>{escape(text)}</li>" for text, warn in t.notes) + "</ul>")
     return out
 
 
@@ -171,7 +170,7 @@ def render(inp: ReportInput, out) -> None:
         head.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")
         if run.emulation:
             head.append(_p(f"{run.emulation[0].upper()}{run.emulation[1:]}.", "emu"))
-        head.append(_p(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}."))
+        head.append(_p(f"Server {run.server.version} ({server_note(run)}), client {client_note(run)}."))
     else:
         base, cand = inp.baseline, inp.candidate
         head.append(f"<h1>valkeytrace: {escape(cand.label)} vs {escape(base.label)}</h1>")
@@ -180,7 +179,7 @@ def render(inp: ReportInput, out) -> None:
         else:
             head += [_p(f"{run.label}: {run.emulation}.", "emu") for run in (base, cand) if run.emulation]
         head.append("<ul>" + "".join(
-            f"<li>{role} <code>{escape(run.label)}</code>: server {escape(str(run.server.get('version')))} "
+            f"<li>{role} <code>{escape(run.label)}</code>: server {escape(str(run.server.version))} "
             f"({escape(server_note(run))})</li>" for role, run in (("baseline", base), ("candidate", cand))) + "</ul>")
         body += _verdict(inp)
     body.append("<h2 id='tables'>The #4029 tables</h2>")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from valkeytrace.analysis.tables import METRICS, OPEN_METRICS
 from valkeytrace.analysis.report import ReportInput
 
@@ -11,9 +13,9 @@ REPORT_VERSION = 1
 
 def _op(o) -> dict:
     d = {m: o.median[m] for m in METRICS}
-    d["mean_us"] = o.median.get("mean_us")
-    if o.median.get("offered_rate"):  # open loop: the percentiles above are from each request's due moment
-        d.update({m: o.median.get(m) for m in OPEN_METRICS}, saturated=o.saturated)
+    d["mean_us"] = o.median.mean_us
+    if o.median.offered_rate:  # open loop: the percentiles above are from each request's due moment
+        d.update({m: o.median[m] for m in OPEN_METRICS}, saturated=o.saturated)
     d.update({"clients": o.clients, "role": o.role, "n": o.n,
               "spread": {m: o.spread[m] for m in METRICS}})
     return d
@@ -28,18 +30,18 @@ def build(inp: ReportInput) -> dict:
                   **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
-                  **({"server_view": r.server_views[c.key]} if c.key in r.server_views else {})}
+                  **({"server_view": r.server_views[c.key].to_json()} if c.key in r.server_views else {})}
                  for c in r.cells]
         # the report's own keys (docs/report-json.md), not the recording's
         runs.append(dict(
             label=r.label, recording=r.path, complete=r.complete,
-            server={"version": s.get("version"), "appendfsync": s.get("appendfsync"),
-                    "io_threads": s.get("io_threads"), "bio_aof_offload": s.get("bio_aof_offload"),
-                    "mode": s.get("mode")},
-            client=r.client, settings=r.settings, warnings=r.warnings, emulation=r.emulation_spec,
-            overhead=r.overhead, **({"nodes": r.nodes} if r.nodes else {}), server_exits=r.server_exits,
-            cells=cells, explanation=r.explanation,
-            sensitivity=r.sensitivity or []))
+            server={"version": s.version, "appendfsync": s.appendfsync, "io_threads": s.io_threads,
+                    "bio_aof_offload": s.bio_aof_offload, "mode": s.mode},
+            client=msgspec.to_builtins(r.client), settings=msgspec.to_builtins(r.settings), warnings=r.warnings,
+            emulation=r.emulation_spec, overhead=msgspec.to_builtins(r.overhead),
+            **({"nodes": msgspec.to_builtins(r.nodes)} if r.nodes else {}),
+            server_exits=[e.to_json() for e in r.server_exits],
+            cells=cells, explanation=[e.to_json() for e in r.explanation], sensitivity=[x.to_json() for x in r.sensitivity]))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs,
            **({"curves": [c.to_json() for c in inp.curves]} if inp.curves else {})}
     if inp.comparison is not None:
@@ -47,17 +49,15 @@ def build(inp: ReportInput) -> dict:
             "baseline": inp.baseline.label,
             "candidate": inp.candidate.label,
             "rows": [{"workload": row.workload, "op": row.op, "value_size": row.value_size, "rate": row.rate,
-                      "tps_delta_pct": row.deltas["tps"], "mb_s_delta_pct": row.deltas["mb_s"],
-                      "p50_delta_pct": row.deltas["p50_us"], "p95_delta_pct": row.deltas["p95_us"],
-                      "p99_delta_pct": row.deltas["p99_us"],
+                      **{f"{m.removesuffix('_us')}_delta_pct": row.deltas[m] for m in METRICS},
                       "within_noise": {m: row.noise[m] for m in METRICS},
                       "significant": {m: row.significant[m] for m in METRICS},
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
             "verdict": [v.as_json() for v in inp.verdict or []],
             "missing": inp.comparison.missing,
-            "explanation": inp.explanation,
-            "whatif": inp.whatif or [],
+            "explanation": [e.to_json() for e in inp.explanation or []],
+            "whatif": [w.to_json() for w in inp.whatif or []],
         }
     return out
 

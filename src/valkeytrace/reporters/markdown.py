@@ -18,7 +18,7 @@ def render(inp: ReportInput, out) -> None:
         w(f"# valkeytrace: {run.label}\n\n")
         if run.emulation:
             w(f"**{run.emulation[0].upper()}{run.emulation[1:]}.**\n\n")
-        w(f"Server {run.server.get('version')} ({server_note(run)}), client {client_note(run)}.\n\n")
+        w(f"Server {run.server.version} ({server_note(run)}), client {client_note(run)}.\n\n")
         _client_tables(inp, w)
         _server_tables(inp, w)
         _replication_tables(inp, w)
@@ -31,8 +31,8 @@ def render(inp: ReportInput, out) -> None:
     for run in (base, cand):
         if run.emulation:
             w(f"**{run.label}: {run.emulation}.**\n\n")
-    w(f"- baseline `{base.label}`: server {base.server.get('version')} ({server_note(base)})\n")
-    w(f"- candidate `{cand.label}`: server {cand.server.get('version')} ({server_note(cand)})\n\n")
+    w(f"- baseline `{base.label}`: server {base.server.version} ({server_note(base)})\n")
+    w(f"- candidate `{cand.label}`: server {cand.server.version} ({server_note(cand)})\n\n")
     _verdict(inp, w)
     _client_tables(inp, w)
     if cmp.missing:
@@ -58,8 +58,7 @@ def _verdict(inp: ReportInput, w):
 
 
 def _caveats(inp: ReportInput, w):
-    items = vd.caveats_by_cell(inp.explanation or [], [run.emulation for run in inp.runs if run.emulation],
-                                tuple(run.label for run in inp.runs))
+    items = vd.caveats_by_cell(inp.explanation or [])
     if items:
         w("## Caveats\n\n" + "".join(f"- {text} ({', '.join(cells)})\n" for text, cells in items) + "\n")
 
@@ -71,9 +70,9 @@ def _pipe_table(w, head, rows):
 
 def _client_tables(inp: ReportInput, w):
     for t in client_tables(inp):
-        _pipe_table(w, (t["title"], *t["columns"]), (cells for cells, _kind in t["rows"]))
-        if t.get("seed"):
-            w(f"{t['seed']}\n\n")
+        _pipe_table(w, (t.title, *t.columns), (cells for cells, _kind in t.rows))
+        if t.seed:
+            w(f"{t.seed}\n\n")
     if inp.comparison is not None:
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 
@@ -84,10 +83,10 @@ def _titled_tables(w, heading: str, tables: list[dict], first: tuple = ()):
     if tables:
         w(f"## {heading}\n\n")
     for t in tables:
-        w(f"**{t['title']}**\n\n")
-        _pipe_table(w, (*first, *t["columns"]), (cells for cells, _last in t["rows"]))
-        w(f"{t['caption']}.\n\n" if t.get("caption") else "")
-        w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t["notes"]) + "\n")
+        w(f"**{t.title}**\n\n")
+        _pipe_table(w, (*first, *t.columns), (cells for cells, _last in t.rows))
+        w(f"{t.caption}.\n\n" if t.caption else "")
+        w("".join(f"- {'**note**: ' if warn else ''}{text}\n" for text, warn in t.notes) + "\n")
 
 
 def _server_tables(inp: ReportInput, w):
@@ -104,9 +103,9 @@ def _why(inp: ReportInput, w):
         return
     w("### The accounting of each change\n\n" if inp.comparison is not None else "## Why\n\n")
     for e in entries:
-        tag = f" ({e['tag']})" if e["tag"] else ""
-        w(f"- **{e['title']}**{tag}: {e['claim']}\n")
-        for c in e["caveats"] if inp.comparison is None else ():  # a compare lists them once, above
+        tag = f" ({e.tag})" if e.tag else ""
+        w(f"- **{e.title}**{tag}: {e.claim}\n")
+        for c in e.caveats if inp.comparison is None else ():  # a compare lists them once, above
             w(f"  - caveat: {c}\n")
     if shared and inp.comparison is None:
         w("\nCaveats (each applies to several entries above):\n\n")
@@ -117,7 +116,7 @@ def _why(inp: ReportInput, w):
         w(f"### {title}\n\n" + "".join(f"- {line}\n" for line in lines) + "\n")
     for run in inp.runs:
         for gap in (run.server_views or {}).values():
-            w(f"- server's view ({run.label}): {gap['claim']}\n")
+            w(f"- server's view ({run.label}): {gap.claim}\n")
     w("\n")
 
 

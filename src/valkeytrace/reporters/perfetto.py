@@ -4,9 +4,11 @@ thread (thread_name metadata), complete ("X") slices, and the clients' throughpu
 from __future__ import annotations
 
 from valkeytrace.analysis.timeline import run_timelines
+from valkeytrace.recording.model import decode
 
 
-def build(doc: dict, t_from_s: float | None = None, t_to_s: float | None = None) -> dict:
+def build(doc, t_from_s: float | None = None, t_to_s: float | None = None) -> dict:
+    doc = decode(doc)
     events = []
     for pid, tl in enumerate(run_timelines(doc, t_from_s, t_to_s), start=1):
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": tl.name}})
@@ -19,4 +21,4 @@ def build(doc: dict, t_from_s: float | None = None, t_to_s: float | None = None)
         events.extend({"ph": "C", "name": name, "pid": pid, "ts": ts, "args": {"rps": rps}}
                       for name, ts, rps in tl.counters)
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "metadata": {"source": "valkeytrace", "label": doc.get("label")}}
+            "metadata": {"source": "valkeytrace", "label": doc.label}}

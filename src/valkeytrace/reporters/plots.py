@@ -99,7 +99,7 @@ def fsync_hist(inp: ReportInput):
     panels = []
     for workload, size in keys:
         lines = [(run.label, k, role, h) for k, run in enumerate(inp.runs)
-                 for role, h in sorted((run.sync_histograms(workload, size) or {}).items(), key=lambda kv: -kv[1]["count"])]
+                 for role, h in sorted((run.sync_histograms(workload, size) or {}).items(), key=lambda kv: -kv[1].count)]
         if lines:
             panels.append((f"{workload} {size} B", lines))
     if not panels:
@@ -108,9 +108,9 @@ def fsync_hist(inp: ReportInput):
     edges = np.geomspace(1, 1e6, 61)  # µs, log-spaced display bins
     for ax, (title, lines) in zip(axes, panels):
         for label, k, role, h in lines:
-            ax.hist(h["mids_us"], bins=edges, weights=h["counts"], histtype="step", linewidth=1.5,
+            ax.hist(h.mids_us, bins=edges, weights=h.counts, histtype="step", linewidth=1.5,
                     linestyle=SYSTEM_STYLES[k % 2],
-                    label=f"{label} · {role} (n={h['count']:,}, p50 {h['p50_us']:,.0f} µs)")
+                    label=f"{label} · {role} (n={h.count:,}, p50 {h.p50_us:,.0f} µs)")
         ax.set_xscale("log")
         ax.set_xlabel("fdatasync/fsync latency (µs, log)")
         ax.set_ylabel("calls")
@@ -128,7 +128,7 @@ def blocked_timeline(inp: ReportInput, seconds: float = 2.0):
         return None
     fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.9 * len(rows) + 0.6), squeeze=False)
     for ax, (label, tl) in zip(axes[:, 0], rows):
-        lanes = tl["lanes"]
+        lanes = tl.lanes
         for y, (lane, segs) in enumerate(sorted(lanes.items())):
             colors = [CAUSE_COLORS.get(c, BUDGET_COLORS[-1]) for _, _, c in segs]  # else: other blocked
             # thousands of intervals: drawn as one image inside the SVG, not one path each
@@ -136,7 +136,7 @@ def blocked_timeline(inp: ReportInput, seconds: float = 2.0):
         ax.set_yticks(range(len(lanes)), sorted(lanes), fontsize=7)
         ax.set_xlim(0, seconds * 1e3)
         ax.set_xlabel("ms into the measured window")
-        ax.set_title(f"{label}: {tl['workload']} {tl['value_size']} B, first {seconds:g} s "
+        ax.set_title(f"{label}: {tl.workload} {tl.value_size} B, first {seconds:g} s "
                      "(red = fsync, green = epoll_wait, brown = other)", fontsize=9)
     fig.tight_layout()
     return fig

@@ -3,55 +3,68 @@ measured row, the predicted row and the change between them, then what the model
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from valkeytrace import workloads
+from valkeytrace.analysis.calibration import Measured
 from valkeytrace.analysis.predict import Prediction
+from valkeytrace.recording.model import FsyncDelay, decode_as
 from valkeytrace.reporters.base import fmt_ktps, fmt_mbs, fmt_pct, fmt_us
 
 COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
 
 
 def _change_words(p: Prediction) -> str:
-    c = p.change.describe()
+    c = p.change
     words = []
-    if "offload" in c:
-        words.append("fsync back on the main thread" if c["offload"] == "none" else f"the {c['offload']} offload")
-    if c.get("gather_us") is not None:
-        words.append(f"a {c['gather_us'] / 1000:g} ms gather window")
-    if "fsync_delay" in c:
-        d = c["fsync_delay"] or {}
-        words.append(f"+{(d.get('median_ns') or 0) / 1e6:g} ms per fdatasync instead of the recording's")
+    if c.offload is not None:
+        words.append("fsync back on the main thread" if c.offload == "none" else f"the {c.offload} offload")
+    if c.gather_us is not None:
+        words.append(f"a {c.gather_us / 1000:g} ms gather window")
+    if c.fsync_delay is not None:
+        d = decode_as(c.fsync_delay or {}, FsyncDelay)
+        words.append(f"+{(d.median_ns or 0) / 1e6:g} ms per fdatasync instead of the recording's")
     for k in ("get_clients", "set_clients", "write_clients"):
-        if k in c:
-            words.append(f"{k.replace('_', ' ')} {c[k]}")
-    if "rate" in c:
-        words.append(f"{c['rate']:,.0f} requests/s offered")
+        if getattr(c, k) is not None:
+            words.append(f"{k.replace('_', ' ')} {getattr(c, k)}")
+    if c.rate:
+        words.append(f"{c.rate:,.0f} requests/s offered")
     return ", ".join(words) or "nothing changed (the recording as recorded)"
 
 
-def tables(p: Prediction) -> list[dict]:
-    """[{"title", "columns", "rows"}]: per workload, for each cell: measured, predicted, delta."""
+@dataclass
+class PredictionTable:
+    title: str
+    columns: tuple
+    rows: list
+
+
+def tables(p: Prediction) -> list[PredictionTable]:
+    """Per workload, for each cell: measured, predicted, delta."""
     out = []
     for w in workloads.TABLED:
         cells = [c for c in p.cells if c.workload == w.name]
         op = workloads.MEASURED_OP[w.name]
         rows = []
         for c in cells:
-            m, q = c.baseline.get(op) or {}, c.ops.get(op) or {}
+            m, q = c.baseline.get(op) or Measured(), c.ops.get(op)
             size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
             loop = "" if c.rate == c.recorded_rate else (
                 ", closed loop" if c.recorded_rate is None else f", at {c.recorded_rate:,.0f}/s")
-            rows.append([f"{p.label} (measured{loop})", f"{c.value_size} B", op, fmt_ktps(m.get("tps")),
-                         fmt_mbs((m.get("tps") or 0) * c.value_size / 1e6), fmt_us(m.get("p50_us")),
-                         fmt_us(m.get("p95_us")), fmt_us(m.get("p99_us")), ""])
-            rows.append(["predicted", size, op, fmt_ktps(q.get("tps")),
-                         fmt_mbs((q.get("tps") or 0) * c.value_size / 1e6), fmt_us(q.get("p50_us")),
-                         fmt_us(q.get("p95_us")), fmt_us(q.get("p99_us")), _note(c, op)])
+            rows.append([f"{p.label} (measured{loop})", f"{c.value_size} B", op, *_figures(m, c.value_size), ""])
+            rows.append(["predicted", size, op, *_figures(q, c.value_size), _note(c, op)])
             rows.append(["delta", size, op] + [
-                fmt_pct(_delta(m.get(k), q.get(k))) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")] + [""])
+                fmt_pct(_delta(m.get(k), q.get(k) if q else None)) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")]
+                + [""])
         if rows:
-            out.append({"title": w.title, "columns": COLUMNS, "rows": rows})
+            out.append(PredictionTable(w.title, COLUMNS, rows))
     return out
+
+
+def _figures(f, size: int) -> list[str]:
+    if f is None:
+        return ["n/a"] * 5
+    return [fmt_ktps(f.tps), fmt_mbs((f.tps or 0) * size / 1e6), fmt_us(f.p50_us), fmt_us(f.p95_us), fmt_us(f.p99_us)]
 
 
 def _delta(a, b):
@@ -61,16 +74,15 @@ def _delta(a, b):
 def _note(c, op: str) -> str:
     s = c.server
     parts = []
-    q = c.ops.get(op) or {}
-    if q.get("offered_rate"):
-        parts.append(("SATURATED: " if q.get("saturated") else "") + f"offered {q['offered_rate'] / 1000:.1f}K/s, "
-                     f"achieved {q['achieved_rate'] / 1000:.1f}K/s, service p50 {fmt_us(q.get('service_p50_us'))} µs")
-    if s.get("writes_per_sync"):
-        parts.append(f"{s['syncs_per_s']:.0f} fdatasync/s, {s['writes_per_sync']:.1f} writes each")
-    own = c.self_check.get(op) or {}
-    m = c.baseline.get(op) or {}
-    if own.get("p50_us") and m.get("p50_us"):
-        parts.append(f"as recorded the model gives p50 {_delta(m['p50_us'], own['p50_us']):+.0f}%")
+    q = c.ops.get(op)
+    if q is not None and q.offered_rate:
+        parts.append(("SATURATED: " if q.saturated else "") + f"offered {q.offered_rate / 1000:.1f}K/s, "
+                     f"achieved {(q.achieved_rate or 0) / 1000:.1f}K/s, service p50 {fmt_us(q.service_p50_us)} µs")
+    if s.writes_per_sync:
+        parts.append(f"{s.syncs_per_s or 0:.0f} fdatasync/s, {s.writes_per_sync:.1f} writes each")
+    own, m = c.self_check.get(op), c.baseline.get(op)
+    if own is not None and m is not None and own.p50_us and m.p50_us:
+        parts.append(f"as recorded the model gives p50 {_delta(m.p50_us, own.p50_us):+.0f}%")
     return "; ".join(parts)
 
 
@@ -83,13 +95,13 @@ def _inputs_lines(p: Prediction) -> list[str]:
         out.append(f"{c.workload} {c.value_size} B:")
         for name, v in c.inputs.items():
             fitted = " (fitted)" if name in c.fitted else ""
-            out.append(f"  {name} = {v['value']} {v['unit']}{fitted}: {v['source']}")
+            out.append(f"  {name} = {v.value} {v.unit}{fitted}: {v.source}")
     return out
 
 
-def _md_table(t: dict) -> list[str]:
-    lines = [f"| {t['title']} | " + " | ".join(t["columns"]) + " |", "|" + "---|" * (len(t["columns"]) + 1)]
-    lines += ["| " + " | ".join(r) + " |" for r in t["rows"]]
+def _md_table(t: PredictionTable) -> list[str]:
+    lines = [f"| {t.title} | " + " | ".join(t.columns) + " |", "|" + "---|" * (len(t.columns) + 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in t.rows]
     return lines
 
 
@@ -106,10 +118,10 @@ def render_markdown(p: Prediction, out) -> None:
 def render_text(p: Prediction, out) -> None:
     out.write(f"Predicted from {p.label}: {_change_words(p)}\n\n")
     for t in tables(p):
-        widths = [max(len(str(x)) for x in col) for col in zip((t["title"],) + tuple(t["columns"]), *t["rows"])]
-        head = (t["title"],) + tuple(t["columns"])
+        head = (t.title,) + tuple(t.columns)
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *t.rows)]
         out.write("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip() + "\n")
-        for r in t["rows"]:
+        for r in t.rows:
             out.write("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n")
         out.write("\n")
     out.write("What the model stands on:\n" + "\n".join(_inputs_lines(p)) + "\n")

@@ -64,7 +64,7 @@ def _header(console, inp: ReportInput) -> None:
         console.print(f"[bold]{escape(inp.candidate.label)} vs {escape(inp.baseline.label)}[/bold] "
                       "(candidate vs baseline; each figure the median of its repeats)")
     for run in inp.runs:
-        console.print(f"  {escape(run.label)}: server {run.server.get('version')} ({server_note(run)}); "
+        console.print(f"  {escape(run.label)}: server {run.server.version} ({server_note(run)}); "
                       f"client {client_note(run)}" + ("" if run.complete else "  [red](incomplete)[/red]"))
     banners = list(dict.fromkeys(run.emulation for run in inp.runs if run.emulation))
     for b in banners:
@@ -108,12 +108,12 @@ def _tables(console, inp: ReportInput) -> None:
     for t in client_tables(inp):
         table = Table(show_edge=False, pad_edge=False)  # the title heads the first column, as in the seed
         # below 100 columns MB/s (TPS x value size) gives way
-        keep = [i for i, c in enumerate(t["columns"]) if c != "Notes" and (console.width >= 100 or c != "MB/s")]
-        for i, col in enumerate((t["title"], *[t["columns"][k] for k in keep])):
+        keep = [i for i, c in enumerate(t.columns) if c != "Notes" and (console.width >= 100 or c != "MB/s")]
+        for i, col in enumerate((t.title, *[t.columns[k] for k in keep])):
             table.add_column(col, justify="left" if i < 3 else "right", overflow="fold")  # narrow: wrap, never cut
-        dropped = [c for c in t["columns"] if c != "Notes" and c not in [t["columns"][k] for k in keep]]
+        dropped = [c for c in t.columns if c != "Notes" and c not in [t.columns[k] for k in keep]]
         notes = []
-        for cells, kind in t["rows"]:
+        for cells, kind in t.rows:
             table.add_row(cells[0], *[cells[1 + k] for k in keep], end_section=kind == "delta")
             if cells[-1]:
                 note = cells[-1]
@@ -123,17 +123,15 @@ def _tables(console, inp: ReportInput) -> None:
         console.print(table)
         if notes:
             console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")
-        if t.get("seed"):
-            console.print("  " + escape(t["seed"]))
+        if t.seed:
+            console.print("  " + escape(t.seed))
     console.print("[dim]Delta: candidate vs baseline; TPS positive = better, latencies negative = better.[/dim]")
     if inp.comparison.missing:
         console.print("[yellow]not compared:[/yellow] " + "; ".join(inp.comparison.missing))
 
 
 def _caveats(console, inp: ReportInput) -> None:
-    banners = [run.emulation for run in inp.runs if run.emulation]
-    items = vd.caveats_by_cell(inp.explanation or [], banners,
-                                tuple(run.label for run in inp.runs))
+    items = vd.caveats_by_cell(inp.explanation or [])
     if not items:
         return
     _rule(console, "[bold]Caveats[/bold]")
@@ -146,8 +144,8 @@ def _warnings(console, inp: ReportInput) -> None:
         for w in dict.fromkeys(run.warnings):
             console.print(f"[yellow]warning ({escape(run.label)}):[/yellow] {escape(w)}")
         for r in run.problems:
-            console.print(f"[red]{escape(run.label)}: {r['workload']} {r['value_size']} B #{r['repeat']} "
-                          f"{r['status']}:[/red] {escape(str(r['error']))}")
+            console.print(f"[red]{escape(run.label)}: {r.workload} {r.value_size} B #{r.repeat} "
+                          f"{r.status}:[/red] {escape(str(r.error))}")
 
 
 def _single(console, inp: ReportInput) -> None:
@@ -161,9 +159,9 @@ def _single(console, inp: ReportInput) -> None:
     for cell in run.cells:
         for op, o in cell.ops.items():
             size = f"{cell.value_size} B" + (f" @ {cell.rate:,.0f}/s" if cell.rate else "")
-            who = f"{o.role} open" if o.median.get("offered_rate") else f"{o.role} c={o.clients}"
+            who = f"{o.role} open" if o.median.offered_rate else f"{o.role} c={o.clients}"
             t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=True)
-            if o.median.get("offered_rate"):
+            if o.median.offered_rate:
                 notes.append(f"{cell.workload} {size} {op}: {_open_note(o)}")
     console.print(t)
     for n in notes:
@@ -173,9 +171,9 @@ def _single(console, inp: ReportInput) -> None:
         _rule(console, "[bold]Why[/bold]")
         for e in entries:
             tag = share_tag(e, False)
-            console.print(f"[bold]{e['workload']} {e['value_size']} B {e['op']} p50[/bold]"
+            console.print(f"[bold]{e.workload} {e.value_size} B {e.op} p50[/bold]"
                           + (f" [cyan]({tag})[/cyan]" if tag else ""))
-            console.print("  " + escape(e["claim"]))
+            console.print("  " + escape(e.claim))
 
 
 def _cell(o, metric) -> str:
@@ -197,16 +195,16 @@ def _detail(console, inp: ReportInput) -> None:
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
-                              + escape(gap["claim"]))
+                              + escape(gap.claim))
     for rt in replication_tables(inp):
         _plain_table(console, rt)
     if inp.comparison is not None and inp.explanation:
         _rule(console, "[bold]The accounting of each change[/bold]")
         for e in inp.explanation:
-            head = f"[bold]{e['workload']} {e['value_size']} B {e['op']} {e['metric'].replace('_us', '')}[/bold]"
+            head = f"[bold]{e.workload} {e.value_size} B {e.op} {e.metric.replace('_us', '')}[/bold]"
             tag = share_tag(e, True)
             console.print(head + (f" [cyan]({tag})[/cyan]" if tag else ""))
-            console.print("  " + escape(e["claim"]))
+            console.print("  " + escape(e.claim))
     for title, lines in model_sections(inp):
         _rule(console, f"[bold]{escape(title)}[/bold]")
         for line in lines:
@@ -214,13 +212,13 @@ def _detail(console, inp: ReportInput) -> None:
 
 
 def _plain_table(console, st: dict) -> None:
-    t = Table(title=st["title"], show_edge=False, pad_edge=False)
-    for i, col in enumerate(st["columns"]):
+    t = Table(title=st.title, show_edge=False, pad_edge=False)
+    for i, col in enumerate(st.columns):
         t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
-    for cells, last in st["rows"]:
+    for cells, last in st.rows:
         t.add_row(*(escape(c) for c in cells), end_section=last)
     console.print(t)
-    for text, warn in st["notes"]:
+    for text, warn in st.notes:
         console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))
 
 
@@ -228,11 +226,11 @@ def server_tables(console, label: str, cell) -> None:
     """Per cell: thread role | call | count | p50 | p99 | max | total ms | % of wall; the main-thread
     budget and what its figures are (reporters.base.server_table)."""
     st = server_table(label, cell)
-    t = Table(title=st["title"], caption=st["caption"], show_edge=False, pad_edge=False)
-    for col in ("Thread role", *st["columns"]):
+    t = Table(title=st.title, caption=st.caption, show_edge=False, pad_edge=False)
+    for col in ("Thread role", *st.columns):
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right", overflow="fold")
-    for cells, last in st["rows"]:
+    for cells, last in st.rows:
         t.add_row(*cells, end_section=last)
     console.print(t)
-    for text, warn in st["notes"]:
+    for text, warn in st.notes:
         console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))

@@ -47,7 +47,7 @@ class Tracer:
 
     def window_end(self, end_mono_ns: int | None = None):
         """The window closes (at end_mono_ns, CLOCK_MONOTONIC, when the server ended before now): its
-        recording.document.ServerWindow, or None."""
+        recording.model.ServerWindow (a dict), or None."""
         return None
 
     def stop(self) -> None:
