@@ -180,7 +180,7 @@ def _settle_config(config: dict, appendfsync: str, io_threads, port, given) -> t
             raise VTUsageError(f"--{opt.replace('_', '-')} {value} and --server-config {key}={raw} contradict "
                                "each other: give one")
         if key == "appendfsync":
-            appendfsync = v
+            appendfsync = str(v)
         elif key == "io-threads":
             io_threads = v
         else:
@@ -234,68 +234,106 @@ def check_attach_pid(pid: int) -> None:
         raise VTUsageError(f"--attach {pid}: {name!r} is not a valkey or redis server")
 
 
-def build(*, server_command=(), attach_pid=None, appendfsync="always", io_threads=None, server_binary=None,
-          server_config=None, workloads=(), sizes=(64,), repeat=3, duration=10.0, keyspace=100000,
-          get_clients=50, set_clients=8, write_clients=50, benchmark_path=None, client_cpus="auto",
-          backend="auto", label=None, output=None, block_threshold_us=100.0, inject_spec=None,
-          as_root=False, server_timeout=15.0, aof_flush_probe=False, loop_sample=False, socket_writes=False,
-          offload_mode=None, offload_gather=None, sensitivity_spec=None, force=False, port=None,
-          sensitivity_runs=3, measure_overhead=False, embedded_only_given=(), replicas=0,
-          replica_delay_spec=None, fsync_error_spec=None, rates=(), arrival="poisson", set_rate=None) -> RecordPlan:
-    """The plan from record's options (parsed values); embedded_only_given: the EMBEDDED_ONLY
-    options the user gave (refused with a SERVER_COMMAND or --attach). Raises VTUsageError."""
+@dataclass(frozen=True)
+class RecordOptions:
+    """record's options (parsed values), one typed value: what build() makes a plan of. embedded_only_given:
+    the EMBEDDED_ONLY options the user gave (refused with a SERVER_COMMAND or --attach)."""
+    server_command: tuple = ()
+    attach_pid: int | None = None
+    appendfsync: str = "always"
+    io_threads: int | None = None
+    server_binary: str | None = None
+    server_config: dict | None = None
+    workloads: tuple = ()
+    sizes: tuple = (64,)
+    repeat: int = 3
+    duration: float = 10.0
+    keyspace: int = 100000
+    get_clients: int = 50
+    set_clients: int = 8
+    write_clients: int = 50
+    benchmark_path: str | None = None
+    client_cpus: str = "auto"
+    backend: str = "auto"
+    label: str | None = None
+    output: str | None = None
+    block_threshold_us: float = 100.0
+    inject_spec: str | None = None
+    as_root: bool = False
+    server_timeout: float = 15.0
+    aof_flush_probe: bool = False
+    loop_sample: bool = False
+    socket_writes: bool = False
+    offload_mode: str | None = None
+    offload_gather: str | None = None
+    sensitivity_spec: str | None = None
+    force: bool = False
+    port: int | None = None
+    sensitivity_runs: int = 3
+    measure_overhead: bool = False
+    embedded_only_given: tuple | list = ()
+    replicas: int = 0
+    replica_delay_spec: str | None = None
+    fsync_error_spec: str | None = None
+    rates: tuple = ()
+    arrival: str = "poisson"
+    set_rate: float | None = None
+
+
+def build(o: RecordOptions) -> RecordPlan:
+    """The plan from record's options. Raises VTUsageError."""
     from valkeytrace.recording.format import check_recording_output
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_fsync_error, parse_gather, parse_sensitivity
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
 
-    if (server_command or attach_pid) and embedded_only_given:
-        given = ", ".join(f"--{p.replace('_', '-')}" for p in embedded_only_given)
+    if (o.server_command or o.attach_pid) and o.embedded_only_given:
+        given = ", ".join(f"--{p.replace('_', '-')}" for p in o.embedded_only_given)
         raise VTUsageError(f"{given} only shape the embedded server; with a SERVER_COMMAND or --attach, "
                            "configure the server itself")
-    if output:
-        check_recording_output(output, force)
-    if workloads and any(w != "none" for w in workloads):
-        _check_memory(sizes, keyspace, write_clients, get_clients, set_clients)
-        if benchmark_path:
+    if o.output:
+        check_recording_output(o.output, o.force)
+    if o.workloads and any(w != "none" for w in o.workloads):
+        _check_memory(o.sizes, o.keyspace, o.write_clients, o.get_clients, o.set_clients)
+        if o.benchmark_path:
             from valkeytrace.workload.clients import find_client
 
-            find_client(benchmark_path)  # a missing client is refused before any server starts
-    if client_cpus not in ("auto", "none"):
-        placement.choose(client_cpus, None, 1)  # a bad list is a usage error before any server starts
-    config = dict(server_config or {})
-    appendfsync, io_threads, port = _settle_config(config, appendfsync, io_threads, port, embedded_only_given)
-    if server_command:
-        _refuse_daemonize(list(server_command))
+            find_client(o.benchmark_path)  # a missing client is refused before any server starts
+    if o.client_cpus not in ("auto", "none"):
+        placement.choose(o.client_cpus, None, 1)  # a bad list is a usage error before any server starts
+    config = dict(o.server_config or {})
+    appendfsync, io_threads, port = _settle_config(config, o.appendfsync, o.io_threads, o.port, o.embedded_only_given)
+    if o.server_command:
+        _refuse_daemonize(list(o.server_command))
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
-                        binary=server_binary, command=tuple(server_command), attach_pid=attach_pid,
-                        as_root=as_root, timeout_s=server_timeout, replicas=replicas)
-    if replica_delay_spec is not None and not replicas:
+                        binary=o.server_binary, command=tuple(o.server_command), attach_pid=o.attach_pid,
+                        as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas)
+    if o.replica_delay_spec is not None and not o.replicas:
         raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
-    replica_delay = None if replica_delay_spec is None else (
-        {} if replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(replica_delay_spec))
-    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(inject_spec) if inject_spec else None, offload=offload_mode,
-                              gather_ns=parse_gather(offload_gather) if offload_gather else 0,
+    replica_delay = None if o.replica_delay_spec is None else (
+        {} if o.replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(o.replica_delay_spec))
+    emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
+                              gather_ns=parse_gather(o.offload_gather) if o.offload_gather else 0,
                               replica_fsync_delay=replica_delay,
-                              fsync_error=parse_fsync_error(fsync_error_spec) if fsync_error_spec else None)
-    if (rates or set_rate) and not any(w in ("read-heavy", "write-only") for w in workloads):
+                              fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
+    if (o.rates or o.set_rate) and not any(w in ("read-heavy", "write-only") for w in o.workloads):
         raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "
                            "write-only or all")
-    if set_rate and "read-heavy" not in workloads:
+    if o.set_rate and "read-heavy" not in o.workloads:
         raise VTUsageError("--set-rate paces read-heavy's background SETs: it needs --workload read-heavy or all")
-    settings = Settings(workloads=tuple(workloads), sizes=tuple(sizes), repeat=repeat, duration_s=duration,
-                        keyspace=keyspace, get_clients=get_clients, set_clients=set_clients,
-                        write_clients=write_clients, backend=backend,
-                        sensitivity=tuple(parse_sensitivity(sensitivity_spec)) if sensitivity_spec else (),
-                        sensitivity_runs=sensitivity_runs, rates=tuple(rates), arrival=arrival, set_rate=set_rate)
-    plan = RecordPlan(server, settings, TracerPlan(backend), emulation, benchmark_path=benchmark_path,
-                      client_cpus=client_cpus, label=label, output=output, measure_overhead=measure_overhead)
+    settings = Settings(workloads=tuple(o.workloads), sizes=tuple(o.sizes), repeat=o.repeat, duration_s=o.duration,
+                        keyspace=o.keyspace, get_clients=o.get_clients, set_clients=o.set_clients,
+                        write_clients=o.write_clients, backend=o.backend,
+                        sensitivity=tuple(parse_sensitivity(o.sensitivity_spec)) if o.sensitivity_spec else (),
+                        sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate)
+    plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
+                      client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it
-    backend, note = resolve_backend(backend, attached=attach_pid is not None)
+    backend, note = resolve_backend(o.backend, attached=o.attach_pid is not None)
     plan = dataclasses.replace(plan, settings=dataclasses.replace(settings, backend=backend),
-                               tracer=TracerPlan(backend=backend, block_threshold_us=block_threshold_us,
-                                                 aof_flush_probe=aof_flush_probe, loop_sample=loop_sample,
-                                                 socket_writes=socket_writes),
+                               tracer=TracerPlan(backend=backend, block_threshold_us=o.block_threshold_us,
+                                                 aof_flush_probe=o.aof_flush_probe, loop_sample=o.loop_sample,
+                                                 socket_writes=o.socket_writes),
                                notes=(note,) if note else ())
     plan.check()
     return plan

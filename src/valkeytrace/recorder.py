@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
@@ -126,9 +127,9 @@ class Recorder:
         self.doc = doc
         self.doc.setdefault("runs", [])
         self._encoder = recfmt.GrowingDocument()
-        self.offload = None  # tracers.offload.OffloadStats under record --emulate-offload
-        self.replicas = None  # server.replicas.ReplicaSet under record --replicas
-        self.prober = None    # workload.durability_probe.Prober under record --replicas
+        self.offload: Any = None   # tracers.offload.OffloadStats under record --emulate-offload
+        self.replicas: Any = None  # server.replicas.ReplicaSet under record --replicas
+        self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -300,7 +301,7 @@ class Recorder:
                 self.tracer.resume(self.target)
             elif traced_first:
                 self.tracer.pause(self.target)
-            run = {"ops": {}}
+            run: dict = {"ops": {}}
             self._measure(run, "read-heavy", size, traced=traced, duration_s=seconds)
             get, bg = run["ops"]["GET"], run["ops"]["SET"]
             passes["traced" if traced else "untraced"] = {"get_tps": get["tps"], "get_p99_us": get["p99_us"],

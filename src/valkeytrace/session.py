@@ -13,13 +13,14 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from valkeytrace import estimate, system
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.plan import RecordPlan
 from valkeytrace.recorder import Recorder
 from valkeytrace.recording import document
+from valkeytrace.server.process import Target
 
 
 @dataclass
@@ -42,14 +43,188 @@ def default_label(server: dict, other_binary: bool = False) -> str:
     return setting
 
 
+def _preload(env: dict) -> None:
+    """The shim in LD_PRELOAD (once)."""
+    from valkeytrace.tracers.emulation import shim_library
+
+    if shim_library() not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
+
+
+def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any]:
+    """(the server's environment, the virtual offload's stats or None): the shim preloaded for what the
+    emulation asks."""
+    from valkeytrace.tracers import offload as voff
+
+    e = plan.emulation
+    env = {**os.environ, **tracer.launch_env()}
+    if run_as:
+        tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
+    offload = None
+    if e.offload:
+        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns)
+        if run_as:
+            offload.chown(*run_as)
+        env.update(offload.env())
+        _preload(env)
+    if e.fsync_error:
+        env["VALKEYTRACE_FSYNC_ERROR"] = e.fsync_error
+        _preload(env)
+    return env, offload
+
+
+def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
+    from valkeytrace.server import process as srv
+
+    s = plan.server
+    if s.attach_pid:
+        return srv.AttachedServer(s.attach_pid)
+    if s.command:
+        return srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
+    return srv.EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config, port=s.port,
+                              binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
+
+
+def _replicas(plan: RecordPlan, target: Target, run_as):
+    from valkeytrace.server.replicas import ReplicaSet
+    from valkeytrace.tracers.factory import make_tracer
+
+    s, e, t = plan.server, plan.emulation, plan.tracer
+    replicas = ReplicaSet(target, s.replicas,
+                          lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
+                                              t.loop_sample, t.socket_writes),
+                          appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
+                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s)
+    replicas.wait_synced()
+    return replicas
+
+
+def _place(plan: RecordPlan, client, target: Target, server: dict, replicas):
+    """(the client on its CPUs, whether the server's threads were moved to the rest)."""
+    from valkeytrace.workload import placement
+
+    threads = server.get("io_threads") or 1
+    client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads))
+    rest = None if plan.server.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
+    if not rest:
+        return client, False
+    placement.pin(target.pid or 0, rest)  # a server we launched: its threads on the clients' complement
+    for r in (replicas.targets if replicas else ()):
+        placement.pin(r.pid, rest)
+    return client, True
+
+
+def _emulation(plan: RecordPlan) -> dict | None:
+    """The recording's emulation section, or None when nothing is emulated."""
+    from valkeytrace.tracers import offload as voff
+    from valkeytrace.tracers.emulation import describe_fsync_error, describe_sensitivity
+
+    e = plan.emulation
+    if not (e.fsync_delay or plan.sensitivity_ns or e.offload or e.fsync_error):
+        return None
+    described = (voff.DESCRIPTION.get(e.offload or ""), describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
+                 describe_fsync_error(e.fsync_error) if e.fsync_error else "")
+    out: dict = {"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns)}
+    if e.fsync_error:
+        out["fsync_error"] = e.fsync_error
+    out["description"] = "; ".join(x for x in described if x)
+    if e.offload:
+        out["offload"] = {"mode": e.offload, "gather_ns": e.gather_ns,
+                          **({"gather_source": e.gather_source} if e.gather_source else {})}
+    return out
+
+
+def _label(plan: RecordPlan, server: dict) -> str:
+    e = plan.emulation
+    if plan.label:
+        return plan.label
+    if e.offload:
+        return f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
+    return default_label(server, other_binary=plan.server.binary is not None)
+
+
+def _checked(plan: RecordPlan, server: dict, echo) -> list[str]:
+    """The warnings this server's settings call for (echoed); a usage error where they contradict the plan."""
+    from valkeytrace.tracers.emulation import describe_delay
+
+    e = plan.emulation
+    warnings = []
+    if e.fsync_delay:
+        echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
+    if not server["appendonly"]:
+        warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
+    if e.offload and server.get("appendfsync") != "always":
+        raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
+                           f"runs appendfsync {server.get('appendfsync')}")
+    for w in warnings:
+        echo(f"warning: {w}")
+    return warnings
+
+
+def _recorder(plan: RecordPlan, parts: tuple, server: dict, output: str, echo) -> Recorder:
+    """The recorder of this launch, its document begun."""
+    from valkeytrace.server import process as srv
+    from valkeytrace.workload import placement
+
+    target, client, tracer, offload, replicas = parts
+    server_moved = False
+    if client is not None:
+        client, server_moved = _place(plan, client, target, server, replicas)
+    warnings = _checked(plan, server, echo)
+    doc = document.new_document(
+        label=_label(plan, server), server=server, host=system.host_facts(server["config"].get("dir")),
+        client=None if client is None else {
+            "name": client.name, "version": client.version, "path": client.path,
+            "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
+        settings=plan.settings.as_recorded(), emulation=_emulation(plan), warnings=warnings)
+    recorder = Recorder(target, client, plan.settings, tracer, output, doc, owner=srv.invoking_user())
+    recorder.offload = offload
+    if replicas is not None:
+        from valkeytrace.server.replicas import node
+        from valkeytrace.workload.durability_probe import Prober
+
+        e = plan.emulation
+        document.set_nodes(doc, [node(server, "primary", e.fsync_delay)] + replicas.describe(e.replicas_delay))
+        recorder.replicas = replicas
+        recorder.prober = Prober(target.host, target.port or 0, plan.server.replicas)
+    return recorder
+
+
+def _measure(plan: RecordPlan, recorder: Recorder, progress: Callable | None) -> bool:
+    """The matrix; whether it was interrupted (what was measured is kept)."""
+    try:
+        measure = plan.measure_overhead and plan.settings.workloads != ("none",)
+        if progress is not None:
+            progress(recorder, measure)
+        else:
+            recorder.run(lambda i, n, what: None, measure_overhead=measure)
+    except KeyboardInterrupt:
+        document.add_warning(recorder.doc, "recording interrupted: runs after the last completed one were not measured")
+        return True
+    return False
+
+
+def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backend: str) -> None:
+    """The recording finished once the server ended: how it ended and the emulation's exit (its drain,
+    what it still held) are in it."""
+    if offload is not None:
+        # counters stay in runs[].offload; reports derive the figures (analysis/offload.py)
+        failure = offload.failure()
+        if failure:
+            document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
+        doc["emulation"]["offload"]["at_exit"] = offload.at_exit()
+    document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
+    first = next((r for r in doc["runs"] if r.get("started_at")), None)
+    launch_s = first["started_at"] - (time.time() - (time.monotonic() - t_start)) if first else None
+    estimate.remember(backend, launch_s, doc["runs"])
+
+
 def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str], None] = print) -> Outcome:
     """Record plan; progress(recorder, measure_overhead) runs the matrix (a progress display),
     echo gets the notes and warnings for the user (one line each)."""
     from valkeytrace.server import process as srv
     from valkeytrace.tracers import offload as voff
-    from valkeytrace.tracers.emulation import describe_delay, describe_fsync_error, describe_sensitivity, shim_library
     from valkeytrace.tracers.factory import make_tracer
-    from valkeytrace.workload import placement
     from valkeytrace.workload.clients import find_client
 
     s, e, t, settings = plan.server, plan.emulation, plan.tracer, plan.settings
@@ -69,123 +244,31 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         raise KeyboardInterrupt
     old_term = signal.signal(signal.SIGTERM, _on_term)
     old_int = signal.signal(signal.SIGINT, _on_term)
-    target = offload = replicas = None
-    output = plan.output
+    target: Target | None = None
+    offload = replicas = None
     t_start = time.monotonic()
     try:
-        env = {**os.environ, **tracer.launch_env()}
         run_as = None if s.as_root else srv.invoking_user()
-        if run_as:
-            tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
-        if e.offload:
-            offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns)
-            if run_as:
-                offload.chown(*run_as)
-            env.update(offload.env())
-            if shim_library() not in env.get("LD_PRELOAD", ""):
-                env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
-        if e.fsync_error:
-            env["VALKEYTRACE_FSYNC_ERROR"] = e.fsync_error
-            if shim_library() not in env.get("LD_PRELOAD", ""):
-                env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
-        if s.attach_pid:
-            target = srv.AttachedServer(s.attach_pid)
-        elif s.command:
-            target = srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
-        else:
-            target = srv.EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                                        port=s.port,
-                                        binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
+        env, offload = _environment(plan, tracer, run_as)
+        target = _launch(plan, env, run_as)
         server = target.describe()
         if s.replicas:
-            from valkeytrace.server.replicas import ReplicaSet
-
-            replicas = ReplicaSet(target, s.replicas,
-                                  lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
-                                                      t.loop_sample, t.socket_writes),
-                                  appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                                  binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s)
-            replicas.wait_synced()
+            replicas = _replicas(plan, target, run_as)
         if offload is not None:
             target.drain_state = offload.state
             offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
-            voff.check_engaged(target.pid)
-        warnings, server_moved = [], False
-        if client is not None:
-            threads = server.get("io_threads") or 1
-            client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads))
-            rest = None if s.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
-            if rest:
-                placement.pin(target.pid, rest)  # a server we launched: its threads on the clients' complement
-                for r in (replicas.targets if replicas else ()):
-                    placement.pin(r.pid, rest)
-                server_moved = True
-        if e.fsync_delay:
-            echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
-        if not server["appendonly"]:
-            warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
-        if e.offload and server.get("appendfsync") != "always":
-            raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
-                               f"runs appendfsync {server.get('appendfsync')}")
-        for w in warnings:
-            echo(f"warning: {w}")
-        label = plan.label or (f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
-                               if e.offload else
-                               default_label(server, other_binary=s.binary is not None))
-        output = output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
-        doc = document.new_document(
-            label=label, server=server, host=system.host_facts(server["config"].get("dir")),
-            client=None if client is None else {
-                "name": client.name, "version": client.version, "path": client.path,
-                "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
-            settings=settings.as_recorded(),
-            emulation=({"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns),
-                        **({"fsync_error": e.fsync_error} if e.fsync_error else {}),
-                        "description": "; ".join(x for x in (voff.DESCRIPTION.get(e.offload),
-                                                             describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
-                                                             describe_fsync_error(e.fsync_error) if e.fsync_error
-                                                             else "") if x),
-                        **({"offload": {"mode": e.offload, "gather_ns": e.gather_ns,
-                                        **({"gather_source": e.gather_source} if e.gather_source else {})}}
-                           if e.offload else {})}
-                       if e.fsync_delay or plan.sensitivity_ns or e.offload or e.fsync_error else None),
-            warnings=warnings)
-        recorder = Recorder(target, client, settings, tracer, output, doc, owner=srv.invoking_user())
-        recorder.offload = offload
-        if replicas is not None:
-            from valkeytrace.server.replicas import node
-
-            from valkeytrace.workload.durability_probe import Prober
-
-            document.set_nodes(doc, [node(server, "primary", e.fsync_delay)] + replicas.describe(e.replicas_delay))
-            recorder.replicas = replicas
-            recorder.prober = Prober(target.host, target.port, s.replicas)
+            voff.check_engaged(target.pid or 0)
+        label = _label(plan, server)
+        output = plan.output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
+        recorder = _recorder(plan, (target, client, tracer, offload, replicas), server, output, echo)
+        doc = recorder.doc
         recorder.checkpoint()
-        interrupted = False
-        try:
-            measure = plan.measure_overhead and loads
-            if progress is not None:
-                progress(recorder, measure)
-            else:
-                recorder.run(lambda i, n, what: None, measure_overhead=measure)
-        except KeyboardInterrupt:
-            interrupted = True
-            document.add_warning(doc, "recording interrupted: runs after the last completed one were not measured")
-        # the server ends before the recording is written: how it ended, and the emulation's exit (its
-        # drain, what it still held), are in it
+        interrupted = _measure(plan, recorder, progress)
+        # the server ends before the recording is written
         if replicas is not None:
             replicas.stop()
         target.stop()
-        if offload is not None:
-            # counters stay in runs[].offload; reports derive the figures (analysis/offload.py)
-            failure = offload.failure()
-            if failure:
-                document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
-            doc["emulation"]["offload"]["at_exit"] = offload.at_exit()
-        document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
-        first = next((r for r in doc["runs"] if r.get("started_at")), None)
-        launch_s = first["started_at"] - (time.time() - (time.monotonic() - t_start)) if first else None
-        estimate.remember(t.backend, launch_s, doc["runs"])
+        _ended(doc, offload, tracer, interrupted, t_start, t.backend)
         try:
             recorder.finish()
         except VTError as exc:

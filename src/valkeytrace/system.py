@@ -87,17 +87,17 @@ def _mount(fstype: str, path: str) -> bool:
 
 def tracepoint_exists(category: str, event: str) -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and _exists(Path(tfs, "events", category, event, "id"))
+    return tfs is not None and _exists(Path(tfs, "events", category, event, "id"))
 
 
 def uprobes_supported() -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and _exists(Path(tfs, "uprobe_events"))
+    return tfs is not None and _exists(Path(tfs, "uprobe_events"))
 
 
 def kprobes_supported() -> bool:
     tfs = tracefs_dir()
-    return bool(tfs) and _exists(Path(tfs, "kprobe_events"))
+    return tfs is not None and _exists(Path(tfs, "kprobe_events"))
 
 
 def kernel_release() -> str:

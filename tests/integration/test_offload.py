@@ -127,7 +127,9 @@ def test_a_recording_with_the_durable_virtual_offload(tmp_path):
     p50_ms = cell["ops"]["SET"]["p50_us"] / 1000
     assert abs(p50_ms - off["jobs_waited_mean"] * off["job_ms_mean"]) <= 0.25 * p50_ms
     (e,) = [x for x in run["explanation"] if x["op"] == "SET"]
-    assert "jobs of" in e["claim"] and "vt_offload" in e["claim"]
+    jobs = next(n for n in e["notes"] if n["code"] == "durability.offload_jobs")["figures"]
+    assert jobs["thread"] == "vt_offload" and abs(jobs["jobs_waited"] - off["jobs_waited_mean"]) <= 0.05, (jobs, off)
+    assert [p["role"] for p in e["evidence"]["fsync_by_role"]] == ["vt_offload"], e["evidence"]["fsync_by_role"]
 
 
 def test_refused_where_it_cannot_apply(tmp_path):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from vtcli import report_json, vt
+from vtcli import report_json, said, vt
 
 pytestmark = pytest.mark.integration
 BOUNDS = {"tps": 20.0, "p50_us": 20.0, "p99_us": 50.0}
@@ -104,6 +104,6 @@ def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_b
     doc = report_json(base, cand)
     e = next(x for x in doc["compare"]["explanation"] if x["op"] == "SET" and x["metric"] == "p50_us")
     if e["significant"]:
-        assert 0.8 <= e["server_share"] <= 1.25, e["claim"]
+        assert 0.8 <= e["server_share"] <= 1.25, said(e)
         names = {c["name"] for c in e["components"] if abs(c["delta_us"]) > 0.05 * abs(e["evidence"]["observed_delta_us"])}
         assert {"fsync", "offload_wait"} <= names, e["components"]

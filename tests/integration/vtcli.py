@@ -21,6 +21,11 @@ def report_json(*paths) -> dict:
     return json.loads(res.stdout)
 
 
+def said(entry: dict) -> str:
+    """An explanation entry's sentence, for an assertion's message (tests assert its codes and figures)."""
+    return entry.get("claim", "")
+
+
 def must_have(reason: str):
     """Skip a test that needs what this machine lacks, except in CI as root, where `make setup`
     installs it (bcc, tracefs, kernel headers): there a missing capability fails the test, so a

@@ -16,7 +16,7 @@ from valkeytrace.tracers.emulation import parse_fsync_delay
 def _plan(**kw):
     base = dict(workloads=("read-heavy",), sizes=(64,), repeat=1, duration=1.0, backend="none",
                 server_config={"hz": "20"}, inject_spec="4ms")
-    return planning.build(**{**base, **kw})
+    return planning.build(planning.RecordOptions(**{**base, **kw}))
 
 
 def test_both_commands_take_every_common_option():

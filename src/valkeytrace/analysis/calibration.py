@@ -156,7 +156,8 @@ def call_lengths(runs: list, names: tuple, thread: str = "sync") -> tuple[tuple,
 
 def _sync_cpu(runs: list[Run]) -> float | None:
     """µs of CPU a sync call takes on its thread: its length less its off-CPU time inside it."""
-    total = off = n = 0
+    total = off = 0.0
+    n = 0
     for r in runs:
         t = _sync_thread(r.server) if r.server else None
         if not t or not t.off_cpu_ns:
@@ -389,8 +390,8 @@ def _interference(cal: Calibration, runs: list[Run], passes: list[Demand]) -> No
 def _client_interference(cal: Calibration, passes: list[Demand], stall: Sampler) -> None:
     """The clients' CPU stalls: their share of time waiting for a CPU over the GET-only pass (schedstat), in
     stalls as long as the main thread's (no timeline records the clients')."""
-    waits = [p.host_cpu.clients_cpu_wait.measured for p in passes if p.host_cpu and p.host_cpu.clients_cpu_wait]
-    waits = [w for w in waits if w is not None]
+    waits = [w for p in passes if p.host_cpu and p.host_cpu.clients_cpu_wait
+             if (w := p.host_cpu.clients_cpu_wait.measured) is not None]
     mean_us = float(np.mean(stall.values_us)) if stall.values_us else 0.0
     rate = float(np.median(waits)) / (mean_us / 1e6) if waits and mean_us else 0.0
     cal.params = replace(cal.params, client_interference=Interference(rate, stall))
@@ -401,7 +402,7 @@ def _client_interference(cal: Calibration, passes: list[Demand], stall: Sampler)
 OP_GET = "GET"
 
 
-def _fit_jitter(cal: Calibration, passes: list[dict]) -> None:
+def _fit_jitter(cal: Calibration, passes: list) -> None:
     """The share of replies delayed on their way (an exponential delay whose mean puts the pass's p99
     where it was measured when 1% of them are), fitted so that the GET-only pass's p99 comes out as
     measured (the median of the passes'): the simulated passes' latencies, each delayed with that

@@ -60,7 +60,8 @@ def answered(offsets, conns, events, nbytes=None) -> list[tuple[int, int, int, i
     """(conn, arrival, read, reply, reply bytes) of each request answered, from a window's socket
     events in time order (server.requests' columns), in reply order per connection; an arrival not
     seen (a request already queued) is its read; reply bytes 0 where the events carry none."""
-    out, state = [], {}
+    out: list = []
+    state: dict = {}
     for off, conn, ev, nb in zip(offsets, conns, events, nbytes if nbytes is not None else repeat(0)):
         s = state.setdefault(conn, [None, None])
         if ev == 0:  # arrive

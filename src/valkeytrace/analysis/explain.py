@@ -81,7 +81,7 @@ def side_inputs(side: model.Side) -> dict:
     return out
 
 
-def model_check(doc, cell: CellSummary, op: str, sens: list, k: float, notes: list | None = None) -> str:
+def model_check(doc, cell: CellSummary, op: str, sens: list | tuple, k: float, notes: list | None = None) -> str:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
     measured against the model's k fsync cycles per request (sens: sensitivity.sensitivity(doc);
@@ -113,7 +113,7 @@ def _placed(server) -> list[dict]:
     return [p.to_json() for p in fsync_placement(server)]
 
 
-def _judged(row, metric: str, labels: tuple, notes: list) -> str:
+def _judged(row, metric: str, labels: tuple[str, str], notes: list) -> str:
     """How the change of metric was judged: from the launches, the paths, or the repeats."""
     sig, iv = row.significant[metric], row.interval[metric]
     if iv is not None:
@@ -273,7 +273,7 @@ def group_commit_entry(row, b: CellSummary, c: CellSummary, dur: str | None) -> 
                  caveat_records=[caveat("durability_differs", None, dur)] if dur else [])
 
 
-def explain_run(cells: list[CellSummary], doc, sens: list = ()) -> list[Entry]:
+def explain_run(cells: list[CellSummary], doc, sens: list | tuple = ()) -> list[Entry]:
     """Single recording: where each measured op's p50 goes, by component (explained_share: the
     fsync + AOF-write part of it). sens: the recording's sensitivity.sensitivity entries."""
     doc = decode(doc)
@@ -287,11 +287,11 @@ def explain_run(cells: list[CellSummary], doc, sens: list = ()) -> list[Entry]:
             continue
         why_not = model.unmodelled_reason(cell.server)
         claim = f"{op} p50 {_ms(lat)}. " + _where(doc.label, cell.server, lat)
-        said = offload_sentence(doc.label, doc, cell) if op == "SET" else ""
+        notes: list[Note] = []
+        said = offload_sentence(doc.label, doc, cell, notes) if op == "SET" else ""
         if said:
             claim += " " + said
         comps: list[Part] = []
-        notes: list[Note] = []
         share = None
         if why_not:
             claim += f" Not modelled: {why_not}."

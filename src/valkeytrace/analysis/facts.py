@@ -5,7 +5,7 @@ cell carries, SETs per fsync, durability, and the server's own view (INFO latenc
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis import offload
 from valkeytrace.analysis.summary import MainThread, ServerSummary
@@ -13,6 +13,14 @@ from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 from valkeytrace.recording.model import Document, Run, decode, decode_as
 
 IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
+
+
+@dataclass
+class Note:
+    """One thing a claim says, as data: a stable code and the figures its sentence states (analysis/words.py
+    records most of them)."""
+    code: str
+    figures: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -81,9 +89,11 @@ def _pct(x: float) -> str:
     return f"{x:+.0f}%".replace("-", "\u2212")
 
 
-def _where(label: str, server: ServerSummary, latency_us: float | None = None) -> str:
+def _where(label: str, server: ServerSummary | None, latency_us: float | None = None) -> str:
     """One sentence: where the fsyncs ran and what the main thread did (and, given a latency,
     how many time-weighted loop iterations it spans)."""
+    if server is None:
+        return f"{label}: no server figures."
     m = server.main_thread
     place = fsync_placement(server)
     f_pct = (m.blocked_in_fsync_pct or 0)
@@ -297,12 +307,16 @@ def server_view_gap(runs: list, cell: CellSummary) -> ServerViewGap | None:
 P50 = "p50"  # INFO latencystats' percentile key
 
 
-def offload_sentence(label: str, doc: dict, cell: CellSummary) -> str:
+def offload_sentence(label: str, doc, cell: CellSummary, notes: list | None = None) -> str:
     """What a SET waited for under a durable virtual offload, measured: '' elsewhere."""
     j = offload.jobs(doc, cell.workload, cell.value_size)
     if not j or j.job_ms_mean is None:
         return ""
     w = j.jobs_waited_mean
+    if notes is not None:
+        notes.append(Note("durability.offload_jobs", {"thread": "vt_offload", "jobs_waited": w,
+                                                       "job_ms": j.job_ms_mean, "sets_per_job": j.sets_per_job,
+                                                       "held_replies": j.held_replies}))
     how = ("the clients answer in two cohorts: a SET that arrives while a job is in flight waits it out, then "
            "its own" if w >= 1.5 else "one batch per round trip: group commit")
     return (f"{label}: each SET waited {w:.1f} jobs of {j.job_ms_mean:.2f} ms (a batch's write + fdatasync on "
@@ -401,6 +415,8 @@ def set_mechanism(b: CellSummary, c: CellSummary) -> str:
         return ""
     wb, wc = db.jobs_waited_per_write, dc.jobs_waited_per_write
     jb, jc = db.job_ms_p50, dc.job_ms_p50
+    if jb is None or jc is None:
+        return ""
     if db.cohorts != dc.cohorts or abs(wc - wb) >= 0.3:
         what = (f"the cohorts ({db.cohorts} -> {dc.cohorts}): a write waits {wb:.1f} -> {wc:.1f} "
                 f"of them, each {jb:.2f} -> {jc:.2f} ms")

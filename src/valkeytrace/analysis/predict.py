@@ -16,7 +16,7 @@ import numpy as np
 
 from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, calibrate, groups_for, rates_of
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
-from valkeytrace.recording.model import FsyncDelay, decode, decode_as
+from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
 
 REPLICATES = 3            # simulated runs a prediction takes the median of (as a cell, of its repeats)
@@ -177,7 +177,9 @@ def run(p: Params, replicates: int = REPLICATES) -> tuple[dict, PredictedServer,
             g = next(x for x in p.groups if x.op == op)
             per = [getattr(r, which)[op] for r in results]
             figs = [x.figures() for x in per]
-            o = PredictedOp(g.clients, role, **{k: _median([f.get(k) for f in figs]) for k in FIGURES})
+            o = PredictedOp(g.clients, role)
+            for k in FIGURES:
+                setattr(o, k, _median([f.get(k) for f in figs]))
             if g.rate:  # open loop: saturated as most replicates were
                 o.rate, o.saturated = g.rate, sum(bool(x.open and x.open.saturated) for x in per) * 2 > len(per)
             ops[op] = o
@@ -228,16 +230,16 @@ def self_check(cal: Calibration) -> dict:
     return own
 
 
-def predict(doc: dict, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:
+def predict(doc: dict | Document, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:
     """Each cell (calibrated from its closed loop if recorded, else from its first recorded rate), as
     changed; with rates, once per rate (open loop), the cell's self-check simulated once."""
-    doc = decode(doc)
-    out = Prediction([], change, doc.label or "baseline")
-    for workload, size in cells or cells_of(doc):
-        recorded = rates_of(doc, workload, size)
+    rec = decode(doc)
+    out = Prediction([], change, rec.label or "baseline")
+    for workload, size in cells or cells_of(rec):
+        recorded = rates_of(rec, workload, size)
         src = None if None in recorded or not recorded else recorded[0]
         try:
-            cal = calibrate(doc, workload, size, src)
+            cal = calibrate(rec, workload, size, src)
         except CalibrationError as exc:
             out.errors.append(f"{workload} {size} B: {exc}")
             continue

@@ -116,7 +116,7 @@ def _probe_chains(run: Run, links: list) -> list[tuple[float, dict]]:
     """(client WAITAOF µs, parts) per probe matched with its kernel chain: the chain of the
     replica the WAITAOF waited for (its sync ended last), the probe by its SET's send."""
     probe = run.replication or ReplicationProbe()
-    by_p0 = {}
+    by_p0: dict = {}
     for lk in links:
         for p0, pts in lk.chains:
             if p0 not in by_p0 or pts[5] > by_p0[p0][5]:

@@ -292,7 +292,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     r_acks_t, _ = replica.moved(rl, SEND)
     p_acks_t, _ = primary.moved(pl, RECV)
 
-    def carried(arrive, rd, reply):
+    def carried_by(arrive, rd, reply):
         """(the primary's sync that made it durable, the link write that carried it) of a write"""
         p1 = int(_last_at_or_before(sync_end, reply))
         j = int(np.searchsorted(st, max(rd, p1) if p1 >= arrive else rd, side="left"))
@@ -301,7 +301,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     prev = {}
     for conn, arrive, rd, reply, nb in rows:
         if nb == OK_REPLY:
-            p1, j = carried(arrive, rd, reply)
+            p1, j = carried_by(arrive, rd, reply)
             if j is not None:
                 lag.append(int(arrival[j]) - rd)
                 if p1 >= arrive:

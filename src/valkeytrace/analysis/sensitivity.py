@@ -78,18 +78,18 @@ def sensitivity(doc) -> list[Slope]:
         op = MEASURED_OP.get(key[0])
         if not op or op not in base.ops:
             continue
-        at = [(lvl, by_level[lvl].get(key)) for lvl in levels]
-        at = [(lvl, c) for lvl, c in at if c is not None and op in c.ops and c.server]
+        at = [(lvl, c) for lvl in levels if (c := by_level[lvl].get(key)) is not None and op in c.ops and c.server]
         cells = [c for _, c in at]
-        roles = sorted({t.role for c in cells for t in c.server.threads if t.fdatasync.count or t.fsync.count})
+        roles = sorted({t.role for c in cells if c.server for t in c.server.threads
+                        if t.fdatasync.count or t.fsync.count})
         for role in roles:
             # the mean beside the percentiles: a run's p50 can lie on another path of the server
             # (1 run in 9 here: GET-only rounds answered with no fsync), its mean cannot (Little's
             # law: the clients' requests in flight are fixed), so the mean's slope holds when the
             # p50's does not (tests/integration/test_explain_controls.py)
             for metric in ("p50_us", "p99_us", "mean_us"):
-                measured = [(lvl, c, _fsync_p50(c.server, role), c.ops[op].get(metric)) for lvl, c in at]
-                measured = [(lvl, c, x, y) for lvl, c, x, y in measured if x is not None and y is not None]
+                measured = [(lvl, c, x, y) for lvl, c in at
+                            if (x := _fsync_p50(c.server, role)) is not None and (y := c.ops[op].get(metric)) is not None]
                 if len(measured) < MIN_POINTS:
                     continue
                 pts = [[round(x, 1), round(y, 1)] for _, _, x, y in measured]

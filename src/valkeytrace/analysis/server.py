@@ -77,8 +77,9 @@ class _RoleAcc:
     wall_ns: int = 0
 
     def thread_role(self, role: str, n_windows: int) -> ThreadRole:
-        th = ThreadRole(role=role, names=sorted(self.names), threads=len(self.tids),
-                        **{call: call_summary(self.calls[call], self.bytes[call]) for call in CALLS})
+        th = ThreadRole(role=role, names=sorted(self.names), threads=len(self.tids))
+        for call in CALLS:
+            setattr(th, call, call_summary(self.calls[call], self.bytes[call]))
         th.off_cpu_ms = sum(self.off_cpu_ns.values()) / 1e6
         th.off_cpu_ms_by_state = {s: v / 1e6 for s, v in self.off_cpu_ns.items()}
         # the kernel's own accounting (/proc/PID/task/TID/schedstat) over the same windows, when

@@ -34,9 +34,9 @@ import numpy as np
 
 from valkeytrace import workloads
 from valkeytrace.analysis import launches
-from valkeytrace.analysis.replication import replica_summaries, replication
+from valkeytrace.analysis.replication import Replication, replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
-from valkeytrace.analysis.summary import ServerSummary
+from valkeytrace.analysis.summary import Durability, ServerSummary
 from valkeytrace.recording.model import CpuWait, Document, Op, Run, decode, decode_as
 
 WORKLOADS = workloads.NAMES  # the registry's (valkeytrace/workloads.py)
@@ -136,7 +136,7 @@ class CellSummary:
     # summary, and who waited for a CPU in it
     per_repeat: list = field(default_factory=list)
     replicas: list = field(default_factory=list)  # record --replicas: each replica's ServerSummary
-    replication: object | None = None  # analysis.replication.Replication (record --replicas)
+    replication: Replication | None = None  # record --replicas
     rate: float | None = None    # open loop (record --rate): the measured op's requests due per second
 
     @property
@@ -325,7 +325,7 @@ def _op_summary(runs: list[Run], op: str, size: int) -> OpSummary | None:
     rows = [v for v in (_op_values(r, op, size) for r in runs) if v]
     if not rows:
         return None
-    values = {m: [r.figures[m] for r in rows if r.figures[m] is not None] for m in FIGURES}
+    values: dict[str, list[float]] = {m: [v for r in rows if (v := r.figures[m]) is not None] for m in FIGURES}
     return OpSummary(
         op=op, role=rows[0].role, clients=rows[0].clients, n=len(rows),
         median=Figures(**{m: float(np.median(v)) if v else None for m, v in values.items()}),
@@ -424,10 +424,10 @@ class ReplicationRow:
     significance decided once (replication.significance)."""
     workload: str
     value_size: int
-    base: object        # replication.Replication
-    cand: object
-    base_durability: object | None  # summary.Durability of the primary, each side
-    cand_durability: object | None
+    base: Replication
+    cand: Replication
+    base_durability: Durability | None  # of the primary, each side
+    cand_durability: Durability | None
     deltas: dict        # metric -> pct or None
     significant: dict   # metric -> True / False / None
     rule: dict          # metric -> how it was decided
@@ -470,6 +470,7 @@ def compare(base_cells: list[CellSummary], cand_cells: list[CellSummary],
 def _replication_row(b: CellSummary, c: CellSummary) -> ReplicationRow:
     from valkeytrace.analysis import replication as repl
 
+    assert b.replication is not None and c.replication is not None  # comparison() pairs replicated cells only
     decided = {m: repl.significance(b.replication, c.replication, m, MIN_EFFECT) for m in repl.METRICS}
     return ReplicationRow(b.workload, b.value_size, b.replication, c.replication,
                           b.server.durability if b.server else None, c.server.durability if c.server else None,

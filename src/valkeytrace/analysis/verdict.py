@@ -69,7 +69,9 @@ class Verdict:
     @property
     def finding(self) -> str:
         """The verdict's stable code: change.significant / change.not_significant / change.unknown."""
-        return {True: "change.significant", False: "change.not_significant"}.get(self.significant, "change.unknown")
+        if self.significant is None:
+            return "change.unknown"
+        return "change.significant" if self.significant else "change.not_significant"
 
     def as_json(self) -> dict:
         return {"finding": self.finding, **asdict(self)}
@@ -105,7 +107,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
     if comparison is None:
         return []
     entries = {e.key: e for e in explanation or []}
-    slopes = {}
+    slopes: dict = {}
     for s in base_sensitivity or []:
         key = (s.workload, s.op, s.value_size, s.metric)
         if key not in slopes or s.thread_role == "main":
@@ -116,11 +118,12 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
         if row.op != MEASURED_OP.get(row.workload):
             continue
         for metric in VERDICT_METRICS:
-            key = (row.workload, row.op, row.value_size, row.rate, metric)
+            check_key = (row.workload, row.op, row.value_size, row.rate, metric)
             sig = row.significant[metric]
             b, c = row.base.get(metric), row.cand.get(metric)
+            d = delta_pct(b, c)
             v = Verdict(row.workload, row.op, row.value_size, metric, b, c,
-                        None if delta_pct(b, c) is None else round(delta_pct(b, c), 2), sig,
+                        None if d is None else round(d, 2), sig,
                         rule_of(row, metric, sig), [row.base.n, row.cand.n],
                         bimodal=metric == "p50_us" and path_bound(row.base, row.cand), rate=row.rate,
                         saturated=[row.base.saturated, row.cand.saturated] if row.rate else None)
@@ -131,7 +134,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                 v.bimodal = metric == "p50_us" and any(max(x) >= 1.5 * min(x) > 0 for x in (lb, lc))
                 if not iv.significant:
                     v.launches_needed = ln.launches_needed(lb, lc, DETECT_PCT)
-            e = entries.get(key)
+            e = entries.get(check_key)
             if e is not None and e.leading_component:
                 v.leading_component = e.leading_component
                 v.leading_label = model.LABELS.get(e.leading_component, e.leading_component)
@@ -139,7 +142,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
             s = slopes.get((row.workload, row.op, row.value_size, metric))
             if s is not None:
                 v.slope = Slope(s.thread_role, s.slope, s.r2, bool(s.reliable), s.points)
-            w = checks.get(key)
+            w = checks.get(check_key)
             if w is not None and w.measured and w.error_pct is not None:
                 v.whatif = WhatIf(w.predicted, w.measured, w.error_pct, w.tolerance_pct, w.verdict or "")
             out.append(v)

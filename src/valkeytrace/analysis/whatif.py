@@ -120,7 +120,7 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
     out = []
     for cell in cand_cells:
         op = MEASURED_OP.get(cell.workload)
-        if op not in cell.ops:
+        if op is None or op not in cell.ops:
             continue
         try:
             cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)

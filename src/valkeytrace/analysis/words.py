@@ -8,17 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from valkeytrace.analysis import model
-from valkeytrace.analysis.facts import _ms, _pct, littles_law
+from valkeytrace.analysis.facts import Note, _ms, _pct, littles_law
 from valkeytrace.analysis.tables import MIN_EFFECT, CellSummary
 
 PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
-
-
-@dataclass
-class Note:
-    """One thing a claim says, as data: a stable code and the figures its sentence states."""
-    code: str
-    figures: dict = field(default_factory=dict)
 
 
 def _add(notes: list | None, code: str, **figures) -> None:
@@ -173,7 +166,8 @@ def cpu_wait_sentence(b: CellSummary, c: CellSummary, notes: list | None = None)
     return out + "."
 
 
-def throughput_sentence(op: str, row, b: CellSummary, c: CellSummary, labels: tuple, notes: list | None = None) -> str:
+def throughput_sentence(op: str, row, b: CellSummary, c: CellSummary, labels: tuple[str, str],
+                        notes: list | None = None) -> str:
     """When the latency did not move but the op's throughput did: where the requests went (the
     clients in flight, by Little's law) and who took the host's CPU. '' otherwise."""
     if row.significant[TPS] is not True:

@@ -13,6 +13,7 @@ both sides measured.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import json
 import os
 import shutil
@@ -83,135 +84,38 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     to both sides; a side's own option replaces (or, for config, adds to) the common one. Writes
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
-    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
-
-    auto_gather = (candidate_offload_gather or "").strip().lower() == "auto"
+    sides = {"baseline": SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
+                                     baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity),
+             "candidate": SideOptions(candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
+                                      candidate_emulate_offload, candidate_offload_gather)}
+    auto_gather = (sides["candidate"].offload_gather or "").strip().lower() == "auto"
     if auto_gather:
-        candidate_offload_gather = None
-        _check_auto_gather(candidate_emulate_offload, baseline_emulate_offload, common)
-    common_plan = planning.build(**build_kwargs(common))
-    for note in common_plan.notes:
-        click.echo(f"note: {note}", err=True)
-    plans = {side: common_plan.for_side(binary=binary, config=config, label=label,
-                                        fsync_delay=parse_fsync_delay(inject) if inject else None, offload=offload,
-                                        gather_ns=parse_gather(gather) if gather else None)
-             for side, binary, config, label, inject, offload, gather in (
-                 ("baseline", baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
-                  baseline_emulate_offload, baseline_offload_gather),
-                 ("candidate", candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
-                  candidate_emulate_offload, candidate_offload_gather))}
-    if baseline_fsync_sensitivity:
-        plans["baseline"] = plans["baseline"].for_side(sensitivity_ns=parse_sensitivity(baseline_fsync_sensitivity),
-                                                       sensitivity_runs=-(-3 // launches))
+        sides["candidate"] = dataclasses.replace(sides["candidate"], offload_gather=None)
+        _check_auto_gather(sides["candidate"].emulate_offload, sides["baseline"].emulate_offload, common)
+    plans = side_plans(common, sides, launches)
     from valkeytrace import estimate
-    from valkeytrace.cli.record import describe_plan
 
     order = launch_order(launches)
     per = {side: estimate.estimate(plans[side].tracer.backend, plans[side].settings.matrix(),
                                    plans[side].settings.duration_s)["per_launch_s"] for side in SIDES}
-    total_s = sum(per[side] for side, _ in order)
     if dry_run:
-        for side in SIDES:
-            click.echo(f"{side}:")
-            for line in describe_plan(dataclasses.replace(plans[side], output=os.path.join(outdir, f"{side}.vtrace")),
-                                      launches)[:-1]:
-                click.echo(f"  {line}")
-        est = {"seconds": total_s, "launches": 2 * launches, "runs": sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
-               "measured": all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1)["measured"] for s in SIDES)}
-        click.echo(f"estimated: {estimate.describe(est)}")
+        _dry_run(plans, outdir, launches, sum(per[side] for side, _ in order))
         return
     parent = os.path.dirname(os.path.abspath(outdir))
     if not os.path.isdir(parent):
         raise VTUsageError(f"-o {outdir}: directory {parent} does not exist")
     work = os.path.join(outdir, ".launches")
-    state = os.path.join(work, "compare.json")
     fingerprint = json.dumps({"launches": launches, "auto_gather": auto_gather,
                               **{s: json.loads(dataclasses.replace(plans[s], output=None, notes=()).as_json())
                                  for s in SIDES}}, sort_keys=True)
-    finished = os.path.join(outdir, ".compare.json")  # the options of the comparison the directory holds
-    sides_there = all(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES)
-    if sides_there and not os.path.exists(state) and os.path.exists(finished):
-        with open(finished) as f:
-            same = f.read() == fingerprint
-        if not same:
-            raise VTUsageError(f"-o {outdir} already holds a comparison made with other options: give a new directory")
+    resuming = _directory(outdir, work, fingerprint)
+    if resuming is None:
         click.echo(f"{outdir} holds this comparison already, complete: its report", err=True)
-        from valkeytrace.cli.report import report
-
-        ctx.invoke(report, compare_paths=tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES), recordings=(),
-                   fmt=None, output=None, plot_dir=None, labels=None, detail=False)
+        _report(ctx, tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES))
         return
-    resuming = os.path.exists(state)
-    if resuming:
-        with open(state) as f:
-            if f.read() != fingerprint:
-                raise VTUsageError(f"-o {outdir} holds an interrupted comparison made with other options: run the same "
-                                   "command to resume it, or give a new directory")
-    elif any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
-        raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
-    os.makedirs(work, exist_ok=True)
-    with open(state, "w") as f:
-        f.write(fingerprint)
-    done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
-    interrupted = False
     started = time.monotonic()
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[launch]}"),
-                  TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
-                  auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
-        task = progress.add_task("launching", total=total_s, launch=f"0/{len(order)}", eta=_clock(total_s))
-        left = total_s
-        for i, (side, k) in enumerate(order):
-            path = os.path.join(work, f"{side}-{k}.vtrace")
-            if resuming and _complete(path):
-                done[side].append((k, path))
-                left -= per[side]
-                continue
-            if os.path.exists(path):
-                os.unlink(path)  # a launch cut short: measured again, whole
-            if side == "candidate" and auto_gather and not plans["candidate"].emulation.gather_ns:
-                plans["candidate"] = _resolve_gather(work, plans["candidate"], done["baseline"])
-            t0 = time.monotonic()
-
-            def tick():
-                el = time.monotonic() - t0
-                progress.update(task, completed=total_s - left + min(el, per[side]), launch=f"{i + 1}/{len(order)}",
-                                eta=_clock(max(0.0, left - el)), description=f"{side} launch {k}")
-            tick()
-            plan_path = os.path.join(work, f"{side}-{k}.plan.json")
-            with open(plan_path, "w") as f:
-                f.write(dataclasses.replace(plans[side], output=path, notes=()).as_json())
-            argv = [sys.executable, "-m", "valkeytrace", "record", "--plan", plan_path]
-            status, err, interrupted = run_launch(argv, tick)
-            took = time.monotonic() - t0
-            left -= per[side]
-            per[side] = 0.5 * per[side] + 0.5 * took  # what this host takes, for the launches still to come
-            left = sum(per[s] for s, _ in order[i + 1:])
-            if _complete(path) or (os.path.exists(path) and not interrupted):
-                done[side].append((k, path))
-            if interrupted:
-                break
-            if status != 0:
-                last = (err.strip().splitlines() or ["no output"])[-1]
-                if not done["baseline"] and not done["candidate"]:
-                    shutil.rmtree(work, ignore_errors=True)
-                    raise VTError(f"{side} launch {k} failed: {last.removeprefix('valkeytrace: error: ')}")
-                click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
-        progress.update(task, completed=total_s if not interrupted else progress.tasks[0].completed, eta=_clock(0))
-    written = []
-    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in sorted(done[s]) if os.path.exists(p)], s)
-            for s in SIDES}
-    if docs["baseline"] and docs["candidate"] and docs["baseline"].get("label") == docs["candidate"].get("label"):
-        for s in SIDES:
-            docs[s]["label"] = f"{docs[s]['label']} ({s})"
-    for s in SIDES:
-        if docs[s] is not None and any(r.get("status") == "ok" for r in docs[s].get("runs", [])):
-            path = os.path.join(outdir, f"{s}.vtrace")
-            recfmt.write(path, docs[s])
-            written.append(path)
+    done, interrupted = _launch_all(Launches(work, plans, order, per, resuming, auto_gather))
+    written = _write_sides(outdir, done)
     if interrupted:
         click.echo(f"interrupted: the launches measured so far stay in {work}; the same command resumes", err=True)
     else:
@@ -223,14 +127,176 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done['baseline'])} + {len(done['candidate'])} launches "
                f"in {took:.0f} s", err=True)
     if len(written) == 2:
-        from valkeytrace.cli.report import report
-
-        ctx.invoke(report, compare_paths=tuple(written), recordings=(), fmt=None, output=None, plot_dir=None,
-                   labels=None, detail=False)
+        _report(ctx, tuple(written))
     if interrupted:
         sys.exit(130)
     if len(written) < 2:
         raise VTError("one side has no launch measured: nothing to compare")
+
+
+@dataclass(frozen=True)
+class SideOptions:
+    """One side's own options of a comparison (each replaces the common one; config adds to it)."""
+    binary: str | None = None
+    config: dict | None = None
+    label: str | None = None
+    inject_fsync_delay: str | None = None
+    emulate_offload: str | None = None
+    offload_gather: str | None = None
+    fsync_sensitivity: str | None = None  # the baseline's only
+
+
+def side_plans(common: dict, sides: dict, launches: int) -> dict:
+    """{side: RecordPlan}: the common options' plan, each side's own options applied."""
+    from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
+
+    common_plan = planning.build(planning.RecordOptions(**build_kwargs(common)))
+    for note in common_plan.notes:
+        click.echo(f"note: {note}", err=True)
+    plans = {}
+    for side, o in sides.items():
+        plans[side] = common_plan.for_side(
+            binary=o.binary, config=o.config, label=o.label,
+            fsync_delay=parse_fsync_delay(o.inject_fsync_delay) if o.inject_fsync_delay else None,
+            offload=o.emulate_offload, gather_ns=parse_gather(o.offload_gather) if o.offload_gather else None)
+        if o.fsync_sensitivity:
+            plans[side] = plans[side].for_side(sensitivity_ns=parse_sensitivity(o.fsync_sensitivity),
+                                               sensitivity_runs=-(-3 // launches))
+    return plans
+
+
+def _dry_run(plans: dict, outdir: str, launches: int, total_s: float) -> None:
+    from valkeytrace import estimate
+    from valkeytrace.cli.record import describe_plan
+
+    for side in SIDES:
+        click.echo(f"{side}:")
+        for line in describe_plan(dataclasses.replace(plans[side], output=os.path.join(outdir, f"{side}.vtrace")),
+                                  launches)[:-1]:
+            click.echo(f"  {line}")
+    est = {"seconds": total_s, "launches": 2 * launches, "runs": sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
+           "measured": all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1)["measured"] for s in SIDES)}
+    click.echo(f"estimated: {estimate.describe(est)}")
+
+
+def _report(ctx, paths: tuple) -> None:
+    from valkeytrace.cli.report import report
+
+    ctx.invoke(report, compare_paths=paths, recordings=(), fmt=None, output=None, plot_dir=None, labels=None,
+               detail=False)
+
+
+def _directory(outdir: str, work: str, fingerprint: str) -> bool | None:
+    """Whether the launches resume an interrupted comparison in outdir (False: a new one); None when outdir
+    holds this comparison complete. Refuses a directory that holds another."""
+    state = os.path.join(work, "compare.json")
+    finished = os.path.join(outdir, ".compare.json")  # the options of the comparison the directory holds
+    sides_there = all(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES)
+    if sides_there and not os.path.exists(state) and os.path.exists(finished):
+        with open(finished) as f:
+            same = f.read() == fingerprint
+        if not same:
+            raise VTUsageError(f"-o {outdir} already holds a comparison made with other options: give a new directory")
+        return None
+    resuming = os.path.exists(state)
+    if resuming:
+        with open(state) as f:
+            if f.read() != fingerprint:
+                raise VTUsageError(f"-o {outdir} holds an interrupted comparison made with other options: run the same "
+                                   "command to resume it, or give a new directory")
+    elif any(os.path.exists(os.path.join(outdir, f"{s}.vtrace")) for s in SIDES):
+        raise VTUsageError(f"-o {outdir} already holds a comparison: give a new directory")
+    os.makedirs(work, exist_ok=True)
+    with open(state, "w") as f:
+        f.write(fingerprint)
+    return resuming
+
+
+@dataclass
+class Launches:
+    """The launches of a comparison: where they go, each side's plan, their order, each side's
+    estimated seconds a launch (updated as they run)."""
+    work: str
+    plans: dict
+    order: list
+    per: dict
+    resuming: bool
+    auto_gather: bool
+
+
+def _launch_all(ls: Launches) -> tuple[dict, bool]:
+    """Run the launches in order under a progress bar: ({side: [(k, path)]} measured, interrupted)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
+    order, per, plans = ls.order, ls.per, ls.plans
+    total_s = sum(per[side] for side, _ in order)
+    interrupted = False
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[launch]}"),
+                  TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
+                  auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
+        task = progress.add_task("launching", total=total_s, launch=f"0/{len(order)}", eta=_clock(total_s))
+        left = total_s
+        for i, (side, k) in enumerate(order):
+            path = os.path.join(ls.work, f"{side}-{k}.vtrace")
+            if ls.resuming and _complete(path):
+                done[side].append((k, path))
+                left -= per[side]
+                continue
+            if os.path.exists(path):
+                os.unlink(path)  # a launch cut short: measured again, whole
+            if side == "candidate" and ls.auto_gather and not plans["candidate"].emulation.gather_ns:
+                plans["candidate"] = _resolve_gather(ls.work, plans["candidate"], done["baseline"])
+            t0 = time.monotonic()
+
+            def tick():
+                el = time.monotonic() - t0
+                progress.update(task, completed=total_s - left + min(el, per[side]), launch=f"{i + 1}/{len(order)}",
+                                eta=_clock(max(0.0, left - el)), description=f"{side} launch {k}")
+            tick()
+            plan_path = os.path.join(ls.work, f"{side}-{k}.plan.json")
+            with open(plan_path, "w") as f:
+                f.write(dataclasses.replace(plans[side], output=path, notes=()).as_json())
+            argv = [sys.executable, "-m", "valkeytrace", "record", "--plan", plan_path]
+            status, err, interrupted = run_launch(argv, tick)
+            per[side] = 0.5 * per[side] + 0.5 * (time.monotonic() - t0)  # this host's, for the launches to come
+            left = sum(per[s] for s, _ in order[i + 1:])
+            if _complete(path) or (os.path.exists(path) and not interrupted):
+                done[side].append((k, path))
+            if interrupted:
+                break
+            if status != 0:
+                _launch_failed(ls.work, side, k, err, done)
+        progress.update(task, completed=total_s if not interrupted else progress.tasks[0].completed, eta=_clock(0))
+    return done, interrupted
+
+
+def _launch_failed(work: str, side: str, k: int, err: str, done: dict) -> None:
+    """A failed launch: the comparison's end when nothing was measured yet, else a warning."""
+    last = (err.strip().splitlines() or ["no output"])[-1]
+    if not done["baseline"] and not done["candidate"]:
+        shutil.rmtree(work, ignore_errors=True)
+        raise VTError(f"{side} launch {k} failed: {last.removeprefix('valkeytrace: error: ')}")
+    click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
+
+
+def _write_sides(outdir: str, done: dict) -> list[str]:
+    """Each side's launches merged into outdir/SIDE.vtrace (a side with a measured run); the paths written."""
+    written = []
+    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in sorted(done[s]) if os.path.exists(p)], s)
+            for s in SIDES}
+    base, cand = docs["baseline"], docs["candidate"]
+    if base is not None and cand is not None and base.get("label") == cand.get("label"):
+        for s, d in (("baseline", base), ("candidate", cand)):
+            d["label"] = f"{d['label']} ({s})"
+    for s, merged in docs.items():
+        if merged is not None and any(r.get("status") == "ok" for r in merged.get("runs", [])):
+            path = os.path.join(outdir, f"{s}.vtrace")
+            recfmt.write(path, merged)
+            written.append(path)
+    return written
 
 
 def _check_auto_gather(cand_offload, base_offload, common: dict) -> None:

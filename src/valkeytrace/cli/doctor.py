@@ -29,9 +29,13 @@ class Check:
 
 def run_checks() -> list[Check]:
     checks: list[Check] = []
-    add = checks.append
+    for section in (_check_bpf, _check_tracepoints, _check_probes, _check_parts):
+        section(checks.append)
+    return checks
 
-    # privileges
+
+def _check_bpf(add) -> None:
+    """Privileges, bcc, tracefs, and the kernel headers proven by compiling and loading a program."""
     if system.has_bpf_privileges():
         add(Check("privileges", OK, "root" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON"))
     else:
@@ -83,7 +87,14 @@ def run_checks() -> list[Check]:
                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                       "install matching linux-headers, or run doctor --fix to link the nearest ones"))
 
-    # tracepoints: the ones the default path uses, then the fallbacks'
+
+
+def _check_tracepoints(add) -> None:
+    """The tracepoints the default path uses, then the fallbacks'."""
+    from valkeytrace.tracers import ebpf_plan
+
+    tfs = system.tracefs_dir()
+
     def absent(tps):
         return [f"{c}:{e}" for c, e in tps if not system.tracepoint_exists(c, e)]
     if not tfs:
@@ -108,7 +119,13 @@ def run_checks() -> list[Check]:
             if missing else Check("syscall tracepoints", OK, "fdatasync/fsync and raw_syscalls present (the "
                                   "fallback source and --socket-writes)"))
 
-    # BTF and bpftool: task_struct offsets for the raw sched_switch probe and the idle cause
+
+
+def _check_probes(add) -> None:
+    """BTF and bpftool (task_struct offsets for the raw sched_switch probe and the idle cause), uprobes,
+    objdump, kprobes."""
+    from valkeytrace.tracers import ebpf_plan
+
     btf = os.path.exists("/sys/kernel/btf/vmlinux")
     bpftool = ebpf_plan.bpftool_path()
     if not btf:
@@ -141,7 +158,10 @@ def run_checks() -> list[Check]:
     add(Check("kprobes", NOTE, "present (not used)" if system.kprobes_supported()
               else "absent (fine: valkeytrace uses tracepoints and uprobes only)", needed_for_ebpf=False))
 
-    # clients and servers
+
+
+def _check_parts(add) -> None:
+    """The benchmark client, the servers, the native module."""
     from valkeytrace.errors import VTError
     from valkeytrace.server import binaries
     from valkeytrace.workload import clients
@@ -169,7 +189,6 @@ def run_checks() -> list[Check]:
     except ImportError as exc:
         add(Check("_native module", FAIL, f"cannot import valkeytrace._native: {exc}",
                   "reinstall the package (make setup)"))
-    return checks
 
 
 def apply_fixes() -> list[str]:

@@ -60,6 +60,7 @@ def merge(recordings, output, force):
             guess = int(ph["realtime_minus_monotonic_ns"]) - int(rh["realtime_minus_monotonic_ns"])
         est = _estimate(primary, d, pairs, guess)
         one_host = bool(ph.get("boot_id")) and ph.get("boot_id") == rh.get("boot_id")
+        rep: dict
         if one_host:  # one kernel, one CLOCK_MONOTONIC: the offset is 0; the exchange's estimate kept beside
             rep = dict(offset_ns=0, error_ns=0, source="one host (the same boot id)",
                        estimate=None if est is None else est.offset_ns)

@@ -1,5 +1,5 @@
 """The options `record` and `compare` share (both sides of a comparison get them), parsed into the
-keyword arguments of plan.build(). A new recording option is a field of plan.RecordPlan, its check in
+fields of plan.RecordOptions. A new recording option is a field of plan.RecordPlan, its check in
 plan.py, and one click option here: both commands then take it."""
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def common_options(f):
 
 
 def build_kwargs(common: dict) -> dict:
-    """The COMMON options' values as plan.build()'s keyword arguments."""
+    """The COMMON options' values as plan.RecordOptions fields."""
     out = dict(common)
     out["workloads"] = WORKLOAD_CHOICES[out.pop("workload")]
     rate, spec = out.pop("rate", None), out.pop("rates_spec", None)

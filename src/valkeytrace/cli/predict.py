@@ -76,7 +76,7 @@ def predict(recording, offload, gather, inject, get_clients, set_clients, write_
                       f"{' of those sizes' if wanted else ''} to predict from")
     if auto:
         change = _auto_gather(doc, cells, change)
-    pred = model.predict(doc, change, cells, rates=parse_rates(rates) if rates else None)
+    pred = model.predict(doc, change, cells, rates=list(parse_rates(rates)) if rates else None)
     if not pred.cells:
         raise VTError(f"nothing predicted: {'; '.join(pred.errors)}")
     buf = io.StringIO()

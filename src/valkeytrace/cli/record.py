@@ -70,11 +70,12 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
         given = [p for p in planning.EMBEDDED_ONLY if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
         if attach_pid and ctx.get_parameter_source("workload") in (ParameterSource.DEFAULT, None):
             common["workload"] = "none"  # attaching observes: the user's server gets no key of ours
-        plan = planning.build(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
+        plan = planning.build(planning.RecordOptions(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
                               label=label, output=output, force=force, offload_mode=offload_mode,
                               offload_gather=offload_gather,
                               sensitivity_spec=sensitivity_spec,
-                              sensitivity_runs=sensitivity_runs, embedded_only_given=given, **build_kwargs(common))
+                              sensitivity_runs=sensitivity_runs, embedded_only_given=given,
+                                                              **build_kwargs(common)))
     if dry_run:
         for line in describe_plan(plan):
             click.echo(line)

@@ -39,7 +39,7 @@ class Noise:
 
     def __init__(self, interference, rng):
         self.rate = interference.rate_per_s / 1e6
-        self.draws = Draws(interference.stall, rng) if self.rate else None
+        self.draws = Draws(interference.stall, rng) if self.rate else None  # used only with a rate
         self.rng = rng
         self.start, self.end = self._next(0.0)
 
@@ -47,6 +47,7 @@ class Noise:
         if not self.rate:
             return float("inf"), float("inf")
         s = after + float(self.rng.exponential(1.0 / self.rate))
+        assert self.draws is not None
         return s, s + self.draws.next()
 
     def finish(self, t: float, work: float) -> float:
@@ -87,7 +88,8 @@ class CPU:
     """One CPU the client processes share: a pass at a time, first come first served."""
 
     def __init__(self, eng: Engine, noise: Noise):
-        self.eng, self.running, self.queue, self.noise = eng, False, deque(), noise
+        self.eng, self.running, self.noise = eng, False, noise
+        self.queue: deque = deque()
 
     def want(self, proc, t: float) -> None:
         """proc wants a pass at t (or earlier than it asked before, while it has not started)."""
@@ -130,7 +132,7 @@ class ClosedClient:
         self.conns = list(range(first_conn, first_conn + group.clients))
         self.writes: deque = deque((0.0, c) for c in self.conns)  # connections due to write
         self.replies: list = []  # heap (arrival, seq, conn)
-        self.sent = {}
+        self.sent: dict = {}
         self.state, self.want_at, self.token = _IDLE, 0.0, 0
         self.latencies: list = []
         self.seq = 0

@@ -55,7 +55,7 @@ class _Offload:
     def _when(self, t: float) -> float:
         return max(t, max(self.first_queued, self.last_end) + self.gather, self.last_start + self.interval)
 
-    def hold(self, need: float, conn: int, client: ClosedClient) -> None:
+    def hold(self, need: float, conn: int, client: ClosedClient | OpenClient) -> None:
         self.seq += 1
         heapq.heappush(self.held, (need, self.seq, conn, client))
 
@@ -204,7 +204,7 @@ class _Sim:
             if self.mode == "main":
                 t += self.sync.next()
                 self.syncs += self.warm <= t < self.end
-            else:
+            elif self.offload is not None:
                 self.offload.queue(t, self.sets_pending * p.aof_bytes_per_write)
             self.writes_flushed += self.sets_pending if self.warm <= t < self.end else 0
             self.sets_pending = 0
@@ -216,7 +216,7 @@ class _Sim:
         durable, fin = self.mode == "durable", self.noise.finish
         for conn, op, key in self.replies:
             client = self.client_of[conn]
-            if durable:
+            if durable and off is not None:
                 need = 0.0
                 if op == "SET":
                     need = off.queued
@@ -251,7 +251,8 @@ class _Sim:
         # client's rule: workload/openloop.DRAIN_S); the closed loops and the server count to the window's
         self.eng.run(self.end + (self.p.drain_s * 1e6 if any(g.rate for g in self.p.groups) else 0.0))
         secs = self.p.duration_s
-        ops, background = {}, {}
+        ops: dict = {}
+        background: dict = {}
         for cl, g in zip(self.clients, self.p.groups):
             lat = np.asarray(cl.latencies, dtype=np.float64)
             res = _op_result(g.op, lat, secs)

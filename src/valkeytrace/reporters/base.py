@@ -135,17 +135,17 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
                     note += "; open loop: latency from each request's due moment"
                 rows.append((_row(run.label, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
                                   + (f"; {extra}" if extra else "")), ""))
-            out.append(ClientTable(w.title, COLUMNS, rows))
+            out.append(ClientTable(w.title or w.name, COLUMNS, rows))
         return out
     base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
     predicted = predicted_ops(inp.whatif or [])
     for w in workloads.TABLED:
         workload = w.name
-        rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
-        if not rows:
+        cmp_rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
+        if not cmp_rows:
             continue
         table = []
-        for i, r in enumerate(rows):
+        for i, r in enumerate(cmp_rows):
             note = _workload_note(base, workload) if i == 0 else ""
             size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
             if note and r.rate:
@@ -167,7 +167,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
                 noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
                 dnote = f"not significant: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
             table.append((["delta", f"{r.value_size} B", r.op, *[fmt_pct(r.deltas[m]) for m in METRICS], dnote], "delta"))
-        out.append(ClientTable(w.title, COLUMNS, table, (inp.seed_notes or {}).get(workload)))
+        out.append(ClientTable(w.title or w.name, COLUMNS, table, (inp.seed_notes or {}).get(workload)))
     return out
 
 

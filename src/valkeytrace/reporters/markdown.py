@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
+from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
 
 
@@ -77,7 +77,7 @@ def _client_tables(inp: ReportInput, w):
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 
 
-def _titled_tables(w, heading: str, tables: list[dict], first: tuple = ()):
+def _titled_tables(w, heading: str, tables: list[ServerTable] | list[ReplicationTable], first: tuple = ()):
     """A section of base.py's tables ({"title", "columns", "rows", "caption"?, "notes"}), each with
     its notes; first: a column before the table's own."""
     if tables:

@@ -57,7 +57,7 @@ def tables(p: Prediction) -> list[PredictionTable]:
                 fmt_pct(_delta(m.get(k), q.get(k) if q else None)) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")]
                 + [""])
         if rows:
-            out.append(PredictionTable(w.title, COLUMNS, rows))
+            out.append(PredictionTable(w.title or w.name, COLUMNS, rows))
     return out
 
 

@@ -14,7 +14,7 @@ from rich.table import Table
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line, share_tag
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.base import (_open_note, client_note, client_tables, replication_tables, rule_line, server_note,
+from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
@@ -126,7 +126,7 @@ def _tables(console, inp: ReportInput) -> None:
         if t.seed:
             console.print("  " + escape(t.seed))
     console.print("[dim]Delta: candidate vs baseline; TPS positive = better, latencies negative = better.[/dim]")
-    if inp.comparison.missing:
+    if inp.comparison and inp.comparison.missing:
         console.print("[yellow]not compared:[/yellow] " + "; ".join(inp.comparison.missing))
 
 
@@ -211,7 +211,7 @@ def _detail(console, inp: ReportInput) -> None:
             console.print("  " + escape(line))
 
 
-def _plain_table(console, st: dict) -> None:
+def _plain_table(console, st: ServerTable | ReplicationTable) -> None:
     t = Table(title=st.title, show_edge=False, pad_edge=False)
     for i, col in enumerate(st.columns):
         t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")

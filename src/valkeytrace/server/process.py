@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from typing import Any, Callable
 from collections import deque
 
 import psutil
@@ -71,6 +72,7 @@ def _ping(host: str, port: int) -> bool:
 class Target:
     mode = "?"
     host = "127.0.0.1"
+    drain_state: Callable | None = None  # the virtual offload's state, read as the server shuts down
 
     def __init__(self):
         self.pid: int | None = None
@@ -100,9 +102,12 @@ class Target:
 
     def gone(self) -> dict | None:
         """How the server ended, when it did (and not because valkeytrace stopped it)."""
-        return self.exit_info if self.exit_event.is_set() and not self.exit_info.get("by_valkeytrace") else None
+        info = self.exit_info
+        return info if self.exit_event.is_set() and info is not None and not info.get("by_valkeytrace") else None
 
     def client(self):
+        if self.port is None:
+            raise ServerError("the server has no known port")
         return connect(self.host, self.port)
 
     def alive(self) -> bool:
@@ -172,13 +177,12 @@ class LaunchedServer(Target):
 
     ready_timeout_s = READY_TIMEOUT_S
     run_as: tuple[int, int] | None = None
-    # () -> (state, jobs) of a virtual offload in the server (tracers.offload.OffloadStats.state)
-    drain_state = None
+    proc: Any = None  # its subprocess.Popen, None once stopped
 
     def _launch(self, argv: list[str], port_known: int | None, env: dict | None = None):
         self.command = argv
-        self._log = deque(maxlen=40)
-        creds = {}
+        self._log: deque = deque(maxlen=40)
+        creds: dict = {}
         if self.run_as:
             uid, gid = self.run_as
             creds = {"user": uid, "group": gid, "extra_groups": []}
@@ -226,6 +230,7 @@ class LaunchedServer(Target):
                 self.exit_info["cause"] = cause
 
     def _drain(self):
+        assert self.proc.stdout is not None  # piped
         for line in iter(self.proc.stdout.readline, b""):
             self._log.append(line.decode("utf-8", "replace").rstrip())
 
@@ -260,13 +265,13 @@ class LaunchedServer(Target):
                 raise ServerError((f"server exited with status {self.proc.returncode} before answering PING: {cause}"
                                    if cause else f"server exited with status {self.proc.returncode} before answering "
                                    f"PING; last output: {self.last_output()}"))
-            ports = [port_known] if port_known else listening_ports(self.pid)
+            ports = [port_known] if port_known else listening_ports(self.proc.pid)
             for port in ports:
                 if _ping(self.host, port):
                     self.port = port
                     return
             time.sleep(0.05)
-        what = "never answered PING" if listening_ports(self.pid) else "never opened a TCP port"
+        what = "never answered PING" if listening_ports(self.proc.pid) else "never opened a TCP port"
         raise ServerError(f"server {what} within {self.ready_timeout_s:g}s (is it valkey-server?); "
                           f"last output: {self.last_output()}")
 
@@ -392,6 +397,8 @@ class AttachedServer(Target):
         """Not valkeytrace's child: a pidfd becomes readable when the process ends (how, it cannot say)."""
         import select
 
+        if self.pid is None:
+            return
         try:
             fd = os.pidfd_open(self.pid)
         except (OSError, AttributeError):

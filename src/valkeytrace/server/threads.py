@@ -6,7 +6,7 @@ import os
 
 def list_threads(pid: int) -> dict[int, str]:
     """{tid: comm} of the live threads of pid (empty when the process is gone)."""
-    out = {}
+    out: dict = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -23,7 +23,7 @@ def list_threads(pid: int) -> dict[int, str]:
 def aof_fds(pid: int, aof_dir: str) -> list[int]:
     """The fds of pid open on files under aof_dir (the AOF base/incr files, the manifest)."""
     prefix = os.path.realpath(aof_dir).rstrip("/") + "/"
-    fds = []
+    fds: list = []
     try:
         entries = os.listdir(f"/proc/{pid}/fd")
     except OSError:

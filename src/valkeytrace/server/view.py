@@ -32,7 +32,7 @@ class ServerView:
     def end(self) -> dict:
         """What the server itself believes: INFO latencystats (command execution time) and
         LATENCY LATEST (only when the server's latency monitor is enabled)."""
-        view = {"reset_at_window_start": self.reset, "latencystats": {}, "latency_latest": []}
+        view: dict = {"reset_at_window_start": self.reset, "latencystats": {}, "latency_latest": []}
         try:
             conn = self.server.client()
             for key, value in conn.info("latencystats").items():
@@ -71,7 +71,7 @@ def _info_debug(conn) -> dict:
 
 def parse_info(text: str) -> dict:
     """INFO's text ("# Section" lines, "key:value" lines) as {key: value}, numbers as numbers."""
-    out = {}
+    out: dict = {}
     for line in text.splitlines():
         if not line or line.startswith("#") or ":" not in line:
             continue

@@ -22,6 +22,7 @@ import ctypes
 import os
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -107,14 +108,14 @@ class EbpfTracer(Tracer):
         # --backend both): its wrappers are probed, so the delay is in the fsync time
         if inject or delay_control or shim_delays:
             self.shim_library = shim_library()
-        self.bpf = None
+        self.bpf: Any = None
         self._events: list[bytes] = []
         self._events_lock = threading.Lock()
         self._consume_lock = threading.Lock()  # libbpf's ring_buffer__consume is not re-entrant
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
-        self._poller = None
-        self._loop_probe = None
+        self._poller: threading.Thread | None = None
+        self._loop_probe: Any = None
         self.names: dict[int, str] = {}
         self.info: dict = {}
         self._requests_on = False
@@ -122,18 +123,18 @@ class EbpfTracer(Tracer):
         self._extra: dict[int, int] = {}
         self.untracked_threads: set[int] = set()
         self.loop_duty = environment.loop_duty(DEFAULT_LOOP_DUTY)
-        self.pid = None
-        self.target = None
-        self.aof_dir = None
+        self.pid: Any = None
+        self.target: Any = None
+        self.aof_dir: Any = None
         self._defines: dict = {}
         self._uprobes: list = []
         self._attached = True
         self._tps: list = []
         self._raw_tps: list = []
-        self._sampler = None
-        self._sink = None
-        self._sink_cb = None
-        self._begin = None
+        self._sampler: threading.Thread | None = None
+        self._sink: Any = None
+        self._sink_cb: Any = None
+        self._begin: Any = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:

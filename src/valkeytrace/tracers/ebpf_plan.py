@@ -72,7 +72,7 @@ class Uprobe(NamedTuple):
     ret: bool = False
 
     def where(self) -> dict:
-        return {"addr": self.addr} if self.addr is not None else {"sym": self.sym.encode()}
+        return {"addr": self.addr} if self.addr is not None else {"sym": (self.sym or "").encode()}
 
 
 def probe_groups(extra: tuple = ()) -> set[str]:
@@ -128,7 +128,7 @@ def _btf_task_offsets(btf: str) -> dict:
         m = re.search(rf"STRUCT '{struct}' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
         found = {}
         for field in names if m else ():
-            f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1), re.M)
+            f = re.search(rf"^\t'{field}' type_id=\d+ bits_offset=(\d+)$", m.group(1) if m else "", re.M)
             if f and int(f.group(1)) % 8 == 0:
                 found[field] = int(f.group(1)) // 8
         return found
@@ -223,7 +223,7 @@ def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None
     loop_addr = symbol(LOOP_SYMBOL) if "loop" in groups else None
     if "loop" in groups and loop_addr is None:
         groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
-    fs_tps = FS_TRACEPOINTS.get(fstype, ())
+    fs_tps: tuple = FS_TRACEPOINTS.get(fstype or "", ())
     if "syscalls" in groups or not fs_tps or not fs_tracepoints_present(fstype, fs_tps):
         groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
     return Plan(groups=groups, loop_addr=loop_addr,
@@ -257,5 +257,6 @@ def uprobes(binary: str, p: Plan, call_sites: list, shim_library: str | None, lo
     shim_probes = bool(shim_library) and (syscalls or fs_sync)
     if shim_probes:  # with call sites, the site times the shim's wrapper
         for sym, fn in SHIM_SYMBOLS.items():
-            always += [Uprobe(shim_library, fn, sym=sym), Uprobe(shim_library, "on_shim_sync_return", sym=sym, ret=True)]
+            always += [Uprobe(str(shim_library), fn, sym=sym),
+                       Uprobe(str(shim_library), "on_shim_sync_return", sym=sym, ret=True)]
     return sampled, always, shim_probes

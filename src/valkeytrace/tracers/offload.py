@@ -42,7 +42,7 @@ CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_
                           ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
 SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
-# VT_CMD_F_* (csrc/offload.h)
+# VT_CMD_F_* (csrc/offload_layout.h)
 F_WRITE, F_READONLY, F_WIDE_READ, F_BLOCKING, F_MOVABLE, F_CONTAINER, F_NOKEYS, F_DURABILITY = (
     0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80)
 # the commands whose reply says something is durable (WAIT: on replicas; WAITAOF: in the AOF): a
@@ -81,7 +81,7 @@ def command_flags(info: list) -> int:
     for spec in specs:
         fields = dict(zip(spec[::2], spec[1::2]))
         spec_flags |= {bytes(f) if isinstance(f, (bytes, bytearray)) else str(f).encode()
-                       for f in fields.get(b"flags", fields.get("flags", []))}
+                       for f in (fields.get(b"flags") or fields.get("flags") or [])}
     out = 0
     if "write" in flags or "may_replicate" in flags or spec_flags & WRITING_KEY_FLAGS:
         out |= F_WRITE
@@ -264,7 +264,7 @@ def window(a: np.ndarray | None, b: np.ndarray | None) -> dict | None:
     """One run's figures: counters between two snapshots, the job and hold histograms."""
     if a is None or b is None:
         return None
-    out = {c: int(b[c] - a[c]) for c in COUNTERS}
+    out: dict = {c: int(b[c] - a[c]) for c in COUNTERS}
     out["jobs_waited"] = [int(x) for x in b["jobs_waited"] - a["jobs_waited"]]
     for h in ("job_ns", "hold_ns", "hold_read_ns"):
         out[h] = _hist(a[h], b[h]).to_dict()

@@ -13,6 +13,7 @@ backend: with ebpf it is loaded for the injection only (tracers/emulation.py).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from valkeytrace import roles
 from valkeytrace.errors import VTError
@@ -36,9 +37,9 @@ class ShimTracer(Tracer):
         # socket writes are most of the calls under a GET load (one per reply, ~33K/s here, ~70 ns
         # each timed): timed only when asked, as with the eBPF backend (its syscalls group)
         self.region.set_untimed(() if socket_writes else ("socket_write",))
-        self.pid = None
+        self.pid: Any = None
         self.loop_reliable = True
-        self._begin = None
+        self._begin: Any = None
 
     def launch_env(self) -> dict:
         return preload_env(self.library, self.region.path, self.inject)
@@ -89,7 +90,7 @@ class ShimTracer(Tracer):
 
 
 def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None, loop_reliable: bool = True,
-                        untimed: tuple = ()) -> dict:
+                        untimed: tuple | list = ()) -> dict:
     wall = b["mono_ns"] - a["mono_ns"]
     threads = []
     names = {**a["names"], **b["names"]}

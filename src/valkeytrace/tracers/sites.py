@@ -169,6 +169,9 @@ class SiteFinder:
     def result(self) -> list[CallSite]:
         if self._sites is not None:
             return self._sites
+        if self._proc is None:  # no objdump to run: start() said why
+            self._sites = []
+            return self._sites
         out, err = self._proc.communicate(timeout=60)
         if self._proc.returncode != 0:
             self.error = f"objdump failed: {err.strip().splitlines()[-1] if err.strip() else self._proc.returncode}"

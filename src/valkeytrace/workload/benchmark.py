@@ -64,6 +64,7 @@ class ClientProcess:
         self._reader.start()
 
     def _read(self):
+        assert self.proc.stdout is not None  # piped
         fd = self.proc.stdout.fileno()
         while True:
             try:
@@ -139,7 +140,7 @@ class ClientProcess:
         mean = sum(w * v for w, v in weighted) / total if total else None
         return {"tps": tps, "mean_latency_ms": mean, "samples": len(inside)}
 
-    def progress_series(self, origin: float) -> list[list[float]]:
+    def progress_series(self, origin: float) -> list[list]:
         """[[seconds since origin, instantaneous rps, instantaneous mean ms], ...]"""
         return [[round(t - origin, 3), r["rps"], r["avg_ms"] if r["avg_ms"] == r["avg_ms"] else None]
                 for t, r in self.progress]
@@ -177,12 +178,11 @@ def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients:
     return steady[len(steady) // 2] if steady else rates[-1]
 
 
-def run_requests(client: BenchmarkClient, host: str, port: int, test: str, clients: int, value_size: int,
-                 keyspace: int, requests: int, timeout_s: float, on_start=None, on_end=None) -> dict:
-    """Run `test` for a fixed number of requests; its parsed report, with the client's CPU time
-    (its rusage: it is the only child reaped meanwhile). on_start/on_end are called right when the
-    client starts and ends (the measured window, for the tracers)."""
-    argv = client_argv(client, host, port, test, clients, value_size, keyspace, requests)
+def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_start=None, on_end=None) -> dict:
+    """Run the client's argv (client_argv: a test for a fixed number of requests); its parsed report,
+    with the client's CPU time (its rusage: it is the only child reaped meanwhile). on_start/on_end are
+    called right when the client starts and ends (the measured window, for the tracers)."""
+    test = argv[argv.index("-t") + 1] if "-t" in argv else "benchmark"
     if on_start:
         on_start()
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -238,7 +238,7 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
     rate = calibrate(client, host, port, test, clients, value_size, keyspace)
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         requests = max(int(rate * duration_s), clients * 20)
-        report = run_requests(client, host, port, test, clients, value_size, keyspace, requests,
+        report = run_requests(client, client_argv(client, host, port, test, clients, value_size, keyspace, requests),
                               timeout_s=duration_s * 4 + 30, on_start=on_start, on_end=on_end)
         took = report["window_s"]
         # the run is the window: one that missed --duration by more than WINDOW_ACCEPT (the rate

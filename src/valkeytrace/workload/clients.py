@@ -33,6 +33,7 @@ def client_version(path: str) -> str:
 
 
 def find_client(explicit: str | None = None) -> BenchmarkClient:
+    path: str | None
     if explicit:
         path = shutil.which(explicit) or explicit
         if not os.path.isfile(path):

@@ -56,7 +56,7 @@ class _Reader:
 class Prober:
     def __init__(self, host: str, port: int, replicas: int, rate_per_s: float = RATE_PER_S):
         self.host, self.port, self.replicas, self.rate = host, port, replicas, rate_per_s
-        self._thread = None
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._rows: list[tuple[int, float, float, int]] = []
         self._error: str | None = None

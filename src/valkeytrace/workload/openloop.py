@@ -128,7 +128,9 @@ class OpenLoopClient:
     def run(self, on_start=None, on_end=None) -> dict:
         """Wait for its window (calling on_start, on_end on its markers) and its result."""
         err: list = []
-        t = threading.Thread(target=lambda: err.append(self.proc.stderr.read()), daemon=True)
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # both piped
+        stderr = self.proc.stderr
+        t = threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)
         t.start()
         result = None
         deadline = time.monotonic() + self.timeout

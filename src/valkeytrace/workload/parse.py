@@ -25,6 +25,7 @@ and, while running, progress lines ended by '\\r' (about 8 per second):
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _NUM = r"[-+]?(?:\d+\.?\d*|nan|-nan|inf)"
 _PROGRESS = re.compile(
@@ -45,7 +46,7 @@ def parse_progress(text: str) -> list[dict]:
     """Every progress line in text (split on \\r or \\n) as a dict of floats, NaNs dropped."""
     out = []
     for m in _PROGRESS.finditer(text):
-        rec = {k: _float(m.group(k)) for k in ("rps", "overall_rps", "avg_ms", "overall_avg_ms")}
+        rec: dict = {k: _float(m.group(k)) for k in ("rps", "overall_rps", "avg_ms", "overall_avg_ms")}
         if rec["overall_rps"] == rec["overall_rps"]:  # not NaN: the first line has no data yet
             rec["test"] = m.group("test").strip()
             out.append(rec)
@@ -65,6 +66,7 @@ def parse_report(text: str) -> dict:
         raise ParseError("no '====== TEST ======' report header in the client output")
     report: dict = {"test": m.group(1).strip()}
     body = text[m.end():]
+    conv: Any
     for key, pattern, conv in (
         ("requests", r"(\d+) requests completed in ([\d.]+) seconds", None),
         ("clients", r"(\d+) parallel clients", int),
@@ -100,7 +102,7 @@ def _section(body: str, title: str) -> list[list[float]]:
     start = body.find(title)
     if start < 0:
         return []
-    rows = []
+    rows: list = []
     for line in body[start + len(title):].splitlines()[1:]:
         mm = _DIST_LINE.match(line)
         if not mm:

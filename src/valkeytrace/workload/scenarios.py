@@ -17,12 +17,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
+from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.openloop import OpenLoopClient, op_record
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
                                             measured_client, run_measured, run_requests)
@@ -35,11 +37,11 @@ DEMAND_TIMEOUT_S = 30.0
 @dataclass(frozen=True)
 class Load:
     """Who drives a cell against which server: the benchmark client and the client counts."""
-    client: object            # workload.clients.BenchmarkClient
+    client: BenchmarkClient
     host: str
     port: int
     server_pid: int | None
-    connect: object           # () -> a valkey client connection to the server
+    connect: Callable[[], Any]  # a valkey client connection to the server
     keyspace: int = 100000
     get_clients: int = 50
     set_clients: int = 8
@@ -117,7 +119,7 @@ class ReadHeavy:
         ld = self.load
         requests = ld.get_clients * DEMAND_REQUESTS_PER_CLIENT
         snaps = [system.cpu_snapshot(ld.server_pid)]
-        report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
+        report = run_requests(ld.client, ld.argv("GET", ld.get_clients, size, requests),
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
         out = {**self._pass_record(report, requests),
                "host_cpu": system.cpu_window(snaps[0], snaps[1], measured_client(report))}
@@ -137,8 +139,8 @@ class ReadHeavy:
         ld = self.load
         background = self._settled_background(size, "GET")
         try:
-            marks = {}
-            report = run_requests(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, requests,
+            marks: dict = {}
+            report = run_requests(ld.client, ld.argv("GET", ld.get_clients, size, requests),
                                   timeout_s=DEMAND_TIMEOUT_S, on_start=lambda: marks.setdefault("t0", time.monotonic()),
                                   on_end=lambda: marks.setdefault("t1", time.monotonic()))
             bg = background.window_summary(marks["t0"], marks["t1"])
@@ -196,6 +198,7 @@ class ReadHeavy:
 
     def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> dict:
         """The measured GETs open-loop (record --rate): latency from each one's due moment."""
+        assert self.load.rate is not None  # an open-loop run
         result = self.load.open_loop("GET", self.load.rate, size, duration_s).run(on_start, on_end)
         run["ops"]["GET"] = op_record(result)
         return {"client_cpu_s": result["cpu_s"], "client_sched": None}
@@ -203,6 +206,7 @@ class ReadHeavy:
     def _open_background(self, run: dict, size: int, duration_s: float, window) -> dict:
         """--set-rate: the background SETs open-loop too, a client of their own started first."""
         ld = self.load
+        assert ld.set_rate is not None  # --set-rate given
         bg = ld.open_loop("SET", ld.set_rate, size, duration_s + 2 * BACKGROUND_SETTLE_S + 2.0)
         out: dict = {}
         t = threading.Thread(target=lambda: out.setdefault("r", bg.run()), daemon=True)
@@ -265,8 +269,12 @@ class Observe:
 SCENARIOS = {s.name: s for s in (ReadHeavy, WriteOnly, Observe)}
 
 
-def scenario(name: str, load: Load | None):
-    return SCENARIOS[name](load)
+def scenario(name: str, load: Load | None) -> ReadHeavy | WriteOnly | Observe:
+    if name == Observe.name:
+        return Observe(load)
+    if load is None:
+        raise ValueError(f"the {name} workload needs a load")
+    return ReadHeavy(load) if name == ReadHeavy.name else WriteOnly(load)
 
 
 __all__ = ["Load", "ReadHeavy", "WriteOnly", "Observe", "SCENARIOS", "scenario", "bench_load"]

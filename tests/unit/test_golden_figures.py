@@ -1,0 +1,59 @@
+"""Behaviour unchanged across a redesign: a real compare (2 + 2 launches of the durable virtual offload
+against fsync-always, recorded on this project's reference machine) renders the same figures as the
+report it gave before the typed model (tests/data/golden-v2-compare-report.json.gz, made by
+`report --compare ... --format json --detail` then). Every number, flag and null of that report is
+compared; sentences are not (they may be reworded), and keys added since are allowed."""
+import gzip
+import io
+import json
+import math
+from pathlib import Path
+
+from valkeytrace.analysis import report as base
+from valkeytrace.recording import format as recfmt
+from valkeytrace.reporters import jsonfmt
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def _differences(want, got, path="", out=None):
+    out = [] if out is None else out
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            out.append(f"{path}: {type(got).__name__}, not an object")
+            return out
+        for k, v in want.items():
+            if k not in got:
+                out.append(f"{path}.{k}: missing")
+            else:
+                _differences(v, got[k], f"{path}.{k}", out)
+    elif isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            out.append(f"{path}: {len(want)} items, got {len(got) if isinstance(got, list) else got!r}")
+            return out
+        for i, (a, b) in enumerate(zip(want, got)):
+            _differences(a, b, f"{path}[{i}]", out)
+    elif isinstance(want, str):
+        pass  # words, not figures
+    elif isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        if not (want == got or math.isclose(want, got, rel_tol=1e-9, abs_tol=1e-12)):
+            out.append(f"{path}: {want!r} -> {got!r}")
+    elif want != got:
+        out.append(f"{path}: {want!r} -> {got!r}")
+    return out
+
+
+def test_a_real_compare_renders_the_figures_it_rendered_before():
+    paths = [DATA / "golden-v2-compare-baseline.vtrace", DATA / "golden-v2-compare-candidate.vtrace"]
+    analysed = base.analyse([(str(p), recfmt.read(p)) for p in paths])
+    analysed.detail = True
+    out = io.StringIO()
+    jsonfmt.render(analysed, out)
+    got = json.loads(out.getvalue())
+    want = json.loads(gzip.decompress((DATA / "golden-v2-compare-report.json.gz").read_bytes()))
+    diff = _differences(want, got)
+    assert not diff, f"{len(diff)} figures differ: {diff[:10]}"
+    # and the test can fail: a figure moved is seen
+    moved = json.loads(json.dumps(want))
+    moved["compare"]["rows"][0]["tps_delta_pct"] = (moved["compare"]["rows"][0]["tps_delta_pct"] or 0) + 1
+    assert _differences(moved, got)
