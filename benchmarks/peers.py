@@ -47,6 +47,7 @@ tracer_cpu_pct_of_core, tracer_peak_rss_mb, lost_events). Needs root (bpftrace, 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -173,6 +174,9 @@ class External:
                 "peak_rss_mb": max(r["peak_rss_kb"] for r in self.runs) / 1024}
 
 
+RECORDING_NUMBERS = itertools.count(1)
+
+
 class ValkeytraceAttach(External):
     """valkeytrace record --attach: each start writes its own recording (read for lost events).
     Windows of `window_s` seconds, `windows` of them (None: until stopped)."""
@@ -187,7 +191,9 @@ class ValkeytraceAttach(External):
 
     def start(self):
         self.n += 1
-        self.rec = os.path.join(self.workdir, f"attach-{self.backend}-{self.n}.vtrace")
+        # a name no other recording of this run has (record -o refuses an existing path): the whole
+        # recording's attach is a second ValkeytraceAttach in the same directory
+        self.rec = os.path.join(self.workdir, f"attach-{self.backend}-{next(RECORDING_NUMBERS)}.vtrace")
         self.argv = [VT, "record", "--attach", str(self.pid), "--workload", "none", "--backend", self.backend,
                      "--repeat", str(self.windows or 100000), "--duration", f"{self.window_s:g}", "-o", self.rec]
         super().start()

@@ -44,8 +44,10 @@
  * slot: the histograms in struct vt_shim_thread, the layout the LD_PRELOAD shim uses too.
  *
  * Only tracepoint/uprobe arguments, BPF helpers and BTF-derived offsets are read: no kprobes, no
- * kernel struct from the headers (they may belong to another kernel version). Parameters come as
- * -D cflags: TARGET_TGID, MAIN_TID, BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
+ * kernel struct from the headers (they may belong to another kernel version). The traced server's
+ * pid is not compiled in: userspace writes it into `target` at each launch, so one compiled program
+ * serves every launch of a valkeytrace process (tracers/ebpf.py's pool). Parameters come as
+ * -D cflags: BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
  * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
  */
 #include <uapi/linux/ptrace.h>
@@ -104,6 +106,17 @@ BPF_ARRAY(extra_count, u32, 1);
 BPF_ARRAY(loop_last, u64, 1);
 BPF_ARRAY(lost, u64, 1);
 BPF_RINGBUF_OUTPUT(block_events, RINGBUF_PAGES);
+BPF_ARRAY(target, u32, 1); /* the traced server's pid: its tgid and its main thread's tid; 0: none */
+
+/* The target's tgid, or one no task has (pid_max is at most 2^22) while there is none. */
+static __always_inline u32 target_tgid(void)
+{
+    int zero = 0;
+    u32 *t = target.lookup(&zero);
+    return t && *t ? *t : 0xffffffffu;
+}
+#define TARGET_TGID target_tgid()
+#define MAIN_TID TARGET_TGID
 
 /* The current task's slot, or -1 when it is not a thread of the target. */
 static __always_inline int current_slot(u32 *tid_out)

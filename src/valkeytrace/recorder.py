@@ -26,10 +26,20 @@ from valkeytrace.workload import scenarios
 # level on the longer path in about 1 sweep of 10 on the 2-CPU VM (R² 0.77-0.85 where the other
 # levels lay on a line); the median of 3 takes the level's usual path
 SENSITIVITY_MIN_RUNS = 3
-# windows whose socket reads and writes are timed and sized (the eBPF backend): a write-only cell
-# (its durability record, the replication link) and an observed one (--attach: the link of a node
-# recorded where it runs, for valkeytrace merge)
-REQUEST_WINDOWS = ("write-only", "none")
+# windows whose socket reads and writes are timed and sized (the eBPF backend): a write-only cell (its
+# durability record, the replication link), and an observed one (--attach) only of a server in a
+# replication (its link, for valkeytrace merge): the raw socket tracepoints fire for every socket I/O
+# on the host, and an attached recording of a lone server has no use for them (benchmarks/peers.py)
+REQUEST_WINDOWS = ("write-only",)
+
+
+def replicating(server: dict) -> bool:
+    """Whether a described server is in a replication (a replica, or a primary with replicas)."""
+    repl = server.get("replication") or {}
+    try:
+        return repl.get("role") == "slave" or int(repl.get("connected_slaves") or 0) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass
@@ -170,9 +180,11 @@ class Recorder:
             if self.offload is not None:
                 run["_offload"] = self.offload.snapshot()
             if traced:  # a write-only cell: its requests timed too, for its durability record
-                self.tracer.window_begin(requests=run.get("workload") in REQUEST_WINDOWS)
+                requests = run.get("workload") in REQUEST_WINDOWS or (
+                    run.get("workload") == "none" and replicating(self.doc.get("server") or {}))
+                self.tracer.window_begin(requests=requests)
                 if self.replicas is not None:
-                    self.replicas.window_begin(requests=run.get("workload") in REQUEST_WINDOWS)
+                    self.replicas.window_begin(requests=requests)
             if self.prober is not None:
                 self.prober.begin()
             loop["begin"] = view.eventloop()
@@ -328,6 +340,8 @@ class Recorder:
                 self.tracer.start(self.target)
             if self.replicas is not None:
                 self.replicas.start()
+            if isinstance(self.doc.get("timing"), dict):
+                self.doc["timing"]["tracer_ready"] = time.time()
             for i, (repeat, workload, size, extra, rate) in enumerate(matrix):
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"

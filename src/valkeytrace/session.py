@@ -246,7 +246,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     old_int = signal.signal(signal.SIGINT, _on_term)
     target: Target | None = None
     offload = replicas = None
-    t_start = time.monotonic()
+    t_start, began = time.monotonic(), time.time()
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, offload = _environment(plan, tracer, run_as)
@@ -254,6 +254,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         server = target.describe()
         if s.replicas:
             replicas = _replicas(plan, target, run_as)
+        timing = {"began": began, "server_ready": time.time()}
         if offload is not None:
             target.drain_state = offload.state
             offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
@@ -262,12 +263,14 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         output = plan.output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         recorder = _recorder(plan, (target, client, tracer, offload, replicas), server, output, echo)
         doc = recorder.doc
+        doc["timing"] = timing
         recorder.checkpoint()
         interrupted = _measure(plan, recorder, progress)
         # the server ends before the recording is written
         if replicas is not None:
             replicas.stop()
         target.stop()
+        timing["ended"] = time.time()
         _ended(doc, offload, tracer, interrupted, t_start, t.backend)
         try:
             recorder.finish()

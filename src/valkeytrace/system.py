@@ -6,6 +6,7 @@ headers for bcc). No bcc import here: the eBPF backend does that.
 from __future__ import annotations
 
 import os
+import threading
 import platform
 import re
 import subprocess
@@ -351,4 +352,15 @@ def release_free_memory() -> None:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
+        pass
+
+
+def lower_thread_priority():
+    """Nice 19 for the calling thread (and the threads it starts). The tracer's housekeeping
+    (ring-buffer polls, /proc refreshes) should not take a CPU from the traced server's threads
+    each time it wakes, on a machine the benchmark saturates. Not for the loop sampler: a late
+    wake-up there would leave its uprobe attached longer than its duty."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError:
         pass

@@ -85,3 +85,29 @@ def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
         doc = recfmt.read(out / f"{side}.vtrace")
         assert sorted({r["launch"] for r in doc["runs"] if r["status"] == "ok"}) == [1, 2], side
     assert not os.path.exists(out / ".launches")
+
+
+def test_the_probes_compile_once_and_a_reused_program_measures_as_a_fresh_one(tmp_path, needs_bpf):
+    """A 2 + 2 compare under eBPF: the first launch compiles the probes, the other three take the program
+    it parked (tracers/ebpf_pool.py), ready within 1.5 s; each reused launch still measures its own server:
+    its main thread's fsyncs counted, and the kernel's schedstat agrees with the probes' on-CPU and
+    run-queue time (the report warns of any disagreement)."""
+    out = tmp_path / "cmp"
+    cell = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
+            "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf"]
+    res = vt("compare", "--launches", "2", *cell, "-o", out, timeout=600)
+    assert res.returncode == 0, res.stderr
+    probes = []
+    for side in ("baseline", "candidate"):
+        doc = recfmt.read(out / f"{side}.vtrace")
+        for r in doc["runs"]:
+            srv = r["server"]
+            main = next(t for t in srv["threads"] if t["tid"] == srv["main_tid"])
+            assert main["calls"]["fdatasync"]["count"] > 0, (side, r["launch"])  # its own server, not the last one
+            assert srv["pid"] == next(x["pid"] for x in doc["launches"] if x["launch"] == r["launch"])
+            probes.append((side, r["launch"], srv["probe"]["compile_ms"], srv["probe"]["attach_ms"]))
+    compiled = [p for p in probes if p[2] > 0]
+    assert len(compiled) == 1 and compiled[0][:2] == ("baseline", 1), probes
+    assert all(a <= 1500 for _, _, c, a in probes if c == 0), probes
+    d = json.loads(vt("report", "--compare", out / "baseline.vtrace", out / "candidate.vtrace", "--format", "json").stdout)
+    assert not [w for r in d["runs"] for w in r["warnings"] if "schedstat" in w], [r["warnings"] for r in d["runs"]]

@@ -91,7 +91,7 @@ def test_an_fsync_longer_than_the_window_still_places_it(tmp_path):
     doc = recfmt.read(out)
     for run in doc["runs"]:
         place = explain.fsync_placement(summarize_server([run["server"]]))
-        assert [p["role"] for p in place] == ["bio_aof"], place
+        assert [p.role for p in place] == ["bio_aof"], place
     rep = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True, text=True,
                                     check=True).stdout)
     assert not [w for w in rep["runs"][0]["warnings"] if "no fsync seen" in w], rep["runs"][0]["warnings"]

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from valkeytrace.analysis import replication as repl
+from valkeytrace.recording.model import decode
 from valkeytrace.recording import format as recfmt
 from vtcli import VT, report_json, skip_unless_recorded, vt
 
@@ -153,7 +154,7 @@ def test_a_replica_paused_with_debug_sleep_shows_up_as_its_apply(tmp_path):
     stop.set()
     skip_unless_recorded(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     assert port, "the replica valkeytrace launched was not found"
-    runs = [r for r in recfmt.read(rec)["runs"] if r.get("status") == "ok"]
+    runs = [r for r in decode(recfmt.read(rec)).runs if r.status == "ok"]
     parts = [p for run, links in repl._links(runs) for _, p in repl._probe_chains(run, links)]
     assert len(parts) >= 5
     paused = [p for p in parts if p["replica_apply_us"] + p["link_us"] >= 100_000]

@@ -39,6 +39,23 @@ def _server_of(port: int, timeout: float = 20.0) -> psutil.Process:
     raise AssertionError(f"no server listening on {port}")
 
 
+def _probes_loaded(pid: int, timeout: float = 60.0) -> None:
+    """Until record (pid) holds its BPF programs (its fds: anon_inode:bpf-prog), then a moment for the
+    uprobes it attaches next: a server that dies before them is a start that failed, not this test's."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            held = sum(1 for fd in fds if "bpf-prog" in os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            held = 0
+        if held:
+            time.sleep(1.0)
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"record {pid} loaded no BPF program in {timeout:g} s")
+
+
 def _record_observing(out, port, seconds, *extra):
     return subprocess.Popen([VT, "record", "--workload", "none",
                              "--duration", str(seconds), "--repeat", "1", "--port", str(port), "--backend", "ebpf",
@@ -187,7 +204,7 @@ def test_a_failed_fdatasync_ends_the_server_as_valkey_does(tmp_path, offload, ne
                                                                                   if offload else [])
     rec = _record_observing(out, port, 30, "--server-config", f"dir={tmp_path}", *extra)
     _server_of(port)
-    time.sleep(1.0)
+    _probes_loaded(rec.pid)
     acked, stop = [], threading.Event()
     threads = _writers(port, 4, stop, acked)
     _, err = rec.communicate(timeout=90)
@@ -236,20 +253,19 @@ def test_a_server_killed_under_compare_is_said(tmp_path, needs_bpf):
     killed = None
     deadline = time.monotonic() + 90
     while killed is None and time.monotonic() < deadline and cmp.poll() is None:
-        for p in psutil.process_iter(["cmdline"]):  # the candidate's `record --plan` child, then its server
-            if "candidate-1.plan.json" not in " ".join(p.info["cmdline"] or []):
-                continue
-            servers = [c for c in p.children(recursive=True) if c.name() == "valkey-server"]
-            partial = out / ".launches" / "candidate-1.vtrace.partial"
-            try:  # its first repeat measured: kill it in the second
-                measured = partial.exists() and any(r["status"] == "ok" for r in recfmt.read(partial)["runs"])
-            except Exception:
-                measured = False
-            if servers and measured:
-                time.sleep(0.5)
-                servers[0].send_signal(signal.SIGKILL)
-                killed = servers[0].pid
-                break
+        # the launches run in the compare's process, one server at a time: the candidate's, once its
+        # first repeat is measured, is killed in the second
+        servers = [c for c in psutil.Process(cmp.pid).children(recursive=True) if c.name() == "valkey-server"]
+        partial = out / ".launches" / "candidate-1.vtrace.partial"
+        try:
+            measured = partial.exists() and any(r["status"] == "ok" for r in recfmt.read(partial)["runs"])
+        except Exception:
+            measured = False
+        if servers and measured:
+            time.sleep(0.5)
+            servers[0].send_signal(signal.SIGKILL)
+            killed = servers[0].pid
+            break
         time.sleep(0.2)
     _, err = cmp.communicate(timeout=120)
     assert killed, err

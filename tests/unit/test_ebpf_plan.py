@@ -20,14 +20,15 @@ def make(extra=(), symbols=("beforeSleep", "flushAppendOnlyFile"), fstype="ext4"
 def test_defaults_on_ext4_time_fsyncs_at_the_filesystem():
     p = make()
     assert p.groups == {"calls", "fs", "sched", "requests"} and p.fs_sync and not p.loop_uprobe
-    d = p.defines(1234)
-    assert d["TRACE_FS_SYNC"] == 1 and d["TRACE_SYSCALLS"] == 0 and d["TARGET_TGID"] == 1234
+    d = p.defines()
+    assert d["TRACE_FS_SYNC"] == 1 and d["TRACE_SYSCALLS"] == 0
+    assert "TARGET_TGID" not in d  # the pid is the `target` map's: one program for every launch
 
 
 @pytest.mark.parametrize("fstype, tracepoints", [("xfs", True), ("ext4", False), (None, True)])
 def test_without_ext4_tracepoints_the_calls_come_from_call_sites(fstype, tracepoints):
     p = make(fstype=fstype, tracepoints=tracepoints)
-    assert "fs" not in p.groups and p.defines(1)["TRACE_FS_SYNC"] == 0
+    assert "fs" not in p.groups and p.defines()["TRACE_FS_SYNC"] == 0
 
 
 def test_options_add_their_groups_and_syscalls_displace_fs():
@@ -38,13 +39,13 @@ def test_options_add_their_groups_and_syscalls_displace_fs():
 
 def test_a_loop_sample_without_the_symbol_falls_back_to_epoll_wait():
     p = make(("loop",), symbols=())
-    assert not p.loop_uprobe and "syscalls" in p.groups and p.defines(1)["LOOP_FROM_EPOLL"] == 1
+    assert not p.loop_uprobe and "syscalls" in p.groups and p.defines()["LOOP_FROM_EPOLL"] == 1
 
 
 def test_printable_program_follows_the_plan():
-    a = ebpf_plan.printable_program(make().defines(1), make().groups)
+    a = ebpf_plan.printable_program(make().defines(), make().groups)
     b = make(ebpf_plan.extra_groups(socket_writes=True))
-    assert a != ebpf_plan.printable_program(b.defines(1), b.groups)
+    assert a != ebpf_plan.printable_program(b.defines(), b.groups)
     assert a.startswith("// probe groups: calls, fs, sched, requests\n")
 
 

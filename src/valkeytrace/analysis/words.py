@@ -5,8 +5,6 @@ the model chose its loop units. analysis/explain.py records the notes on each en
 what tests and tools read) and joins the sentences into its claim."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from valkeytrace.analysis import model
 from valkeytrace.analysis.facts import Note, _ms, _pct, littles_law
 from valkeytrace.analysis.tables import MIN_EFFECT, CellSummary

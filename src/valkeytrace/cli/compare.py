@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -227,13 +226,27 @@ class Launches:
 def _launch_all(ls: Launches) -> tuple[dict, bool]:
     """Run the launches in order under a progress bar: ({side: [(k, path)]} measured, interrupted)."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
+    console = Console(stderr=True)
+
+    def _on_term(signum, frame):
+        raise KeyboardInterrupt
+    old_term = signal.signal(signal.SIGTERM, _on_term)  # as Ctrl-C: stop cleanly, keep what was measured
+    try:
+        return _launch_loop(ls, done, console)
+    except KeyboardInterrupt:
+        return done, True
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _launch_loop(ls: Launches, done: dict, console) -> tuple[dict, bool]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     order, per, plans = ls.order, ls.per, ls.plans
     total_s = sum(per[side] for side, _ in order)
     interrupted = False
-    console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[launch]}"),
                   TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
                   auto_refresh=console.is_terminal, refresh_per_second=1) as progress:
@@ -256,11 +269,7 @@ def _launch_all(ls: Launches) -> tuple[dict, bool]:
                 progress.update(task, completed=total_s - left + min(el, per[side]), launch=f"{i + 1}/{len(order)}",
                                 eta=_clock(max(0.0, left - el)), description=f"{side} launch {k}")
             tick()
-            plan_path = os.path.join(ls.work, f"{side}-{k}.plan.json")
-            with open(plan_path, "w") as f:
-                f.write(dataclasses.replace(plans[side], output=path, notes=()).as_json())
-            argv = [sys.executable, "-m", "valkeytrace", "record", "--plan", plan_path]
-            status, err, interrupted = run_launch(argv, tick)
+            status, err, interrupted = run_launch(dataclasses.replace(plans[side], output=path, notes=()), tick)
             per[side] = 0.5 * per[side] + 0.5 * (time.monotonic() - t0)  # this host's, for the launches to come
             left = sum(per[s] for s, _ in order[i + 1:])
             if _complete(path) or (os.path.exists(path) and not interrupted):
@@ -356,30 +365,33 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
-def run_launch(argv: list[str], tick=None) -> tuple[int, str, bool]:
-    """(exit status, stderr, interrupted): one `record` child. Ctrl-C reaches it through the
-    terminal's process group, and a SIGINT/SIGTERM sent to this process alone is passed on: the
-    child stops cleanly and keeps its runs (exit 130) while this process waits for it, instead
-    of killing it as subprocess.run would."""
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    hit = []
+def run_launch(plan, tick=None) -> tuple[int, str, bool]:
+    """(exit status, error, interrupted): one launch, recorded in this process (as `record --plan` would:
+    the probes compiled by the first launch serve the rest, tracers/ebpf_pool.py), tick() called each
+    second meanwhile. Ctrl-C or SIGTERM stops it cleanly: what it measured is kept (status 130)."""
+    import threading
 
-    def forward(signum, frame):
-        hit.append(signum)
-        try:
-            child.send_signal(signal.SIGINT)
-        except OSError:
-            pass
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    from valkeytrace import session
+    from valkeytrace.cli.record import outcome_problem
+
+    done = threading.Event()
+
+    def ticking():
+        while not done.wait(1.0):
+            if tick:
+                tick()
+    ticker = threading.Thread(target=ticking, name="valkeytrace-compare-tick", daemon=True)
+    ticker.start()
     try:
-        while True:
-            try:
-                _, err = child.communicate(timeout=1.0)
-                break
-            except subprocess.TimeoutExpired:
-                if tick:
-                    tick()
+        out = session.run(plan, progress=None, echo=lambda line: None)
+    except VTError as exc:
+        return 1, f"valkeytrace: error: {exc}", False
+    except KeyboardInterrupt:
+        return 130, "", True
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return child.returncode, err or "", bool(hit) or child.returncode == 130
+        done.set()
+        ticker.join()
+    if out.interrupted:
+        return 130, "", True
+    problem = outcome_problem(out)
+    return (1, f"valkeytrace: error: {problem}", False) if problem else (0, "", False)

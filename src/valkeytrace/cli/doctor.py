@@ -43,7 +43,7 @@ def _check_bpf(add) -> None:
                   "run as root (sudo), or use --backend shim"))
 
     # bcc (imported only by the eBPF tracer module)
-    from valkeytrace.tracers import bcc_load as ebpf, ebpf_plan
+    from valkeytrace.tracers import bcc_load as ebpf
 
     bcc_dir = ebpf.bcc_location()
     bcc_ok = bcc_dir is not None

@@ -95,6 +95,15 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
     click.echo(f"  valkeytrace report --compare BASELINE.vtrace {output}")
     if out.interrupted:
         sys.exit(130)
+    problem = outcome_problem(out)
+    if problem:
+        raise VTError(problem)
+
+
+def outcome_problem(out) -> str | None:
+    """What makes a finished recording a failure (the server ended under it, a run failed), in one line;
+    None when every run was measured."""
+    doc, output = out.doc, out.output
     ended = next((r for r in doc["runs"] if r.get("server_exit")), None)
     if ended:
         from valkeytrace.recorder import describe_exit
@@ -102,11 +111,14 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
         e = ended["server_exit"]
         when = (f"{e['at_s']:.2f} s into the window of" if e.get("in_window") else "during") if e.get("at_s") is not None \
             else "during"
-        raise VTError(f"the server {describe_exit(e)} {when} {ended['workload']} {ended['value_size']} B "
-                      f"#{ended['repeat']}; {output} keeps what was measured until then")
+        return (f"the server {describe_exit(e)} {when} {ended['workload']} {ended['value_size']} B "
+                f"#{ended['repeat']}; {output} keeps what was measured until then")
+    failed = [r for r in doc["runs"] if r["status"] != "ok"]
     if failed:
-        raise VTError(f"{len(failed)} of {len(doc['runs'])} run(s) failed (first: {failed[0]['error']}); "
-                      f"{output} keeps the {ok} measured and marks the failed ones")
+        ok = len(doc["runs"]) - len(failed)
+        return (f"{len(failed)} of {len(doc['runs'])} run(s) failed (first: {failed[0]['error']}); "
+                f"{output} keeps the {ok} measured and marks the failed ones")
+    return None
 
 
 def describe_plan(plan, launches: int = 1) -> list[str]:
@@ -137,8 +149,8 @@ def describe_plan(plan, launches: int = 1) -> list[str]:
 
 def _print_probes(server_command, attach_pid, server_binary, common):
     """The plan start() makes, for this server's binary and AOF directory when attached, else for
-    the command's (or the embedded) binary with the AOF in the working directory; TARGET_TGID and
-    MAIN_TID are the server's pid, known once launched."""
+    the command's (or the embedded) binary with the AOF in the working directory; the server's pid goes
+    into the program's `target` map once launched."""
     from valkeytrace.server.binaries import embedded_server
     from valkeytrace.tracers.ebpf import EbpfTracer  # bcc itself is imported only when probes load
 

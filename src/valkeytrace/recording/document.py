@@ -162,7 +162,8 @@ def merge_launches(launches: list[tuple[int, dict]], side: str) -> dict | None:
         srv = d.get("server") or {}
         starts = [r["started_at"] for r in d.get("runs", []) if r.get("started_at")]
         out["launches"].append({"launch": k, "side": side, "pid": srv.get("pid"), "version": srv.get("version"),
-                                "started_at": min(starts) if starts else None, "complete": bool(d.get("complete"))})
+                                "started_at": min(starts) if starts else None, "complete": bool(d.get("complete")),
+                                "timing": d.get("timing")})
         warnings += [w for w in d.get("warnings") or [] if w not in warnings]
     out["warnings"] = warnings
     out["complete"] = all(d.get("complete") for _, d in launches)

@@ -330,6 +330,14 @@ class Overhead(Record):
     note: str | None = None      # what one pair is worth
 
 
+class Timing(Record):
+    """Where a launch's wall time went (epoch seconds): benchmarks/walltime.py reads it."""
+    began: float | None = None         # valkeytrace began the launch
+    server_ready: float | None = None  # its server answered and was described (replicas synced)
+    tracer_ready: float | None = None  # the probes attached (the first run starts after)
+    ended: float | None = None         # the server stopped, the recording about to be written
+
+
 class Launch(Record):
     launch: NonNegInt | None = None  # the launch's number
     side: str | None = None      # baseline or candidate
@@ -337,6 +345,7 @@ class Launch(Record):
     version: str | None = None   # its server's version
     started_at: float | None = None  # its first run's start
     complete: bool | None = None  # every run of it finished
+    timing: Timing | None = None  # where its wall time went
 
 
 class Node(Record):
@@ -373,6 +382,7 @@ class Document(Record):
     warnings: list[str] = _l()   # sentences every report shows
     overhead: Overhead | None = None  # record --measure-overhead's passes
     tracer: dict | None = None   # backend, peak_rss_kb
+    timing: Timing | None = None  # where the launch's wall time went
     upgraded_from: int | None = None  # set on load: an older file's version
     launches: list[Launch] = _l()  # valkeytrace compare: one entry per server launch of this side
     nodes: list[Node] = _l()     # record --replicas, valkeytrace merge: the primary and its replicas
@@ -381,7 +391,7 @@ class Document(Record):
 
 TYPES = (Document, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
          ServerView, CommandStat, Replication, Node, ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop,
-         Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch)
+         Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing)
 
 
 def fields(t: type) -> tuple[str, ...]:

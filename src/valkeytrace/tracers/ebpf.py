@@ -1,6 +1,7 @@
 """The eBPF backend: loads probes/valkey_threads.bpf.c against one valkey-server and reads it.
 
-This is the only module that imports bcc (Debian's python3-bpfcc, never PyPI's "bcc"). Only
+bcc (Debian's python3-bpfcc, never PyPI's "bcc") is imported here, in ebpf_pool.py (the program's
+maps, the program kept between launches) and bcc_load.py only. Only
 tracepoints and uprobes are used: the kernels we target may have no kprobes. Their headers may
 come from another kernel version, so no kernel struct layout comes from them: the two task_struct
 fields read (pid, stack) are at offsets taken from the running kernel's BTF.
@@ -24,20 +25,17 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
 from valkeytrace import environment, system
 from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
-from valkeytrace.layout import BLOCK_EVENT_DTYPE, SHIM_THREAD_DTYPE
+from valkeytrace.layout import BLOCK_EVENT_DTYPE
 from valkeytrace.server import threads as thr
-from valkeytrace.tracers import probe_source, sites
+from valkeytrace.tracers import ebpf_pool, probe_source, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source, cflags,
                                            extra_groups, plan, printable_program, uprobes)
-from valkeytrace.tracers.ebpf_window import (OFFCPU_DTYPE, SINCE_DTYPE, Snapshot, assign_extra_slots,
-                                             offcpu_reading, slot_tids, window_metrics)
+from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
 POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~260K events (ebpf_plan.RINGBUF_PAGES)
@@ -49,46 +47,6 @@ LOOP_PERIOD_S = 1.0
 # the main thread's cost; 0.5% still samples hundreds of iterations a second
 # (docs/performance.md; $VALKEYTRACE_LOOP_DUTY, valkeytrace/environment.py)
 DEFAULT_LOOP_DUTY = 0.005
-
-
-def lower_priority():
-    """Nice 19 for the calling thread (and the threads it starts). The tracer's housekeeping
-    (ring-buffer polls, /proc refreshes) should not take a CPU from the traced server's threads
-    each time it wakes, on a machine the benchmark saturates. Not for the loop sampler: a late
-    wake-up there would leave its uprobe attached longer than its duty."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except OSError:
-        pass
-
-
-def _lookup(table, key: int, size: int) -> bytes:
-    """One array element as raw bytes (bcc's Python map access is too slow for 140 KB values)."""
-    from bcc import libbcc
-
-    k = ctypes.c_int(key)
-    buf = ctypes.create_string_buffer(size)
-    if libbcc.lib.bpf_lookup_elem(table.map_fd, ctypes.byref(k), buf) < 0:
-        raise VTError(f"cannot read BPF map element {key}")
-    return buf.raw
-
-
-def read_snapshot(tracer: "EbpfTracer", mono_ns: int | None = None) -> Snapshot:
-    """The per-slot arrays now (ebpf_window.Snapshot); off-CPU intervals still open count up to
-    this instant, or to mono_ns when the server ended before it (the next snapshot subtracts them
-    back), so a window's difference is exact at its edges."""
-    bpf = tracer.bpf
-    sched = thr.schedstats(tracer.pid, tracer.names)
-    mono_ns = mono_ns or time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
-    threads, offcpu = {}, {}
-    for slot in tracer.slot_tids():
-        threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
-                                      dtype=SHIM_THREAD_DTYPE)[0].copy()
-        offcpu[slot] = offcpu_reading(_lookup(bpf[b"offcpu"], slot, OFFCPU_DTYPE.itemsize),
-                                      _lookup(bpf[b"offcpu_since"], slot, SINCE_DTYPE.itemsize), mono_ns)
-    sink = tracer._sink  # records the kernel kept but the sink could not
-    lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
-    return Snapshot(mono_ns, threads, offcpu, lost, sched)
 
 
 class EbpfTracer(Tracer):
@@ -135,6 +93,9 @@ class EbpfTracer(Tracer):
         self._sink: Any = None
         self._sink_cb: Any = None
         self._begin: Any = None
+        self._pool_key: tuple | None = None  # set once started: the program is parked under it when stopped
+        self._settled: tuple = ()  # (plan, call sites, why syscalls, idle cause): what a reuse takes over
+        self._compile_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
     def launch_env(self) -> dict:
@@ -168,15 +129,23 @@ class EbpfTracer(Tracer):
         self.aof_dir = self._aof_dir(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
         p = self.plan(binary, self.aof_dir)
+        key = (binary, p.fstype, tuple(sorted(p.groups)), p.loop_addr, p.flush_probe, p.block_threshold_ns,
+               self.shim_library)
+        loaded = ebpf_pool.take(key)  # a program this process compiled for an earlier launch, or None
         # the call sites are disassembled (objdump, in the background) while the probes compile
-        finder = sites.SiteFinder(binary) if "calls" in p.groups and "syscalls" not in p.groups else None
+        finder = sites.SiteFinder(binary) if loaded is None and "calls" in p.groups and "syscalls" not in p.groups \
+            else None
         t0 = time.monotonic()
         try:
-            call_sites, why_syscalls, idle = self._load(p, finder)
+            if loaded is None:
+                call_sites, why_syscalls, idle = self._load(p, finder)
+                self._open_events()
+            else:
+                p, call_sites, why_syscalls, idle = self._reuse(loaded)
+            ebpf_pool.set_target(self.bpf, self.pid)
             self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, self.shim_library,
                                                                    self.loop_duty)
             self._attach_uprobes()
-            self._open_events()
         except VTError:
             self.stop()
             raise
@@ -188,8 +157,10 @@ class EbpfTracer(Tracer):
             if finder is not None:
                 finder.cancel()
         self.info = self._describe(p, binary, call_sites, shim_probes, idle, time.monotonic() - t0)
+        self.info["compile_ms"] = round(self._compile_s * 1000, 1)  # 0: a program compiled for an earlier launch
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
+        self._pool_key, self._settled = key, (p, call_sites, why_syscalls, idle)
         self.target = target
         system.release_free_memory()  # the compiler's free heap (docs/performance.md, tracer's cost)
         self._refresh()
@@ -250,11 +221,44 @@ class EbpfTracer(Tracer):
     def printable_program(self, pid: int, binary: str | None, aof_dir: str | None) -> str:
         """The program and flags start() would compile for this server (record --print-probes)."""
         p = self.plan(binary, aof_dir)
-        return printable_program(p.defines(pid), p.groups)
+        return printable_program(p.defines(), p.groups, pid)
 
     def _compile(self, p: Plan):
-        self._defines = p.defines(self.pid)
+        t0 = time.monotonic()
+        self._defines = p.defines()
         self.bpf = import_bcc().BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines))
+        self._compile_s += time.monotonic() - t0
+
+    def _reuse(self, loaded: ebpf_pool.Loaded) -> tuple:
+        """A parked program taken over: its maps zeroed, its tracepoints attached again."""
+        self.bpf, self._defines, self._sink, self._sink_cb = loaded.bpf, loaded.defines, loaded.sink, loaded.sink_cb
+        ebpf_pool.reset(loaded)
+        ebpf_pool.attach(self.bpf, loaded.tracepoints, loaded.raw_tracepoints)
+        return loaded.plan, loaded.call_sites, loaded.why_syscalls, loaded.idle
+
+    def _park(self) -> bool:
+        """Detach everything and park the program for the next launch (ebpf_pool); False when it
+        cannot be (a launch that failed to start): then it is unloaded."""
+        if self._pool_key is None or self._sink is None:
+            return False
+        try:
+            if self._attached:
+                if self._uprobes:
+                    self._detach_uprobes()
+                self._requests(False)
+                tps, raw = ebpf_pool.detach(self.bpf)
+            else:
+                tps, raw = self._tps, self._raw_tps
+            ebpf_pool.set_target(self.bpf, 0)
+            with self._consume_lock:
+                self.bpf.ring_buffer_consume()
+                self._sink.len = 0
+        except Exception:
+            return False
+        p, call_sites, why, idle = self._settled
+        ebpf_pool.park(self._pool_key, ebpf_pool.Loaded(self.bpf, p, call_sites, why, idle, self._defines, self._sink,
+                                                        self._sink_cb, tps, raw, set(self._aof_fds)))
+        return True
 
     def _check_sysnr(self) -> str | None:
         """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in
@@ -333,18 +337,10 @@ class EbpfTracer(Tracer):
             return
         self._attached = on
         if not on:
-            self._tps = [tp for tp in bpf.tracepoint_fds]
-            self._raw_tps = [tp for tp in bpf.raw_tracepoint_fds]
-            for tp in self._tps:
-                bpf.detach_tracepoint(tp)
-            for tp in self._raw_tps:
-                bpf.detach_raw_tracepoint(tp)
+            self._tps, self._raw_tps = ebpf_pool.detach(bpf)
             self._detach_uprobes()
         else:
-            for tp in self._tps:
-                bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
-            for tp in self._raw_tps:
-                bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
+            ebpf_pool.attach(bpf, self._tps, self._raw_tps)
             self._attach_uprobes()
 
     def stop(self):
@@ -357,6 +353,8 @@ class EbpfTracer(Tracer):
         if self._poller is not None:
             self._poller.join(timeout=2)
             self._poller = None
+        if self.bpf is not None and self._park():
+            self.bpf, self._sink = None, None
         if self.bpf is not None:
             try:
                 if self._attached and self._uprobes:
@@ -442,7 +440,7 @@ class EbpfTracer(Tracer):
                     self._events.append(blob)
 
     def _poll(self):
-        lower_priority()  # the ring buffer holds ~10 s of records: a late poll loses nothing
+        system.lower_thread_priority()  # the ring buffer holds ~10 s of records: a late poll loses nothing
         n = 0
         while not self._stop.wait(POLL_INTERVAL_S):
             if self.bpf is None:
@@ -483,12 +481,12 @@ class EbpfTracer(Tracer):
         self._consume()
         with self._events_lock:
             self._events.clear()
-        self._begin = read_snapshot(self)
+        self._begin = ebpf_pool.read_snapshot(self)
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
             end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
-        end = read_snapshot(self, end_mono_ns)
+        end = ebpf_pool.read_snapshot(self, end_mono_ns)
         self._requests(False)
         self._consume()
         self._refresh()

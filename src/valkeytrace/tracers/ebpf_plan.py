@@ -141,10 +141,12 @@ def _btf_task_offsets(btf: str) -> dict:
     return offsets
 
 
-def probe_defines(pid: int, *, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
+def probe_defines(*, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
+    """The program's -D parameters: all but the server's pid, which the `target` map holds (one compiled
+    program serves every launch: tracers/ebpf_pool.py)."""
     sched = "sched" in groups
     offsets = task_offsets() if sched else {}
-    return {"TARGET_TGID": pid, "MAIN_TID": pid, "BLOCK_THRESHOLD_NS": block_threshold_ns,
+    return {"BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
             "TRACE_REQUESTS": int("requests" in groups and all(system.tracepoint_exists(c, e)
                                                               for c, e in REQUEST_TRACEPOINTS)),
@@ -173,11 +175,13 @@ def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: 
             if shim_wrappers else source)
 
 
-def printable_program(defines: dict, groups=DEFAULT_GROUPS) -> str:
+def printable_program(defines: dict, groups=DEFAULT_GROUPS, pid: int | None = None) -> str:
     """The exact text and flags `record` would load, and its probe groups (for --print-probes)."""
     flags = " ".join(cflags(**defines))
     return (f"// probe groups: {', '.join(g for g in PROBE_GROUPS if g in groups)}\n"
-            f"// bcc cflags: {flags}\n" + probe_source(MAIN_PROBE))
+            f"// bcc cflags: {flags}\n"
+            f"// the map `target` holds the server's pid{f' ({pid})' if pid else ''}, written at each launch\n"
+            + probe_source(MAIN_PROBE))
 
 
 def cflags(**defines) -> list[str]:
@@ -210,8 +214,8 @@ class Plan:
         self.groups.add("syscalls")
         self.groups.discard("fs")
 
-    def defines(self, pid: int) -> dict:
-        return probe_defines(pid, block_threshold_ns=self.block_threshold_ns,
+    def defines(self) -> dict:
+        return probe_defines(block_threshold_ns=self.block_threshold_ns,
                              loop_from_epoll=not self.loop_uprobe and "loop" in self.groups, groups=self.groups)
 
 
