@@ -8,6 +8,7 @@ the session unless the server is gone. The document itself is built by recording
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ SENSITIVITY_MIN_RUNS = 3
 # replication (its link, for valkeytrace merge): the raw socket tracepoints fire for every socket I/O
 # on the host, and an attached recording of a lone server has no use for them (benchmarks/peers.py)
 REQUEST_WINDOWS = ("write-only",)
+LAUNCHES = itertools.count(1)  # each Recorder a launch of its own (Recorder.memo's demand passes)
 
 
 def replicating(server: dict) -> bool:
@@ -124,8 +126,15 @@ def exit_record(gone: dict, run: dict) -> dict:
 
 class Recorder:
     def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict,
-                 owner: tuple[int, int] | None = None):
+                 owner: tuple[int, int] | None = None, memo: dict | None = None):
         self.target = target
+        # what a side keeps across its launches in one process (session.memo): the rate each cell ran at
+        # (its runs need no calibration pass), and which launch measured each cell's demand pass
+        self.memo = memo if memo is not None else {}
+        self.launch = next(LAUNCHES)
+        # this launch's keyspace (scenarios.Load.keyspace_state); an attached server's other clients may
+        # write its keys between our runs: filled each time
+        self.keyspace_state: dict | None = None if getattr(target, "mode", "") == "attach" else {}
         self.client = client
         self.settings = settings
         self.tracer = tracer
@@ -229,7 +238,9 @@ class Recorder:
         s = self.settings
         load = None
         if self.client is not None:
-            load = scenarios.Load.for_server(self.target, self.client, keyspace=s.keyspace, get_clients=s.get_clients,
+            load = scenarios.Load.for_server(self.target, self.client, rates=self.memo.setdefault("rates", {}),
+                                             keyspace_state=self.keyspace_state,
+                                             keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
                                              arrival=s.arrival, set_rate=s.set_rate)
         sc = scenarios.scenario(workload, load)
@@ -237,12 +248,17 @@ class Recorder:
             sc.wait = self.target.wait_exit
         return sc
 
+    def _demand_here(self, workload: str, size: int) -> bool:
+        """Whether this launch measures the cell's demand pass (the model's GET-only calibration): the
+        first launch of a side that reaches the cell does, in each of its repeats; later ones keep it."""
+        return self.memo.setdefault("demand", {}).setdefault((workload, size), self.launch) == self.launch
+
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
         """One cell by its scenario, inside this recorder's window."""
         client = self._scenario(workload, (run.get("load") or {}).get("rate")).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
-            with_demand=traced and not run.get("fsync_extra_delay_ns"))
+            with_demand=traced and not run.get("fsync_extra_delay_ns") and self._demand_here(workload, size))
         self._host_cpu(run, client)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:

@@ -23,6 +23,15 @@ from valkeytrace.recording import document
 from valkeytrace.server.process import Target
 
 
+# what a side keeps across its launches in this process (compare runs them here): Recorder.memo, by plan
+_MEMOS: dict[str, dict] = {}
+
+
+def memo(plan: RecordPlan) -> dict:
+    """The store of this plan's launches in this process (the same plan but for its output)."""
+    return _MEMOS.setdefault(dataclasses.replace(plan, output=None, notes=()).as_json(), {})
+
+
 @dataclass
 class Outcome:
     doc: dict
@@ -177,7 +186,7 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, output: str, echo) -
             "name": client.name, "version": client.version, "path": client.path,
             "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
         settings=plan.settings.as_recorded(), emulation=_emulation(plan), warnings=warnings)
-    recorder = Recorder(target, client, plan.settings, tracer, output, doc, owner=srv.invoking_user())
+    recorder = Recorder(target, client, plan.settings, tracer, output, doc, owner=srv.invoking_user(), memo=memo(plan))
     recorder.offload = offload
     if replicas is not None:
         from valkeytrace.server.replicas import node

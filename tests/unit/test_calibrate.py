@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from valkeytrace.workload.benchmark import BenchmarkError, calibrate
+from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, BenchmarkError, calibrate, client_argv
 from valkeytrace.workload.clients import BenchmarkClient
 
 LATE_FIRST_LINE = """
@@ -36,6 +36,11 @@ def fake_client(tmp_path, body):
     return BenchmarkClient(path=str(path), name="redis-benchmark", version="7.0.15")
 
 
+def _argv(tmp_path, body) -> list[str]:
+    """The endless GET test's argv for the scripted client (it ignores its arguments)."""
+    return client_argv(fake_client(tmp_path, body), "127.0.0.1", 1, "GET", 50, 64, 1000, ENDLESS_REQUESTS)
+
+
 RAMP = """
     import sys, time
     # connecting and warming up: the overall rate lags the rate the run then keeps
@@ -48,17 +53,17 @@ RAMP = """
 
 
 def test_a_late_first_progress_line_at_zero_is_waited_for(tmp_path):
-    rate = calibrate(fake_client(tmp_path, LATE_FIRST_LINE), "127.0.0.1", 1, "GET", 50, 64, 1000, seconds=1.0)
+    rate = calibrate(fake_client(tmp_path, LATE_FIRST_LINE), _argv(tmp_path, LATE_FIRST_LINE), seconds=1.0)
     assert rate == 40000.0  # the steady rate the client printed after its zero line
 
 
 def test_the_rate_kept_is_the_steady_one_not_the_ramp(tmp_path):
     """The overall rate of a 1 s pass counts the ramp (here 25% of it at a quarter of the rate):
     sized by it, measured runs ended early (0.9 s of --duration 2)."""
-    rate = calibrate(fake_client(tmp_path, RAMP), "127.0.0.1", 1, "GET", 50, 64, 1000, seconds=1.0)
+    rate = calibrate(fake_client(tmp_path, RAMP), _argv(tmp_path, RAMP), seconds=1.0)
     assert rate == 40000.0
 
 
 def test_a_client_that_exits_without_progress_is_an_error(tmp_path):
     with pytest.raises(BenchmarkError, match="no progress while calibrating GET"):
-        calibrate(fake_client(tmp_path, SILENT_EXIT), "127.0.0.1", 1, "GET", 50, 64, 1000, seconds=1.0)
+        calibrate(fake_client(tmp_path, SILENT_EXIT), _argv(tmp_path, SILENT_EXIT), seconds=1.0)

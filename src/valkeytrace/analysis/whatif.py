@@ -11,6 +11,9 @@ as predicted.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis.calibration import CalibrationError, calibrate
@@ -113,34 +116,58 @@ class Check:
 
 
 def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
-    """The baseline's prediction of each measured op of the candidate's cells, against the candidate."""
+    """The baseline's prediction of each measured op of the candidate's cells, against the candidate: each
+    cell's calibration and simulation (about 2-5 s of CPU) in a process of its own when there are several
+    cells and CPUs (the simulations are seeded: the same figures either way)."""
     change, scenario = change_between(base_doc, cand_doc)
     if change is None:
         return []
+    cells = [c for c in cand_cells if (op := MEASURED_OP.get(c.workload)) is not None and op in c.ops]
+    base_doc = decode(base_doc)
+    workers = min(len(cells), os.cpu_count() or 1)
+    if workers < 2:
+        return [x for c in cells for x in _check_cell(base_doc, c, change, scenario)]
+    global _SHARED
+    _SHARED = (base_doc, change, scenario)  # the forked workers inherit it: nothing large is pickled
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            per_cell = list(pool.map(_check_shared, cells))
+    finally:
+        _SHARED = None
+    return [x for checks in per_cell for x in checks]
+
+
+_SHARED: tuple | None = None
+
+
+def _check_shared(cell: CellSummary) -> list[Check]:
+    assert _SHARED is not None
+    return _check_cell(_SHARED[0], cell, _SHARED[1], _SHARED[2])
+
+
+def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> list[Check]:
+    op = MEASURED_OP[cell.workload]
+    try:
+        cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
+    except CalibrationError:
+        return []
+    ops, server, _ = run(apply(cal, change))
+    got = ops.get(op)
+    inputs = {"model": "pipeline", "change": change.describe(),
+              "calibration": {k: asdict(v) for k, v in inputs_for(cal, change).items()},
+              "fitted": cal.fitted, "predicted_server": asdict(server),
+              "get_clients": ops[GET].clients if GET in ops else None}
     out = []
-    for cell in cand_cells:
-        op = MEASURED_OP.get(cell.workload)
-        if op is None or op not in cell.ops:
+    for metric in METRICS:
+        measured = cell.ops[op].get(metric)
+        predicted = got.get(metric) if got else None
+        if predicted is None:
             continue
-        try:
-            cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
-        except CalibrationError:
-            continue
-        ops, server, _ = run(apply(cal, change))
-        got = ops.get(op)
-        inputs = {"model": "pipeline", "change": change.describe(),
-                  "calibration": {k: asdict(v) for k, v in inputs_for(cal, change).items()},
-                  "fitted": cal.fitted, "predicted_server": asdict(server),
-                  "get_clients": ops[GET].clients if GET in ops else None}
-        for metric in METRICS:
-            measured = cell.ops[op].get(metric)
-            predicted = got.get(metric) if got else None
-            if predicted is None:
-                continue
-            err = None if not measured else round(100.0 * (predicted - measured) / measured, 1)
-            tol = TOLERANCE_PCT[metric]
-            out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
-                             tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs))
+        err = None if not measured else round(100.0 * (predicted - measured) / measured, 1)
+        tol = TOLERANCE_PCT[metric]
+        out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
+                         tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs))
     return out
 
 

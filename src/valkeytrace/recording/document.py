@@ -108,7 +108,8 @@ def op_record(report: dict, role: str) -> dict:
               percentile_distribution=report.get("percentile_distribution", []),
               cumulative_distribution=report.get("cumulative_distribution", []),
               progress=report.get("progress", []), command=report.get("command"),
-              calibration_rps=report.get("calibration_rps"), client_cpu_s=report.get("client_cpu_s"))
+              calibration_rps=report.get("calibration_rps"), calibration_s=report.get("calibration_s"),
+              attempts=report.get("attempts"), client_cpu_s=report.get("client_cpu_s"))
 
 
 def background_op(*, clients: int, tps: float | None, mean_ms: float | None, samples: int, progress: list,

@@ -135,6 +135,8 @@ class Op(Record):
     progress: list[tuple[float, float, float | None]] = _l()  # [seconds, rps, mean_ms] progress lines
     command: list | None = None  # the client's argv
     calibration_rps: NonNeg | None = None  # the rate the run was sized by
+    calibration_s: NonNeg | None = None  # seconds its calibration pass took (0: sized by an earlier run's rate)
+    attempts: NonNegInt | None = None  # windows measured to land on --duration (the last one kept)
     client_cpu_s: NonNeg | None = None  # the client's CPU time
     progress_samples: NonNegInt | None = None  # background op: progress lines inside the window
     note: str | None = None      # how the op's figures were taken

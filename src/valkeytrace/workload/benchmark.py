@@ -146,14 +146,13 @@ class ClientProcess:
                 for t, r in self.progress]
 
 
-def calibrate(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
-              value_size: int, keyspace: int, seconds: float = CALIBRATION_S) -> float:
-    """Requests per second of this test right now (also warms the server up): the client's
-    overall rate once it has run `seconds` and answered something. A client whose first progress
-    line comes late (still connecting its clients: seen at 1 s under `appendfsync always`) is
-    waited for, up to 10 s more."""
-    proc = ClientProcess(client_argv(client, host, port, test, clients, value_size, keyspace,
-                                     ENDLESS_REQUESTS), client.cpus)
+def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRATION_S) -> float:
+    """Requests per second of this test (client_argv, endless) right now (also warms the server up):
+    the client's overall rate once it has run `seconds` and answered something. A client whose first
+    progress line comes late (still connecting its clients: seen at 1 s under `appendfsync always`)
+    is waited for, up to 10 s more."""
+    test = argv[argv.index("-t") + 1] if "-t" in argv else "benchmark"
+    proc = ClientProcess(argv, client.cpus)
     try:
         deadline = time.monotonic() + seconds + 10
         while time.monotonic() < deadline:
@@ -228,17 +227,36 @@ WINDOW_ACCEPT = 0.075  # a try within this share of --duration is kept (check 19
 WINDOW_ATTEMPTS = 4
 
 
-def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clients: int,
-                 value_size: int, keyspace: int, duration_s: float,
-                 on_start=None, on_end=None) -> dict:
-    """Calibrate, then run `test` for about duration_s; return its parsed report.
+class RateMemo:
+    """The rate a cell ran at, kept for its next run (a repeat, another launch of the same side in one
+    process): a run sized by it needs no calibration pass. Keyed by what sets the rate (the side, the
+    cell, the added fsync delay); updated with each window's own rate."""
+
+    def __init__(self, store: dict, key: tuple):
+        self.store, self.key = store, key
+
+    def get(self) -> float | None:
+        return self.store.get(self.key)
+
+    def put(self, rate: float) -> None:
+        self.store[self.key] = rate
+
+
+def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=None, on_end=None,
+                 memo: RateMemo | None = None) -> dict:
+    """Calibrate (or take the rate the memo kept), then run the test argv_of(requests) gives for about
+    duration_s; return its parsed report.
 
     on_start/on_end are called right when the measured client starts and ends (the measured
     window, for the tracers)."""
-    rate = calibrate(client, host, port, test, clients, value_size, keyspace)
+    known = memo.get() if memo is not None else None
+    t0 = time.monotonic()
+    rate = known or calibrate(client, argv_of(ENDLESS_REQUESTS))
+    calibration_s = 0.0 if known else time.monotonic() - t0
+    clients = int(argv_of(1)[argv_of(1).index("-c") + 1])
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         requests = max(int(rate * duration_s), clients * 20)
-        report = run_requests(client, client_argv(client, host, port, test, clients, value_size, keyspace, requests),
+        report = run_requests(client, argv_of(requests),
                               timeout_s=duration_s * 4 + 30, on_start=on_start, on_end=on_end)
         took = report["window_s"]
         # the run is the window: one that missed --duration by more than WINDOW_ACCEPT (the rate
@@ -247,9 +265,12 @@ def run_measured(client: BenchmarkClient, host: str, port: int, test: str, clien
         # whole tolerance) is measured again, sized by its own rate; the window hooks run again.
         # The last try is kept whatever its length (the recording has it).
         off = abs(took - duration_s) / duration_s if took else 0.0
+        if took and memo is not None:
+            memo.put(requests / took)
         if not took or off <= WINDOW_ACCEPT:
             break
         rate = requests / took
     report["calibration_rps"] = rate
     report["attempts"] = attempt
+    report["calibration_s"] = calibration_s  # 0: sized by the rate an earlier run of the cell kept
     return report

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from valkeytrace import system
@@ -26,8 +26,8 @@ from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.openloop import OpenLoopClient, op_record
-from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, calibrate, client_argv,
-                                            measured_client, run_measured, run_requests)
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, calibrate,
+                                            client_argv, measured_client, run_measured, run_requests)
 
 BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
 DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: under a second at ~70K GET/s here
@@ -49,6 +49,10 @@ class Load:
     rate: float | None = None       # open loop: the measured op's requests due per second (workload/openloop.py)
     arrival: str = "poisson"
     set_rate: float | None = None   # read-heavy's background SETs open-loop at this rate (else closed loop)
+    rates: dict | None = field(default=None, compare=False)  # RateMemo's store: the recorder's, per side
+    # the launch's keyspace: {"size": S} while every key holds a value of S bytes (a fill of S, then
+    # SETs of S only): a read-heavy run of S needs no fill then
+    keyspace_state: dict | None = field(default=None, compare=False)
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float) -> "OpenLoopClient":
         return OpenLoopClient(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
@@ -62,6 +66,13 @@ class Load:
 
     def argv(self, test: str, clients: int, size: int, requests: int = ENDLESS_REQUESTS) -> list[str]:
         return client_argv(self.client, self.host, self.port, test, clients, size, self.keyspace, requests)
+
+    def memo(self, run: dict, test: str, size: int) -> RateMemo | None:
+        """Where a run of this cell keeps its rate for the next (the recorder's store), or None."""
+        if self.rates is None:
+            return None
+        return RateMemo(self.rates, (test, size, self.get_clients if test == "GET" else self.write_clients,
+                                     run.get("workload"), run.get("fsync_extra_delay_ns") or 0))
 
 
 # the benchmark scripts' cell: read-heavy, 64 B, GET c=50 under SET c=8, 20000 keys (filled fast)
@@ -80,7 +91,12 @@ class ReadHeavy:
         self.load = load
 
     def prepare(self, size: int) -> None:
+        state = self.load.keyspace_state
+        if state is not None and state.get("size") == size:
+            return  # filled with values of this size already, this launch
         ks.fill(self.load.connect(), self.load.keyspace, size)
+        if state is not None:
+            state["size"] = size
 
     def background(self, size: int, test: str = "SET") -> ClientProcess:
         """The steady background load, SET unless told (endless; stop() it)."""
@@ -109,7 +125,7 @@ class ReadHeavy:
     def calibrate(self, size: int) -> float:
         """GET requests a second the foreground reaches alone (to size a fixed-count slice)."""
         ld = self.load
-        return calibrate(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace)
+        return calibrate(ld.client, ld.argv("GET", ld.get_clients, size))
 
     def demand(self, size: int) -> dict:
         """The service demand of the measured GET alone: a short GET-only pass (no SET, so no AOF
@@ -185,8 +201,8 @@ class ReadHeavy:
             if ld.rate:
                 report = self._open_get(run, size, duration_s, on_start, on_end)
             else:
-                report = run_measured(ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace,
-                                      duration_s, on_start=on_start, on_end=on_end)
+                report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
+                                      on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size))
                 run["ops"]["GET"] = document.op_record(report, "measured")
             bg = background.window_summary(marks["t0"], marks["t1"])
         finally:
@@ -215,8 +231,8 @@ class ReadHeavy:
             time.sleep(BACKGROUND_SETTLE_S + 0.3)  # its warm-up, then the measured GETs
             begin, end = window((bg.proc.pid,))
             report = self._open_get(run, size, duration_s, begin, end) if ld.rate else run_measured(
-                ld.client, ld.host, ld.port, "GET", ld.get_clients, size, ld.keyspace, duration_s, on_start=begin,
-                on_end=end)
+                ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s, on_start=begin,
+                on_end=end, memo=ld.memo(run, "GET", size))
             if not ld.rate:
                 run["ops"]["GET"] = document.op_record(report, "measured")
         finally:
@@ -235,13 +251,15 @@ class WriteOnly:
 
     def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
         ld = self.load
+        if ld.keyspace_state is not None and ld.keyspace_state.get("size") != size:
+            ld.keyspace_state.clear()  # its SETs leave values of another size among the keys
         begin, end = window(())
         if ld.rate:  # open loop (record --rate): latency from each SET's due moment
             result = ld.open_loop("SET", ld.rate, size, duration_s).run(begin, end)
             run["ops"]["SET"] = op_record(result)
             return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
-        report = run_measured(ld.client, ld.host, ld.port, "SET", ld.write_clients, size, ld.keyspace,
-                              duration_s, on_start=begin, on_end=end)
+        report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
+                              on_start=begin, on_end=end, memo=ld.memo(run, "SET", size))
         run["ops"]["SET"] = document.op_record(report, "measured")
         return measured_client(report)
 
