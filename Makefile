@@ -43,7 +43,7 @@ unit: setup
 # eBPF tracing when this machine allows it (else the shim); then the reports and report.html.
 # --io-threads 1: on this 2-core VM the default (2) spins a core in the I/O thread and blurs the
 # mechanism (docs/explain.md, Limits, has the demo's figures at 2).
-DEMO_ARGS ?= --sizes 64,256,1024 --duration 2 --keyspace 20000 --io-threads 1 --inject-fsync-delay 4ms
+DEMO_ARGS ?= --sizes 64,256,1024 --duration 1.5 --keyspace 20000 --io-threads 1 --inject-fsync-delay 4ms
 demo: setup
 	@rm -rf demo && mkdir -p demo
 	@echo "demo: fsync latency emulated at +4 ms per call (not this disk's own)"

@@ -17,7 +17,21 @@ KNOBS = {
                              "attached (default 0.005)",
     "VALKEYTRACE_RAW_SCHED": "0: no task_struct offsets from BTF, hence the regular sched_switch tracepoint and "
                              "no idle cause (default 1)",
+    "VALKEYTRACE_CACHE": "where report keeps a comparison's what-if (the model's simulations) to render it again "
+                         "at once: a directory, or 0 for none (default $XDG_CACHE_HOME/valkeytrace, else "
+                         "~/.cache/valkeytrace)",
 }
+
+
+def cache_dir() -> str | None:
+    """The directory report caches what-if results in, or None (VALKEYTRACE_CACHE=0)."""
+    value = os.environ.get("VALKEYTRACE_CACHE")
+    if value == "0":
+        return None
+    if value:
+        return value
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "valkeytrace")
 
 
 def probe_groups_override() -> set[str] | None:

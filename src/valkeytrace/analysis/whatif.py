@@ -12,8 +12,16 @@ as predicted.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
 import multiprocessing
 import os
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from valkeytrace import environment
 from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis.calibration import CalibrationError, calibrate
@@ -124,6 +132,16 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
         return []
     cells = [c for c in cand_cells if (op := MEASURED_OP.get(c.workload)) is not None and op in c.ops]
     base_doc = decode(base_doc)
+    key = _cache_key(base_doc, cells, change)
+    cached = _cached(key)
+    if cached is not None:
+        return cached
+    out = _checks(base_doc, cells, change, scenario)
+    _keep(key, out)
+    return out
+
+
+def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenario: str) -> list[Check]:
     workers = min(len(cells), os.cpu_count() or 1)
     if workers < 2:
         return [x for c in cells for x in _check_cell(base_doc, c, change, scenario)]
@@ -139,6 +157,51 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
 
 
 _SHARED: tuple | None = None
+
+
+def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change) -> str:
+    """What the checks depend on: the baseline recording, the candidate's measured figures per cell, the
+    change, and the code of the analysis and the model (a new version computes afresh)."""
+    h = hashlib.sha256(msgspec.json.encode(base_doc))
+    h.update(repr([(c.workload, c.value_size, c.rate, {m: c.ops[MEASURED_OP[c.workload]].get(m) for m in METRICS})
+                   for c in cells]).encode())
+    h.update(repr(change).encode())
+    pkg = Path(__file__).resolve().parent.parent
+    for p in sorted([*pkg.joinpath("analysis").glob("*.py"), *pkg.joinpath("pipeline").glob("*.py")]):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def _cached(key: str) -> list[Check] | None:
+    d = environment.cache_dir()
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, f"whatif-{key}.json")) as f:
+            return [Check(**x) for x in json.load(f)]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _keep(key: str, checks: list[Check]) -> None:
+    """The checks in the cache, written whole (a temporary file renamed) or not at all."""
+    d = environment.cache_dir()
+    if d is None:
+        return
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".whatif-")
+    except OSError:
+        return  # a cache that cannot be written is no cache
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump([c.to_json() for c in checks], f)
+        os.replace(tmp, os.path.join(d, f"whatif-{key}.json"))
+    except (OSError, TypeError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _check_shared(cell: CellSummary) -> list[Check]:
