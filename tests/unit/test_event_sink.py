@@ -73,3 +73,22 @@ def test_timeline_rows_are_the_records_relative_to_the_window():
     assert rows == want
     assert rows[0][0] == -1_500
     assert all(type(v) in (int, str) for row in rows for v in row)
+
+
+def test_timeline_json_is_the_rows_whatever_the_chunk():
+    """The window's timeline as the JSON the recording holds: the rows of timeline_rows, in order,
+    whether encoded in one chunk or many (and an empty window is an empty list)."""
+    import msgspec
+    import numpy as np
+
+    from valkeytrace.layout import BLOCK_EVENT_DTYPE
+    from valkeytrace.tracers.ebpf_window import timeline_json, timeline_rows
+
+    arr = np.zeros(10, dtype=BLOCK_EVENT_DTYPE)
+    arr["start_ns"] = np.arange(10) * 1000 + 5000
+    arr["duration_ns"] = np.arange(10) + 1
+    arr["tid"] = 42
+    rows = timeline_rows(arr, 5000)
+    for chunk in (1, 3, 10, 4096):
+        assert msgspec.json.decode(timeline_json(arr, 5000, chunk)) == rows
+    assert timeline_json(arr[:0], 5000) == b"[]"

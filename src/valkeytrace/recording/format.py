@@ -34,11 +34,17 @@ CHECKPOINT_LEVEL = 1  # and of the checkpoints written between windows, while th
                       # ~3x faster than 6 on a window's blocked timeline, ~15% larger
 
 
-def _json(obj) -> str:
+def _json(obj) -> bytes:
+    """obj as compact JSON (UTF-8), a NaN or an infinity as null."""
+    try:  # msgspec: ~5x the stdlib's speed on a window's blocked timeline, and bytes at once (the
+        # tracer's own CPU and memory at each checkpoint); it writes a NaN or an infinity as null, as _clean
+        return msgspec.json.encode(obj)
+    except (TypeError, ValueError, msgspec.EncodeError):
+        pass
     try:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (ValueError, TypeError):  # a NaN, an infinity or a tuple key: only then walk it all
-        return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
+        return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def _preamble() -> bytes:
@@ -46,7 +52,17 @@ def _preamble() -> bytes:
 
 
 def encode(doc: dict) -> bytes:
-    return _preamble() + zlib.compress(_json(doc).encode("utf-8"), LEVEL)
+    """The recording's bytes: its runs encoded and compressed one by one (the whole document's JSON
+    never held at once: the tracer's peak memory as it writes), then the other keys."""
+    runs = doc.get("runs") or []
+    z = zlib.compressobj(LEVEL)
+    out = [_preamble(), z.compress(b'{"runs":[')]
+    for i, run in enumerate(runs):
+        out.append(z.compress((b"," if i else b"") + _json(run)))
+    rest = _json({k: v for k, v in doc.items() if k != "runs"})
+    out.append(z.compress(b"]" + (b"}" if rest == b"{}" else b"," + rest[1:])))
+    out.append(z.flush())
+    return b"".join(out)
 
 
 class GrowingDocument:
@@ -74,13 +90,13 @@ class GrowingDocument:
         if final_runs > done:
             z, out = z.copy(), list(out)
             for i in range(done, final_runs):
-                out.append(z.compress(((b"," if i else b"") + _json(runs[i]).encode("utf-8"))))
+                out.append(z.compress((b"," if i else b"") + _json(runs[i])))
             self._state = (z, out, final_runs)
         z = z.copy()
-        open_runs = "".join(("," if i else "") + _json(runs[i]) for i in range(final_runs, len(runs)))
+        open_runs = b"".join((b"," if i else b"") + _json(runs[i]) for i in range(final_runs, len(runs)))
         rest = _json({k: v for k, v in doc.items() if k != "runs"})
-        tail = open_runs + "]" + ("}" if rest == "{}" else "," + rest[1:])
-        return _preamble() + b"".join(out) + z.compress(tail.encode("utf-8")) + z.flush()
+        tail = open_runs + b"]" + (b"}" if rest == b"{}" else b"," + rest[1:])
+        return _preamble() + b"".join(out) + z.compress(tail) + z.flush()
 
 
 def write(path: str | os.PathLike, doc: dict, data: bytes | None = None, durable: bool = True) -> None:
@@ -122,6 +138,8 @@ def write(path: str | os.PathLike, doc: dict, data: bytes | None = None, durable
 
 def _clean(obj):
     """JSON has no NaN: store None instead."""
+    if isinstance(obj, msgspec.Raw):  # a part kept encoded (a window's blocked timeline)
+        return json.loads(bytes(obj))
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
     if isinstance(obj, dict):

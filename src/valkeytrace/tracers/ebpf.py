@@ -34,7 +34,7 @@ from valkeytrace.tracers import ebpf_pool, probe_source, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source, cflags,
-                                           extra_groups, plan, printable_program, uprobes)
+                                           extra_groups, plan, printable_program, sysnr_cache, sysnr_known, uprobes)
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
@@ -132,13 +132,15 @@ class EbpfTracer(Tracer):
         key = (binary, p.fstype, tuple(sorted(p.groups)), p.loop_addr, p.flush_probe, p.block_threshold_ns,
                self.shim_library)
         loaded = ebpf_pool.take(key)  # a program this process compiled for an earlier launch, or None
-        # the call sites are disassembled (objdump, in the background) while the probes compile
-        finder = sites.SiteFinder(binary) if loaded is None and "calls" in p.groups and "syscalls" not in p.groups \
-            else None
+        # call sites disassembled (objdump, in the background) while the probes compile; "late": ext4's
+        # tracepoints time the calls and the sysnr check passed here before, objdump only if it fails now
+        wants_sites = loaded is None and "calls" in p.groups and "syscalls" not in p.groups
+        late = wants_sites and p.fs_sync and "sched" in p.groups and sysnr_known()
+        finder = sites.SiteFinder(binary) if wants_sites and not late else None
         t0 = time.monotonic()
         try:
             if loaded is None:
-                call_sites, why_syscalls, idle = self._load(p, finder)
+                call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
                 self._open_events()
             else:
                 p, call_sites, why_syscalls, idle = self._reuse(loaded)
@@ -170,12 +172,14 @@ class EbpfTracer(Tracer):
             self._sampler = threading.Thread(target=self._sample_loop, name="valkeytrace-loop", daemon=True)
             self._sampler.start()
 
-    def _load(self, p: Plan, finder) -> tuple[list, str | None, str | None]:
+    def _load(self, p: Plan, finder, late_binary: str | None = None) -> tuple[list, str | None, str | None]:
         """Compile and load the plan; settle where the calls are timed: (call sites to probe, why
         the syscalls time them instead, the idle cause's source). Without usable call sites the
-        plan falls back to the syscall tracepoints and is compiled again."""
+        plan falls back to the syscall tracepoints and is compiled again (late_binary: see start())."""
         self._compile(p)
         idle = self._check_sysnr() if "sched" in p.groups else None
+        if finder is None and late_binary and not (p.fs_sync and idle):
+            finder = sites.SiteFinder(late_binary)
         # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
         if finder is None or (p.fs_sync and idle):
             if finder is not None:
@@ -286,6 +290,7 @@ class EbpfTracer(Tracer):
             return None
         off = bpf[b"sysnr_offset"]
         off[off.Key(0)] = off.Leaf(SYSNR_CANDIDATES[good[0]])
+        system.write_json_cache(sysnr_cache(), {"offset": SYSNR_CANDIDATES[good[0]]})
         return f"syscall number at task stack +{SYSNR_CANDIDATES[good[0]]}"
 
     def _each_uprobe(self, fn, probes):

@@ -105,6 +105,20 @@ def task_offsets() -> dict:
     return offsets
 
 
+def sysnr_cache() -> str:
+    """Where the sysnr check (tracers/ebpf.py) keeps the offset it found on this kernel."""
+    return os.path.join(system.cache_dir(), f"sysnr-{system.kernel_release()}-{task_offsets().get('stack', 0)}.json")
+
+
+def sysnr_known() -> bool:
+    """Whether a sysnr check on this kernel found the syscall number readable before."""
+    try:
+        with open(sysnr_cache()) as f:
+            return int(json.load(f)["offset"]) in SYSNR_CANDIDATES
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def bpftool_path() -> str | None:
     import shutil
 

@@ -12,6 +12,7 @@ the EXTRA_SLOTS past them (assign_extra_slots), so two threads never write one s
 """
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from valkeytrace._native import lib
@@ -114,20 +115,23 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
             if charged > 0:
                 entry["charged_on_cpu_ns"] = charged
         threads[tid] = entry
-    timeline, requests = [], None
+    timeline, requests = b"[]", None
     if events:
         arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
         is_req = arr["state"] >= EVENT_ARRIVE
         reqs, arr = arr[is_req], arr[~is_req]
         keep = (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
-        timeline = timeline_rows(arr[keep], a.mono_ns)
+        timeline = timeline_json(arr[keep], a.mono_ns)
         reqs = reqs[(reqs["start_ns"] >= a.mono_ns) & (reqs["start_ns"] < b.mono_ns)]
         requests = request_columns(reqs, a.mono_ns) if len(reqs) else None
     out = document.server_window(
         backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
         lost_events=int(b.lost - a.lost),
+        # the rows as the JSON they are written as (msgspec.Raw): ~35 bytes a row held until the recording
+        # is written, not ~170 of Python lists (tens of thousands of rows a window under load)
         blocked_timeline={"threshold_ns": info.get("block_threshold_ns"),
-                          "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"], "events": timeline},
+                          "columns": ["start_offset_ns", "duration_ns", "tid", "cause", "state"],
+                          "events": msgspec.Raw(timeline)},
         probe={k: v for k, v in info.items() if k != "defines"}, hist_buckets=HIST_BUCKETS,
         start_mono_ns=int(a.mono_ns))
     if requests is not None:
@@ -155,6 +159,13 @@ def request_columns(arr: np.ndarray, origin_ns: int) -> dict:
 
 _CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)
 _EVENT_STATES = np.array(EVENT_STATE_NAMES, dtype=object)
+
+
+def timeline_json(arr: np.ndarray, origin_ns: int, chunk: int = 4096) -> bytes:
+    """timeline_rows as JSON, a chunk of rows at a time: the Python lists a whole window's rows would
+    take (~170 bytes a row, tens of thousands of rows) never exist at once."""
+    parts = [msgspec.json.encode(timeline_rows(arr[i:i + chunk], origin_ns))[1:-1] for i in range(0, len(arr), chunk)]
+    return b"[" + b",".join(p for p in parts if p) + b"]"
 
 
 def timeline_rows(arr: np.ndarray, origin_ns: int) -> list[list]:
