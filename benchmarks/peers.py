@@ -446,6 +446,8 @@ def main():
     ap.add_argument("--groups", type=int, help="this many ABBA groups per tool (instead of sizing or --quick's)")
     ap.add_argument("--seed", type=int, default=4029)
     ap.add_argument("--slices", metavar="FILE", help="write every slice as JSON lines")
+    ap.add_argument("--smoke", action="store_true", help="the whole recording 2 x 1 s (with --groups 1: "
+                    "that the script runs, in a minute; its figures mean nothing)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the tools, clients, servers
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -539,8 +541,9 @@ def main():
                 res["attach_ms"] = statistics.median(tool.attach_ms)
             results[name] = res
             if name == "valkeytrace-ebpf":
-                whole = whole_recording(b, srv.pid, workdir, WHOLE_WINDOW_S, 3)
-                print(f"valkeytrace-ebpf over a whole recording ({whole['windows']} windows of {WHOLE_WINDOW_S:g} s, "
+                whole_s = 1.0 if args.smoke else WHOLE_WINDOW_S
+                whole = whole_recording(b, srv.pid, workdir, whole_s, 2 if args.smoke else 3)
+                print(f"valkeytrace-ebpf over a whole recording ({whole['windows']} windows of {whole_s:g} s, "
                       f"attached): its CPU {whole['cpu_pct_of_core']:.2f}% of a core after ready, peak RSS "
                       f"{whole['peak_rss_mb']:.0f} MB, probes ready in {whole['attach_ms']} ms, lost "
                       f"{whole['lost_events']}", flush=True)

@@ -5,7 +5,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +16,7 @@ from valkeytrace.recording import format as recfmt
 from vtcli import VT, vt
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
           "--keyspace", "500", "--appendfsync", "everysec", "--backend", "none"]
 
@@ -111,3 +114,8 @@ def test_the_probes_compile_once_and_a_reused_program_measures_as_a_fresh_one(tm
     assert all(a <= 1500 for _, _, c, a in probes if c == 0), probes
     d = json.loads(vt("report", "--compare", out / "baseline.vtrace", out / "candidate.vtrace", "--format", "json").stdout)
     assert not [w for r in d["runs"] for w in r["warnings"] if "schedstat" in w], [r["warnings"] for r in d["runs"]]
+    # benchmarks/walltime.py reads this compare's breakdown (its --from mode; tests/integration/test_benchmarks.py)
+    wt = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "walltime.py"), "--from", str(out)],
+                        capture_output=True, text=True, timeout=120)
+    line = next((x for x in wt.stdout.splitlines() if x.startswith("launches that compiled the probes")), "")
+    assert wt.returncode == 0 and line.split()[-2:] == ["1", "0"], wt.stdout

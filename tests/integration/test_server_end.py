@@ -247,7 +247,7 @@ def test_a_client_that_never_reads_is_closed_at_its_output_buffer_limit():
 def test_a_server_killed_under_compare_is_said(tmp_path, needs_bpf):
     out = tmp_path / "c"
     cmp = subprocess.Popen([VT, "compare", "--launches", "1", "--workload", "write-only", "--sizes", "64",
-                            "--duration", "2", "--repeat", "2", "--keyspace", "1000", "--write-clients", "10",
+                            "--duration", "1", "--repeat", "2", "--keyspace", "1000", "--write-clients", "10",
                             "--backend", "ebpf", "--candidate-config", "appendfsync=everysec", "-o", str(out)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
