@@ -65,6 +65,10 @@ def trial(condition: str, args, workdir: Path) -> dict:
                    "significant": got[m]["significant"]} for m in ("p50_us", "tps") if m in got}}
 
 
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:+.1f}%"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=10)
@@ -84,10 +88,13 @@ def main():
                 if "error" in r:
                     print(f"{c} #{i + 1}: failed: {r['error']}", flush=True)
                     continue
-                p = r["p50_us"]
-                print(f"{c} #{i + 1}: GET p50 {p['change_pct']:+.1f}% [{p['interval_pct'][0]:+.1f}, "
-                      f"{p['interval_pct'][1]:+.1f}] {'significant' if p['significant'] else 'not significant'}; "
-                      f"TPS {r['tps']['change_pct']:+.1f}% {'sig' if r['tps']['significant'] else 'n.s.'} "
+                p, t = r["p50_us"], r["tps"]
+                # fewer than 3 launches a side: no launch interval, the repeats' rule decides (change None)
+                iv = p["interval_pct"]
+                print(f"{c} #{i + 1}: GET p50 {_pct(p['change_pct'])} "
+                      f"{f'[{iv[0]:+.1f}, {iv[1]:+.1f}]' if iv else '(no launch interval)'} "
+                      f"{'significant' if p['significant'] else 'not significant'}; "
+                      f"TPS {_pct(t['change_pct'])} {'sig' if t['significant'] else 'n.s.'} "
                       f"({r['seconds']:.0f} s)", flush=True)
     summary = {"launches": args.launches, "duration_s": args.duration, "delay": args.delay, "backend": args.backend}
     for c, rs in results.items():

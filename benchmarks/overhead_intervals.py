@@ -87,8 +87,9 @@ def main():
               for i in range(1, len(rates) - 1) if rates[i][0]]
     what = "control" if args.control else f"tracefs {args.tracefs}" if args.tracefs else \
         f"ebpf {os.environ.get('VALKEYTRACE_PROBES', 'default')}"
+    sd = statistics.stdev(ratios) if len(ratios) > 1 else float("nan")  # a single traced interval: no spread
     print(f"{what}: GET TPS traced/untraced median x{statistics.median(ratios):.3f} mean "
-          f"x{statistics.fmean(ratios):.3f} (n={len(ratios)}, per-interval sd {statistics.stdev(ratios):.3f}); "
+          f"x{statistics.fmean(ratios):.3f} (n={len(ratios)}, per-interval sd {sd:.3f}); "
           f"untraced ~{statistics.median(r for on, r in rates if not on):,.0f} GET/s")
 
 

@@ -30,7 +30,7 @@ QUICKEST = [
     ("report_speed.py", GOLDEN),
     ("idle_uprobe.py", "--cycles", "2"),
     ("uprobe_hit_cost.py", "--rounds", "1"),
-    ("overhead_intervals.py", "--cycles", "2", "--period", "0.5"),
+    ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
 ]
 
 

@@ -300,7 +300,7 @@ def test_signal_during_record_keeps_measured_runs_and_leaves_nothing(tmp_path, s
 def _kill_during_second_run(tmp_path, victim: str):
     out = tmp_path / f"{victim}.vtrace"
     proc = subprocess.Popen([VT, "record", "--workload", "write-only", "--sizes", "64,256", "--repeat", "2",
-                             "--duration", "3", "--keyspace", "500", "--backend", "none", "-o", str(out)],
+                             "--duration", "2.5", "--keyspace", "500", "--backend", "none", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         doc = _wait_for_runs(Path(str(out) + ".partial"), 1)

@@ -408,6 +408,8 @@ def _plain(x: Any, ti: Any = None) -> Any:
 
     if isinstance(x, np.generic):  # a figure computed in memory (the recorder's, a test's): a plain number
         return x.item()
+    if isinstance(x, msgspec.Raw):  # a part the recorder keeps encoded (a window's blocked timeline)
+        x = msgspec.json.decode(x)
     if ti is None:
         ti = _info(Document)
     if isinstance(ti, mi.UnionType):

@@ -9,8 +9,7 @@ fields read (pid, stack) are at offsets taken from the running kernel's BTF.
 By default no syscall is traced at all: when the AOF is on ext4, fdatasync/fsync and AOF writes
 come from ext4's own (raw) tracepoints, an AOF write told by the syscall number and fd in the
 thread's saved registers; elsewhere both are timed by uprobe pairs on their call sites in the
-server (tracers/sites.py). None of it runs for other syscalls, and uprobes cost nothing to other
-processes.
+server (tracers/sites.py). None of it runs for other syscalls; uprobes cost other processes nothing.
 
 Everything is aggregated in kernel maps; a measured window is the difference of two snapshots
 (taken at the window's edges), with off-CPU intervals still open at either edge cut at the edge.
@@ -144,7 +143,7 @@ class EbpfTracer(Tracer):
                 self._open_events()
             else:
                 p, call_sites, why_syscalls, idle = self._reuse(loaded)
-            ebpf_pool.set_target(self.bpf, self.pid)
+            ebpf_pool.set_target(self.bpf, self.pid)  # a reused program's too
             self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, self.shim_library,
                                                                    self.loop_duty)
             self._attach_uprobes()
@@ -232,6 +231,7 @@ class EbpfTracer(Tracer):
         self._defines = p.defines()
         self.bpf = import_bcc().BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines))
         self._compile_s += time.monotonic() - t0
+        ebpf_pool.set_target(self.bpf, self.pid or 0)  # the tracepoints fire from the load on
 
     def _reuse(self, loaded: ebpf_pool.Loaded) -> tuple:
         """A parked program taken over: its maps zeroed, its tracepoints attached again."""
