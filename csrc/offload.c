@@ -199,28 +199,6 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     return 1;
 }
 
-/* The server's own shutdown path (prepareForShutdown's final AOF flush and fsync, after a SIGTERM or
- * SIGINT; never a signal handler): everything queued made durable, the replies it releases written
- * (a client that reads nothing gets a second), before the server goes on to exit. */
-static void drain_on_shutdown(void)
-{
-    uint64_t until = vt_now_ns() + 1000000000ull;
-    pthread_mutex_lock(&vt_off.mu);
-    uint64_t target = vt_off.queued;
-    vt_off.sync_wanted = target;
-    vt_off_kick_locked();
-    while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
-        vt_off_wait_done_locked(50);
-    while (vt_off.held && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
-           vt_now_ns() < until) {
-        vt_off.release_wanted = 1;
-        vt_off_kick_locked();
-        vt_off_wait_done_locked(10);
-    }
-    pthread_mutex_unlock(&vt_off.mu);
-    vt_stat_add(&vt_off.stats->shutdown_drains, 1);
-}
-
 /* Around the server's own SIGTERM/SIGINT handler (shim.c wraps it): async-signal-safe (atomics only) */
 void vt_offload_signal(int sig, int entering)
 {
@@ -244,7 +222,7 @@ int vt_offload_sync(int fd, int *ret)
         return 1;
     }
     if (__atomic_load_n(&shutdown_asked, __ATOMIC_ACQUIRE) && !__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE)) {
-        drain_on_shutdown();
+        vt_off_drain_on_shutdown();
         *ret = vt_off_failed() ? -1 : 0;
         if (*ret)
             errno = vt_off.fail_errno;

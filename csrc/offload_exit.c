@@ -1,5 +1,6 @@
 /*
- * offload_exit.c: a failed virtual offload ends the server as valkey would have (offload.c).
+ * offload_exit.c: the virtual offload's ends (offload.c): the drain on the server's own shutdown path, and a
+ * failed offload ending the server as valkey would have.
  *
  * When the offload thread's AOF write or fdatasync fails, nothing more is released and the error
  * reaches the server at its next AOF write or fdatasync (valkey with appendfsync always then logs
@@ -45,4 +46,26 @@ void vt_offload_main_idle(void)
 {
     if (vt_off.mode && vt_off_failed() && vt_off_on_main_thread() && vt_now_ns() - vt_off.failed_ns > FAIL_GRACE_NS)
         exit_as_valkey();
+}
+
+/* The server's own shutdown path (prepareForShutdown's final AOF flush and fsync, after a SIGTERM or
+ * SIGINT; never a signal handler): everything queued made durable, the replies it releases written
+ * (a client that reads nothing gets a second), before the server goes on to exit. */
+void vt_off_drain_on_shutdown(void)
+{
+    uint64_t until = vt_now_ns() + 1000000000ull;
+    pthread_mutex_lock(&vt_off.mu);
+    uint64_t target = vt_off.queued;
+    vt_off.sync_wanted = target;
+    vt_off_kick_locked();
+    while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
+        vt_off_wait_done_locked(50);
+    while (vt_off.held && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
+           vt_now_ns() < until) {
+        vt_off.release_wanted = 1;
+        vt_off_kick_locked();
+        vt_off_wait_done_locked(10);
+    }
+    pthread_mutex_unlock(&vt_off.mu);
+    vt_stat_add(&vt_off.stats->shutdown_drains, 1);
 }

@@ -65,6 +65,8 @@ void vt_off_wait_done_locked(unsigned ms);
 void vt_off_wait_work_until_locked(uint64_t mono_ns);
 /* (mu held) the offload thread has work: its condition variable, and its eventfd while it polls */
 void vt_off_kick_locked(void);
+/* offload_exit.c: everything queued made durable and the replies it releases written (the server's shutdown path) */
+void vt_off_drain_on_shutdown(void);
 /* once, before any thread waits: the condition variables on CLOCK_MONOTONIC, the eventfd */
 void vt_off_state_init(void);
 /* one line in the server's log, as valkey writes its own (the control region's logfile, else stdout) */

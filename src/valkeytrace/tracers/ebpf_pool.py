@@ -16,7 +16,7 @@ import ctypes
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +24,6 @@ from valkeytrace.errors import VTError
 from valkeytrace.layout import SHIM_THREAD_DTYPE
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers.ebpf_window import OFFCPU_DTYPE, SINCE_DTYPE, Snapshot, offcpu_reading
-
-if TYPE_CHECKING:
-    from valkeytrace.tracers.ebpf import EbpfTracer
 
 # the arrays a launch leaves state in (per-slot figures, open intervals, counters): zeroed before reuse
 ZEROED_ARRAYS = (b"threads", b"inflight", b"offcpu_since", b"offcpu", b"func_start", b"run_states", b"loop_last",
@@ -133,8 +130,8 @@ def _lookup(table, key: int, size: int) -> bytes:
     return buf.raw
 
 
-def read_snapshot(tracer: "EbpfTracer", mono_ns: int | None = None) -> Snapshot:
-    """The per-slot arrays now (ebpf_window.Snapshot); off-CPU intervals still open count up to
+def read_snapshot(tracer: Any, mono_ns: int | None = None) -> Snapshot:
+    """The EbpfTracer's per-slot arrays now (ebpf_window.Snapshot); off-CPU intervals still open count up to
     this instant, or to mono_ns when the server ended before it (the next snapshot subtracts them
     back), so a window's difference is exact at its edges."""
     bpf = tracer.bpf
