@@ -228,15 +228,16 @@ WINDOW_ATTEMPTS = 4
 
 
 class RateMemo:
-    """The rate a cell ran at, kept for its next run (a repeat, another launch of the same side in one
-    process): a run sized by it needs no calibration pass. Keyed by what sets the rate (the side, the
-    cell, the added fsync delay); updated with each window's own rate."""
+    """The rate a cell ran at, kept for its runs in the side's later launches in one process (compare):
+    a run sized by it needs no calibration pass. Keyed by what sets the rate (the side, the cell, the
+    added fsync delay); updated with each window's own rate. known: the rates as the launch began
+    (a repeat within a launch calibrates, as the windows' tolerance was set by: check 19)."""
 
-    def __init__(self, store: dict, key: tuple):
-        self.store, self.key = store, key
+    def __init__(self, store: dict, key: tuple, known: dict | None = None):
+        self.store, self.key, self.known = store, key, known
 
     def get(self) -> float | None:
-        return self.store.get(self.key)
+        return (self.known if self.known is not None else self.store).get(self.key)
 
     def put(self, rate: float) -> None:
         self.store[self.key] = rate
