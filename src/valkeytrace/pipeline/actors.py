@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -123,7 +124,25 @@ class CPU:
 _IDLE, _WAITING, _QUEUED, _RUNNING = range(4)
 
 
-class ClosedClient:
+class _Client:
+    """What both clients do with a reply: delayed on its way with the fitted jitter's probability, it
+    joins the process's heap of arrivals, and the process wants the CPU once it is woken."""
+    sim: Any
+    cpu: CPU
+    cost: Any
+    replies: list
+    seq: int
+
+    def reply(self, conn: int, t: float) -> None:
+        j = self.sim.p.jitter
+        if j is not None and j.share and self.sim.rng.random() < j.share:
+            t += float(self.sim.rng.exponential(j.mean_us))
+        self.seq += 1
+        heapq.heappush(self.replies, (t, self.seq, conn))
+        self.cpu.want(self, t + self.cost.wake_us)
+
+
+class ClosedClient(_Client):
     """One benchmark process: its connections, in a closed loop or sent on a schedule."""
 
     def __init__(self, sim, group, first_conn: int, cpu: CPU):
@@ -137,14 +156,6 @@ class ClosedClient:
         self.latencies: list = []
         self.seq = 0
         self.cost = sim.p.client
-
-    def reply(self, conn: int, t: float) -> None:
-        j = self.sim.p.jitter
-        if j is not None and j.share and self.sim.rng.random() < j.share:
-            t += float(self.sim.rng.exponential(j.mean_us))
-        self.seq += 1
-        heapq.heappush(self.replies, (t, self.seq, conn))
-        self.cpu.want(self, t + self.cost.wake_us)
 
     def run_pass(self, t: float) -> float:
         c, sim, keyspace, op = self.cost, self.sim, self.sim.p.keyspace, self.op
@@ -177,7 +188,7 @@ class ClosedClient:
             self.cpu.want(self, self.replies[0][0] + self.cost.wake_us)
 
 
-class OpenClient:
+class OpenClient(_Client):
     """The open-loop client process: requests due on a schedule, each on a connection of its own (the
     real client grows its pool and then pipelines: no request waits for another's reply), its latency
     from its due moment; a reply read costs read_us, a request sent write_us, as the closed loop's."""
@@ -203,14 +214,6 @@ class OpenClient:
 
     def start(self) -> None:
         self.cpu.want(self, self.next_due)
-
-    def reply(self, conn: int, t: float) -> None:
-        j = self.sim.p.jitter
-        if j is not None and j.share and self.sim.rng.random() < j.share:
-            t += float(self.sim.rng.exponential(j.mean_us))
-        self.seq += 1
-        heapq.heappush(self.replies, (t, self.seq, conn))
-        self.cpu.want(self, t + self.cost.wake_us)
 
     def run_pass(self, t: float) -> float:
         c, sim, fin = self.cost, self.sim, self.cpu.noise.finish

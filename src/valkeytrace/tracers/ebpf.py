@@ -143,7 +143,6 @@ class EbpfTracer(Tracer):
                 self._open_events()
             else:
                 p, call_sites, why_syscalls, idle = self._reuse(loaded)
-            ebpf_pool.set_target(self.bpf, self.pid)  # a reused program's too
             self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, self.shim_library,
                                                                    self.loop_duty)
             self._attach_uprobes()
@@ -237,6 +236,7 @@ class EbpfTracer(Tracer):
         """A parked program taken over: its maps zeroed, its tracepoints attached again."""
         self.bpf, self._defines, self._sink, self._sink_cb = loaded.bpf, loaded.defines, loaded.sink, loaded.sink_cb
         ebpf_pool.reset(loaded)
+        ebpf_pool.set_target(self.bpf, self.pid)
         ebpf_pool.attach(self.bpf, loaded.tracepoints, loaded.raw_tracepoints)
         return loaded.plan, loaded.call_sites, loaded.why_syscalls, loaded.idle
 

@@ -146,12 +146,17 @@ class ClientProcess:
                 for t, r in self.progress]
 
 
+def _flag(argv: list[str], flag: str, default: str) -> str:
+    """The value after flag in a client's argv (client_argv), or default."""
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
 def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRATION_S) -> float:
     """Requests per second of this test (client_argv, endless) right now (also warms the server up):
     the client's overall rate once it has run `seconds` and answered something. A client whose first
     progress line comes late (still connecting its clients: seen at 1 s under `appendfsync always`)
     is waited for, up to 10 s more."""
-    test = argv[argv.index("-t") + 1] if "-t" in argv else "benchmark"
+    test = _flag(argv, "-t", "benchmark")
     proc = ClientProcess(argv, client.cpus)
     try:
         deadline = time.monotonic() + seconds + 10
@@ -181,7 +186,7 @@ def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_
     """Run the client's argv (client_argv: a test for a fixed number of requests); its parsed report,
     with the client's CPU time (its rusage: it is the only child reaped meanwhile). on_start/on_end are
     called right when the client starts and ends (the measured window, for the tracers)."""
-    test = argv[argv.index("-t") + 1] if "-t" in argv else "benchmark"
+    test = _flag(argv, "-t", "benchmark")
     if on_start:
         on_start()
     children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -254,7 +259,7 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     t0 = time.monotonic()
     rate = known or calibrate(client, argv_of(ENDLESS_REQUESTS))
     calibration_s = 0.0 if known else time.monotonic() - t0
-    clients = int(argv_of(1)[argv_of(1).index("-c") + 1])
+    clients = int(_flag(argv_of(1), "-c", "1"))
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         requests = max(int(rate * duration_s), clients * 20)
         report = run_requests(client, argv_of(requests),
