@@ -22,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VT = str(ROOT / ".venv" / "bin" / "valkeytrace")
-sys.path.insert(0, str(ROOT / "src"))
 
 DEMO = ["--launches", "3", "--repeat", "1", "--sizes", "64,256,1024", "--duration", "1.5", "--keyspace", "20000",
         "--io-threads", "1", "--inject-fsync-delay", "4ms", "--appendfsync", "always",
