@@ -101,14 +101,10 @@ class Settings:
 def describe_exit(gone: dict) -> str:
     """'was killed by SIGKILL', 'shut down on SIGTERM (status 0)', 'exited with status 1: why', 'ended'
     (an attached server: how is unknown)."""
-    why = f": {gone['cause']}" if gone.get("cause") else ""
-    if gone.get("signal") and gone.get("status") is None:
-        return f"was killed by {gone['signal']}"
-    if gone.get("signal"):
-        return f"shut down on {gone['signal']} (exit status {gone['status']}){why}"
-    if gone.get("status") is not None:
-        return f"exited with status {gone['status']}{why}"
-    return "ended"
+    from valkeytrace.reporters.sentences import how_ended
+
+    why = f": {gone['cause']}" if gone.get("cause") and gone.get("status") is not None else ""
+    return how_ended(gone) + why
 
 
 def exit_record(gone: dict, run: dict) -> dict:
@@ -367,11 +363,10 @@ class Recorder:
                 run = self.run_one(repeat, workload, size, extra, rate)
                 gone = self.target.gone()
                 if gone or (run["status"] == "failed" and not self.target.alive()):
+                    how = {k: gone.get(k) for k in ("signal", "status", "cause")} if gone else {}
                     document.add_warning(
-                        self.doc, f"the server {describe_exit(gone) if gone else 'died'} during {workload} {size} B "
-                        f"repeat {repeat}" + (f", {run['server_exit']['at_s']:.2f} s into its window"
-                                              if run.get("server_exit", {}).get("at_s") is not None else "")
-                        + f"; {len(matrix) - i - 1} run(s) not measured")
+                        self.doc, "server_ended", gone=bool(gone), **how, workload=workload, value_size=size,
+                        repeat=repeat, at_s=run.get("server_exit", {}).get("at_s"), not_measured=len(matrix) - i - 1)
                     break
             if on_progress:
                 on_progress(len(matrix), len(matrix), "done")

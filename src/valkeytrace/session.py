@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from valkeytrace import estimate, system
+from valkeytrace.analysis.note import Note
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.plan import RecordPlan
 from valkeytrace.recorder import Recorder
 from valkeytrace.recording import document
+from valkeytrace.reporters.sentences import warning_text
 from valkeytrace.server.process import Target
 
 
@@ -152,21 +154,21 @@ def _label(plan: RecordPlan, server: dict) -> str:
     return default_label(server, other_binary=plan.server.binary is not None)
 
 
-def _checked(plan: RecordPlan, server: dict, echo) -> list[str]:
+def _checked(plan: RecordPlan, server: dict, echo) -> list[dict]:
     """The warnings this server's settings call for (echoed); a usage error where they contradict the plan."""
     from valkeytrace.tracers.emulation import describe_delay
 
     e = plan.emulation
-    warnings = []
+    warnings: list[dict[str, Any]] = []
     if e.fsync_delay:
         echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
     if not server["appendonly"]:
-        warnings.append("appendonly is off on this server: there is no AOF fsync to explain")
+        warnings.append({"code": "appendonly_off", "figures": {}})
     if e.offload and server.get("appendfsync") != "always":
         raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
                            f"runs appendfsync {server.get('appendfsync')}")
     for w in warnings:
-        echo(f"warning: {w}")
+        echo(f"warning: {warning_text(Note(w['code'], w['figures']))}")
     return warnings
 
 
@@ -208,7 +210,7 @@ def _measure(plan: RecordPlan, recorder: Recorder, progress: Callable | None) ->
         else:
             recorder.run(lambda i, n, what: None, measure_overhead=measure)
     except KeyboardInterrupt:
-        document.add_warning(recorder.doc, "recording interrupted: runs after the last completed one were not measured")
+        document.add_warning(recorder.doc, "interrupted")
         return True
     return False
 
@@ -220,7 +222,7 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
         # counters stay in runs[].offload; reports derive the figures (analysis/offload.py)
         failure = offload.failure()
         if failure:
-            document.add_warning(doc, f"virtual offload: {failure}; nothing was acknowledged after it")
+            document.add_warning(doc, "offload_failed", failure=failure)
         doc["emulation"]["offload"]["at_exit"] = offload.at_exit()
     document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
     first = next((r for r in doc["runs"] if r.get("started_at")), None)

@@ -327,7 +327,8 @@ def test_server_killed_mid_run(tmp_path):
     assert doc["runs"][0]["status"] == "ok" and "server_exit" not in doc["runs"][0]
     assert doc["runs"][1]["status"] == "failed" and "killed by SIGKILL" in doc["runs"][1]["error"]
     assert doc["runs"][1]["server_exit"]["signal"] == "SIGKILL"
-    assert any("the server was killed by SIGKILL" in w for w in doc["warnings"])
+    assert [(w["figures"]["signal"], w["figures"]["status"]) for w in doc["warnings"] if w["code"] == "server_ended"] \
+        == [("SIGKILL", None)], doc["warnings"]
     assert len(doc["runs"]) == 2  # nothing attempted after the server was gone
 
 

@@ -44,7 +44,7 @@ def test_report_json_fields(two_recordings, tmp_path):
     res = vt("report", str(two_recordings["always"]), "--format", "json", "-o", str(out))
     assert res.returncode == 0, res.stderr
     d = json.loads(out.read_text())
-    assert d["format"] == "valkeytrace-report" and d["version"] == 1
+    assert d["format"] == "valkeytrace-report" and d["version"] == 2
     run = d["runs"][0]
     assert set(run["server"]) >= {"version", "appendfsync", "io_threads", "bio_aof_offload"}
     cell = [c for c in run["cells"] if c["workload"] == "read-heavy"][0]

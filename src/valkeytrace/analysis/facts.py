@@ -5,22 +5,15 @@ cell carries, SETs per fsync, durability, and the server's own view (INFO latenc
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from valkeytrace.analysis import offload
+from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.summary import MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 from valkeytrace.recording.model import Document, Run, decode, decode_as
 
 IN_FLIGHT_MS = 1.0  # a role blocked this long inside fsync with no call completed carries one in flight
-
-
-@dataclass
-class Note:
-    """One thing a claim says, as data: a stable code and the figures its sentence states (analysis/words.py
-    records most of them)."""
-    code: str
-    figures: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.analysis.note import Note
 from valkeytrace.recording.model import AtExit, Document, Run, decode
 
 
@@ -134,7 +135,7 @@ def summary(doc) -> OffloadSummary | None:
 JOBS_WAITED = "jobs_waited"  # the shim's histogram of jobs waited per reply (a list by count)
 
 
-def exit_warnings(doc) -> list[str]:
+def exit_warnings(doc) -> list[Note]:
     """What the emulation did at the edges: clients closed over their output-buffer limit (held replies
     counted as the server counts its buffer), and replies still held when the server ended."""
     doc = decode(doc)
@@ -142,9 +143,7 @@ def exit_warnings(doc) -> list[str]:
     at_exit = doc.emulation.offload.at_exit if doc.emulation.offload else AtExit()
     closed = max(Counters.of(_measured(doc)).obuf_closed, at_exit.obuf_closed)
     if closed:
-        out.append(f"virtual offload: {closed} client(s) closed over their client-output-buffer-limit (the replies "
-                   "held for them counted against it, as the server counts its own buffer)")
+        out.append(Note("obuf_closed", {"clients": closed}))
     if at_exit.held_replies_dropped:
-        out.append(f"virtual offload: {at_exit.held_replies_dropped} held replies were still held when the server "
-                   "ended (never written: their connections closed with it)")
+        out.append(Note("held_dropped", {"replies": at_exit.held_replies_dropped}))
     return out

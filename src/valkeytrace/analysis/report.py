@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import msgspec
 
 from valkeytrace.analysis import curve, distributions, explain, facts, offload, seed, sensitivity, verdict, whatif
+from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
 from valkeytrace.recording.model import Client, Document, ServerInfo, Settings, decode
@@ -95,9 +96,12 @@ class AnalysedRun:
         return self.doc.complete
 
     @property
-    def warnings(self) -> list[str]:
-        """The recording's own, then what the analysis finds inconsistent in it"""
-        return (list(self.doc.warnings) + stalls(self.doc) + missed_fsyncs(self.doc)
+    def warnings(self) -> list[Note]:
+        """The recording's own, then what the analysis finds inconsistent in it (codes and figures:
+        reporters/sentences.py words them)"""
+        own = [Note("recorded", {"text": w}) if isinstance(w, str) else Note(w.code, dict(w.figures))
+               for w in self.doc.warnings]
+        return (own + stalls(self.doc) + missed_fsyncs(self.doc)
                 + schedstat_disagreements(self.doc) + backend_disagreements(self.doc) + offload.exit_warnings(self.doc))
 
     @property
@@ -194,51 +198,3 @@ def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
         if run.sensitivity:
             out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
     return out
-
-
-def exit_sentence(label: str, e: ServerExitRecord) -> str:
-    """'fsync-always: the server was killed by SIGKILL 4.21 s into the window of none 64 B #1: the
-    figures cover the 4.21 s it lived'."""
-    if e.signal and e.status is None:
-        how = f"was killed by {e.signal}"
-    elif e.signal:
-        how = f"shut down on {e.signal} (exit status {e.status})"
-    elif e.status is not None:
-        how = f"exited with status {e.status}"
-    else:
-        how = "ended (attached: how, the process table does not say)"
-    run = f"{e.workload} {e.value_size} B" + (f" launch {e.launch}" if e.launch else "") + f" #{e.repeat}"
-    if e.in_window and e.at_s is not None:
-        where = f" {e.at_s:.2f} s into the window of {run}: its figures cover the {e.at_s:.2f} s it lived"
-    else:
-        where = f" during {run}, before its window: nothing of it was measured"
-    cause = f" (its last words: {e.cause})" if e.cause else ""
-    return f"{label}: THE SERVER ENDED: it {how}{where}{cause}; no run after it was measured."
-
-
-def share_tag(entry, compared: bool) -> str:
-    """What an explanation's heading says of its share: 'explained share 0.92' for a significant
-    change, 'significance unknown' when n < 2, 'fsync + AOF write: 0.87 of it' for one recording."""
-    share = entry.explained_share
-    if not compared:
-        return f"fsync + AOF write: {share:.2f} of it" if share is not None else ""
-    if entry.significant and share is not None:
-        return f"explained share {share:.2f}"
-    if entry.significant is None and entry.components:
-        return "significance unknown"
-    return ""
-
-
-def overhead_line(run: AnalysedRun) -> str:
-    """The --measure-overhead result, as one sentence ('' when not measured)."""
-    o = run.doc.overhead
-    if not o or not o.get_tps_ratio:
-        return ""
-    p99 = f", GET p99 x{o.get_p99_ratio:.3f}" if o.get_p99_ratio else ""
-    order = f", {o.order}" if o.order else ""
-    untraced = f"; untraced = {o.untraced_side}" if o.untraced_side else ""
-    return (f"tracer overhead ({o.backend}, {o.cell}, one untraced/traced pair of "
-            f"{o.duration_s} s{order}{untraced}): GET TPS x{o.get_tps_ratio:.3f}{p99} "
-            "(one pair: an indication; benchmarks/peers.py measures it)")
-
-

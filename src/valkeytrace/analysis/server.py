@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.analysis.durability import durability
+from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.summary import (BUDGET, SYNC_CALLS, TIMED_CALLS, BackendCounts, CallStats, CrossCheck,
                                           MainThread,
                                           ServerSummary, Stalls, ThreadRole, budget_category)
@@ -264,16 +265,21 @@ def _count(t: ThreadRecord, kinds) -> int:
     return sum(t.calls[k].count for k in kinds if k in t.calls)
 
 
+def _where(run: Run) -> dict:
+    """The run a warning names, as its figures."""
+    return {"workload": run.workload, "value_size": run.value_size, "repeat": run.repeat}
+
+
 def _ok_windows(doc: Document):
     """(run, its window) of every finished run with a server-side trace."""
     return [(r, r.server) for r in doc.runs if r.status == "ok" and r.server and r.server.threads]
 
 
-def missed_fsyncs(doc) -> list[str]:
+def missed_fsyncs(doc) -> list[Note]:
     """Windows in which the AOF was written but the tracer saw no fsync on any thread, although
     the server's appendfsync implies some: under `always` every write is followed by one, under
     `everysec` one a second. A missed probe (or a server that did not fsync) said, not hidden in
-    the medians: one sentence per such window."""
+    the medians: one warning per such window."""
     doc = decode(doc)
     mode = doc.server.appendfsync
     if mode not in ("always", "everysec"):
@@ -287,11 +293,8 @@ def missed_fsyncs(doc) -> list[str]:
         if expected and syncs == 0 and any(sync_blocked_ns(t) for t in srv.threads):
             continue  # an fsync ran across the window (explain.fsync_placement says so): not missed
         if expected and syncs == 0:
-            out.append(f"{run.workload} {run.value_size} B #{run.repeat}: no fsync seen on any thread "
-                       f"in a {window_s:.1f} s window with {writes:,} AOF writes under appendfsync {mode} "
-                       f"(the server fsyncs {'after each write' if mode == 'always' else 'about once a second'}): "
-                       "a probe missed them, or the server did not fsync; this window's fsync figures are not "
-                       "to be trusted")
+            out.append(Note("missed_fsync", dict(_where(run), window_s=window_s, aof_writes=writes,
+                                                 appendfsync=mode)))
     return out
 
 
@@ -321,9 +324,9 @@ def server_steal_ns(doc, run) -> float | None:
     return 1e6 * sum(steal[c] for c in cpus if c < len(steal))
 
 
-def schedstat_disagreements(doc) -> list[str]:
+def schedstat_disagreements(doc) -> list[Note]:
     """The eBPF backend against the kernel's own accounting (/proc schedstat), per thread role
-    over the recording's windows: a sentence for each role whose on-CPU or run-queue time differs
+    over the recording's windows: a warning for each role whose on-CPU or run-queue time differs
     by more than TRUTH_TOLERANCE (or TRUTH_FLOOR_OF_WALL of its wall time). On-CPU time by the
     switches includes what the hypervisor stole from the thread's CPU while it ran, which the
     kernel does not charge (PARAVIRT_TIME_ACCOUNTING): up to the steal on the server's CPUs, an
@@ -343,20 +346,18 @@ def schedstat_disagreements(doc) -> list[str]:
                 acc[i] += v
     out = []
     for role, (on, k_on, rq, k_rq, wall, steal) in sums.items():
-        for what, ours, kernel, allowed in (("on-CPU", on, k_on, steal), ("run-queue (waiting for a CPU)", rq, k_rq, 0.0)):
+        for what, ours, kernel, allowed in (("on_cpu", on, k_on, steal), ("runqueue", rq, k_rq, 0.0)):
             tol = max(TRUTH_TOLERANCE * kernel, TRUTH_FLOOR_OF_WALL * wall)
             if not -tol <= ours - kernel <= allowed + tol:
-                stolen = f" (the hypervisor's steal on the server's CPUs, {allowed / 1e6:,.1f} ms, does not account " \
-                         "for it)" if allowed else ""
-                out.append(f"{role}: {what} time {ours / 1e6:,.1f} ms by eBPF, {kernel / 1e6:,.1f} ms by the kernel's "
-                           f"schedstat over {wall / 1e9:.1f} s of windows{stolen}: the tracer missed or misplaced "
-                           "scheduler events; this role's time budget is not to be trusted")
+                out.append(Note("schedstat", {"role": role, "measure": what, "ebpf_ms": ours / 1e6,
+                                              "kernel_ms": kernel / 1e6, "window_s": wall / 1e9,
+                                              "steal_ms": allowed / 1e6}))
     return out
 
 
-def backend_disagreements(doc) -> list[str]:
+def backend_disagreements(doc) -> list[Note]:
     """--backend both: per thread role, fsync and AOF-write counts as eBPF and the shim counted
-    them over the recording; a sentence for each that differs by more than BACKENDS_TOLERANCE."""
+    them over the recording; a warning for each that differs by more than BACKENDS_TOLERANCE."""
     doc = decode(doc)
     counts: dict[tuple[str, str], list[int]] = {}
     for _, srv in _ok_windows(doc):
@@ -364,22 +365,21 @@ def backend_disagreements(doc) -> list[str]:
             continue
         for i, side in enumerate((srv, srv.shim)):
             for t in side.threads:
-                for what, kinds in (("fsync", SYNC_CALLS), ("AOF write", ("aof_write",))):
+                for what, kinds in (("fsync", SYNC_CALLS), ("aof_write", ("aof_write",))):
                     counts.setdefault((role_of(t, side), what), [0, 0])[i] += _count(t, kinds)
     out = []
     for (role, what), (ebpf, shim) in sorted(counts.items()):
         if max(ebpf, shim) and abs(ebpf - shim) > BACKENDS_TOLERANCE * max(ebpf, shim):
-            out.append(f"{role}: {ebpf:,} {what} calls by eBPF, {shim:,} by the shim (--backend both): the backends "
-                       f"disagree by {100 * abs(ebpf - shim) / max(ebpf, shim):.0f}%")
+            out.append(Note("backends", {"role": role, "call": what, "ebpf": ebpf, "shim": shim}))
     return out
 
 
 STALL_WARN_MS = 100.0  # a main-thread interval outside every timed call this long is a stall
 
 
-def stalls(doc) -> list[str]:
+def stalls(doc) -> list[Note]:
     """The main thread stopped outside any fsync, AOF write or poll (DEBUG SLEEP, SIGSTOP, a page-fault
-    storm): one sentence per cell with such an interval, with the longest's length; a stall is said as
+    storm): one warning per cell with such an interval, with the longest's length; a stall is said as
     such, not read as a slow disk or a wait for a CPU."""
     out = []
     for r in decode(doc).runs:
@@ -389,8 +389,6 @@ def stalls(doc) -> list[str]:
         long = [e[1] / 1e6 for e in r.server.blocked_timeline.events
                 if e[2] == main and e[3] == "other" and e[4] in ("sleeping", "io") and e[1] / 1e6 >= STALL_WARN_MS]
         if long:
-            out.append(f"the main thread stalled in {r.workload} {r.value_size} B #{r.repeat}: {len(long)} interval(s) "
-                       f"of {STALL_WARN_MS:.0f} ms or more outside any fsync, AOF write or poll, the longest "
-                       f"{max(long):,.0f} ms (DEBUG SLEEP, SIGSTOP, a page-fault storm...): a stall of the server, "
-                       "not a slow disk nor a wait for a CPU")
+            out.append(Note("stall", dict(_where(r), intervals=len(long), threshold_ms=STALL_WARN_MS,
+                                          longest_ms=max(long))))
     return out

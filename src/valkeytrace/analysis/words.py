@@ -196,19 +196,19 @@ def spread_sentence(name: str, metric: str, row_base, row_cand, base_label: str,
     GET p50 under CPU contention, where it depends on which CPU the scheduler gives whom), the
     median of a few repeats can land in either mode: say so, and (for a p50, with the cells) who
     waited for a CPU in each of that side's repeats. '' otherwise."""
-    wide, detail, who = [], [], []
+    wide, detail, who = [], [], {}
     for label, row, cell in ((base_label, row_base, cells[0]), (cand_label, row_cand, cells[1])):
         lo_hi = row.spread.get(metric)
         if row.n >= 2 and lo_hi and lo_hi[0] > 0 and lo_hi[1] / lo_hi[0] > SPREAD_RATIO:
             wide.append(f"{label} {_ms(lo_hi[0])}-{_ms(lo_hi[1])}")
-            who.append(label)
+            who[label] = [lo_hi[0], lo_hi[1]]
             if cell is not None and metric == "p50_us":
                 per = repeats_waiting(cell, row.op)
                 if per:
                     detail.append(f"{label}, per repeat: {per}")
     if not wide:
         return ""
-    _add(notes, "repeats_disagree", sides=who, per_repeat=bool(detail))
+    _add(notes, "repeats_disagree", spread=who, per_repeat=bool(detail))
     return (f" The repeats disagree ({name}: {'; '.join(wide)}): the median of {row_base.n} vs {row_cand.n} can land "
             "in either mode; more repeats (--repeat 5 or more) would tell."
             + (f" Waiting for a CPU, {'; '.join(detail)}." if detail else ""))

@@ -60,7 +60,7 @@ def _now() -> str:
 
 
 def new_document(*, label: str, server: dict, host: dict, client: dict | None, settings: dict,
-                 emulation: dict | None, warnings: list[str]) -> dict:
+                 emulation: dict | None, warnings: list[dict]) -> dict:
     from valkeytrace import __version__
 
     return _record(model.Document, format=DOCUMENT_FORMAT, version=VERSION, label=label, complete=False, created=_now(),
@@ -68,8 +68,9 @@ def new_document(*, label: str, server: dict, host: dict, client: dict | None, s
                     client=client, settings=settings, emulation=emulation, warnings=list(warnings), runs=[])
 
 
-def add_warning(doc: dict, sentence: str) -> None:
-    doc.setdefault("warnings", []).append(sentence)
+def add_warning(doc: dict, code: str, **figures) -> None:
+    """A warning every report shows: its code and figures (reporters/sentences.py words them)."""
+    doc.setdefault("warnings", []).append({"code": code, "figures": figures})
 
 
 def set_nodes(doc: dict, nodes: list[dict]) -> None:

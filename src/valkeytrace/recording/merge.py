@@ -122,7 +122,5 @@ def build(primary: dict, primary_name: str, replicas: list[dict]) -> dict:
     out["nodes"] = nodes
     out["merged_from"] = [primary_name] + [r["name"] for r in replicas]
     if unpaired:
-        out.setdefault("warnings", []).append(
-            f"valkeytrace merge: {unpaired} of the primary's windows overlap no window of the replica; they have no "
-            "replication figures")
+        out.setdefault("warnings", []).append({"code": "merge_unpaired", "figures": {"windows": unpaired}})
     return out

@@ -37,6 +37,11 @@ def _l() -> Any:
     return msgspec.field(default_factory=list)
 
 
+class WarningNote(Record):
+    code: str                    # what it says (reporters/sentences.py: WARNINGS)
+    figures: dict[str, Any] = _d()  # the figures its sentence states
+
+
 class Histogram(Record):
     count: NonNegInt             # calls in the histogram
     sum_ns: U64                  # their total time
@@ -381,7 +386,7 @@ class Document(Record):
     client: Client = msgspec.field(default_factory=Client)  # the benchmark client
     settings: Settings = msgspec.field(default_factory=Settings)  # the matrix's settings
     emulation: Emulation = msgspec.field(default_factory=Emulation)  # what was emulated
-    warnings: list[str] = _l()   # sentences every report shows
+    warnings: list[str | WarningNote] = _l()  # what every report shows (a sentence in files made before codes)
     overhead: Overhead | None = None  # record --measure-overhead's passes
     tracer: dict | None = None   # backend, peak_rss_kb
     timing: Timing | None = None  # where the launch's wall time went
@@ -391,7 +396,7 @@ class Document(Record):
     merged_from: list[str] = _l()  # valkeytrace merge: the recordings it joined, the primary's first
 
 
-TYPES = (Document, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
+TYPES = (Document, WarningNote, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
          ServerView, CommandStat, Replication, Node, ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop,
          Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing)
 

@@ -8,11 +8,12 @@ import msgspec
 
 from valkeytrace import workloads
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.analysis.report import AnalysedRun, ReportInput, share_tag
+from valkeytrace.analysis.report import AnalysedRun, ReportInput
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, METRICS, MIN_EFFECT, Figures
 from valkeytrace.analysis.whatif import predicted_ops
 from valkeytrace.system import format_cpu_list
+from valkeytrace.reporters.sentences import share_tag
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import io
 from html import escape
 
-from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line
+from valkeytrace.analysis.report import ReportInput, model_sections
 from valkeytrace.analysis import verdict as vd
+from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
 
@@ -102,7 +103,7 @@ def _notes(inp: ReportInput) -> list[str]:
             out.append(_p(f"{run.label}: {overhead_line(run)}"))
         if not run.complete:
             out.append(_p(f"{run.label}: incomplete recording ({run.path}); tables use the runs that finished.", "warn"))
-        out += [_p(f"{run.label}: {w}", "warn") for w in run.warnings]
+        out += [_p(f"{run.label}: {w}", "warn") for w in warning_texts(run.warnings)]
         out += [_p(f"{run.label}: {p.workload} {p.value_size} B #{p.repeat} {p.status}: {p.error}", "warn")
                 for p in run.problems]
     return out

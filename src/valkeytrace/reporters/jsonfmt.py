@@ -1,4 +1,4 @@
-"""The JSON report (format "valkeytrace-report", version 1; documented in docs/report-json.md)."""
+"""The JSON report (format "valkeytrace-report", version 2; documented in docs/report-json.md)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,9 @@ import msgspec
 
 from valkeytrace.analysis.tables import METRICS, OPEN_METRICS
 from valkeytrace.analysis.report import ReportInput
+from valkeytrace.reporters.sentences import warning_text
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: runs[].warnings are {code, figures, text}
 
 
 def _op(o) -> dict:
@@ -19,6 +20,15 @@ def _op(o) -> dict:
     d.update({"clients": o.clients, "role": o.role, "n": o.n,
               "spread": {m: o.spread[m] for m in METRICS}})
     return d
+
+
+def _warnings(notes: list) -> list[dict]:
+    """Each distinct warning once: its code, its figures and the sentence the other reports print."""
+    out: dict[str, dict] = {}
+    for n in notes:
+        text = warning_text(n)
+        out.setdefault(text, {"code": n.code, "figures": msgspec.to_builtins(n.figures), "text": text})
+    return list(out.values())
 
 
 def build(inp: ReportInput) -> dict:
@@ -37,7 +47,7 @@ def build(inp: ReportInput) -> dict:
             label=r.label, recording=r.path, complete=r.complete,
             server={"version": s.version, "appendfsync": s.appendfsync, "io_threads": s.io_threads,
                     "bio_aof_offload": s.bio_aof_offload, "mode": s.mode},
-            client=msgspec.to_builtins(r.client), settings=msgspec.to_builtins(r.settings), warnings=r.warnings,
+            client=msgspec.to_builtins(r.client), settings=msgspec.to_builtins(r.settings), warnings=_warnings(r.warnings),
             emulation=r.emulation_spec, overhead=msgspec.to_builtins(r.overhead),
             **({"nodes": msgspec.to_builtins(r.nodes)} if r.nodes else {}),
             server_exits=[e.to_json() for e in r.server_exits],

@@ -2,8 +2,9 @@
 threads per cell; the explanation."""
 from __future__ import annotations
 
-from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line
+from valkeytrace.analysis.report import ReportInput, model_sections
 from valkeytrace.analysis import verdict as vd
+from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
 
@@ -126,5 +127,5 @@ def _notes(inp: ReportInput, w):
             w(f"- {run.label}: {overhead_line(run)}\n")
         if not run.complete:
             w(f"> **{run.label}**: incomplete recording ({run.path}); tables use the runs that finished.\n")
-        for warning in run.warnings:
+        for warning in warning_texts(run.warnings):
             w(f"> **{run.label}**: {warning}\n")

@@ -12,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.analysis.report import ReportInput, exit_sentence, model_sections, overhead_line, share_tag
+from valkeytrace.analysis.report import ReportInput, model_sections
 from valkeytrace.analysis.tables import METRICS
+from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
 
@@ -141,7 +142,7 @@ def _caveats(console, inp: ReportInput) -> None:
 
 def _warnings(console, inp: ReportInput) -> None:
     for run in inp.runs:
-        for w in dict.fromkeys(run.warnings):
+        for w in warning_texts(run.warnings):
             console.print(f"[yellow]warning ({escape(run.label)}):[/yellow] {escape(w)}")
         for r in run.problems:
             console.print(f"[red]{escape(run.label)}: {r.workload} {r.value_size} B #{r.repeat} "

@@ -1,0 +1,52 @@
+"""The warnings' words come from one table (reporters/sentences.py): every code the analysis and the
+recorder hand over has a template, and a recording's own sentences (made before codes) still show."""
+import ast
+import pathlib
+
+from valkeytrace.analysis.note import Note
+from valkeytrace.reporters.sentences import WARNINGS, warning_text, warning_texts
+
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "valkeytrace"
+
+
+def _codes_handed_over() -> set[str]:
+    """Every code given to Note(...) or document.add_warning(...) or written as {"code": ...} in the package."""
+    codes = set()
+    for p in SRC.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant):
+                name = getattr(n.func, "id", getattr(n.func, "attr", ""))
+                if name == "Note":
+                    codes.add(n.args[0].value)
+            if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "add_warning" and len(n.args) > 1:
+                codes.add(n.args[1].value)
+            if isinstance(n, ast.Dict):
+                for k, v in zip(n.keys, n.values):
+                    if isinstance(k, ast.Constant) and k.value == "code" and isinstance(v, ast.Constant):
+                        codes.add(v.value)
+    return codes
+
+
+def test_every_warning_code_has_its_template():
+    handed = {c for c in _codes_handed_over() if "." not in c and c not in ("host_cpu", "cpu_wait", "throughput_moved",
+                                                                             "repeats_disagree")}
+    assert handed and handed <= set(WARNINGS), sorted(handed - set(WARNINGS))
+
+
+def test_a_warning_is_rendered_from_its_figures_and_said_once():
+    stall = Note("stall", {"workload": "read-heavy", "value_size": 64, "repeat": 2, "intervals": 3,
+                           "threshold_ms": 100.0, "longest_ms": 1234.4})
+    text = warning_text(stall)
+    assert "read-heavy 64 B #2: 3 interval(s)" in text and "the longest 1,234 ms" in text
+    assert warning_texts([stall, Note("stall", dict(stall.figures)), Note("recorded", {"text": "old words"})]) \
+        == [text, "old words"]
+    assert warning_text(Note("from_a_newer_version", {"n": 3})) == "from_a_newer_version: n 3"
+
+
+def test_the_servers_end_is_worded_from_how_it_ended():
+    base = {"workload": "write-only", "value_size": 256, "repeat": 1, "at_s": 1.5, "not_measured": 2, "gone": True}
+    assert "was killed by SIGKILL during" in warning_text(Note("server_ended", dict(base, signal="SIGKILL", status=None)))
+    exited = warning_text(Note("server_ended", dict(base, signal=None, status=1, cause="Can't persist AOF")))
+    assert "exited with status 1: Can't persist AOF during write-only 256 B repeat 1, 1.50 s" in exited
+    assert exited.endswith("2 run(s) not measured")
+    assert "the server died during" in warning_text(Note("server_ended", dict(base, gone=False)))
