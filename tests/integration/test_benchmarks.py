@@ -28,7 +28,7 @@ QUICKEST = [
     ("openloop_client.py", "--rates", "2000", "--seconds", "0.5", "--rounds", "1"),
     ("recording_load.py", GOLDEN, "--repeat", "1"),
     ("report_speed.py", GOLDEN),
-    ("idle_uprobe.py", "--cycles", "2"),
+    ("idle_uprobe.py", "--cycles", "1"),
     ("uprobe_hit_cost.py", "--rounds", "1"),
     ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
 ]

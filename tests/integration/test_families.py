@@ -76,7 +76,7 @@ def test_the_fsync_is_placed_on_the_role_that_does_it(tmp_path, family, fsync):
 
 
 def test_an_fsync_longer_than_the_window_still_places_it(tmp_path):
-    # a disk whose fsync takes 10 s (everysec, emulated): most 2.6 s windows see bio_aof enter
+    # a disk whose fsync takes 5 s (everysec, emulated): most 1.3 s windows see bio_aof enter
     # fdatasync before they open and leave it after they close, so no call completes in them. The
     # fsync is still bio_aof's: each window's placement says so (completed or in flight), no window
     # is reported as a missed fsync, and the claim names bio_aof
@@ -85,9 +85,9 @@ def test_an_fsync_longer_than_the_window_still_places_it(tmp_path):
     from valkeytrace.recording import format as recfmt
 
     out = tmp_path / "slow.vtrace"
-    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2.6",
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "1.3",
                           "--keyspace", "2000", "--io-threads", "1", "--appendfsync", "everysec", "--backend", "ebpf",
-                          "--inject-fsync-delay", "10s", "--server-timeout", "120", "-o", str(out)],
+                          "--inject-fsync-delay", "5s", "--server-timeout", "120", "-o", str(out)],
                          capture_output=True, text=True, timeout=400)
     skip_unless_recorded(res)
     doc = recfmt.read(out)

@@ -67,10 +67,10 @@ def test_the_model_names_the_smallest_one_cohort_window_and_it_holds(write_only)
 
 
 @pytest.mark.parametrize("what,args,rec", [
-    ("the durable offload, no window", ["--emulate-offload", "durable"], ["--emulate-offload", "durable"]),
     ("a slower disk (+6 ms instead of +2)", ["--inject-fsync-delay", "6ms"], ["--inject-fsync-delay", "6ms"]),
-    # a gather window and other client counts: check 22 holds the model on them (the suite keeps one
-    # change of the pipeline and one of the disk)
+    # the durable offload without a window, a gather window's other widths and other client counts:
+    # check 22 holds the model on them; the suite keeps one change of the disk here, the offload with the
+    # window the model names (above), under two I/O threads and for GET (below)
 ])
 def test_write_only_predictions_hold_where_they_were_not_fitted(write_only, what, args, rec):
     d, base = write_only
