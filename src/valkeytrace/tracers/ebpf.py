@@ -140,6 +140,7 @@ class EbpfTracer(Tracer):
         try:
             if loaded is None:
                 call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
+                system.release_free_memory()  # the compiler's heap goes before the ring buffer maps its 16 MB
                 self._open_events()
             else:
                 p, call_sites, why_syscalls, idle = self._reuse(loaded)
@@ -154,8 +155,7 @@ class EbpfTracer(Tracer):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise VTError(f"eBPF probes failed to load ({first}); run 'valkeytrace doctor'") from exc
         finally:
-            if finder is not None:
-                finder.cancel()
+            finder is not None and finder.cancel()
         self.info = self._describe(p, binary, call_sites, shim_probes, idle, time.monotonic() - t0)
         self.info["compile_ms"] = round(self._compile_s * 1000, 1)  # 0: a program compiled for an earlier launch
         if why_syscalls:
@@ -180,8 +180,7 @@ class EbpfTracer(Tracer):
             finder = sites.SiteFinder(late_binary)
         # with the syscall number, ext4's tracepoints begin AOF writes too: no uprobe at all
         if finder is None or (p.fs_sync and idle):
-            if finder is not None:
-                finder.cancel()  # now: its objdump would take a CPU from the attach
+            finder is not None and finder.cancel()  # now: its objdump would take a CPU from the attach
             return [], None, idle
         call_sites = finder.result()
         if p.fs_sync:
