@@ -115,7 +115,8 @@ def _place(plan: RecordPlan, client, target: Target, server: dict, replicas):
     from valkeytrace.workload import placement
 
     threads = server.get("io_threads") or 1
-    client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads))
+    client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads),
+                                 server_ended=target.exit_event)
     rest = None if plan.server.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
     if not rest:
         return client, False

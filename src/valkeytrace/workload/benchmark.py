@@ -89,9 +89,10 @@ class ClientProcess:
     def output(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
-    def wait(self, timeout: float) -> int | None:
-        """Its exit code, or None after timeout seconds. Between its exit and its reaping, its
-        scheduler totals are read (self.sched: on-CPU and run-queue wait ns, all its threads)."""
+    def wait(self, timeout: float, server_ended=None) -> int | None:
+        """Its exit code, or None after timeout seconds or once server_ended (a threading.Event) is
+        set. Between its exit and its reaping, its scheduler totals are read (self.sched: on-CPU and
+        run-queue wait ns, all its threads)."""
         deadline = time.monotonic() + timeout
         delay = 0.0005  # as subprocess polls: doubling up to 50 ms
         while True:
@@ -102,7 +103,7 @@ class ClientProcess:
             if exited is not None:
                 self.sched = system.process_schedstat(self.proc.pid)
                 break
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (server_ended is not None and server_ended.is_set()):
                 return None
             time.sleep(delay)
             delay = min(2 * delay, 0.05)
@@ -193,11 +194,13 @@ def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_
     proc = ClientProcess(argv, client.cpus)
     try:
         started_wall = time.time()
-        rc = proc.wait(timeout=timeout_s)
+        rc = proc.wait(timeout=timeout_s, server_ended=client.server_ended)
         children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         ended_mono = time.monotonic()
         if on_end:
             on_end()
+        if rc is None and client.server_ended is not None and client.server_ended.is_set():
+            raise BenchmarkError(f"the server ended under the {test} run; its client stopped")
         if rc is None:
             raise BenchmarkError(f"{test} run did not finish within {timeout_s:.0f}s; stopped it")
     finally:

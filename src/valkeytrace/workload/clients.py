@@ -5,7 +5,8 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from valkeytrace.errors import VTError, VTUsageError
 
@@ -18,6 +19,9 @@ class BenchmarkClient:
     name: str      # valkey-benchmark | redis-benchmark
     version: str   # e.g. "7.0.15"
     cpus: tuple | None = None  # the CPUs its processes run on (workload/placement.py); None: any
+    # set the moment the server ends (server.process.Target.exit_event): a run stops waiting for its
+    # client then (redis-benchmark retries a dead server's port until its own end), not at its timeout
+    server_ended: Any = field(default=None, compare=False)
 
 
 def client_version(path: str) -> str:
