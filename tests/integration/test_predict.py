@@ -103,10 +103,11 @@ def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_b
     doc = report_json(base, cand)
     e = next(x for x in doc["compare"]["explanation"] if x["op"] == "SET" and x["metric"] == "p50_us")
     if e["significant"]:
-        # under two I/O threads the accounting is rougher (a query read between two of the main thread's
-        # iterations): the report says so, and the server's share came out 0.63 and 1.34 in two CI runs
-        # of this test (0.71 before issue 44): within a factor of 1.6, not the 0.8-1.25 of io-threads 1
+        # under two I/O threads the server's part of a write is the kernel's arrival-to-reply (the loop
+        # units alone put 0.63 and 1.34 of the change there in two CI runs): the I/O threads' hop is a
+        # component of its own, and the server's share is held as under one I/O thread
         assert "model_check.io_threads" in [n["code"] for n in e["notes"]], said(e)
-        assert 0.6 <= e["server_share"] <= 1.6, said(e)
+        assert "io_hop" in {c["name"] for c in e["components"]}, e["components"]
+        assert 0.8 <= e["server_share"] <= 1.25, said(e)
         names = {c["name"] for c in e["components"] if abs(c["delta_us"]) > 0.05 * abs(e["evidence"]["observed_delta_us"])}
         assert {"fsync", "offload_wait"} <= names, e["components"]

@@ -19,7 +19,7 @@ def simulate(clients=50, job_us=4000, turnaround_us=(30, 230), gather_us=0, seco
     tid = 200 if thread != "main" else 100
     arrive = sorted((rng.uniform(0, start_spread_us), c) for c in range(clients))
     pending, t, end_s = list(arrive), 0.0, seconds * 1e6
-    waited, job_ends, busy_until = [], [], 0.0
+    waited, job_ends, busy_until, residence = [], [], 0.0, []
     waiting = []  # (arrival, conn)
     while t < end_s:
         # next job: after the previous ended, once a write is there (and the gather window passed)
@@ -39,6 +39,7 @@ def simulate(clients=50, job_us=4000, turnaround_us=(30, 230), gather_us=0, seco
         ev.append([int((start + 20) * 1e3), int((job_us - 20) * 1e3), tid, "fdatasync", "call"])
         for a, c in waiting:
             waited.append(sum(1 for e in job_ends if e > a) + 1)  # jobs that ended while it waited, its own
+            residence.append(end + 10 - a)
             req += [(a, c, 0, 0), (a + 5, c, 1, 100), (end + 10, c, 2, tid)]
             pending.append((end + 10 + rng.uniform(*turnaround_us), c))
         job_ends.append(end)
@@ -49,7 +50,7 @@ def simulate(clients=50, job_us=4000, turnaround_us=(30, 230), gather_us=0, seco
     threads = [{"tid": 100, "name": "valkey-server", "role": "main", "calls": {}},
                {"tid": tid, "name": thread, "role": thread, "calls": {"fdatasync": hist(len(job_ends))}}]
     server = {"window_ns": int(job_ends[-1] * 1e3) + 1, "threads": threads, "requests": cols,
-              "blocked_timeline": {"events": ev}}
+              "blocked_timeline": {"events": ev}, "truth_residence_us": residence}  # (a key the model drops)
     return server, float(np.mean(waited)), len(job_ends)
 
 
@@ -66,6 +67,9 @@ def test_two_cohorts_wait_two_jobs_and_are_counted():
     assert d.cohorts == 2 and abs(d.writes_per_job - 25) < 2
     assert abs(d.job_ms_p50 - 4.0) < 0.01
     assert 100 <= d.arrival_spread_us <= 200  # turnarounds spread over 200 µs, half a cohort each
+    # each write's time in the server, from its arrival to its reply: the median of the simulation's own
+    assert d.residence_p50_us == pytest.approx(float(np.median(server["truth_residence_us"])), abs=0.01)
+    assert 4000 < d.residence_p50_us < 2 * 4000 + 1000  # between one job and two
 
 
 @pytest.mark.parametrize("gather_us", [300, 1000])

@@ -7,7 +7,8 @@ arrival, read and reply): the same record for any build, whichever thread makes 
 - a job: on that thread, the AOF write(s) since its previous sync and the sync that makes them
   durable, from the first write to the sync's end (jobs_per_s, job_ms_p50);
 - a write: a request on a client connection, from its data's arrival on the server's socket to
-  the server's reply; jobs_waited_per_write: the jobs that ended in that interval (mean);
+  the server's reply (residence_p50_us: the median write's); jobs_waited_per_write: the jobs that
+  ended in that interval (mean);
   writes_per_job: writes answered per job;
 - arrival_spread_us: after a job's end, the writes it released come back (their clients' next
   requests): how far apart those arrivals are, the spread of one cohort (median over jobs);
@@ -104,6 +105,7 @@ class WindowDurability:
     jobs_waited_per_write: float | None = None
     cohorts: int | None = None
     write_clients: int = 0
+    residence_p50_us: float | None = None
 
 
 def run_durability(server) -> WindowDurability | None:
@@ -130,6 +132,7 @@ def run_durability(server) -> WindowDurability | None:
     waited = np.searchsorted(ends, arr[:, 3], side="right") - np.searchsorted(ends, arr[:, 1], side="right")
     clients = len({r[0] for r in reqs})
     rec.writes, rec.write_clients, rec.jobs_waited_per_write = len(reqs), clients, float(waited.mean())
+    rec.residence_p50_us = float(np.median(arr[:, 3] - arr[:, 1])) / 1e3
     rec.writes_per_job = len(reqs) / len(ends)
     rec.cohorts = max(1, int(round(clients / rec.writes_per_job)))
     # a cohort: the replies one job released, and when their clients' next requests arrived
@@ -163,5 +166,6 @@ def durability(raws: list) -> Durability | None:
                       job_ms_p50=med([d.job_ms_p50 for d in per]), writes_per_job=med([d.writes_per_job for d in per]),
                       arrival_spread_us=med([d.arrival_spread_us for d in per]),
                       arrival_delay_us=med([d.arrival_delay_us for d in per]),
-                      jobs_waited_per_write=waited, cohorts=int(round(cohorts)) if cohorts is not None else None,
+                      jobs_waited_per_write=waited, residence_p50_us=med([d.residence_p50_us for d in per]),
+                      cohorts=int(round(cohorts)) if cohorts is not None else None,
                       write_clients=int(med([d.write_clients for d in per]) or 0), windows=len(per))

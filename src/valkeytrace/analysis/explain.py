@@ -42,14 +42,36 @@ def side_model(doc, cell: CellSummary, op: str) -> model.Side:
         reps = [model.RepeatInput(None, None, o.median.p50_us, o.median.mean_us, cell.server)]
     side = model.median_repeat(reps, most)
     jobs = offload.jobs(doc, cell.workload, cell.value_size) if op == "SET" else None
-    if jobs and jobs.wait_us:
+    wait = jobs.wait_us if jobs and jobs.wait_us else 0.0
+    c = side.components
+    resid = _residence(reps, side) if op == "SET" and (decode(doc).server.io_threads or 1) > 1 else None
+    if resid is not None:
+        # under I/O threads the kernel timed each write from its arrival to its reply: that is the
+        # server's part, measured; what the main thread's loop units do not place in it is the batch's
+        # wait (a durable offload) and then the I/O threads' hop
+        total = sum(c.values())
+        inside = resid - (total - c["outside_server"])
+        moved = min(wait, max(0.0, inside))
+        c["offload_wait"] += moved
+        c[model.IO_HOP] = inside - moved
+        c["outside_server"] = total - resid
+    elif wait:
         # a durable offload: the SET's reply waited for its batch on the offload thread, which the
         # main thread's loop does not show; measured by the shim (jobs waited x their mean length)
-        c = side.components
-        moved = min(jobs.wait_us, max(0.0, c["outside_server"]))
+        moved = min(wait, max(0.0, c["outside_server"]))
         c["offload_wait"] += moved
         c["outside_server"] -= moved
     return side
+
+
+def _residence(reps: list, side: model.Side) -> float | None:
+    """The kernel's median arrival-to-reply of the writes in the side's median repeat(s) (their mean
+    when two), None when one of them has no timed writes."""
+    used = {(u.repeat, u.launch) for u in side.used}
+    vals = [r.server.durability.residence_p50_us if r.server.durability else None
+            for r in reps if (r.repeat, r.launch) in used]
+    known = [v for v in vals if v is not None]
+    return sum(known) / len(known) if known and len(known) == len(vals) else None
 
 
 def run_name(u: model.UsedRepeat) -> str:

@@ -78,7 +78,10 @@ MIN_FSYNC_CYCLES_PER_S = 10.0  # main-thread fsyncs this frequent are the loop's
 ITERATIONS_PER_REQUEST = 2.0
 ITERATIONS_PER_REQUEST_IO_THREADS = 3.0
 COMPONENTS = ("fsync", "aof_write", "cpu_wait", "on_cpu", "other_blocked", "offload_wait", "outside_server")
-SERVER_COMPONENTS = COMPONENTS[:-1]
+# under I/O threads, where the kernel timed each write (write-only windows): the rest of its time in the
+# server beyond the main thread's loop units (the I/O threads' hop); present only there
+IO_HOP = "io_hop"
+SERVER_COMPONENTS = COMPONENTS[:-1] + (IO_HOP,)
 # offload_wait: a reply held until its batch is durable, the write + fdatasync on the offload thread
 # (a durable offload: the virtual one, record --emulate-offload durable, or #3381's)
 DURABILITY = ("fsync", "aof_write", "offload_wait")
@@ -86,6 +89,7 @@ LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blo
           "cpu_wait": "main thread waiting for a CPU", "on_cpu": "main thread on CPU",
           "other_blocked": "main thread blocked elsewhere",
           "offload_wait": "waiting for its batch's write + fdatasync off the main thread",
+          IO_HOP: "in the server beyond the main thread's loop units (the I/O threads' hop)",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
 # the main thread's busy components by the budget category that measures them (analysis/summary.py)
 _BUDGET = {c.component: c.name for c in BUDGET if c.component and c.component != "fsync"}
@@ -351,7 +355,7 @@ def median_repeat(repeats: list, most: float = ITERATIONS_PER_REQUEST) -> Side:
         it = request_iterations(r.server, r.mean, most, r.p50)
         res = decompose(r.p50, r.server, it.k, r.meet, it.quick)
         used.append(UsedRepeat(r.repeat, r.launch, r.p50, it, res.components, res.inputs))
-    return Side({c: sum(u.components[c] for u in used) / len(used) for c in COMPONENTS},
+    return Side({c: sum(u.components.get(c, 0.0) for u in used) / len(used) for c in names(u.components for u in used)},
                 sum(u.request_iterations.k for u in used) / len(used), used)
 
 
@@ -367,7 +371,13 @@ class Contribution:
 def contributions(b: dict, c: dict) -> list[Contribution]:
     """Each component on each side (b, c: {component: µs}, each adding up to its side's latency) and
     its contribution to the change (the deltas sum to the change)."""
-    return [Contribution(n, round(b[n], 1), round(c[n], 1), round(c[n] - b[n], 1)) for n in COMPONENTS]
+    return [Contribution(n, round(b.get(n, 0.0), 1), round(c.get(n, 0.0), 1), round(c.get(n, 0.0) - b.get(n, 0.0), 1))
+            for n in names((b, c))]
+
+
+def names(sides) -> tuple[str, ...]:
+    """COMPONENTS, and the I/O threads' hop where a side has it."""
+    return COMPONENTS + ((IO_HOP,) if any(IO_HOP in s for s in sides) else ())
 
 
 def durability_share(comps: list[Contribution], observed_us: float) -> float | None:

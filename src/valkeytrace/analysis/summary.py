@@ -147,6 +147,7 @@ class Durability:
     arrival_spread_us: float | None = None
     arrival_delay_us: float | None = None
     jobs_waited_per_write: float | None = None
+    residence_p50_us: float | None = None  # the median write's arrival to reply (the kernel's timestamps)
     cohorts: int | None = None
     write_clients: int = 0
     windows: int = 0
