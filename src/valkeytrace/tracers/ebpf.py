@@ -37,7 +37,7 @@ from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDID
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
-POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~260K events (ebpf_plan.RINGBUF_PAGES)
+POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~130K events (ebpf_plan.RINGBUF_PAGES)
 REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_PERIOD_S = 1.0
@@ -242,7 +242,7 @@ class EbpfTracer(Tracer):
     def _park(self) -> bool:
         """Detach everything and park the program for the next launch (ebpf_pool); False when it
         cannot be (a launch that failed to start): then it is unloaded."""
-        if self._pool_key is None or self._sink is None:
+        if self._pool_key is None or self._sink is None or not self._settled:
             return False
         try:
             if self._attached:
@@ -259,9 +259,8 @@ class EbpfTracer(Tracer):
         except Exception:
             return False
         p, call_sites, why, idle = self._settled
-        ebpf_pool.park(self._pool_key, ebpf_pool.Loaded(self.bpf, p, call_sites, why, idle, self._defines, self._sink,
-                                                        self._sink_cb, tps, raw, set(self._aof_fds)))
-        return True
+        return ebpf_pool.park(self._pool_key, ebpf_pool.Loaded(self.bpf, p, call_sites, why, idle, self._defines,
+                                                               self._sink, self._sink_cb, tps, raw, set(self._aof_fds)))
 
     def _check_sysnr(self) -> str | None:
         """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in

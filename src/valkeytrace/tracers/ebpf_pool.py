@@ -59,9 +59,14 @@ def take(key: tuple) -> Loaded | None:
         return free.pop() if free else None
 
 
-def park(key: tuple, loaded: Loaded) -> None:
+def park(key: tuple, loaded: Loaded) -> bool:
+    """Keep a program for the next launch; False for one whose syscall-number check failed (it timed
+    AOF writes with call-site uprobes: the caller unloads it, the next launch compiles and checks anew)."""
+    if loaded.idle is None and "sched" in loaded.plan.groups and loaded.defines.get("TASK_STACK_OFFSET"):
+        return False
     with _LOCK:
         _PARKED.setdefault(key, []).append(loaded)
+    return True
 
 
 def parked() -> int:
