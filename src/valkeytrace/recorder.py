@@ -246,12 +246,9 @@ class Recorder:
             sc.wait = self.target.wait_exit
         return sc
 
-    def _demand_here(self, workload: str, size: int, repeat: int) -> bool:
-        """Whether this run measures the cell's demand pass (the model's GET-only calibration, ~2.3 s): one
-        run of the cell a side makes does, its first launch's last repeat (the server warmed by the others:
-        a first repeat's pass under the background load read 335 µs where the next two read 287 and 271)."""
-        if repeat != self.settings.repeat:
-            return False
+    def _demand_here(self, workload: str, size: int) -> bool:
+        """Whether this launch measures the cell's demand pass (the model's GET-only calibration): the
+        first launch of a side that reaches the cell does, in each of its repeats; later ones keep it."""
         return self.memo.setdefault("demand", {}).setdefault((workload, size), self.launch) == self.launch
 
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
@@ -259,8 +256,7 @@ class Recorder:
         client = self._scenario(workload, (run.get("load") or {}).get("rate")).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
-            with_demand=traced and not run.get("fsync_extra_delay_ns")
-            and self._demand_here(workload, size, run.get("repeat") or 1))
+            with_demand=traced and not run.get("fsync_extra_delay_ns") and self._demand_here(workload, size))
         self._host_cpu(run, client)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:
