@@ -101,10 +101,9 @@ class Settings:
 def describe_exit(gone: dict) -> str:
     """'was killed by SIGKILL', 'shut down on SIGTERM (status 0)', 'exited with status 1: why', 'ended'
     (an attached server: how is unknown)."""
-    from valkeytrace.reporters.sentences import how_ended
+    from valkeytrace.reporters.sentences import how_ended_why
 
-    why = f": {gone['cause']}" if gone.get("cause") and gone.get("status") is not None else ""
-    return how_ended(gone) + why
+    return how_ended_why(gone)
 
 
 def exit_record(gone: dict, run: dict) -> dict:

@@ -164,7 +164,7 @@ def _checked(plan: RecordPlan, server: dict, echo) -> list[dict]:
     if e.fsync_delay:
         echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
     if not server["appendonly"]:
-        warnings.append({"code": "appendonly_off", "figures": {}})
+        warnings.append(document.warning("appendonly_off"))
     if e.offload and server.get("appendfsync") != "always":
         raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
                            f"runs appendfsync {server.get('appendfsync')}")

@@ -68,9 +68,14 @@ def new_document(*, label: str, server: dict, host: dict, client: dict | None, s
                     client=client, settings=settings, emulation=emulation, warnings=list(warnings), runs=[])
 
 
+def warning(code: str, **figures) -> dict:
+    """A warning every report shows, as the recording keeps it: its code and figures
+    (reporters/sentences.py words them)."""
+    return {"code": code, "figures": figures}
+
+
 def add_warning(doc: dict, code: str, **figures) -> None:
-    """A warning every report shows: its code and figures (reporters/sentences.py words them)."""
-    doc.setdefault("warnings", []).append({"code": code, "figures": figures})
+    doc.setdefault("warnings", []).append(warning(code, **figures))
 
 
 def set_nodes(doc: dict, nodes: list[dict]) -> None:

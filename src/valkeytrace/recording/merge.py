@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 
 from valkeytrace.errors import VTUsageError
+from valkeytrace.recording import document
 
 
 def _role(doc: dict) -> str | None:
@@ -122,5 +123,5 @@ def build(primary: dict, primary_name: str, replicas: list[dict]) -> dict:
     out["nodes"] = nodes
     out["merged_from"] = [primary_name] + [r["name"] for r in replicas]
     if unpaired:
-        out.setdefault("warnings", []).append({"code": "merge_unpaired", "figures": {"windows": unpaired}})
+        document.add_warning(out, "merge_unpaired", windows=unpaired)
     return out

@@ -28,10 +28,14 @@ def how_ended(f: Mapping[str, Any], attached: str = "ended") -> str:
     return attached
 
 
+def how_ended_why(f: Mapping[str, Any], attached: str = "ended") -> str:
+    """how_ended, and the server's own last words after an exit status: 'exited with status 1: why'."""
+    return how_ended(f, attached) + (f": {f['cause']}" if f.get("cause") and f.get("status") is not None else "")
+
+
 def _server_ended(f: Mapping[str, Any]) -> str:
-    why = f": {f['cause']}" if f.get("cause") and f.get("status") is not None else ""
     at = f", {f['at_s']:.2f} s into its window" if f.get("at_s") is not None else ""
-    return (f"the server {how_ended(f, 'ended' if f.get('gone') else 'died')}{why} during {f['workload']} {f['value_size']} B repeat {f['repeat']}"
+    return (f"the server {how_ended_why(f, 'ended' if f.get('gone') else 'died')} during {f['workload']} {f['value_size']} B repeat {f['repeat']}"
             f"{at}; {f['not_measured']} run(s) not measured")
 
 
