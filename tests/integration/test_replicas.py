@@ -18,7 +18,7 @@ import pytest
 from valkeytrace.analysis import replication as repl
 from valkeytrace.recording.model import decode
 from valkeytrace.recording import format as recfmt
-from vtcli import VT, report_json, skip_unless_recorded, vt
+from vtcli import VT, probes_loaded, report_json, skip_unless_recorded, vt
 
 pytestmark = pytest.mark.integration
 COMMON = ("--replicas", "1", "--workload", "write-only", "--sizes", "64", "--io-threads", "1", "--keyspace", "500",
@@ -208,13 +208,16 @@ def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_record
             time.sleep(0.2)
         # the replica observed in one window that spans the primary's recording (merge pairs each of
         # the primary's windows with it and joins them where they overlap)
-        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "24", "--repeat", "1",
+        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "18", "--repeat", "1",
                                     "-o", str(tmp_path / "ar.vtrace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
-        time.sleep(6)  # its probes loaded and its window open before the primary's load begins
+        probes_loaded(observe.pid)  # its window open before the primary's load begins
+        t0 = time.monotonic()
         res = vt("record", "--attach", servers[0].pid, "--workload", "write-only", "--sizes", "64", "--duration", "1.5",
                  "--repeat", "2", "--keyspace", "500", "-o", tmp_path / "ap.vtrace", timeout=300)
         skip_unless_recorded(res)
+        # the primary's recording inside the replica's window (~12 s of its 18 here): else merge has no overlap
+        assert time.monotonic() - t0 < 16, f"the primary's recording took {time.monotonic() - t0:.1f} s"
         out, err = observe.communicate(timeout=180)
         assert observe.returncode == 0, err
     finally:

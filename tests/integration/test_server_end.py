@@ -24,7 +24,7 @@ from test_offload_contract import Conn, aof_bytes, launch
 from valkeytrace.recording import format as recfmt
 from valkeytrace.server.process import EmbeddedServer
 from valkeytrace.tracers import offload as voff
-from vtcli import VT, report_json, vt
+from vtcli import VT, probes_loaded, report_json, vt
 
 pytestmark = pytest.mark.integration
 
@@ -37,23 +37,6 @@ def _server_of(port: int, timeout: float = 20.0) -> psutil.Process:
                 return psutil.Process(c.pid)
         time.sleep(0.1)
     raise AssertionError(f"no server listening on {port}")
-
-
-def _probes_loaded(pid: int, timeout: float = 60.0) -> None:
-    """Until record (pid) holds its BPF programs (its fds: anon_inode:bpf-prog), then a moment for the
-    uprobes it attaches next: a server that dies before them is a start that failed, not this test's."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-            held = sum(1 for fd in fds if "bpf-prog" in os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            held = 0
-        if held:
-            time.sleep(1.0)
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"record {pid} loaded no BPF program in {timeout:g} s")
 
 
 def _record_observing(out, port, seconds, *extra):
@@ -203,7 +186,7 @@ def test_a_failed_fdatasync_ends_the_server_as_valkey_does(tmp_path, offload, ne
                                                                                   if offload else [])
     rec = _record_observing(out, port, 30, "--server-config", f"dir={tmp_path}", *extra)
     _server_of(port)
-    _probes_loaded(rec.pid)
+    probes_loaded(rec.pid)
     acked, stop = [], threading.Event()
     threads = _writers(port, 4, stop, acked)
     _, err = rec.communicate(timeout=90)
@@ -235,8 +218,10 @@ def test_a_client_that_never_reads_is_closed_at_its_output_buffer_limit():
         counters = stats.snapshot()
         assert closed, "the client was never closed"
         assert counters["obuf_closed"] == 1 and rss_mb < 200, (int(counters["obuf_closed"]), rss_mb)
-        log = " ".join(target._log)
-        assert "over its client-output-buffer-limit" in log
+        deadline = time.monotonic() + 5  # the server's output is read by a thread: give it time to arrive
+        while "over its client-output-buffer-limit" not in " ".join(target._log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "over its client-output-buffer-limit" in " ".join(target._log), list(target._log)[-5:]
         assert Conn(target.port).timed("PING")[0] == b"+PONG"  # the server goes on
     finally:
         target.stop()

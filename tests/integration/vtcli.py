@@ -1,8 +1,10 @@
 """The valkeytrace command as the integration tests run it: the venv's own entry point, in a
 subprocess, output captured (imported by the test modules; pytest puts this directory on the path)."""
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 VT = str(Path(sys.executable).with_name("valkeytrace"))
@@ -64,3 +66,20 @@ def disk_fdatasync_us(n: int = 40) -> tuple[float, float]:
             os.fdatasync(f.fileno())
             times.append((time.perf_counter() - t) * 1e6)
     return statistics.median(times), max(times)
+
+
+def probes_loaded(pid: int, timeout: float = 60.0) -> None:
+    """Until record (pid) holds its BPF programs (its fds: anon_inode:bpf-prog), then a moment for the
+    uprobes it attaches next: a server that dies before them is a start that failed, not this test's."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            held = sum(1 for fd in fds if "bpf-prog" in os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            held = 0
+        if held:
+            time.sleep(1.0)
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"record {pid} loaded no BPF program in {timeout:g} s")
