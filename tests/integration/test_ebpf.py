@@ -25,6 +25,7 @@ def recordings(tmp_path_factory):
                  "--keyspace", "5000", "--appendfsync", mode, "--backend", "ebpf", "-o", str(p), *extra)
         skip_unless_recorded(res)
         out[mode] = report_json(p)["runs"][0]["cells"][0]["server"]
+        out[f"{mode} path"] = p
     return out
 
 
@@ -211,11 +212,8 @@ def test_no_probe_left_behind_after_record(recordings):
     assert "valkey" not in (tfs / "uprobe_events").read_text()
 
 
-def test_export_perfetto_and_html_from_a_real_recording(tmp_path):
-    p = tmp_path / "r.vtrace"
-    res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "2",
-             "--keyspace", "2000", "--appendfsync", "everysec", "--backend", "ebpf", "-o", str(p))
-    skip_unless_recorded(res)
+def test_export_perfetto_and_html_from_a_real_recording(recordings, tmp_path):
+    p = recordings["everysec path"]  # read-heavy 64 B, everysec, eBPF
     out = tmp_path / "t.json"
     assert vt("export", str(p), "--perfetto", str(out)).returncode == 0
     trace = json.loads(out.read_text())
