@@ -271,6 +271,7 @@ class RecordOptions:
     port: int | None = None
     sensitivity_runs: int = 3
     measure_overhead: bool = False
+    demand_pass: bool = True
     embedded_only_given: tuple | list = ()
     replicas: int = 0
     replica_delay_spec: str | None = None
@@ -325,7 +326,8 @@ def build(o: RecordOptions) -> RecordPlan:
                         keyspace=o.keyspace, get_clients=o.get_clients, set_clients=o.set_clients,
                         write_clients=o.write_clients, backend=o.backend,
                         sensitivity=tuple(parse_sensitivity(o.sensitivity_spec)) if o.sensitivity_spec else (),
-                        sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate)
+                        sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate,
+                        demand_pass=o.demand_pass)
     plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
                       client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it

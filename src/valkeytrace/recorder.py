@@ -62,6 +62,7 @@ class Settings:
     rates: tuple = ()        # open loop (--rate, --rates): the measured op's requests due per second, a cell each
     arrival: str = "poisson"  # --arrival: how those requests are spaced
     set_rate: float | None = None  # --set-rate: read-heavy's background SETs open-loop too (else closed loop)
+    demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
@@ -69,6 +70,7 @@ class Settings:
                 "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
                 "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs,
+                **({} if self.demand_pass else {"demand_pass": False}),
                 **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate} if self.rates else {})}
 
     def matrix(self):
@@ -248,7 +250,8 @@ class Recorder:
     def _demand_here(self, workload: str, size: int) -> bool:
         """Whether this launch measures the cell's demand pass (the model's GET-only calibration): the
         first launch of a side that reaches the cell does, in each of its repeats; later ones keep it."""
-        return self.memo.setdefault("demand", {}).setdefault((workload, size), self.launch) == self.launch
+        return self.settings.demand_pass and \
+            self.memo.setdefault("demand", {}).setdefault((workload, size), self.launch) == self.launch
 
     def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
         """One cell by its scenario, inside this recorder's window."""

@@ -97,7 +97,7 @@ def test_the_probes_compile_once_and_a_reused_program_measures_as_a_fresh_one(tm
     run-queue time (the report warns of any disagreement)."""
     out = tmp_path / "cmp"
     cell = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
-            "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf"]
+            "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "--no-demand-pass"]
     res = vt("compare", "--launches", "2", *cell, "-o", out, timeout=600)
     assert res.returncode == 0, res.stderr
     probes = []

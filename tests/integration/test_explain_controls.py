@@ -116,7 +116,7 @@ def test_a_busy_loop_on_the_servers_cpu_is_the_main_threads_wait_for_a_cpu(recs,
     hog = subprocess.Popen(["taskset", "-c", ",".join(map(str, cpus)), sys.executable, "-c",
                             "import time\nt = time.time() + 120\nwhile time.time() < t: pass"])
     try:
-        busy = record(tmp_path / "busy.vtrace", "--repeat", "2", "--appendfsync", "everysec",
+        busy = record(tmp_path / "busy.vtrace", "--repeat", "2", "--appendfsync", "everysec", "--no-demand-pass",
                       "--inject-fsync-delay", "4ms", "--label", "everysec-loop-on-server-cpu")
     finally:
         hog.kill()
@@ -172,7 +172,8 @@ def test_fsync_sensitivity_moves_get_under_always_not_everysec(tmp_path):
     # one repeat, yet each added delay is the median of 3 runs (recorder.SENSITIVITY_MIN_RUNS): at one
     # run per level the p50 at +2 ms sometimes takes the longer path (2 fsync cycles where 0 and
     # +4 ms take 1: R² 0.77-0.85 in CI and check 09), a real mode of the server
-    always = record(tmp_path / "sa.vtrace", "--repeat", "1", "--appendfsync", "always", "--fsync-sensitivity", "2ms,4ms")
+    always = record(tmp_path / "sa.vtrace", "--repeat", "1", "--appendfsync", "always", "--fsync-sensitivity", "2ms,4ms",
+                    "--no-demand-pass")
     s, doc = _slope(always, "main")
     # the mean cannot change path (Little's law): its slope must hold; the p50's, whenever no
     # level's median run lay on the quick path (GET-only rounds, no fsync: p50 far under the mean)

@@ -54,7 +54,7 @@ def server_command(family: str, tmp: Path, fsync: str) -> list[str]:
                                            ("redis-7.0", "everysec")])
 def test_the_fsync_is_placed_on_the_role_that_does_it(tmp_path, family, fsync):
     out = tmp_path / "r.vtrace"
-    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",
+    res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--no-demand-pass",
                           "--duration", "2", "--keyspace", "2000", "--inject-fsync-delay", "4ms", "-o", str(out),
                           *server_command(family, tmp_path, fsync)], capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr
@@ -87,7 +87,7 @@ def test_an_fsync_longer_than_the_window_still_places_it(tmp_path):
 
     out = tmp_path / "slow.vtrace"
     res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration", "1",
-                          "--keyspace", "2000", "--io-threads", "1", "--appendfsync", "everysec", "--backend", "ebpf",
+                          "--keyspace", "2000", "--io-threads", "1", "--appendfsync", "everysec", "--backend", "ebpf", "--no-demand-pass",
                           "--inject-fsync-delay", "3s", "--server-timeout", "120", "-o", str(out)],
                          capture_output=True, text=True, timeout=400)
     skip_unless_recorded(res)

@@ -209,7 +209,7 @@ def test_shim_backend_as_an_unprivileged_user_sees_main_vs_bio_aof(as_nobody):
         out = os.path.join(outdir, f"{mode}.vtrace")
         res = subprocess.run(["runuser", "-u", "nobody", "--", VT, "record", "--workload", "read-heavy",
                               "--sizes", "64", "--repeat", "1", "--duration", "2", "--keyspace", "2000",
-                              "--appendfsync", mode, "--backend", "shim", "-o", out],
+                              "--appendfsync", mode, "--backend", "shim", "--no-demand-pass", "-o", out],
                              capture_output=True, text=True, timeout=120, cwd=outdir)
         assert res.returncode == 0, res.stderr
         rep = subprocess.run([VT, "report", out, "--format", "json"], capture_output=True, text=True)
@@ -230,7 +230,7 @@ def test_socket_writes_are_timed_on_request(tmp_path):
     # GIVEN record --socket-writes with the shim
     out = tmp_path / "sock.vtrace"
     res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1", "--duration",
-                          "2", "--keyspace", "2000", "--backend", "shim", "--socket-writes", "-o", str(out)],
+                          "2", "--keyspace", "2000", "--backend", "shim", "--socket-writes", "--no-demand-pass", "-o", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     srv = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True,
@@ -330,7 +330,7 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
 def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs_bpf, tmp_path):
     out = tmp_path / "both.vtrace"
     res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",
-                          "--duration", "3", "--keyspace", "2000", "--backend", "both",
+                          "--duration", "3", "--keyspace", "2000", "--backend", "both", "--no-demand-pass",
                           "--inject-fsync-delay", "4ms", "-o", str(out)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     rep = json.loads(subprocess.run([VT, "report", str(out), "--format", "json"], capture_output=True,

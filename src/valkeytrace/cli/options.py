@@ -148,6 +148,10 @@ COMMON = [
     click.option("--socket-writes", is_flag=True,
                  help="Also time every socket write per thread (shim: in its wrapper; eBPF: the raw syscall "
                       "tracepoints, which every syscall on the host pays for; costs: docs/performance.md)."),
+    click.option("--demand-pass/--no-demand-pass", default=True, show_default=True,
+                 help="Before each traced read-heavy run, the GET-only passes the model calibrates on (predict, "
+                      "the compare's what-if): about 2 s a run. Without them the model takes its CPU costs from "
+                      "the windows' schedstat."),
     click.option("--measure-overhead", is_flag=True,
                  help="Before the matrix, run a short read-heavy cell untraced and traced, and store the ratio."),
 ]

@@ -292,6 +292,7 @@ class Settings(Record):
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
     set_rate: NonNeg | None = None  # read-heavy's background SETs open-loop at this rate (null: closed loop)
+    demand_pass: bool | None = None  # false: recorded with --no-demand-pass (no GET-only passes for the model)
 
 
 class FsyncDelay(Record):
