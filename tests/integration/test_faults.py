@@ -300,11 +300,11 @@ def test_signal_during_record_keeps_measured_runs_and_leaves_nothing(tmp_path, s
 def _kill_during_second_run(tmp_path, victim: str):
     out = tmp_path / f"{victim}.vtrace"
     proc = subprocess.Popen([VT, "record", "--workload", "write-only", "--sizes", "64,256", "--repeat", "2",
-                             "--duration", "2.5", "--keyspace", "500", "--backend", "none", "-o", str(out)],
+                             "--duration", "1.5", "--keyspace", "500", "--backend", "none", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         doc = _wait_for_runs(Path(str(out) + ".partial"), 1)
-        time.sleep(2.0)  # calibration done, measured client running
+        time.sleep(1.7)  # calibration done (~1.1 s), measured client running (its 1.5 s window)
         if victim == "server":
             os.kill(doc["server"]["pid"], signal.SIGKILL)
         else:
