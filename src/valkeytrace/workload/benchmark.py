@@ -154,9 +154,17 @@ def _flag(argv: list[str], flag: str, default: str) -> str:
 
 def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRATION_S) -> float:
     """Requests per second of this test (client_argv, endless) right now (also warms the server up):
-    the client's overall rate once it has run `seconds` and answered something. A client whose first
+    the client's steady rate once it has run `seconds` and answered something. A client whose first
     progress line comes late (still connecting its clients: seen at 1 s under `appendfsync always`)
     is waited for, up to 10 s more."""
+    return calibrate_window(client, argv, seconds)[0]
+
+
+def calibrate_window(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRATION_S) -> tuple[float, float]:
+    """(the steady rate, the seconds a run of the client spends beyond its requests at that rate: its
+    start, its clients connecting and their first requests), both from one calibration run: that run
+    took T seconds from its start and answered overall x T requests, T x (1 - overall / steady) of
+    them lost."""
     test = _flag(argv, "-t", "benchmark")
     proc = ClientProcess(argv, client.cpus)
     try:
@@ -177,10 +185,13 @@ def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRA
                              f"(exit {proc.proc.returncode}); its output: {proc.output.strip()[-200:]!r}")
     # the steady rate: the instantaneous rates of the second half (the overall rate counts the
     # clients' connecting and warming up, and sized runs that ended at half their --duration)
-    t_end = proc.progress[-1][0]
+    t_end, last = proc.progress[-1]
     steady = sorted(rec["rps"] for t, rec in proc.progress
                     if t >= t_end - (t_end - proc.started_mono) / 2 and rec.get("rps", 0) > 0)
-    return steady[len(steady) // 2] if steady else rates[-1]
+    rate = steady[len(steady) // 2] if steady else rates[-1]
+    took = t_end - proc.started_mono
+    lost = took * (1 - last["overall_rps"] / rate) if rate and last["overall_rps"] > 0 else 0.0
+    return rate, min(max(lost, 0.0), took / 2)
 
 
 def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_start=None, on_end=None) -> dict:
@@ -255,6 +266,10 @@ class RateMemo:
         as the side's last run of this client count took: any cell, this launch's too (not a rate)."""
         return self.store.get(("startup_s", clients), 0.0)
 
+    def learned(self, test: str, clients: int) -> bool:
+        """Whether a calibrated run of this test and client count was measured (startup, bias)."""
+        return ("bias", test, clients) in self.store
+
     def bias(self, test: str, clients: int) -> float:
         """A window's own rate over its calibration's, as the side's last calibrated run of this test
         took (read-heavy's GET ran 4-9% under its calibration here: a window starts cold)."""
@@ -275,14 +290,16 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     window, for the tracers)."""
     known = memo.get() if memo is not None else None
     t0 = time.monotonic()
-    calibrated = None if known else calibrate(client, argv_of(ENDLESS_REQUESTS))
+    calibrated, lost = (None, 0.0) if known else calibrate_window(client, argv_of(ENDLESS_REQUESTS))
     calibration_s = 0.0 if known else time.monotonic() - t0
     clients, test = int(_flag(argv_of(1), "-c", "1")), _flag(argv_of(1), "-t", "")
-    # the window is the client's process: its requests at its own rate, and its start and exit (~0.1 s
-    # for 50 clients here); both from the side's last run (sized by the calibration alone, 1.5 s windows
-    # took 1.59-1.65 s and a third of the runs a second try)
-    startup = memo.startup(clients) if memo is not None else 0.0
-    rate = known or (calibrated or 0.0) * (memo.bias(test, clients) if memo is not None else 1.0)
+    # the window is the client's process: its requests at its own rate, and its start, connecting and
+    # first requests (~0.1 s for 50 clients here); from the side's last run of as many clients, else
+    # from the calibration run's own (sized by the steady rate alone, 1.5 s windows took 1.59-1.65 s
+    # and a third of the runs a second try)
+    learned = memo is not None and memo.learned(test, clients)
+    startup = memo.startup(clients) if memo is not None and learned else lost
+    rate = known or (calibrated or 0.0) * (memo.bias(test, clients) if memo is not None and learned else 1.0)
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         sized_by = rate
         requests = max(int(rate * max(duration_s - startup, duration_s / 2)), clients * 20)
