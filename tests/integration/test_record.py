@@ -7,7 +7,7 @@ from valkeytrace.recording import format as recfmt
 from vtcli import vt
 
 pytestmark = pytest.mark.integration
-SHORT = ["--sizes", "64", "--repeat", "1", "--duration", "2", "--keyspace", "2000", "--backend", "none"]
+SHORT = ["--sizes", "64", "--repeat", "1", "--duration", "1", "--keyspace", "2000", "--backend", "none"]
 
 
 
