@@ -15,6 +15,8 @@ import subprocess
 import threading
 import time
 
+import numpy as np
+
 from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.workload import placement
@@ -292,7 +294,7 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     window, for the tracers)."""
     known = memo.get() if memo is not None else None
     t0 = time.monotonic()
-    calibrated, lost = (None, 0.0) if known else calibrate_window(client, argv_of(ENDLESS_REQUESTS))
+    calibrated = None if known else calibrate(client, argv_of(ENDLESS_REQUESTS))
     calibration_s = 0.0 if known else time.monotonic() - t0
     clients, test = int(_flag(argv_of(1), "-c", "1")), _flag(argv_of(1), "-t", "")
     # the window is the client's process: its requests at its own rate, and its start, connecting and
@@ -300,8 +302,9 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     # from the calibration run's own (sized by the steady rate alone, 1.5 s windows took 1.59-1.65 s
     # and a third of the runs a second try)
     learned = memo is not None and memo.learned(test, clients)
-    startup = memo.startup(test, clients) if memo is not None and learned else lost
+    startup = memo.startup(test, clients) if memo is not None and learned else 0.0
     rate = known or (calibrated or 0.0) * (memo.bias(test, clients) if memo is not None and learned else 1.0)
+    seen = [rate]
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         sized_by = rate
         requests = max(int(rate * max(duration_s - startup, duration_s / 2)), clients * 20)
@@ -314,17 +317,21 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
         # whole tolerance) is measured again, sized by its own rate; the window hooks run again.
         # The last try is kept whatever its length (the recording has it).
         off = abs(took - duration_s) / duration_s if took else 0.0
+        # a retry is sized by the median of the rates seen in this run (the sizing rate and each try's
+        # own): under `always` a GET's rate moves +-10-15% from try to try, and sized by the last try
+        # alone a fourth try once ran 2.76 s for 2 (a window test's 1.8-2.2 s)
         if took and own and 0 < own <= took:
             startup = min(took - own, duration_s / 2)
-            rate = requests / own
+            seen.append(requests / own)
             if memo is not None:
-                memo.put(rate)
+                memo.put(seen[-1])
                 memo.put_window(test, clients, startup,
-                                min(max(rate / calibrated, 0.7), 1.3) if calibrated and attempt == 1 else None)
+                                min(max(seen[-1] / calibrated, 0.7), 1.3) if calibrated and attempt == 1 else None)
         elif took:
-            rate = requests / took
+            seen.append(requests / took)
             if memo is not None:
-                memo.put(rate)
+                memo.put(seen[-1])
+        rate = float(np.median(seen))
         if not took or off <= WINDOW_ACCEPT:
             break
     report["calibration_rps"] = sized_by
