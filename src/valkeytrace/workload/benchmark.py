@@ -159,14 +159,6 @@ def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRA
     the client's steady rate once it has run `seconds` and answered something. A client whose first
     progress line comes late (still connecting its clients: seen at 1 s under `appendfsync always`)
     is waited for, up to 10 s more."""
-    return calibrate_window(client, argv, seconds)[0]
-
-
-def calibrate_window(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRATION_S) -> tuple[float, float]:
-    """(the steady rate, the seconds a run of the client spends beyond its requests at that rate: its
-    start, its clients connecting and their first requests), both from one calibration run: that run
-    took T seconds from its start and answered overall x T requests, T x (1 - overall / steady) of
-    them lost."""
     test = _flag(argv, "-t", "benchmark")
     proc = ClientProcess(argv, client.cpus)
     try:
@@ -187,13 +179,10 @@ def calibrate_window(client: BenchmarkClient, argv: list[str], seconds: float = 
                              f"(exit {proc.proc.returncode}); its output: {proc.output.strip()[-200:]!r}")
     # the steady rate: the instantaneous rates of the second half (the overall rate counts the
     # clients' connecting and warming up, and sized runs that ended at half their --duration)
-    t_end, last = proc.progress[-1]
+    t_end = proc.progress[-1][0]
     steady = sorted(rec["rps"] for t, rec in proc.progress
                     if t >= t_end - (t_end - proc.started_mono) / 2 and rec.get("rps", 0) > 0)
-    rate = steady[len(steady) // 2] if steady else rates[-1]
-    took = t_end - proc.started_mono
-    lost = took * (1 - last["overall_rps"] / rate) if rate and last["overall_rps"] > 0 else 0.0
-    return rate, min(max(lost, 0.0), took / 2)
+    return steady[len(steady) // 2] if steady else rates[-1]
 
 
 def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_start=None, on_end=None) -> dict:
