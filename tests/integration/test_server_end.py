@@ -74,9 +74,10 @@ def test_a_server_killed_under_record_is_said_first_and_its_window_ends_there(tm
 
 def test_a_stopped_or_sleeping_server_is_a_stall_not_a_wait_for_a_cpu(tmp_path, needs_bpf):
     out, port = tmp_path / "s.vtrace", 7482
-    rec = _record_observing(out, port, 6, "--server-config", "enable-debug-command=yes")
+    rec = _record_observing(out, port, 8, "--server-config", "enable-debug-command=yes")
     server = _server_of(port)
-    time.sleep(2.0)
+    # the window opens once the probes are in (a fixed 2 s once missed the SIGSTOP in CI: 1 stall of 2)
+    probes_loaded(rec.pid)
     server.send_signal(signal.SIGSTOP)
     time.sleep(0.8)
     server.send_signal(signal.SIGCONT)
