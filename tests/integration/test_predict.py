@@ -85,7 +85,8 @@ def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
     """GET p50 under the offload is ~300 µs; a baseline's prediction and a candidate's measure each move
     +-10% between recordings here (predicted 289-389 over 8 baselines, measured 271-367), and a CI run
     once predicted 472 for 319 measured. A second pair is recorded when the first misses: a model error
-    misses on both, a noisy pair does not."""
+    misses on both, a noisy pair does not. Both missing is issue 44's open GET bias, said as an expected
+    failure with its figures after the self-check and the mechanism have held."""
     misses = []
     for pair in (1, 2):
         base = record(tmp_path / f"base{pair}.vtrace", "--workload", "read-heavy", "--io-threads", "1",

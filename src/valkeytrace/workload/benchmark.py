@@ -285,13 +285,12 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     calibration_s = 0.0 if known else time.monotonic() - t0
     clients, test = int(_flag(argv_of(1), "-c", "1")), _flag(argv_of(1), "-t", "")
     # the window is the client's process: its requests at its own rate, and its start, connecting and
-    # first requests (~0.1 s for 50 clients here); from the side's last run of as many clients, else
-    # from the calibration run's own (sized by the steady rate alone, 1.5 s windows took 1.59-1.65 s
-    # and a third of the runs a second try)
-    learned = memo is not None and memo.learned(test, clients)
-    startup = memo.startup(test, clients) if memo is not None and learned else 0.0
-    rate = known or (calibrated or 0.0) * (memo.bias(test, clients) if memo is not None and learned else 1.0)
-    seen = [rate]
+    # first requests (~0.1 s for 50 clients here), both as the side's last calibrated run of the test
+    # took (sized by the steady rate alone, 1.5 s windows took 1.59-1.65 s and a third of the runs a
+    # second try); a first run is sized by its calibration alone
+    startup, bias = ((memo.startup(test, clients), memo.bias(test, clients))
+                     if memo is not None and memo.learned(test, clients) else (0.0, 1.0))
+    rate = known or (calibrated or 0.0) * bias
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         sized_by = rate
         requests = max(int(rate * max(duration_s - startup, duration_s / 2)), clients * 20)
@@ -301,23 +300,19 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
         # the run is the window: one that missed --duration by more than WINDOW_ACCEPT (the rate
         # moves +-10-15% between tries under appendfsync always, as GETs take one or two fsync
         # cycles; a window of 2.27 s for 2 s was kept once when a second try was allowed the
-        # whole tolerance) is measured again, sized by its own rate; the window hooks run again.
-        # The last try is kept whatever its length (the recording has it).
+        # whole tolerance) is measured again, sized by its own rate (the median of the rates seen
+        # was tried: a CI window then ran 4.66 s for 2 after the rate fell between tries); the window
+        # hooks run again. The last try is kept whatever its length (the recording has it).
         off = abs(took - duration_s) / duration_s if took else 0.0
-        # a retry is sized by the last try's own rate (the median of the rates seen was tried: a CI
-        # window then ran 4.66 s for 2 after the rate fell between tries)
-        if took and own and 0 < own <= took:
-            startup = min(took - own, duration_s / 2)
-            seen.append(requests / own)
+        if took and own and 0 < own <= took:  # the client's own seconds: the window less its start
+            startup, rate = min(took - own, duration_s / 2), requests / own
             if memo is not None:
-                memo.put(seen[-1])
                 memo.put_window(test, clients, startup,
-                                min(max(seen[-1] / calibrated, 0.7), 1.3) if calibrated and attempt == 1 else None)
+                                min(max(rate / calibrated, 0.7), 1.3) if calibrated and attempt == 1 else None)
         elif took:
-            seen.append(requests / took)
-            if memo is not None:
-                memo.put(seen[-1])
-        rate = seen[-1]
+            rate = requests / took
+        if took and memo is not None:
+            memo.put(rate)
         if not took or off <= WINDOW_ACCEPT:
             break
     report["calibration_rps"] = sized_by
