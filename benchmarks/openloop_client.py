@@ -2,7 +2,7 @@
 per request sent and the share of a core it takes, at the rates asked for, against a real embedded
 Valkey (appendfsync no: the server is not what is measured), rounds interleaved across the rates.
 
-    .venv/bin/python benchmarks/openloop_client.py [--rates 10000,50000] [--seconds 5] [--rounds 5]
+    .venv/bin/python benchmarks/openloop_client.py [--rates 10000,50000] [--seconds 5] [--rounds 5] [--connections 50|grow]
     .venv/bin/python benchmarks/openloop_client.py --quick     # 1 s windows, 2 rounds
 
 Per rate: µs of CPU per request (user + system, the client process's own, over warm-up, window and
@@ -20,9 +20,10 @@ import sys
 import time
 
 
-def one(port: int, rate: float, seconds: float, cpu: int) -> dict:
+def one(port: int, rate: float, seconds: float, cpu: int, connections: str) -> dict:
     argv = [sys.executable, "-m", "valkeytrace.workload.openloop", "--port", str(port), "--op", "GET",
             "--rate", repr(rate), "--duration", repr(seconds), "--keyspace", "10000", "--value-size", "64"]
+    argv += [] if connections == "grow" else ["--connections", connections]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -46,6 +47,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="1 s windows, 2 rounds")
+    ap.add_argument("--connections", default="50",
+                    help="a fixed pool of N, one request in flight each (record's default: --get-clients 50), or grow")
     a = ap.parse_args()
     if a.quick:
         a.seconds, a.rounds = 1.0, 2
@@ -59,7 +62,7 @@ def main() -> int:
         results: dict = {r: [] for r in rates}
         for _ in range(a.rounds):
             for rate in rates:
-                results[rate].append(one(server.port, rate, a.seconds, 1 % ncpu))
+                results[rate].append(one(server.port, rate, a.seconds, 1 % ncpu, a.connections))
     finally:
         server.stop()
     summary = {}
@@ -73,7 +76,7 @@ def main() -> int:
               f"({s['us_per_request']['min']:.1f}-{s['us_per_request']['max']:.1f}), "
               f"{s['cores']['median']:.2f} of a core over its run ({s['cores']['min']:.2f}-{s['cores']['max']:.2f}), "
               f"achieved {s['achieved']['median']:,.0f}/s, late {s['late']['median']:.0f}")
-    print(json.dumps({"rounds": a.rounds, "seconds": a.seconds, "rates": summary}))
+    print(json.dumps({"rounds": a.rounds, "seconds": a.seconds, "connections": a.connections, "rates": summary}))
     return 0
 
 

@@ -184,6 +184,7 @@ struct vt_load_config {
     int arrival;
     int conns;
     int max_conns;
+    int hold;
     uint64_t warmup_ns;
     uint64_t duration_ns;
     uint64_t grace_ns;
@@ -198,7 +199,9 @@ struct vt_load_result {
     uint64_t due, sent, answered, late, errors, unanswered;
     uint64_t answered_in_window;
     uint64_t answered_drained;
+    uint64_t first_answer_ns, last_answer_ns;
     uint64_t conns, pipelined;
+    uint64_t held, held_max;
     struct vt_hist corrected;
     struct vt_hist service;
     int error;

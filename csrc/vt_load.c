@@ -4,8 +4,10 @@
  * The schedule is fixed before anything is answered: request i is due at t0 + the sum of the gaps
  * (each 1/rate, or drawn from an exponential of that mean), whatever the server does. A due request
  * goes out on an idle connection; when every connection waits, another is opened (a stalled server's
- * kernel still accepts it), up to max_conns, then the least-loaded one carries it behind the others
- * (pipelined: the server answers a connection's requests in order). Its latency counts from the
+ * kernel still accepts it), up to max_conns, then either it waits in the client for the first
+ * connection to be answered (hold: one request in flight per connection, a fixed population of
+ * clients), or the next connection in turn carries it behind the others (pipelined: the server
+ * answers a connection's requests in order). Its latency counts from the
  * moment it was due (a stall is paid by every request due during it, not once per connection: the
  * coordinated omission wrk2 and HdrHistogram correct), its service time from the moment its last
  * byte left. The loop sleeps in epoll_pwait2 until the next request is due (nanoseconds).
@@ -55,6 +57,8 @@ struct loader {
     struct vt_load_result *res;
     struct lconn *c;
     uint32_t n, cap, *idle, idle_n, idle_cap, rr;
+    uint64_t *held;             /* due moments waiting for a free connection (hold), a ring */
+    uint32_t held_h, held_n, held_cap;
     int ep;
     uint64_t rng, ws, we;
     char *req;                  /* the request's bytes, its key rewritten in place */
@@ -172,7 +176,7 @@ static struct lconn *pick(struct loader *l, int *pipelined)
         c->idle = 0;
         return c;
     }
-    if (!l->n)
+    if (!l->n || l->cfg->hold)
         return NULL;
     *pipelined = 1;
     l->rr = (l->rr + 1) % l->n;
@@ -209,12 +213,8 @@ static void flush(struct loader *l, struct lconn *c, uint64_t now)
     }
 }
 
-static int send_one(struct loader *l, uint64_t due, uint64_t now)
+static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now, int pipelined)
 {
-    int pipelined;
-    struct lconn *c = pick(l, &pipelined);
-    if (!c)
-        return -1;
     char key[16];
     snprintf(key, sizeof(key), "%012u", (unsigned)(next_rand(l) % (l->cfg->keyspace ? l->cfg->keyspace : 1)));
     memcpy(l->req + l->key_at, key, 12);
@@ -236,14 +236,54 @@ static int send_one(struct loader *l, uint64_t due, uint64_t now)
     return 0;
 }
 
+/* a due request waits for a free connection (hold): the ring doubles when full */
+static int hold_one(struct loader *l, uint64_t due)
+{
+    if (l->held_n == l->held_cap) {
+        uint32_t cap = l->held_cap ? l->held_cap * 2 : 1024;
+        uint64_t *q = malloc((size_t)cap * sizeof(uint64_t));
+        if (!q)
+            return -1;
+        for (uint32_t i = 0; i < l->held_n; i++)
+            q[i] = l->held[(l->held_h + i) % l->held_cap];
+        free(l->held);
+        l->held = q;
+        l->held_cap = cap;
+        l->held_h = 0;
+    }
+    l->held[(l->held_h + l->held_n++) % l->held_cap] = due;
+    l->res->held++;
+    if (l->held_n > l->res->held_max)
+        l->res->held_max = l->held_n;
+    return 0;
+}
+
+static int send_one(struct loader *l, uint64_t due, uint64_t now)
+{
+    int pipelined;
+    struct lconn *c = pick(l, &pipelined);
+    if (!c)
+        return l->cfg->hold && l->n ? hold_one(l, due) : -1;
+    return send_on(l, c, due, now, pipelined);
+}
+
 /* one reply read off c: pop its request, count it */
 static void answered(struct loader *l, struct lconn *c, uint64_t now)
 {
     if (c->qh == c->qt)
         return; /* a reply no request of ours asked for */
     struct pending p = c->q[c->qh++];
-    if (c->qh == c->qt)
-        push_idle(l, c);
+    if (c->qh == c->qt) {
+        if (l->held_n) { /* the oldest request waiting goes out on the connection just answered */
+            uint64_t due = l->held[l->held_h];
+            l->held_h = (l->held_h + 1) % l->held_cap;
+            l->held_n--;
+            if (send_on(l, c, due, now, 0))
+                l->res->errors++;
+        } else {
+            push_idle(l, c);
+        }
+    }
     if (c->kind == '-')
         l->res->errors++;
     if (p.due < l->ws || p.due >= l->we)
@@ -251,7 +291,12 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
     struct vt_load_result *r = l->res;
     r->answered++;
     r->answered_in_window += now <= l->we;
-    r->answered_drained += now <= l->we + l->cfg->drain_ns;
+    if (now <= l->we + l->cfg->drain_ns) {
+        r->answered_drained++;
+        if (!r->first_answer_ns)
+            r->first_answer_ns = now;
+        r->last_answer_ns = now;
+    }
     if (p.sent && p.sent - p.due > l->cfg->late_ns)
         r->late++;
     vt_hist_record(&r->corrected, now - p.due);
@@ -382,7 +427,12 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
             ended = 1, marker(cfg, "E\n");
         if (ended && (res->answered >= res->due || now >= l.we + cfg->grace_ns))
             break;
+        /* held requests past the drain: saturated (the achieved rate is known; the rest is unanswered) */
+        if (ended && l.held_n && now >= l.we + cfg->drain_ns)
+            break;
         uint64_t wake = next != UINT64_MAX && next < l.we ? next : l.we + (ended ? cfg->grace_ns : 0);
+        if (ended && l.held_n && wake > l.we + cfg->drain_ns)
+            wake = l.we + cfg->drain_ns;
         struct timespec ts = {0, 0};
         if (wake > now) {
             ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
@@ -414,10 +464,15 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
         free(l.c[i].q);
     }
     res->sent += res->answered;
+    for (uint32_t i = 0; i < l.held_n; i++) { /* still held at the end: never sent, late all the same */
+        uint64_t d = l.held[(l.held_h + i) % l.held_cap];
+        res->late += d >= l.ws && d < l.we;
+    }
     res->unanswered = res->due > res->answered ? res->due - res->answered : 0;
     close(l.ep);
     free(l.c);
     free(l.idle);
+    free(l.held);
     free(l.req);
     free(warm);
     free(due);

@@ -1,7 +1,9 @@
 /*
  * vt_load.h: valkeytrace's open-loop client (record --rate): requests due on a schedule (Poisson or
- * uniform arrivals at a rate), each sent when due over a pool of connections that grows while the
- * server does not answer (then pipelines), its latency measured from the moment it was due
+ * uniform arrivals at a rate), each sent when due over a fixed pool of connections with one request
+ * in flight each (a request due while all of them wait is held until one is free: wrk2's model), or
+ * over a pool that grows while the server does not answer (then pipelines); its latency measured
+ * from the moment it was due
  * (corrected for coordinated omission) and from the moment it was sent (service time), into two
  * log-linear histograms (hist.h). The window holds exactly rate x duration requests (Poisson
  * spacings normalized to it: the offered rate is the rate asked for, not a draw of it).
@@ -29,6 +31,8 @@ struct vt_load_config {
     int arrival;            /* VT_LOAD_POISSON / VT_LOAD_UNIFORM */
     int conns;              /* connections opened first */
     int max_conns;          /* the pool grows to this while requests are due and every connection waits */
+    int hold;               /* 1: at max_conns, a due request waits in the client for a free connection
+                             * (one in flight per connection); 0: it is pipelined behind another */
     uint64_t warmup_ns;     /* due before the window: sent, not counted */
     uint64_t duration_ns;   /* the measured window: requests due in it are counted */
     uint64_t grace_ns;      /* after the window, how long its requests may still be answered */
@@ -40,10 +44,13 @@ struct vt_load_config {
 
 struct vt_load_result {
     uint64_t window_start_ns, window_end_ns; /* CLOCK_MONOTONIC */
-    uint64_t due, sent, answered, late, errors, unanswered;
+    uint64_t due, sent, answered, late, errors, unanswered; /* late: due in the window and answered after a
+                                                              * send late_ns or more after due, or never sent */
     uint64_t answered_in_window;  /* replies that came during the window */
     uint64_t answered_drained;    /* replies that came by the window's end + drain_ns (the achieved rate) */
+    uint64_t first_answer_ns, last_answer_ns; /* the first and last of those (the span they were answered over) */
     uint64_t conns, pipelined;    /* connections opened; requests sent behind another on one */
+    uint64_t held, held_max;      /* requests that waited for a free connection; the most waiting at once */
     struct vt_hist corrected;     /* due -> its reply read */
     struct vt_hist service;       /* sent -> its reply read */
     int error;                    /* 0, or an errno: could not connect */

@@ -279,6 +279,7 @@ class RecordOptions:
     rates: tuple = ()
     arrival: str = "poisson"
     set_rate: float | None = None
+    pool: str = "clients"
 
 
 def build(o: RecordOptions) -> RecordPlan:
@@ -327,7 +328,7 @@ def build(o: RecordOptions) -> RecordPlan:
                         write_clients=o.write_clients, backend=o.backend,
                         sensitivity=tuple(parse_sensitivity(o.sensitivity_spec)) if o.sensitivity_spec else (),
                         sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate,
-                        demand_pass=o.demand_pass)
+                        pool=o.pool, demand_pass=o.demand_pass)
     plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
                       client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it

@@ -62,6 +62,7 @@ class Settings:
     rates: tuple = ()        # open loop (--rate, --rates): the measured op's requests due per second, a cell each
     arrival: str = "poisson"  # --arrival: how those requests are spaced
     set_rate: float | None = None  # --set-rate: read-heavy's background SETs open-loop too (else closed loop)
+    pool: str = "clients"    # --connections: the open loop's connections (clients: fixed, one in flight; grow)
     demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
 
     def as_recorded(self) -> dict:
@@ -71,7 +72,8 @@ class Settings:
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
                 "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs,
                 **({} if self.demand_pass else {"demand_pass": False}),
-                **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate} if self.rates else {})}
+                **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate,
+                                    "connections": self.pool} if self.rates else {})}
 
     def matrix(self):
         """[(repeat, workload, value_size, added fsync delay ns, rate)] in execution order: each cell
@@ -241,7 +243,7 @@ class Recorder:
                                              keyspace_state=self.keyspace_state,
                                              keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
-                                             arrival=s.arrival, set_rate=s.set_rate)
+                                             arrival=s.arrival, set_rate=s.set_rate, pool=s.pool)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit
@@ -265,7 +267,10 @@ class Recorder:
         run = document.new_run(self.doc, workload, size, repeat,
                                extra_delay_ns if self.settings.sensitivity else None)
         if rate:
-            run["load"] = {"mode": "open", "rate": rate, "arrival": self.settings.arrival}
+            s = self.settings
+            run["load"] = {"mode": "open", "rate": rate, "arrival": s.arrival, "pool": "fixed" if s.pool == "clients" else "grow",
+                           **({"connections": s.get_clients if workload == "read-heavy" else s.write_clients}
+                              if s.pool == "clients" else {})}
         try:
             if self.settings.sensitivity:
                 self.tracer.set_extra_fsync_delay(extra_delay_ns)

@@ -5,7 +5,9 @@
   closed loop would count each sleep once per client, not once per request due), and the backlog
   clears: the achieved rate is the offered one;
 - a rate no client on this machine can send (its own CPU per request, ~15 µs, allows ~65K/s a core):
-  achieved below offered, the report says SATURATED and keeps the late sends."""
+  achieved below offered, the report says SATURATED and keeps the late sends;
+- a fixed pool of connections (the default) under always: answered at its connections over its service
+  time (Little's law), saturated where a pool that grows is not."""
 import socket
 import subprocess
 import threading
@@ -69,7 +71,7 @@ def test_pauses_give_the_corrected_percentiles_their_share_implies(tmp_path):
 def test_a_rate_past_what_can_be_sent_is_saturated_and_said(tmp_path):
     out = tmp_path / "s.vtrace"
     res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--duration", "2", "--repeat", "1", "--backend",
-             "none", "--rate", "400000", "--keyspace", "5000", "-o", out, timeout=240)
+             "none", "--rate", "400000", "--connections", "grow", "--keyspace", "5000", "-o", out, timeout=240)
     assert res.returncode == 0, res.stderr
     o = [c for c in report_json(out)["runs"][0]["cells"] if c["workload"] == "read-heavy"][0]["ops"]["GET"]
     assert o["offered_rate"] == pytest.approx(400000, rel=0.01)
@@ -78,3 +80,28 @@ def test_a_rate_past_what_can_be_sent_is_saturated_and_said(tmp_path):
     assert o["late"] > 0  # the client itself could not send them on time, and says so
     text = vt("report", out)
     assert text.returncode == 0 and "SATURATED" in text.stdout, text.stdout
+
+
+def test_a_fixed_pool_under_always_is_held_to_its_connections_per_service_time(tmp_path):
+    """10 connections, one GET in flight each, under appendfsync always with a 4 ms fsync: each GET's
+    service spans the fsync cycles it waits through, so the pool answers about 10 per service time
+    (Little's law, every connection busy), far below the 3,000/s offered: saturated, the rest held in
+    the client and late. The same rate over a pool that grows is answered in full (the GETs due in a
+    cycle are all read in the next): what saturated was the pool, not the server."""
+    def one(pool: str) -> dict:
+        out = tmp_path / f"{pool}.vtrace"
+        res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--duration", "2", "--repeat", "1",
+                 "--backend", "none", "--rate", "3000", "--get-clients", "10", "--connections", pool,
+                 "--inject-fsync-delay", "4ms", "--keyspace", "5000", "--no-demand-pass", "-o", out, timeout=240)
+        assert res.returncode == 0, res.stderr
+        cell = [c for c in report_json(out)["runs"][0]["cells"] if c["workload"] == "read-heavy"][0]
+        return cell
+
+    fixed = one("clients")
+    assert fixed["load"]["pool"] == "fixed" and fixed["load"]["connections"] == 10, fixed["load"]
+    o = fixed["ops"]["GET"]
+    assert o["saturated"] is True and o["late"] > 0, o
+    little = 10 / (o["service_p50_us"] / 1e6)
+    assert 0.6 * little <= o["achieved_rate"] <= 1.5 * little, (o["achieved_rate"], little, o["service_p50_us"])
+    grown = one("grow")["ops"]["GET"]
+    assert grown["saturated"] is False and abs(grown["achieved_rate"] - 3000) <= 30, grown

@@ -145,8 +145,28 @@ def test_open_loop_under_always_waits_for_the_fsync_cycle_in_flight():
     of it (half a cycle on the median), then is answered by the next iteration, which has no write in
     it (the SET client's next write comes a round trip after its reply, after the GETs read in the
     same poll): never more than a cycle and a few passes."""
-    r = simulate(params([Group("GET", 1, rate=500.0), Group("SET", 1, measured=False)]))
+    r = simulate(params([Group("GET", 1, rate=500.0, pool="grow"), Group("SET", 1, measured=False)]))
     cycle = A + F  # the main thread's iteration with a write in it
     o = r.ops["GET"]
     assert o.p50_us == pytest.approx(cycle / 2, rel=0.1)
     assert o.p99_us < cycle + 100
+
+
+def test_a_fixed_pool_under_always_saturates_at_its_connections_per_cycle():
+    """GETs due at 20,000/s over a fixed pool of 10 connections (one in flight each), beside a SET client
+    whose every write costs a 4 ms fdatasync: a connection gets a GET answered once per iteration, and
+    at most every other iteration goes without an fsync, so the pool is answered at most 10 per 2 ms and at
+    least 10 per two cycles: saturated, the rest waiting in the client, the latency from their due
+    moment growing through the window. Its achieved rate is the pool's over its mean service time
+    (Little's law: all 10 busy throughout). The same rate with a pool that grows is answered in full:
+    every GET due in a cycle is read in the next."""
+    from valkeytrace.pipeline.sim import _Sim
+
+    sim = _Sim(params([Group("GET", 10, rate=20000.0), Group("SET", 1, measured=False)]), 1)
+    o = sim.run().ops["GET"]
+    assert o.open.saturated and 10 / (2 * (A + F)) * 1e6 < o.open.achieved_rate <= 10 / (F / 2) * 1e6, o.open
+    mean_service = sum(sim.clients[0].service) / len(sim.clients[0].service)
+    assert o.open.achieved_rate == pytest.approx(10 / mean_service * 1e6, rel=0.05)
+    assert o.p99_us > 0.3e6, o.p99_us
+    grown = simulate(params([Group("GET", 10, rate=20000.0, pool="grow"), Group("SET", 1, measured=False)])).ops["GET"]
+    assert not grown.open.saturated and grown.p99_us < 3 * (A + F), grown.open

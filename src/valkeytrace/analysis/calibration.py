@@ -331,8 +331,12 @@ def _groups(doc: Document, workload: str, measured: dict, runs: list[Run], rate:
     w = set_.clients if set_ and workload == "write-only" else None
     groups = groups_for(workload, int(g), int(bg if bg is not None else st.set_clients or 8), int(w or st.write_clients or 50))
     if rate:
-        arrival = (runs[0].load.arrival if runs[0].load else None) or "poisson"
-        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
+        load = runs[0].load
+        arrival = (load.arrival if load else None) or "poisson"
+        pool = (load.pool if load else None) or "grow"  # older recordings' open loop grew its pool
+        conns = load.connections if load and load.connections else None
+        groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool, clients=conns or x.clients) if x.measured else x
+                       for x in groups)
     return groups
 
 

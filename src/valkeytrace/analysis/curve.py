@@ -19,6 +19,9 @@ class Point:
     p99_us: float | None
     service_p50_us: float | None
     saturated: bool | None
+    # a fixed pool's bound: its connections over the service p50 (Little's law, each connection one
+    # request in flight): what a saturated point's achieved rate is held to
+    pool_bound: float | None = None
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Curve:
     points: list = field(default_factory=list)
     saturates_above: float | None = None   # the highest rate achieved within 1% with a bounded p99
     first_saturated: float | None = None   # the lowest rate it did not keep up with (None: it kept up with all)
+    connections: int | None = None         # a fixed pool's connections (None: the pool grew)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -44,11 +48,13 @@ def curves(label: str, cells: list[CellSummary], window_s: float) -> list[Curve]
     out = []
     for (workload, size), cs in groups.items():
         op = MEASURED_OP[workload]
-        cv = Curve(label, workload, op, size)
+        cv = Curve(label, workload, op, size, connections=cs[0].connections if cs[0].pool == "fixed" else None)
         for c in sorted(cs, key=lambda x: x.rate or 0):
             o = c.ops[op]
             m = o.median
-            cv.points.append(Point(c.rate or 0.0, m.achieved_rate, m.p50_us, m.p99_us, m.service_p50_us, o.saturated))
+            bound = cv.connections * 1e6 / m.service_p50_us if cv.connections and m.service_p50_us else None
+            cv.points.append(Point(c.rate or 0.0, m.achieved_rate, m.p50_us, m.p99_us, m.service_p50_us, o.saturated,
+                                   bound))
         kept = [p for p in cv.points if kept_up(p, window_s)]
         cv.saturates_above = max((p.rate for p in kept), default=None)
         over = [p.rate for p in cv.points if not kept_up(p, window_s)]
@@ -65,10 +71,13 @@ def kept_up(p: Point, window_s: float) -> bool:
 
 def describe(cv: Curve) -> str:
     pts = "; ".join(f"{p.rate:,.0f}/s: achieved {p.achieved_rate or 0:,.0f}/s, p50 {_us(p.p50_us)}, p99 {_us(p.p99_us)}"
-                    + (" SATURATED" if p.saturated else "") for p in cv.points)
+                    + (" SATURATED" + (f" (the pool's {cv.connections} connections over a service p50 of "
+                                       f"{_us(p.service_p50_us)}: {p.pool_bound:,.0f}/s)" if p.pool_bound else "")
+                       if p.saturated else "") for p in cv.points)
     where = (f"kept up to {cv.saturates_above:,.0f}/s" if cv.saturates_above else "kept up with no rate tried") + (
         f", saturated at {cv.first_saturated:,.0f}/s" if cv.first_saturated else ", with every rate tried")
-    return f"{cv.label} {cv.workload} {cv.value_size} B {cv.op}: {where}. {pts}"
+    pool = f" over {cv.connections} connections, one request in flight each" if cv.connections else ""
+    return f"{cv.label} {cv.workload} {cv.value_size} B {cv.op}{pool}: {where}. {pts}"
 
 
 def _us(v: float | None) -> str:

@@ -113,7 +113,8 @@ def apply(cal: Calibration, change: Change) -> Params:
     rate = change.rate or (was.rate if was else None)
     if rate:
         arrival = was.arrival if was else "poisson"
-        groups = tuple(replace(x, rate=rate, arrival=arrival) if x.measured else x for x in groups)
+        pool = was.pool if was and was.rate else "fixed"  # a closed loop's clients, now on a schedule
+        groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool) if x.measured else x for x in groups)
     server = p.server
     cost = _emulation_cost(d.mode, mode, change.emulated)
     if cost:

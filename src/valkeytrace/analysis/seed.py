@@ -64,7 +64,8 @@ def table_notes(comparison, explanation: list, base_cells: list, cand_cells: lis
     """{workload: sentence} for each table the comparison has (its first value size's row)."""
     out = {}
     for workload, s in SEED.items():
-        rows = [r for r in comparison.rows if r.workload == workload and r.op == s.op]
+        # the seed's figures are a closed loop's: an open-loop row (a rate offered) is not that table
+        rows = [r for r in comparison.rows if r.workload == workload and r.op == s.op and not r.rate]
         if not rows:
             continue
         row = rows[0]

@@ -138,6 +138,8 @@ class CellSummary:
     replicas: list = field(default_factory=list)  # record --replicas: each replica's ServerSummary
     replication: Replication | None = None  # record --replicas
     rate: float | None = None    # open loop (record --rate): the measured op's requests due per second
+    pool: str | None = None      # open loop: "fixed" (connections, one request in flight each) or "grow"
+    connections: int | None = None  # the fixed pool's connections
 
     @property
     def key(self) -> tuple:
@@ -146,8 +148,11 @@ class CellSummary:
 
     @property
     def load(self) -> dict:
-        """cells[].load: {"mode": "closed"} or {"mode": "open", "rate": R}."""
-        return {"mode": "open", "rate": self.rate} if self.rate else {"mode": "closed"}
+        """cells[].load: {"mode": "closed"} or {"mode": "open", "rate": R, "pool": ..., "connections": N}."""
+        if not self.rate:
+            return {"mode": "closed"}
+        return {"mode": "open", "rate": self.rate, "pool": self.pool or "grow",
+                **({"connections": self.connections} if self.connections else {})}
 
 
 @dataclass
@@ -316,8 +321,11 @@ def summarize(doc, extra_delay_ns: int = 0) -> list[CellSummary]:
         for op, o in ops.items():
             o.paths, o.cycles_us = repeat_paths(per_repeat, op)
         reps = replica_summaries(groups[key])
+        load = next((r.load for r in groups[key] if r.load), None)
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server,
-                                 _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate))
+                                 _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate,
+                                 pool=(load.pool or "grow") if load else None,
+                                 connections=load.connections if load else None))
     return cells
 
 

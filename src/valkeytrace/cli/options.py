@@ -110,6 +110,12 @@ COMMON = [
     click.option("--rates", "rates_spec", metavar="R1,R2,...",
                  help="Open loop at each of these rates, a cell each: the latency-throughput curve and where each "
                       "side saturates."),
+    click.option("--connections", "pool", type=click.Choice(["clients", "grow"]), default="clients", show_default=True,
+                 help="Open loop's connections. clients: the op's closed-loop count (--get-clients, --write-clients, "
+                      "--set-clients), one request in flight on each, a request due while all of them wait held in "
+                      "the client until one is answered (and counted late, its latency still from its due moment): "
+                      "a population of clients, as wrk2 -c. grow: a pool that grows while every connection waits "
+                      "(to 256), then pipelines: no request ever waits for another's reply."),
     click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True,
                  help="How open-loop requests are spaced."),
     click.option("--set-rate", type=float, callback=positive, metavar="R",

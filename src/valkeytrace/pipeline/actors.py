@@ -189,17 +189,23 @@ class ClosedClient(_Client):
 
 
 class OpenClient(_Client):
-    """The open-loop client process: requests due on a schedule, each on a connection of its own (the
-    real client grows its pool and then pipelines: no request waits for another's reply), its latency
-    from its due moment; a reply read costs read_us, a request sent write_us, as the closed loop's."""
+    """The open-loop client process: requests due on a schedule, its latency from its due moment; a
+    reply read costs read_us, a request sent write_us, as the closed loop's. Pool "fixed": `clients`
+    connections, one request in flight each, a request due while all wait held until one is answered
+    (the real client's default); "grow": each on a connection of its own (the real client grows its
+    pool and then pipelines: no request waits for another's reply)."""
 
     def __init__(self, sim, group, first_conn: int, cpu: CPU):
         self.sim, self.group, self.cpu, self.op = sim, group, cpu, group.op
         self.cost = sim.p.client
         self.gap_us = 1e6 / group.rate
         self.poisson = group.arrival != "uniform"
+        self.fixed = group.pool == "fixed"
         self.next_conn = 10**12 * (1 + first_conn)  # apart from every closed loop's connection numbers
-        self.conns: list = []            # none fixed: sim.client_of is filled as requests go out
+        # fixed: its connections, those free, the due moments held; grow: sim.client_of filled as requests go out
+        self.conns: list = list(range(first_conn, first_conn + group.clients)) if self.fixed else []
+        self.free: list = list(self.conns)
+        self.held: deque = deque()
         self.next_due = self._gap()
         self.replies: list = []
         self.seq = 0
@@ -208,6 +214,7 @@ class OpenClient(_Client):
         self.latencies: list = []        # from the due moment, for requests due in the window
         self.service: list = []          # from the send
         self.due_in_window = 0
+        self.first_answer, self.last_answer = float("inf"), 0.0  # of those due in the window
 
     def _gap(self) -> float:
         return float(self.sim.rng.exponential(self.gap_us)) if self.poisson else self.gap_us
@@ -222,21 +229,38 @@ class OpenClient(_Client):
             _, _, conn = heapq.heappop(self.replies)
             t = fin(t, c.read_us)
             due, sent = self.due.pop(conn)
-            del sim.client_of[conn]
             if warm <= due < end:
                 self.latencies.append(t - due)
                 self.service.append(t - sent)
+                self.first_answer = min(self.first_answer, t)
+                self.last_answer = t
+            if not self.fixed:
+                del sim.client_of[conn]
+            elif self.held:  # the oldest held request goes out on the connection just answered
+                t = self._send(t, self.held.popleft(), conn)
+            else:
+                self.free.append(conn)
         while self.next_due <= t and self.next_due < end:
             due = self.next_due
             self.next_due += self._gap()
-            t = fin(t, c.write_us)
-            conn = self.next_conn
-            self.next_conn += 1
-            sim.client_of[conn] = self
-            self.due[conn] = (due, t)
             self.due_in_window += warm <= due < end
-            sim.arrive(t, conn, self.op, int(sim.rng.integers(sim.p.keyspace)))
+            if not self.fixed:
+                conn = self.next_conn
+                self.next_conn += 1
+                sim.client_of[conn] = self
+            elif self.free:
+                conn = self.free.pop()
+            else:
+                self.held.append(due)
+                continue
+            t = self._send(t, due, conn)
         return fin(t, c.pass_us)
+
+    def _send(self, t: float, due: float, conn: int) -> float:
+        t = self.cpu.noise.finish(t, self.cost.write_us)
+        self.due[conn] = (due, t)
+        self.sim.arrive(t, conn, self.op, int(self.sim.rng.integers(self.sim.p.keyspace)))
+        return t
 
     def pass_end(self, t: float) -> None:
         nxt = self.next_due if self.next_due < self.sim.end else float("inf")

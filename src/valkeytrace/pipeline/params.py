@@ -95,12 +95,15 @@ class Durability:
 @dataclass(frozen=True)
 class Group:
     """One benchmark process: `clients` connections sending `op` in a closed loop (each its next request
-    after its reply), or, with `rate`, requests due on a schedule (open loop) over `clients` connections."""
+    after its reply), or, with `rate`, requests due on a schedule (open loop): over `clients` connections
+    with one request in flight each (pool "fixed": a request due while all wait is held until one is
+    answered), or each on a connection of its own (pool "grow": the client's pool grows, then pipelines)."""
     op: str
     clients: int
     measured: bool = True
     rate: float | None = None
     arrival: str = "poisson"
+    pool: str = "fixed"
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,9 @@ def _op_result(op: str, lat: np.ndarray, secs: float) -> OpResult:
 
 
 def _open_figures(cl: OpenClient, answered: int, secs: float) -> OpenFigures:
-    offered, achieved = cl.due_in_window / secs, answered / secs
+    # over the window, or the span they were answered in when longer (the real client's rule)
+    span = max(secs, (cl.last_answer - cl.first_answer) / 1e6 if answered else 0.0)
+    offered, achieved = cl.due_in_window / secs, answered / span
     svc = np.asarray(cl.service, dtype=np.float64)
     p50, p99 = (np.percentile(svc, [50, 99]) if len(svc) else (None, None))
     return OpenFigures(offered, achieved, achieved < SATURATED_SHARE * offered,

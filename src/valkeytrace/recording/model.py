@@ -219,6 +219,9 @@ class Load(Record):
     mode: str = "open"           # open: the measured op on a schedule (record --rate)
     rate: float | None = None    # requests due per second
     arrival: str | None = None   # poisson or uniform
+    pool: str | None = None      # fixed: `connections`, one request in flight each (held when all wait); grow
+                                 # (older recordings: null, which grew): to 256, then pipelined
+    connections: NonNegInt | None = None  # the fixed pool's connections
 
 
 class Run(Record):
@@ -292,6 +295,7 @@ class Settings(Record):
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
     set_rate: NonNeg | None = None  # read-heavy's background SETs open-loop at this rate (null: closed loop)
+    connections: str | None = None  # --connections: clients (a fixed pool, one in flight each) or grow
     demand_pass: bool | None = None  # false: recorded with --no-demand-pass (no GET-only passes for the model)
 
 

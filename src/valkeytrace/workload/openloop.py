@@ -46,8 +46,13 @@ def initial_conns(rate: float) -> int:
 
 
 def run(host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
-        arrival: str = "poisson", seed: int = 1, marker_fd: int = -1) -> dict:
-    """One open-loop run in this process (the C loop); the result as the recording keeps it."""
+        arrival: str = "poisson", seed: int = 1, marker_fd: int = -1, connections: int | None = None) -> dict:
+    """One open-loop run in this process (the C loop); the result as the recording keeps it.
+
+    connections=N: a fixed pool of N, one request in flight on each (a request due while all N wait
+    is held in the client until one is answered, and is late: wrk2's model, a population of N clients);
+    None: the pool grows while every connection waits, to MAX_CONNS, then pipelines (no request waits
+    for another's reply)."""
     from valkeytrace._native import ffi, lib
     from valkeytrace.histogram import LatencyHistogram
 
@@ -57,14 +62,19 @@ def run(host: str, port: int, op: str, rate: float, duration_s: float, keyspace:
     cfg.op = lib.VT_LOAD_SET if op == "SET" else lib.VT_LOAD_GET
     cfg.keyspace, cfg.value_size, cfg.rate = keyspace, value_size, rate
     cfg.arrival = lib.VT_LOAD_UNIFORM if arrival == "uniform" else lib.VT_LOAD_POISSON
-    cfg.conns, cfg.max_conns = initial_conns(rate), MAX_CONNS
+    if connections:
+        cfg.conns = cfg.max_conns = connections
+        cfg.hold = 1
+    else:
+        cfg.conns, cfg.max_conns, cfg.hold = initial_conns(rate), MAX_CONNS, 0
+    pool = max(cfg.max_conns, MAX_CONNS)
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = seed, marker_fd
     res = ffi.new("struct vt_load_result *")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < MAX_CONNS + 64:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, MAX_CONNS + 256), hard))
+    if soft < pool + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, pool + 256), hard))
     cpu0 = time.process_time()
     lib.vt_load_run(cfg, res)
     cpu_s = time.process_time() - cpu0
@@ -78,8 +88,10 @@ def run(host: str, port: int, op: str, rate: float, duration_s: float, keyspace:
     return {"op": op, "rate": rate, "arrival": arrival, "window_s": window_s, "due": int(res.due),
             "sent": int(res.sent), "answered": int(res.answered), "answered_in_window": int(res.answered_in_window),
             "answered_drained": int(res.answered_drained),
+            "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
             "late": int(res.late), "errors": int(res.errors), "unanswered": int(res.unanswered),
             "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
+            "pool": "fixed" if connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
             "corrected": corrected.to_dict(), "service": service.to_dict()}
 
 
@@ -92,7 +104,10 @@ def op_record(result: dict) -> dict:
     service = LatencyHistogram.from_dict(result["service"])
     w = result["window_s"] or 1.0
     offered = result["due"] / w
-    achieved = result["answered_drained"] / w
+    # answered over the window, or over the span they were answered in when that is longer: a client
+    # whose requests wait for it (a fixed pool, saturated) answers the window's into the drain, at the
+    # server's pace, not the window's
+    achieved = result["answered_drained"] / max(w, result.get("answered_span_s", 0.0))
     pct = (lambda h, q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
     return {"role": "measured", "mode": "open", "clients": result["conns"], "tps": round(achieved, 2),
             "requests": result["answered"], "seconds": round(w, 3),
@@ -103,22 +118,26 @@ def op_record(result: dict) -> dict:
             "saturated": achieved < SATURATED_SHARE * offered,
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
             "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
+            "pool": result.get("pool", "grow"), "held": result.get("held", 0), "held_max": result.get("held_max", 0),
             "errors": result["errors"], "client_cpu_s": round(result["cpu_s"], 4),
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
             "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
             "corrected_hist": result["corrected"], "service_hist": result["service"],
-            "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}), latency from each one's due "
-                    "moment (corrected); service time from its send"}
+            "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
+                    + (f"{result['conns']} connections, one request in flight each"
+                       if result.get("pool") == "fixed" else "a pool that grows, then pipelines")
+                    + ", latency from each one's due moment (corrected); service time from its send"}
 
 
 class OpenLoopClient:
     """The open-loop client process: started, placed on cpus, its window markers turned into calls."""
 
     def __init__(self, host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
-                 arrival: str = "poisson", cpus=None, seed: int = 1):
+                 arrival: str = "poisson", cpus=None, seed: int = 1, connections: int | None = None):
         argv = [sys.executable, "-m", "valkeytrace.workload.openloop", "--host", host, "--port", str(port), "--op", op,
                 "--rate", repr(rate), "--duration", repr(duration_s), "--keyspace", str(keyspace), "--value-size",
                 str(value_size), "--arrival", arrival, "--seed", str(seed)]
+        argv += ["--connections", str(connections)] if connections else []
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **system.own_process_group())
         if cpus:
@@ -168,11 +187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--value-size", type=int, default=64)
     ap.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--connections", type=int, default=None)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                  marker_fd=sys.stdout.fileno())
+                  marker_fd=sys.stdout.fileno(), connections=a.connections)
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1

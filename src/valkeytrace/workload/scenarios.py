@@ -49,15 +49,18 @@ class Load:
     rate: float | None = None       # open loop: the measured op's requests due per second (workload/openloop.py)
     arrival: str = "poisson"
     set_rate: float | None = None   # read-heavy's background SETs open-loop at this rate (else closed loop)
+    # the open loop's connections: "clients" (the op's closed-loop count, one request in flight each:
+    # a request due while all wait is held, late) or "grow" (a pool that grows, then pipelines)
+    pool: str = "clients"
     rates: dict | None = field(default=None, compare=False)  # RateMemo's store: the recorder's, per side
     rates_known: dict | None = field(default=None, compare=False)  # and what it held as the launch began
     # the launch's keyspace: {"size": S} while every key holds a value of S bytes (a fill of S, then
     # SETs of S only): a read-heavy run of S needs no fill then
     keyspace_state: dict | None = field(default=None, compare=False)
 
-    def open_loop(self, op: str, rate: float, size: int, duration_s: float) -> "OpenLoopClient":
+    def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int) -> "OpenLoopClient":
         return OpenLoopClient(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
-                              cpus=self.client.cpus)
+                              cpus=self.client.cpus, connections=clients if self.pool == "clients" else None)
 
     @classmethod
     def for_server(cls, server, client, **counts) -> "Load":
@@ -216,7 +219,7 @@ class ReadHeavy:
     def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> dict:
         """The measured GETs open-loop (record --rate): latency from each one's due moment."""
         assert self.load.rate is not None  # an open-loop run
-        result = self.load.open_loop("GET", self.load.rate, size, duration_s).run(on_start, on_end)
+        result = self.load.open_loop("GET", self.load.rate, size, duration_s, self.load.get_clients).run(on_start, on_end)
         run["ops"]["GET"] = op_record(result)
         return {"client_cpu_s": result["cpu_s"], "client_sched": None}
 
@@ -224,7 +227,7 @@ class ReadHeavy:
         """--set-rate: the background SETs open-loop too, a client of their own started first."""
         ld = self.load
         assert ld.set_rate is not None  # --set-rate given
-        bg = ld.open_loop("SET", ld.set_rate, size, duration_s + 2 * BACKGROUND_SETTLE_S + 2.0)
+        bg = ld.open_loop("SET", ld.set_rate, size, duration_s + 2 * BACKGROUND_SETTLE_S + 2.0, ld.set_clients)
         out: dict = {}
         t = threading.Thread(target=lambda: out.setdefault("r", bg.run()), daemon=True)
         t.start()
@@ -256,7 +259,7 @@ class WriteOnly:
             ld.keyspace_state.clear()  # its SETs leave values of another size among the keys
         begin, end = window(())
         if ld.rate:  # open loop (record --rate): latency from each SET's due moment
-            result = ld.open_loop("SET", ld.rate, size, duration_s).run(begin, end)
+            result = ld.open_loop("SET", ld.rate, size, duration_s, ld.write_clients).run(begin, end)
             run["ops"]["SET"] = op_record(result)
             return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
         report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
