@@ -24,7 +24,7 @@ $(STAMP): $(VENV)/bin/python $(SOURCES)
 	@touch $@
 
 test: setup
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests
 
 unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
@@ -45,16 +46,42 @@ def initial_conns(rate: float) -> int:
     return max(8, min(256, int(rate / 1000) + 8))
 
 
-def run(host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
-        arrival: str = "poisson", seed: int = 1, marker_fd: int = -1, connections: int | None = None) -> dict:
-    """One open-loop run in this process (the C loop); the result as the recording keeps it.
+@dataclass(frozen=True)
+class Spec:
+    """One open-loop run: `op` due at `rate` a second over `duration_s` (after a warm-up), keys drawn
+    from `keyspace`, SET values of `value_size` bytes.
 
     connections=N: a fixed pool of N, one request in flight on each (a request due while all N wait
     is held in the client until one is answered, and is late: wrk2's model, a population of N clients);
     None: the pool grows while every connection waits, to MAX_CONNS, then pipelines (no request waits
     for another's reply)."""
+    host: str
+    port: int
+    op: str
+    rate: float
+    duration_s: float
+    keyspace: int
+    value_size: int
+    arrival: str = "poisson"
+    seed: int = 1
+    connections: int | None = None
+
+    def argv(self) -> list[str]:
+        """This run as the module's command line (main() below)."""
+        return ["--host", self.host, "--port", str(self.port), "--op", self.op, "--rate", repr(self.rate),
+                "--duration", repr(self.duration_s), "--keyspace", str(self.keyspace), "--value-size",
+                str(self.value_size), "--arrival", self.arrival, "--seed", str(self.seed)] + (
+                    ["--connections", str(self.connections)] if self.connections else [])
+
+
+def run(spec: Spec, marker_fd: int = -1) -> dict:
+    """One open-loop run in this process (the C loop); the result as the recording keeps it."""
     from valkeytrace._native import ffi, lib
     from valkeytrace.histogram import LatencyHistogram
+
+    host, port, op, rate, duration_s = spec.host, spec.port, spec.op, spec.rate, spec.duration_s
+    keyspace, value_size, arrival, seed, connections = (spec.keyspace, spec.value_size, spec.arrival, spec.seed,
+                                                        spec.connections)
 
     cfg = ffi.new("struct vt_load_config *")
     host_c = ffi.new("char[]", host.encode())
@@ -132,12 +159,9 @@ def op_record(result: dict) -> dict:
 class OpenLoopClient:
     """The open-loop client process: started, placed on cpus, its window markers turned into calls."""
 
-    def __init__(self, host: str, port: int, op: str, rate: float, duration_s: float, keyspace: int, value_size: int,
-                 arrival: str = "poisson", cpus=None, seed: int = 1, connections: int | None = None):
-        argv = [sys.executable, "-m", "valkeytrace.workload.openloop", "--host", host, "--port", str(port), "--op", op,
-                "--rate", repr(rate), "--duration", repr(duration_s), "--keyspace", str(keyspace), "--value-size",
-                str(value_size), "--arrival", arrival, "--seed", str(seed)]
-        argv += ["--connections", str(connections)] if connections else []
+    def __init__(self, spec: Spec, cpus=None):
+        argv = [sys.executable, "-m", "valkeytrace.workload.openloop"] + spec.argv()
+        duration_s = spec.duration_s
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **system.own_process_group())
         if cpus:
@@ -191,8 +215,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
-        out = run(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                  marker_fd=sys.stdout.fileno(), connections=a.connections)
+        out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
+                       a.connections), marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1

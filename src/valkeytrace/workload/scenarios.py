@@ -25,7 +25,7 @@ from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
-from valkeytrace.workload.openloop import OpenLoopClient, op_record
+from valkeytrace.workload.openloop import OpenLoopClient, Spec, op_record
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, calibrate,
                                             client_argv, measured_client, run_measured, run_requests)
 
@@ -59,8 +59,9 @@ class Load:
     keyspace_state: dict | None = field(default=None, compare=False)
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int) -> "OpenLoopClient":
-        return OpenLoopClient(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
-                              cpus=self.client.cpus, connections=clients if self.pool == "clients" else None)
+        spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
+                    connections=clients if self.pool == "clients" else None)
+        return OpenLoopClient(spec, cpus=self.client.cpus)
 
     @classmethod
     def for_server(cls, server, client, **counts) -> "Load":
