@@ -6,6 +6,7 @@ import pytest
 from test_explain import ALWAYS, EVERYSEC, WALL_NS, _hist, recording, window
 from valkeytrace.analysis import explain, sensitivity
 from valkeytrace.analysis.tables import summarize
+from valkeytrace.reporters.sections import describe_slopes
 
 
 def _levels(make_window, p50_of):
@@ -37,7 +38,7 @@ def test_sensitivity_fits_each_levels_median_run():
     s = [x for x in sensitivity.sensitivity(doc) if x.metric == "p50_us" and x.thread_role == "main"][0]
     assert [p[1] for p in s.points] == [647, 2319, 3400, 4823]
     assert s.runs_per_point == [1, 3, 3, 3] and s.r2 >= 0.95 and 0.9 <= s.slope <= 1.1, s
-    assert "each the median of 3 runs (+0 ms: 1)" in sensitivity.describe([s])[0]
+    assert "each the median of 3 runs (+0 ms: 1)" in describe_slopes([s])[0]
     one_run = recording("s", [(w, p50s[-1:] if x["fsync_extra_delay_ns"] != 2_000_000 else [4911], x) for w, p50s, x in cells])
     s1 = [x for x in sensitivity.sensitivity(one_run) if x.metric == "p50_us" and x.thread_role == "main"][0]
     assert s1.r2 < 0.9  # what one run per level gave

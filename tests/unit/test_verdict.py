@@ -5,6 +5,7 @@ from test_explain import recording, window
 
 from valkeytrace.analysis import explain, sensitivity, verdict, whatif
 from valkeytrace.analysis.tables import compare, summarize
+from valkeytrace.reporters.sections import describe_slopes
 
 
 def _verdicts(base_doc, cand_doc):
@@ -61,7 +62,7 @@ def test_an_unreliable_slope_is_not_stated():
     e = sensitivity.Slope("read-heavy", "GET", 1024, "p50_us", "main", slope=0.89, slope_stderr=0.5, intercept_us=0.0,
                           r2=0.24, points=[[100, 6440], [2100, 13880], [4100, 10220]], reliable=False,
                           runs_per_point=[1, 1, 1], point_delays_ns=[0, 2e6, 4e6], added_delays_ns=[0, 2_000_000, 4_000_000])
-    (line,) = sensitivity.describe([e])
+    (line,) = describe_slopes([e])
     assert "not measured reliably" in line and "0.89" not in line and "6.44 -> 13.88 -> 10.22 ms" in line
 
 

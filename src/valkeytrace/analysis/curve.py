@@ -67,20 +67,3 @@ def kept_up(p: Point, window_s: float) -> bool:
     """Achieved within 1% of the rate, and a p99 that is a latency, not the queue."""
     return (p.achieved_rate is not None and p.achieved_rate >= SATURATED_SHARE * p.rate and p.p99_us is not None
             and p.p99_us < BOUNDED_P99_SHARE * window_s * 1e6)
-
-
-def describe(cv: Curve) -> str:
-    pts = "; ".join(f"{p.rate:,.0f}/s: achieved {p.achieved_rate or 0:,.0f}/s, p50 {_us(p.p50_us)}, p99 {_us(p.p99_us)}"
-                    + (" SATURATED" + (f" (the pool's {cv.connections} connections over a service p50 of "
-                                       f"{_us(p.service_p50_us)}: {p.pool_bound:,.0f}/s)" if p.pool_bound else "")
-                       if p.saturated else "") for p in cv.points)
-    where = (f"kept up to {cv.saturates_above:,.0f}/s" if cv.saturates_above else "kept up with no rate tried") + (
-        f", saturated at {cv.first_saturated:,.0f}/s" if cv.first_saturated else ", with every rate tried")
-    pool = f" over {cv.connections} connections, one request in flight each" if cv.connections else ""
-    return f"{cv.label} {cv.workload} {cv.value_size} B {cv.op}{pool}: {where}. {pts}"
-
-
-def _us(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v / 1e6:.2f} s" if v >= 1e6 else f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"

@@ -137,7 +137,7 @@ class ReportInput:
     explanation: list | None = None  # explain.explain_compare entries (with --compare)
     whatif: list | None = None       # the baseline's what-if against the candidate (whatif.check)
     verdict: list | None = None      # verdict.Verdict records (with --compare): what every report prints first
-    seed_notes: dict | None = None   # workload -> what the seed's table implies and what this host shows (compare)
+    seed_notes: dict | None = None   # workload -> seed.SeedNote: the seed's table and this host's row of it (compare)
     curves: list | None = None       # curve.Curve per side, op and size: open-loop recordings at two rates or more
     detail: bool = False             # report --detail: the per-thread tables and the full accounting too
 
@@ -183,18 +183,3 @@ def analyse(paths_and_docs: list[tuple]) -> ReportInput:
         notes = seed.table_notes(comparison, explanation, runs[0].cells, runs[1].cells)
         return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes, curves=_curves(runs))
     return ReportInput(runs, comparison, explanation, checked, verdicts, curves=_curves(runs))
-
-
-def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
-    """[(title, sentences)]: the baseline's prediction of the candidate against its measurement (the
-    pipeline model) and the intervention slopes, for the text reporters."""
-    out = []
-    if inp.curves:
-        out.append(("Latency-throughput curve (open loop: latency from each request's due moment)",
-                    [curve.describe(c) for c in inp.curves]))
-    if inp.whatif:
-        out.append(("What-if check: the baseline's prediction against the candidate", whatif.describe_check(inp.whatif)))
-    for run in inp.runs:
-        if run.sensitivity:
-            out.append((f"Intervention: fsync delay added ({run.label})", sensitivity.describe(run.sensitivity)))
-    return out

@@ -98,36 +98,3 @@ def sensitivity(doc) -> list[Slope]:
                                  reliable=reliable(pts, line.r2), runs_per_point=[c.repeats for _, c, _, _ in measured],
                                  point_delays_ns=[lvl for lvl, _, _, _ in measured], added_delays_ns=levels))
     return out
-
-
-def _delay(ns: int) -> str:
-    return f"+{ns / 1e6:g} ms"
-
-
-def _runs(e: Slope) -> str:
-    """ "; each the median of 3 runs (+0 ms: 1)": what each point is (the runs behind it)."""
-    runs = e.runs_per_point
-    if not runs or max(runs) < 2:
-        return ""
-    most = max(set(runs), key=runs.count)
-    fewer = [f"{_delay(ns)}: {n}" for ns, n in zip(e.point_delays_ns, runs) if n != most]
-    return f"; each the median of {most} runs" + (f" ({', '.join(fewer)})" if fewer else "")
-
-
-def _points(e: Slope) -> str:
-    return " -> ".join(f"{y / 1000:.2f}" for _, y in e.points) + " ms"
-
-
-def describe(entries: list[Slope]) -> list[str]:
-    """A slope is stated only when reliable (R² >= 0.8, points monotonic); otherwise its points."""
-    out = []
-    for e in entries:
-        what = f"{e.workload} {e.value_size} B {e.op} {e.metric.replace('_us', '')}"
-        added = ", ".join(_delay(ns) for ns in e.added_delays_ns) + _runs(e)
-        if not e.reliable:
-            out.append(f"{what}: not measured reliably against {e.thread_role} fsync (R² {e.r2:.2f}; "
-                       f"points {_points(e)} at added delays {added})")
-            continue
-        out.append(f"{what}: each extra 1 ms of {e.thread_role} fsync (p50) adds {e.slope:.2f} ms (R² {e.r2:.2f}, "
-                   f"{len(e.points)} points: added delays {added})")
-    return out

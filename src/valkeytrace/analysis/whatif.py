@@ -253,28 +253,3 @@ def predicted_ops(checked: list[Check]) -> dict:
         if w.error_pct is not None:
             row.errors[w.metric] = w.error_pct
     return out
-
-
-def _us(v: float) -> str:
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
-
-
-def describe_check(checked: list[Check]) -> list[str]:
-    """One line per cell: each metric predicted from the baseline alone against the measurement."""
-    names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99"}
-    groups: dict = {}
-    for w in checked:
-        groups.setdefault((w.workload, w.value_size, w.op, w.rate), []).append(w)
-    out = []
-    for (workload, size, op, rate), ws in groups.items():
-        parts = []
-        for w in ws:
-            if w.measured is None:
-                continue
-            fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else _us
-            parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}, measured {fmt(w.measured)} "
-                         f"({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%)")
-        if parts:
-            at = f" at {rate:,.0f}/s" if rate else ""
-            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts))
-    return out

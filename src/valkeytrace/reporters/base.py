@@ -13,6 +13,7 @@ from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, Server
 from valkeytrace.analysis.tables import MEASURED_OP, METRICS, MIN_EFFECT, Figures
 from valkeytrace.analysis.whatif import predicted_ops
 from valkeytrace.system import format_cpu_list
+from valkeytrace.reporters.sections import seed_note
 from valkeytrace.reporters.sentences import share_tag
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -76,6 +77,11 @@ COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P9
 DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive = higher throughput "
                     "(better). P50/P95/P99: negative = lower latency (better). MB/s = TPS × value size "
                     "(TPS × value bytes / 10^6). Each cell is the median of its repeats.")
+
+
+def _seed_note(inp: ReportInput, workload: str) -> str | None:
+    n = (inp.seed_notes or {}).get(workload)
+    return seed_note(n) if n else None
 
 
 def _row(label, size, op, f: Figures, note=""):
@@ -168,7 +174,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
                 noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
                 dnote = f"not significant: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
             table.append((["delta", f"{r.value_size} B", r.op, *[fmt_pct(r.deltas[m]) for m in METRICS], dnote], "delta"))
-        out.append(ClientTable(w.title or w.name, COLUMNS, table, (inp.seed_notes or {}).get(workload)))
+        out.append(ClientTable(w.title or w.name, COLUMNS, table, _seed_note(inp, workload)))
     return out
 
 

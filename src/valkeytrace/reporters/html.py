@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 from html import escape
 
-from valkeytrace.analysis.report import ReportInput, model_sections
+from valkeytrace.analysis.report import ReportInput
+from valkeytrace.reporters.sections import model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,

@@ -2,7 +2,8 @@
 threads per cell; the explanation."""
 from __future__ import annotations
 
-from valkeytrace.analysis.report import ReportInput, model_sections
+from valkeytrace.analysis.report import ReportInput
+from valkeytrace.reporters.sections import model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,

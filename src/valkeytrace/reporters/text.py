@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
-from valkeytrace.analysis.report import ReportInput, model_sections
+from valkeytrace.analysis.report import ReportInput
+from valkeytrace.reporters.sections import model_sections
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
