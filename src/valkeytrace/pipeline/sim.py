@@ -262,6 +262,7 @@ class _Sim:
                 res = _op_result(g.op, lat, secs)
             if isinstance(cl, OpenClient):
                 res.open = _open_figures(cl, len(lat), secs)
+                res.tps = res.open.achieved_rate  # as the real client's: the achieved rate, not answered / window
             target[g.op] = res
         jobs = self.syncs
         return SimResult(ops=ops, background=background, iterations_per_s=self.iterations / secs,
