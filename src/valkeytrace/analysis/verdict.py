@@ -194,13 +194,8 @@ class Finding:
     """One distinct finding behind the verdict: the cells (p50 changes) it covers and the servers'
     own facts for the first of them (where the fsyncs ran, what the main thread did)."""
     kind: str          # a leading component (model.COMPONENTS), or "no_change", "unknown", "unattributed"
-    title: str
     cells: list
     sides: list
-
-
-TITLES = {"no_change": "No significant change", "unknown": "Significance unknown (fewer than 2 repeats a side)",
-          "unattributed": "Significant, not attributed (no server-side trace or not modelled)"}
 
 
 def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
@@ -216,8 +211,7 @@ def findings(verdicts: list[Verdict], explanation: list) -> list[Finding]:
             kind = "no_change"
         else:
             kind = v.leading_component or "unattributed"
-        title = TITLES.get(kind) or f"{model.LABELS.get(kind, kind)[0].upper()}{model.LABELS.get(kind, kind)[1:]}"
-        f = groups.setdefault(kind, Finding(kind, title, [], []))
+        f = groups.setdefault(kind, Finding(kind, [], []))
         f.cells.append(f"{v.workload} {v.op} {v.value_size} B" + (f" @ {v.rate:,.0f}/s" if v.rate else ""))
         e = entries.get((v.workload, v.op, v.value_size, v.rate, v.metric))
         if not f.sides and e is not None:

@@ -7,7 +7,7 @@ import io
 from html import escape
 
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import model_sections
+from valkeytrace.reporters.sections import finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
@@ -134,7 +134,7 @@ def _verdict(inp: ReportInput) -> list[str]:
     if fs:
         out.append("<h2 id='why'>Why</h2>")
     for f in fs:
-        out.append(f"<p><b>{escape(f.title)}</b> ({escape(', '.join(f.cells))})</p><ul>"
+        out.append(f"<p><b>{escape(finding_title(f.kind))}</b> ({escape(', '.join(f.cells))})</p><ul>"
                    + "".join(f"<li>{escape(x)}</li>" for x in f.sides) + "</ul>")
     items = vd.caveats_by_cell(inp.explanation or [])
     if items:

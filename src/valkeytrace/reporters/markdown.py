@@ -3,7 +3,7 @@ threads per cell; the explanation."""
 from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import model_sections
+from valkeytrace.reporters.sections import finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
@@ -56,7 +56,7 @@ def _verdict(inp: ReportInput, w):
     if fs:
         w("## Why\n\n")
     for f in fs:
-        w(f"**{f.title}** ({', '.join(f.cells)})\n\n" + "".join(f"- {s}\n" for s in f.sides) + "\n")
+        w(f"**{finding_title(f.kind)}** ({', '.join(f.cells)})\n\n" + "".join(f"- {s}\n" for s in f.sides) + "\n")
 
 
 def _caveats(inp: ReportInput, w):

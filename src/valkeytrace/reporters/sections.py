@@ -12,6 +12,16 @@ from valkeytrace.analysis.sensitivity import Slope
 from valkeytrace.analysis.whatif import Check
 
 
+TITLES = {"no_change": "No significant change", "unknown": "Significance unknown (fewer than 2 repeats a side)",
+          "unattributed": "Significant, not attributed (no server-side trace or not modelled)"}
+
+
+def finding_title(kind: str) -> str:
+    """A finding's heading (analysis/verdict.py's Finding.kind): its component's label, capitalized."""
+    label = model.LABELS.get(kind, kind)
+    return TITLES.get(kind) or f"{label[0].upper()}{label[1:]}"
+
+
 def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     """[(title, sentences)]: the open loop's curves, the baseline's prediction of the candidate against
     its measurement (the pipeline model) and the intervention slopes."""

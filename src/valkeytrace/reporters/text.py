@@ -13,7 +13,7 @@ from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import model_sections
+from valkeytrace.reporters.sections import finding_title, model_sections
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
@@ -91,7 +91,7 @@ def _why(console, inp: ReportInput) -> None:
         return
     _rule(console, "[bold]Why[/bold]")
     for f in fs:
-        console.print(f"[bold]{escape(f.title)}[/bold] ({', '.join(f.cells)})")
+        console.print(f"[bold]{escape(finding_title(f.kind))}[/bold] ({', '.join(f.cells)})")
         for s in f.sides:
             console.print("  " + escape(s))
 
