@@ -7,7 +7,7 @@ import io
 from html import escape
 
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import finding_title, model_sections
+from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
@@ -136,7 +136,7 @@ def _verdict(inp: ReportInput) -> list[str]:
     for f in fs:
         out.append(f"<p><b>{escape(finding_title(f.kind))}</b> ({escape(', '.join(f.cells))})</p><ul>"
                    + "".join(f"<li>{escape(x)}</li>" for x in f.sides) + "</ul>")
-    items = vd.caveats_by_cell(inp.explanation or [])
+    items = caveats_by_cell(inp.explanation or [])
     if items:
         out.append("<h2 id='caveats'>Caveats</h2><ul>" + "".join(
             f"<li class='caveat'>{escape(text)} ({escape(', '.join(cells))})</li>" for text, cells in items) + "</ul>")

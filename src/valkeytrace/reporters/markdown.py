@@ -3,7 +3,7 @@ threads per cell; the explanation."""
 from __future__ import annotations
 
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import finding_title, model_sections
+from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
@@ -60,7 +60,7 @@ def _verdict(inp: ReportInput, w):
 
 
 def _caveats(inp: ReportInput, w):
-    items = vd.caveats_by_cell(inp.explanation or [])
+    items = caveats_by_cell(inp.explanation or [])
     if items:
         w("## Caveats\n\n" + "".join(f"- {text} ({', '.join(cells)})\n" for text, cells in items) + "\n")
 

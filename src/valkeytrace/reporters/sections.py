@@ -22,6 +22,26 @@ def finding_title(kind: str) -> str:
     return TITLES.get(kind) or f"{label[0].upper()}{label[1:]}"
 
 
+def caveats_by_cell(explanation: list) -> list[tuple[str, list[str]]]:
+    """[(caveat, [cells])]: each caveat once, with the cells it applies to; one said of both sides
+    (the same words, two labels) said once for both; the emulation's (every report's banner) left
+    out. Read from the entries' caveat records, never from their sentences."""
+    out: dict[str, list[str]] = {}
+    who: dict[str, list[str]] = {}
+    for e in explanation or []:
+        for c in e.caveat_records:
+            if c.finding == "emulation":
+                continue
+            label, text = c.label, c.text
+            cell = e.cell
+            cells = out.setdefault(text, [])
+            if cell not in cells:
+                cells.append(cell)
+            if label and label not in who.setdefault(text, []):
+                who[text].append(label)
+    return [(f"{' and '.join(who[t])}: {t}" if who.get(t) else t, cells) for t, cells in out.items()]
+
+
 def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     """[(title, sentences)]: the open loop's curves, the baseline's prediction of the candidate against
     its measurement (the pipeline model) and the intervention slopes."""

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput
-from valkeytrace.reporters.sections import finding_title, model_sections
+from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis.tables import METRICS
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
@@ -133,7 +133,7 @@ def _tables(console, inp: ReportInput) -> None:
 
 
 def _caveats(console, inp: ReportInput) -> None:
-    items = vd.caveats_by_cell(inp.explanation or [])
+    items = caveats_by_cell(inp.explanation or [])
     if not items:
         return
     _rule(console, "[bold]Caveats[/bold]")
