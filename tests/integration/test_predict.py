@@ -32,11 +32,18 @@ def measured(path, workload):
     return cell["ops"]["GET" if workload == "read-heavy" else "SET"]
 
 
+def errors_of(pred, meas, workload) -> dict:
+    """Each bounded figure's error, predicted against measured, in %."""
+    cell = next(c for c in pred["cells"] if c["workload"] == workload)
+    got = cell["ops"]["GET" if workload == "read-heavy" else "SET"]
+    return {k: 100.0 * (got[k] - meas[k]) / meas[k] for k in BOUNDS}
+
+
 def judge(pred, meas, workload, what):
     cell = next(c for c in pred["cells"] if c["workload"] == workload)
     op = "GET" if workload == "read-heavy" else "SET"
     got, want = cell["ops"][op], meas
-    errors = {k: 100.0 * (got[k] - want[k]) / want[k] for k in BOUNDS}
+    errors = errors_of(pred, meas, workload)
     bad = {k: round(e) for k, e in errors.items() if abs(e) > BOUNDS[k]}
     assert not bad, f"{what}: predicted {[round(got[k]) for k in BOUNDS]}, measured {[round(want[k]) for k in BOUNDS]}: {bad}"
     return errors
@@ -85,9 +92,10 @@ def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
     """GET p50 under the offload is ~300 µs; a baseline's prediction and a candidate's measure each move
     +-10% between recordings here (predicted 289-389 over 8 baselines, measured 271-367), and a CI run
     once predicted 472 for 319 measured. A second pair is recorded when the first misses: a model error
-    misses on both, a noisy pair does not. Both missing is issue 44's open GET bias, said as an expected
-    failure with its figures after the self-check and the mechanism have held."""
-    misses = []
+    misses on both, a noisy pair does not. Both missing within twice the bounds is issue 44, open, said as
+    an expected failure with its figures after the self-check and the mechanism have held; beyond twice a
+    bound, on either pair, the test fails."""
+    misses, worst = [], 0.0
     for pair in (1, 2):
         base = record(tmp_path / f"base{pair}.vtrace", "--workload", "read-heavy", "--io-threads", "1",
                       "--inject-fsync-delay", "4ms")
@@ -105,10 +113,13 @@ def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
             break
         except AssertionError as miss:
             misses.append(str(miss).splitlines()[0])
+            worst = max(worst, *(abs(e) / BOUNDS[k] for k, e in errors_of(pred, meas, "read-heavy").items()))
+    # a figure off by more than twice its bound is no recording's noise (each side moves +-10-15%): the model
+    assert worst <= 2.0, f"GET under the offload: off by {worst:.1f}x a bound: {misses}"
     if len(misses) == 2:
-        # issue 44, open: the fresh-clone CI of 2026-12-04 predicted 368 and 347 µs for 263 and 271 measured
-        # (TPS 74-84K for 92-93K) on both pairs: the GET-only pass's CPU per request over-states the
-        # candidate's today. Said as an expected failure with its figures, not hidden; the rest above holds
+        # issue 44, open: a CI of 2026-12-04 predicted 368 and 347 µs for 263 and 271 measured on both pairs;
+        # check 22 later missed by +20% and -15% in two runs, in opposite directions, as the GET-only passes
+        # of one recording spread 10-20% among themselves. Said with its figures, not hidden
         pytest.xfail(f"GET under the offload outside its bounds on both pairs (issue 44): {misses}")
 
 

@@ -333,10 +333,8 @@ def _groups(doc: Document, workload: str, measured: dict, runs: list[Run], rate:
     if rate:
         load = runs[0].load
         arrival = (load.arrival if load else None) or "poisson"
-        pool = (load.pool if load else None) or "grow"  # older recordings' open loop grew its pool
-        conns = load.connections if load and load.connections else None
-        groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool, clients=conns or x.clients) if x.measured else x
-                       for x in groups)
+        pool = load.pool if load else "grow"  # its connections: the measured op's clients, as recorded (above)
+        groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool) if x.measured else x for x in groups)
     return groups
 
 

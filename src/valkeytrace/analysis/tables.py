@@ -151,7 +151,7 @@ class CellSummary:
         """cells[].load: {"mode": "closed"} or {"mode": "open", "rate": R, "pool": ..., "connections": N}."""
         if not self.rate:
             return {"mode": "closed"}
-        return {"mode": "open", "rate": self.rate, "pool": self.pool or "grow",
+        return {"mode": "open", "rate": self.rate, "pool": self.pool,
                 **({"connections": self.connections} if self.connections else {})}
 
 
@@ -324,7 +324,7 @@ def summarize(doc, extra_delay_ns: int = 0) -> list[CellSummary]:
         load = next((r.load for r in groups[key] if r.load), None)
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server,
                                  _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate,
-                                 pool=(load.pool or "grow") if load else None,
+                                 pool=load.pool if load else None,
                                  connections=load.connections if load else None))
     return cells
 

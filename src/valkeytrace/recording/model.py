@@ -219,8 +219,8 @@ class Load(Record):
     mode: str = "open"           # open: the measured op on a schedule (record --rate)
     rate: float | None = None    # requests due per second
     arrival: str | None = None   # poisson or uniform
-    pool: str | None = None      # fixed: `connections`, one request in flight each (held when all wait); grow
-                                 # (older recordings: null, which grew): to 256, then pipelined
+    pool: str = "grow"           # fixed: `connections`, one request in flight each (held when all wait); grow
+                                 # (and older recordings, which lack it): to 256, then pipelined
     connections: NonNegInt | None = None  # the fixed pool's connections
 
 

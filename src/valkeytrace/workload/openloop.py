@@ -79,25 +79,21 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     from valkeytrace._native import ffi, lib
     from valkeytrace.histogram import LatencyHistogram
 
-    host, port, op, rate, duration_s = spec.host, spec.port, spec.op, spec.rate, spec.duration_s
-    keyspace, value_size, arrival, seed, connections = (spec.keyspace, spec.value_size, spec.arrival, spec.seed,
-                                                        spec.connections)
-
     cfg = ffi.new("struct vt_load_config *")
-    host_c = ffi.new("char[]", host.encode())
-    cfg.host, cfg.port = host_c, port
-    cfg.op = lib.VT_LOAD_SET if op == "SET" else lib.VT_LOAD_GET
-    cfg.keyspace, cfg.value_size, cfg.rate = keyspace, value_size, rate
-    cfg.arrival = lib.VT_LOAD_UNIFORM if arrival == "uniform" else lib.VT_LOAD_POISSON
-    if connections:
-        cfg.conns = cfg.max_conns = connections
+    host_c = ffi.new("char[]", spec.host.encode())
+    cfg.host, cfg.port = host_c, spec.port
+    cfg.op = lib.VT_LOAD_SET if spec.op == "SET" else lib.VT_LOAD_GET
+    cfg.keyspace, cfg.value_size, cfg.rate = spec.keyspace, spec.value_size, spec.rate
+    cfg.arrival = lib.VT_LOAD_UNIFORM if spec.arrival == "uniform" else lib.VT_LOAD_POISSON
+    if spec.connections:
+        cfg.conns = cfg.max_conns = spec.connections
         cfg.hold = 1
     else:
-        cfg.conns, cfg.max_conns, cfg.hold = initial_conns(rate), MAX_CONNS, 0
+        cfg.conns, cfg.max_conns, cfg.hold = initial_conns(spec.rate), MAX_CONNS, 0
     pool = max(cfg.max_conns, MAX_CONNS)
-    cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(duration_s * 1e9)
+    cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
-    cfg.seed, cfg.marker_fd = seed, marker_fd
+    cfg.seed, cfg.marker_fd = spec.seed, marker_fd
     res = ffi.new("struct vt_load_result *")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < pool + 64:
@@ -112,13 +108,13 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     corrected._h[0] = res.corrected
     service = LatencyHistogram()
     service._h[0] = res.service
-    return {"op": op, "rate": rate, "arrival": arrival, "window_s": window_s, "due": int(res.due),
+    return {"op": spec.op, "rate": spec.rate, "arrival": spec.arrival, "window_s": window_s, "due": int(res.due),
             "sent": int(res.sent), "answered": int(res.answered), "answered_in_window": int(res.answered_in_window),
             "answered_drained": int(res.answered_drained),
             "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
             "late": int(res.late), "errors": int(res.errors), "unanswered": int(res.unanswered),
             "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
-            "pool": "fixed" if connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
+            "pool": "fixed" if spec.connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
             "corrected": corrected.to_dict(), "service": service.to_dict()}
 
 
@@ -134,7 +130,7 @@ def op_record(result: dict) -> dict:
     # answered over the window, or over the span they were answered in when that is longer: a client
     # whose requests wait for it (a fixed pool, saturated) answers the window's into the drain, at the
     # server's pace, not the window's
-    achieved = result["answered_drained"] / max(w, result.get("answered_span_s", 0.0))
+    achieved = result["answered_drained"] / max(w, result["answered_span_s"])
     pct = (lambda h, q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
     return {"role": "measured", "mode": "open", "clients": result["conns"], "tps": round(achieved, 2),
             "requests": result["answered"], "seconds": round(w, 3),
@@ -145,14 +141,14 @@ def op_record(result: dict) -> dict:
             "saturated": achieved < SATURATED_SHARE * offered,
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
             "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
-            "pool": result.get("pool", "grow"), "held": result.get("held", 0), "held_max": result.get("held_max", 0),
+            "pool": result["pool"], "held": result["held"], "held_max": result["held_max"],
             "errors": result["errors"], "client_cpu_s": round(result["cpu_s"], 4),
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
             "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
             "corrected_hist": result["corrected"], "service_hist": result["service"],
             "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
                     + (f"{result['conns']} connections, one request in flight each"
-                       if result.get("pool") == "fixed" else "a pool that grows, then pipelines")
+                       if result["pool"] == "fixed" else "a pool that grows, then pipelines")
                     + ", latency from each one's due moment (corrected); service time from its send"}
 
 
@@ -161,12 +157,11 @@ class OpenLoopClient:
 
     def __init__(self, spec: Spec, cpus=None):
         argv = [sys.executable, "-m", "valkeytrace.workload.openloop"] + spec.argv()
-        duration_s = spec.duration_s
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **system.own_process_group())
         if cpus:
             placement.pin(self.proc.pid, cpus)
-        self.timeout = duration_s + WARMUP_S + GRACE_S + 30
+        self.timeout = spec.duration_s + WARMUP_S + GRACE_S + 30
 
     def run(self, on_start=None, on_end=None) -> dict:
         """Wait for its window (calling on_start, on_end on its markers) and its result."""
