@@ -68,8 +68,12 @@ def _normalise(doc: dict, name: str) -> None:
             _sub(op, "percentile_distribution", list)
             _sub(op, "progress", list)
         _sub(_sub(run, "server_view"), "latencystats")
+        if run.get("server") == {}:  # an empty object reads as absent (the model's reading, above)
+            run["server"] = None
         if run.get("server") is not None:
             _window(run["server"], f"runs[{i}].server", name)
+            if run["server"].get("shim") == {}:
+                run["server"]["shim"] = None
             if run["server"].get("shim") is not None:
                 _window(run["server"]["shim"], f"runs[{i}].server.shim", name)
         for k, w in enumerate(run.get("replicas") or ()):
