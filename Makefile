@@ -23,8 +23,11 @@ $(STAMP): $(VENV)/bin/python $(SOURCES)
 	@rm -rf build
 	@touch $@
 
+# the unit tests (no server, no timing) on both CPUs; then the integration tests one at a time (they
+# time real servers: nothing else may share the CPUs)
 test: setup
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/unit
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests/integration
 
 unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
