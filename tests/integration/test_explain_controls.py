@@ -189,7 +189,7 @@ def test_fsync_sensitivity_moves_get_under_always_not_everysec(tmp_path):
     assert doc["runs"][0]["cells"][0]["repeats"] == 1  # the intervention runs stay out of the tables
     # everysec's GET waits for no fsync on any path: one run a level shows the flat slope
     everysec = record(tmp_path / "se.vtrace", "--repeat", "1", "--appendfsync", "everysec", "--fsync-sensitivity", "2ms,4ms",
-                      "--sensitivity-runs", "1", "--no-demand-pass")
+                      "--sensitivity-runs", "1", "--no-demand-pass", "--duration", "1")
     s, _ = _slope(everysec)
     assert s["thread_role"] == "bio_aof" and abs(s["slope"]) < 0.2, s
 

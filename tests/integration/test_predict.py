@@ -91,36 +91,30 @@ def test_write_only_predictions_hold_where_they_were_not_fitted(write_only, what
 def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
     """GET p50 under the offload is ~300 µs; a baseline's prediction and a candidate's measure each move
     +-10% between recordings here (predicted 289-389 over 8 baselines, measured 271-367), and a CI run
-    once predicted 472 for 319 measured. A second pair is recorded when the first misses: a model error
-    misses on both, a noisy pair does not. Both missing within twice the bounds is issue 44, open, said as
-    an expected failure with its figures after the self-check and the mechanism have held; beyond twice a
-    bound, on either pair, the test fails."""
-    misses, worst = [], 0.0
-    for pair in (1, 2):
-        base = record(tmp_path / f"base{pair}.vtrace", "--workload", "read-heavy", "--io-threads", "1",
-                      "--inject-fsync-delay", "4ms")
-        pred, _ = predict(base, tmp_path / f"p{pair}.json", "--emulate-offload", "durable")
-        cand = record(tmp_path / f"cand{pair}.vtrace", "--workload", "read-heavy", "--io-threads", "1",
-                      "--inject-fsync-delay", "4ms", "--emulate-offload", "durable")
-        cell, meas = pred["cells"][0], measured(cand, "read-heavy")
-        # the model reproduces its own baseline (as recorded), where only the GET-only pass's p99 was fitted
-        assert abs(cell["self_check"]["GET"]["p50_us"] / cell["baseline"]["GET"]["p50_us"] - 1) < 0.2, cell
-        # and the mechanism: the offload takes the fsync out of the GET's path, predicted and measured
-        base_p50 = cell["baseline"]["GET"]["p50_us"]
-        assert cell["ops"]["GET"]["p50_us"] < 0.1 * base_p50 and meas["p50_us"] < 0.1 * base_p50, (cell, meas)
-        try:
-            judge(pred, meas, "read-heavy", f"GET under the durable offload (pair {pair})")
-            break
-        except AssertionError as miss:
-            misses.append(str(miss).splitlines()[0])
-            worst = max(worst, *(abs(e) / BOUNDS[k] for k, e in errors_of(pred, meas, "read-heavy").items()))
-    # a figure off by more than twice its bound is no recording's noise (each side moves +-10-15%): the model
-    assert worst <= 2.0, f"GET under the offload: off by {worst:.1f}x a bound: {misses}"
-    if len(misses) == 2:
-        # issue 44, open: a CI of 2026-12-04 predicted 368 and 347 µs for 263 and 271 measured on both pairs;
+    once predicted 472 for 319 measured. A miss by more than twice a bound is no recording's noise: the
+    test fails. A miss within it is issue 44, open, said as an expected failure with its figures after
+    the self-check and the mechanism have held. (A second pair, recorded on a miss to tell noise from the
+    model, was dropped for the suite's time: check 22 holds the GET prediction to 15% at --repeat 3.)"""
+    base = record(tmp_path / "base.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms")
+    pred, _ = predict(base, tmp_path / "p.json", "--emulate-offload", "durable")
+    cand = record(tmp_path / "cand.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms",
+                  "--emulate-offload", "durable")
+    cell, meas = pred["cells"][0], measured(cand, "read-heavy")
+    # the model reproduces its own baseline (as recorded), where only the GET-only pass's p99 was fitted
+    assert abs(cell["self_check"]["GET"]["p50_us"] / cell["baseline"]["GET"]["p50_us"] - 1) < 0.2, cell
+    # and the mechanism: the offload takes the fsync out of the GET's path, predicted and measured
+    base_p50 = cell["baseline"]["GET"]["p50_us"]
+    assert cell["ops"]["GET"]["p50_us"] < 0.1 * base_p50 and meas["p50_us"] < 0.1 * base_p50, (cell, meas)
+    try:
+        judge(pred, meas, "read-heavy", "GET under the durable offload")
+    except AssertionError as miss:
+        worst = max(abs(e) / BOUNDS[k] for k, e in errors_of(pred, meas, "read-heavy").items())
+        # a figure off by more than twice its bound is no recording's noise (each side moves +-10-15%): the model
+        assert worst <= 2.0, f"GET under the offload: off by {worst:.1f}x a bound: {miss}"
+        # issue 44, open: a CI of 2026-12-04 predicted 368 and 347 µs for 263 and 271 measured on two pairs;
         # check 22 later missed by +20% and -15% in two runs, in opposite directions, as the GET-only passes
         # of one recording spread 10-20% among themselves. Said with its figures, not hidden
-        pytest.xfail(f"GET under the offload outside its bounds on both pairs (issue 44): {misses}")
+        pytest.xfail(f"GET under the offload outside its bounds (issue 44): {str(miss).splitlines()[0]}")
 
 
 def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_bpf):
