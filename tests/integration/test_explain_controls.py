@@ -43,7 +43,9 @@ def recs(tmp_path_factory):
     return {
         "a1": d / "aa" / "baseline.vtrace",
         "a2": d / "aa" / "candidate.vtrace",
-        "e": record(d / "e.vtrace", "--repeat", "2", "--appendfsync", "everysec", "--inject-fsync-delay", "4ms"),
+        # the what-if is the baseline's: everysec's own GET-only passes are read by nothing
+        "e": record(d / "e.vtrace", "--repeat", "2", "--appendfsync", "everysec", "--inject-fsync-delay", "4ms",
+                    "--no-demand-pass"),
     }
 
 
