@@ -103,6 +103,16 @@ def test_accepted_mutations_render(mutations):
         perfetto.build(loaded)
 
 
+def test_an_empty_server_object_reads_as_absent_and_renders():
+    # found by the test above under another seed (pytest-xdist): accepted, then normalised into a
+    # server that the typed decode refused inside `report`
+    loaded = _load(_mutated([(("runs", 1, "server"), {}, "set")]))
+    assert loaded is not None and loaded["runs"][1]["server"] is None
+    inp = base.analyse([("fuzzed", loaded)])
+    jsonfmt.render(inp, io.StringIO())
+    markdown.render(inp, io.StringIO())
+
+
 ENCODED = recfmt.encode(BASE)
 
 
