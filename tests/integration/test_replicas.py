@@ -83,7 +83,11 @@ def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(bot
     assert 1900 <= replica_fsync(base) <= 5000 and 9900 <= replica_fsync(cell) <= 13000, \
         (replica_fsync(base), replica_fsync(cell))
     synced = replica_fsync(cell) - replica_fsync(base)
-    assert abs(moved - synced) <= 2000, (moved, synced, b, s)
+    # as for the primary below: a write waits for one fsync begun after it came in, and at most the rest of
+    # the fsync in progress when it did (a replica busy in 10 ms fsyncs more often than in 2 ms ones: the
+    # part moved 10.9 ms for fsyncs 7.6 ms longer once in CI); unmoved, or moved by the other node's delay,
+    # it would be far outside
+    assert synced - 2000 <= moved <= 2 * synced + 2000, (moved, synced, b, s)
     # the primary's part is its own fsync's: a probe's SET waits for one fsync begun after its
     # write, and at most the rest of the cycle it came in on before that (one or two cycles: which,
     # differs between recordings, 4.5 and 9.9 ms once in CI, so no difference across them is held)

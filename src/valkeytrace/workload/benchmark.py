@@ -97,10 +97,14 @@ class ClientProcess:
         deadline = time.monotonic() + timeout
         # woken by its exit (a pidfd turns readable), not by a poll: a window's end is the client's (a
         # 50 ms poll put up to 5% of idle server time into a 1 s window)
+        waiter = select.poll()
+        pidfd: int | None = None
         try:
-            pidfd: int | None = os.pidfd_open(self.proc.pid)
+            pidfd = os.pidfd_open(self.proc.pid)
         except OSError:
-            pidfd = None  # reaped already, or a kernel without pidfds: polled
+            pass  # reaped already, or a kernel without pidfds: polled
+        else:
+            waiter.register(pidfd, select.POLLIN)
         delay = 0.0005  # without a pidfd, as subprocess polls: doubling up to 50 ms
         try:
             while True:
@@ -114,7 +118,7 @@ class ClientProcess:
                 if time.monotonic() >= deadline or (server_ended is not None and server_ended.is_set()):
                     return None
                 if pidfd is not None:
-                    select.select([pidfd], [], [], 0.05)  # and a look at server_ended every 50 ms
+                    waiter.poll(50)  # and a look at server_ended every 50 ms
                 else:
                     time.sleep(delay)
                     delay = min(2 * delay, 0.05)
