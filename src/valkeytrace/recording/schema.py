@@ -68,16 +68,21 @@ def _normalise(doc: dict, name: str) -> None:
             _sub(op, "percentile_distribution", list)
             _sub(op, "progress", list)
         _sub(_sub(run, "server_view"), "latencystats")
-        if run.get("server") == {}:  # an empty object reads as absent (the model's reading, above)
-            run["server"] = None
-        if run.get("server") is not None:
-            _window(run["server"], f"runs[{i}].server", name)
-            if run["server"].get("shim") == {}:
-                run["server"]["shim"] = None
-            if run["server"].get("shim") is not None:
-                _window(run["server"]["shim"], f"runs[{i}].server.shim", name)
+        server = _optional_window(run, "server", f"runs[{i}].server", name)
+        if server is not None:
+            _optional_window(server, "shim", f"runs[{i}].server.shim", name)
         for k, w in enumerate(run.get("replicas") or ()):
             _window(w, f"runs[{i}].replicas[{k}]", name)
+
+
+def _optional_window(parent: dict, key: str, path: str, name: str) -> dict | None:
+    """An optional window, normalised; an empty object reads as absent, as the model read it above (else
+    the members _window adds would make it a window without its figures)."""
+    if parent.get(key) == {}:
+        parent[key] = None
+    if parent.get(key) is not None:
+        _window(parent[key], path, name)
+    return parent.get(key)
 
 
 def _window(s: dict, path: str, name: str) -> None:
