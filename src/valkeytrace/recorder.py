@@ -303,6 +303,10 @@ class Recorder:
 
     def _failure_reason(self, exc: Exception) -> str:
         gone = self.target.gone()
+        if not gone and not self.target.alive():
+            # the process table already says it is gone; its watcher says how a moment later
+            self.target.exit_event.wait(2.0)
+            gone = self.target.gone()
         if gone or not self.target.alive():
             how = describe_exit(gone) if gone else "ended"
             return f"the server (pid {self.target.pid}) {how} during the run: {exc}"

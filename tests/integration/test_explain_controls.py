@@ -156,7 +156,11 @@ def test_a_busy_loop_on_the_servers_cpu_is_the_main_threads_wait_for_a_cpu(recs,
         assert ("throughput_moved" in [n["code"] for n in e["notes"]]) == tps_moved, (row, said(e))
     # the loop is in the window's CPU accounting, whatever the latency did
     runs = [r for r in recfmt.read(busy)["runs"] if r["status"] == "ok"]
-    assert all(r["host_cpu"]["other_cores"] >= 0.1 for r in runs), [r["host_cpu"] for r in runs]
+    # (the loop gets ~0.5 of the server's CPU: 0.53-0.56 other cores here, 0.05 without it; the host's
+    # busy time sampled at the tick had it at 0.06-0.41, and below 0.1 in a CI)
+    assert all(r["host_cpu"]["other_cores"] >= 0.3 for r in runs), [r["host_cpu"] for r in runs]
+    quiet = [r["host_cpu"]["other_cores"] for r in recfmt.read(recs["e"])["runs"] if r["status"] == "ok"]
+    assert max(quiet) <= 0.2, quiet
     for r in runs:
         w = r["host_cpu"]["clients_cpu_wait"]
         assert 0 <= w["measured"] <= 1 and 0 <= w["background"] <= 1, r["host_cpu"]

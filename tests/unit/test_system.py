@@ -24,6 +24,19 @@ def test_cpu_window_gives_the_clients_cpu_wait():
     assert "clients_cpu_wait" not in system.cpu_window(a, b, {"cpu_s": 0.6, "sched": None})
 
 
+def test_the_host_is_busy_where_it_was_not_idle_when_the_sampled_busy_says_less():
+    # the busy columns are sampled at the tick and missed a third of a core of the clients' short
+    # bursts; the idle time is measured at each idle entry: 2 CPUs, 2 s, 1.0 s idle -> 1.5 cores
+    a, b = _snap(10.0, 0), _snap(12.0, 0)
+    a.update(host_busy_s=0.0, host_idle_s=5.0, host_cpus=2)
+    b.update(host_busy_s=1.0, host_idle_s=6.0, host_cpus=2)
+    out = system.cpu_window(a, b)
+    assert out["host_cores"] == 1.5 and out["other_cores"] == pytest.approx(1.5 - 0.5 - 0.3)
+    # an older snapshot without the idle time: the sampled busy, as before
+    del a["host_idle_s"]
+    assert system.cpu_window(a, b)["host_cores"] == 0.5
+
+
 def test_a_client_s_scheduler_totals_are_read_between_its_exit_and_its_reaping():
     # a real child that spins ~0.3 s of CPU: its totals come from /proc after it exits, before
     # wait() reaps it (afterwards /proc has nothing of it)

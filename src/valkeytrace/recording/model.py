@@ -192,7 +192,7 @@ class CpuWait(Record):
 class HostCpu(Record):
     cpus: NonNegInt | None = None    # CPUs online
     wall_s: NonNeg | None = None     # the window's wall time
-    host_cores: NonNeg | None = None  # /proc/stat busy
+    host_cores: NonNeg | None = None  # /proc/stat: not idle (or the sampled busy, if more)
     server_cores: NonNeg | None = None  # the server process
     clients_cores: NonNeg | None = None  # the benchmark clients
     tracer_cores: NonNeg | None = None  # valkeytrace itself
