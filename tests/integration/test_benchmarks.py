@@ -31,6 +31,7 @@ QUICKEST = [
     ("idle_uprobe.py", "--cycles", "1"),
     ("uprobe_hit_cost.py", "--rounds", "1"),
     ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
+    ("host_speed.py", "--samples", "3", "--loops", "20000", "--gap", "0"),
 ]
 
 

@@ -30,7 +30,7 @@ def test_doctor_passes_and_prints_every_check(needs_bpf):
     res = subprocess.run([str(exe), "doctor"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     for name in ("privileges", "bcc", "tracefs", "kernel headers", "tracepoints", "uprobes",
-                 "kprobes", "benchmark client", "valkey-server", "_native"):
+                 "kprobes", "benchmark client", "valkey-server", "_native", "CPU 0 speed"):
         assert name in res.stdout, name
 
 

@@ -56,3 +56,33 @@ def test_a_client_that_does_not_exit_in_time_is_not_waited_for():
         assert proc.wait(timeout=0.2) is None and proc.sched is None
     finally:
         proc.stop()
+
+
+def test_a_cpus_speed_is_summarized_by_its_fastest_and_slowest_tenths():
+    from valkeytrace import cpuspeed
+
+    sp = cpuspeed.spread(0, [10.0] * 6 + [18.0] * 4)  # this VM's two speeds, 1.8x apart
+    assert (sp.fast_ms, sp.slow_ms, sp.ratio, sp.slow_share, sp.unstable) == (10.0, 18.0, 1.8, 0.4, True)
+    assert not cpuspeed.spread(1, [10.0, 10.5, 11.0, 10.2]).unstable
+    with pytest.raises(ValueError):
+        cpuspeed.spread(0, [])
+
+
+def test_a_busy_neighbour_on_the_cpu_is_not_a_slow_cpu():
+    # the samples are the thread's own CPU time: a process spinning on the same CPU takes half its
+    # wall time, not its speed (the fastest tenth stays where it was without the neighbour; ~10 ms
+    # samples, longer than a scheduler slice: timed by the wall clock, each would take ~2x)
+    import os
+    import subprocess
+    from valkeytrace import cpuspeed
+
+    cpu = min(os.sched_getaffinity(0))
+    alone = cpuspeed.spread(cpu, cpuspeed.samples(cpu, 10, 300_000, 0.01))
+    hog = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
+                            "import time\nt = time.time() + 30\nwhile time.time() < t: pass"])
+    try:
+        shared = cpuspeed.spread(cpu, cpuspeed.samples(cpu, 10, 300_000, 0.01))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert shared.fast_ms <= 1.3 * alone.fast_ms, (alone, shared)

@@ -29,7 +29,7 @@ class Check:
 
 def run_checks() -> list[Check]:
     checks: list[Check] = []
-    for section in (_check_bpf, _check_tracepoints, _check_probes, _check_parts):
+    for section in (_check_bpf, _check_tracepoints, _check_probes, _check_parts, _check_speed):
         section(checks.append)
     return checks
 
@@ -189,6 +189,21 @@ def _check_parts(add) -> None:
     except ImportError as exc:
         add(Check("_native module", FAIL, f"cannot import valkeytrace._native: {exc}",
                   "reinstall the package (make setup)"))
+
+
+def _check_speed(add) -> None:
+    """Whether the CPUs run the same work at one speed (cpuspeed): a note, never a failure."""
+    from valkeytrace import cpuspeed
+
+    for sp in cpuspeed.measure():
+        detail = (f"the same loop took {sp.fast_ms:.1f}-{sp.slow_ms:.1f} ms of CPU time (x{sp.ratio:.2f}, "
+                  f"{sp.slow_share:.0%} of {sp.n} samples slow)")
+        if sp.unstable:
+            add(Check(f"CPU {sp.cpu} speed", WARN, detail + ": the hypervisor runs this CPU at varying speed, and "
+                      "every per-request cost moves with it from window to window",
+                      "record --repeat 3, compare --launches 3: judge medians, not one window", needed_for_ebpf=False))
+        else:
+            add(Check(f"CPU {sp.cpu} speed", OK, detail, needed_for_ebpf=False))
 
 
 def apply_fixes() -> list[str]:
