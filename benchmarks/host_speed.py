@@ -1,7 +1,7 @@
 """How fast each CPU runs the same fixed loop, sample after sample (valkeytrace.cpuspeed): the
 milliseconds of thread CPU time each sample took, in order, then the fastest and slowest tenths
-and their ratio. On this project's VM the two speeds are ~1.8x apart, on either CPU, idle or not,
-with no steal reported (docs/performance.md): what moves a window's per-request costs.
+and their ratio. On this project's VM the slow samples took 1.5-1.9x the fast ones, on either CPU,
+in runs lasting seconds, with no steal reported (docs/performance.md).
 
     .venv/bin/python benchmarks/host_speed.py [--samples 40] [--loops 300000] [--gap 0.2]
 

@@ -1,10 +1,8 @@
 """How fast this machine's CPUs run the same work, sample after sample (`valkeytrace doctor`,
-benchmarks/host_speed.py). On this project's VM a fixed loop took 27-29 ms of its thread's CPU time
-in some samples and 45-52 ms in others, on either CPU, idle or not, with no steal reported: the
-hypervisor runs a vCPU at one of two speeds for a fraction of a second to seconds at a time. Every
-per-request CPU cost moves with it (a GET under the durable offload ran at ~75K/s and p50 335 µs in
-some windows, ~90K/s and 271 µs in others, of one recording, at the same server and client cores),
-so a window's figures carry the speed it happened to run at."""
+benchmarks/host_speed.py). On this project's VM a fixed loop took ~10 ms of its thread's CPU time in
+some samples and 15-19 ms in others, on either CPU, in runs lasting seconds, with no steal reported
+and no cpufreq or PMU in the guest to say why (docs/performance.md). A timing taken on such a CPU can
+move by that much with nothing else changed."""
 from __future__ import annotations
 
 import os

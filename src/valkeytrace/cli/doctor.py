@@ -199,8 +199,8 @@ def _check_speed(add) -> None:
         detail = (f"the same loop took {sp.fast_ms:.1f}-{sp.slow_ms:.1f} ms of CPU time (x{sp.ratio:.2f}, "
                   f"{sp.slow_share:.0%} of {sp.n} samples slow)")
         if sp.unstable:
-            add(Check(f"CPU {sp.cpu} speed", WARN, detail + ": the hypervisor runs this CPU at varying speed, and "
-                      "every per-request cost moves with it from window to window",
+            add(Check(f"CPU {sp.cpu} speed", WARN, detail + ": this CPU runs the same work at different speeds from "
+                      "second to second, so a timing taken on it can move by that much with nothing changed",
                       "record --repeat 3, compare --launches 3: judge medians, not one window", needed_for_ebpf=False))
         else:
             add(Check(f"CPU {sp.cpu} speed", OK, detail, needed_for_ebpf=False))
