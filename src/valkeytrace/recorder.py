@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from valkeytrace import system
+from valkeytrace import stopping, system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
@@ -368,6 +368,7 @@ class Recorder:
             if isinstance(self.doc.get("timing"), dict):
                 self.doc["timing"]["tracer_ready"] = time.time()
             for i, (repeat, workload, size, extra, rate) in enumerate(matrix):
+                stopping.check()  # a signal whose exception was dropped (stopping.py): stop before the next run
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
                                 + (f" at {rate:,.0f}/s" if rate else "") + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
@@ -379,6 +380,7 @@ class Recorder:
                         self.doc, "server_ended", gone=bool(gone), **how, workload=workload, value_size=size,
                         repeat=repeat, at_s=run.get("server_exit", {}).get("at_s"), not_measured=len(matrix) - i - 1)
                     break
+            stopping.check()  # the last run's, likewise: an interrupted recording, not a complete one
             if on_progress:
                 on_progress(len(matrix), len(matrix), "done")
         finally:

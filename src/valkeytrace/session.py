@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from valkeytrace import estimate, system
+from valkeytrace import estimate, stopping, system
 from valkeytrace.analysis.note import Note
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.plan import RecordPlan
@@ -252,10 +252,9 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
                          t.socket_writes, delay_control=bool(plan.sensitivity_ns))
 
-    def _on_term(signum, frame):
-        raise KeyboardInterrupt
-    old_term = signal.signal(signal.SIGTERM, _on_term)
-    old_int = signal.signal(signal.SIGINT, _on_term)
+    stopping.requested.clear()
+    old_term = signal.signal(signal.SIGTERM, stopping.on_signal)
+    old_int = signal.signal(signal.SIGINT, stopping.on_signal)
     target: Target | None = None
     offload = replicas = None
     t_start, began = time.monotonic(), time.time()

@@ -24,6 +24,7 @@ import time
 import click
 
 from valkeytrace import plan as planning
+from valkeytrace import stopping
 from valkeytrace.cli.options import build_kwargs, common_options, existing_binary, parse_server_config
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
@@ -230,9 +231,7 @@ def _launch_all(ls: Launches) -> tuple[dict, bool]:
     done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
     console = Console(stderr=True)
 
-    def _on_term(signum, frame):
-        raise KeyboardInterrupt
-    old_term = signal.signal(signal.SIGTERM, _on_term)  # as Ctrl-C: stop cleanly, keep what was measured
+    old_term = signal.signal(signal.SIGTERM, stopping.on_signal)  # as Ctrl-C: stop cleanly, keep what was measured
     try:
         return _launch_loop(ls, done, console)
     except KeyboardInterrupt:
@@ -272,6 +271,7 @@ def _launch_loop(ls: Launches, done: dict, console) -> tuple[dict, bool]:
             status, err, interrupted = run_launch(dataclasses.replace(plans[side], output=path, notes=()), tick)
             per[side] = 0.5 * per[side] + 0.5 * (time.monotonic() - t0)  # this host's, for the launches to come
             left = sum(per[s] for s, _ in order[i + 1:])
+            interrupted = interrupted or stopping.requested.is_set()  # a signal whose exception a fork handler dropped
             if _complete(path) or (os.path.exists(path) and not interrupted):
                 done[side].append((k, path))
             if interrupted:
