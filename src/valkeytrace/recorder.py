@@ -304,8 +304,7 @@ class Recorder:
     def _failure_reason(self, exc: Exception) -> str:
         gone = self.target.gone()
         if not gone and not self.target.alive():
-            # the process table already says it is gone; its watcher says how a moment later
-            self.target.exit_event.wait(2.0)
+            self.target.wait_exit(2.0)  # the process table already says it is gone; its watcher says how a moment later
             gone = self.target.gone()
         if gone or not self.target.alive():
             how = describe_exit(gone) if gone else "ended"

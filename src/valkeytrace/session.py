@@ -252,7 +252,6 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
                          t.socket_writes, delay_control=bool(plan.sensitivity_ns))
 
-    stopping.requested.clear()
     old_term = signal.signal(signal.SIGTERM, stopping.on_signal)
     old_int = signal.signal(signal.SIGINT, stopping.on_signal)
     target: Target | None = None

@@ -270,7 +270,7 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
         except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError, ValueError):
             return None
     me = os.times()
-    return {"mono": time.monotonic(), "host_busy_s": busy, "host_idle_s": idle, "host_cpus": len(steal), "steal_s": steal, "server_s": proc_cpu(server_pid),
+    return {"mono": time.monotonic(), "host_busy_s": busy, "host_idle_s": idle, "steal_s": steal, "server_s": proc_cpu(server_pid),
             "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids},
             "clients_sched": {pid: process_schedstat(pid) for pid in client_pids}}
 
@@ -291,8 +291,8 @@ def cpu_window(a: dict, b: dict, measured: dict | None = None) -> dict:
                                                    if a["clients_s"][p] is not None and b["clients_s"].get(p) is not None)
     server = (b["server_s"] - a["server_s"]) if a["server_s"] is not None and b["server_s"] is not None else None
     host = b["host_busy_s"] - a["host_busy_s"]
-    if a.get("host_idle_s") is not None and b.get("host_idle_s") is not None and a.get("host_cpus"):
-        host = max(host, a["host_cpus"] * wall - (b["host_idle_s"] - a["host_idle_s"]))
+    if a.get("host_idle_s") is not None and b.get("host_idle_s") is not None and a.get("steal_s"):
+        host = max(host, len(a["steal_s"]) * wall - (b["host_idle_s"] - a["host_idle_s"]))  # a steal figure per CPU
     tracer = b["tracer_s"] - a["tracer_s"]
     other = host - (server or 0.0) - clients - tracer
     out = {"cpus": os.cpu_count(), "wall_s": round(wall, 3), "host_cores": round(host / wall, 3),

@@ -28,8 +28,8 @@ def test_the_host_is_busy_where_it_was_not_idle_when_the_sampled_busy_says_less(
     # the busy columns are sampled at the tick and missed a third of a core of the clients' short
     # bursts; the idle time is measured at each idle entry: 2 CPUs, 2 s, 1.0 s idle -> 1.5 cores
     a, b = _snap(10.0, 0), _snap(12.0, 0)
-    a.update(host_busy_s=0.0, host_idle_s=5.0, host_cpus=2)
-    b.update(host_busy_s=1.0, host_idle_s=6.0, host_cpus=2)
+    a.update(host_busy_s=0.0, host_idle_s=5.0, steal_s=[0.0, 0.0])
+    b.update(host_busy_s=1.0, host_idle_s=6.0, steal_s=[0.0, 0.0])
     out = system.cpu_window(a, b)
     assert out["host_cores"] == 1.5 and out["other_cores"] == pytest.approx(1.5 - 0.5 - 0.3)
     # an older snapshot without the idle time: the sampled busy, as before
