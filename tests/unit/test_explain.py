@@ -10,6 +10,7 @@ import pytest
 from valkeytrace.analysis import explain, model
 from valkeytrace.analysis.tables import compare, significance, summarize
 from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.reporters.claims import claim
 
 WALL_NS = 2_000_000_000
 PID = 100
@@ -162,7 +163,7 @@ def test_3381_shaped_candidate():
     e = entry(base, cand)
     assert e.significant is True
     assert 0.8 <= e.explained_share <= 1.2 and e.leading_component == "fsync"
-    placed = e.to_json()["evidence"]["candidate"]["fsync_by_role"]
+    placed = e.evidence["candidate"]["fsync_by_role"]
     assert [(p["role"], p["per_s"]) for p in placed] == [("bio_aof", 200.0)], placed
     # the known answer: the baseline's 2 fsync cycles of 4,613 µs of fsync each, the candidate's none
     fsync = next(c for c in e.components if c.name == "fsync")
@@ -245,15 +246,17 @@ def test_littles_law_flags_a_client_bound_run():
     ll = explain.littles_law(cells[0])["GET"]
     assert ll.in_flight == pytest.approx(10) and ll.ratio == pytest.approx(0.2)
     recs = explain.caveats(cells, [doc])
-    assert any("of 50 clients in flight" in c.text and c.finding == "clients_own_time" for c in recs)
+    (own,) = [c for c in recs if c.finding == "clients_own_time"]
+    assert [(x.op, x.in_flight, x.clients) for x in own.low] == [("GET", pytest.approx(10), 50)]
 
 
 def test_durability_note_only_when_ack_semantics_differ():
     def doc(label, **server):
         return {"format": "valkeytrace-recording", "version": 2, "label": label, "server": server, "runs": []}
-    assert explain.durability_note(doc("a", appendfsync="always"), doc("b", appendfsync="everysec"))
-    assert explain.durability_note(doc("a", appendfsync="always"),
-                                   doc("b", appendfsync="everysec", bio_aof_offload=True)) is None
+    differs = explain.durability_differs(doc("a", appendfsync="always"), doc("b", appendfsync="everysec"))
+    assert (differs.finding, differs.loose, differs.appendfsync) == ("durability_differs", "b", "everysec")
+    assert explain.durability_differs(doc("a", appendfsync="always"),
+                                      doc("b", appendfsync="everysec", bio_aof_offload=True)) is None
 
 
 def test_repeats_that_disagree_are_named():
@@ -287,18 +290,20 @@ def test_where_the_contention_landed_is_named():
     e = entry(base, on_clients)
     assert e.note("throughput_moved") is not None, e.codes()
     # the clients kept 25 of 50 requests in flight: the caveat says why, measured
-    assert any("GET 25.0 of 50 clients in flight (they waited for a CPU 48% of their time)" in c
-               and "the latency they report holds some of that CPU wait too" in c for c in e.caveats), e.caveats
+    (own,) = [c for c in e.caveat_records if c.finding == "clients_own_time" and c.label == "b"]
+    assert (own.low[0].op, own.low[0].in_flight, own.low[0].clients, own.low[0].waited) \
+        == ("GET", pytest.approx(25), 50, 0.48)
+    assert own.held  # the latency they report holds some of that CPU wait too
     wait = e.note("cpu_wait").figures
     assert wait["waits"] == {"the main thread": [17.5, 17.5], "the GET clients": [5.0, 48.0],
                              "the background SET clients": [22.0, 29.0]}, wait
     assert (wait["landed_on"], wait["points"]) == ("the GET clients", 43.0)
     on_main = _contended(recording("c", [(EVERYSEC, [900, 910, 890], {})]), [(0.07, 0.23)] * 3, [0.30] * 3)
     e = entry(base, on_main)
-    assert not any("GET clients waited" in c for c in e.caveats)  # 7%: nothing to say
+    assert not [c for c in e.caveat_records if c.finding == "clients_waited_cpu"]  # 7%: nothing to say
     waiting = _contended(recording("w", [(EVERYSEC, [900, 910, 890], {})]), [(0.31, 0.23)] * 3)
-    assert any(c.startswith("w: the GET clients waited for a CPU 31% of their time: the latency they report holds")
-               for c in entry(base, waiting).caveats)
+    assert [(c.label, c.op, c.waited) for c in entry(base, waiting).caveat_records
+            if c.finding == "clients_waited_cpu"] == [("w", "GET", 0.31)]
     assert e.significant is True
     waits = e.note("cpu_wait").figures
     assert waits["waits"]["the main thread"] == [17.5, 30.0] and waits["waits"]["the GET clients"] == [5.0, 7.0]
@@ -312,9 +317,13 @@ def test_repeats_that_disagree_say_who_waited_in_each():
     base = _contended(recording("everysec", [(EVERYSEC, [463, 471, 519], {})], "everysec"), [(0.05, 0.22)] * 3)
     cand = _contended(recording("busy", [(EVERYSEC, [431, 1207, 527], {})], "everysec"),
                       [(0.45, 0.3), (0.10, 0.3), (0.44, 0.3)], [0.16, 0.27, 0.15])
-    claim = entry(base, cand).claim
+    spread = entry(base, cand).note("repeats_disagree")
+    (busy,) = spread.waiting
+    assert busy.label == "busy" and busy.clients == "GET clients"
+    assert [(r.p50_us, r.main_pct, r.clients_wait) for r in busy.repeats] == \
+        [(431, pytest.approx(16), 0.45), (1207, pytest.approx(27), 0.10), (527, pytest.approx(15), 0.44)]
     assert ("Waiting for a CPU, busy, per repeat: 431 µs (main thread 16%, GET clients 45%), 1.21 ms (27%, 10%), "
-            "527 µs (15%, 44%).") in claim
+            "527 µs (15%, 44%).") in claim(entry(base, cand))  # one golden sentence
 
 
 def test_clients_sharing_a_cpu_are_said_to():
@@ -323,8 +332,8 @@ def test_clients_sharing_a_cpu_are_said_to():
     cells = summarize(base)
     assert "clients_shared_cpu" not in [c.finding for c in explain.caveats(cells, [base])]  # no placement recorded
     base["client"] = {"placement": {"requested": "auto", "client_cpus": [1]}}
-    assert any(c.words.startswith("a: the GET and the background SET clients shared CPU 1")
-               and c.finding == "clients_shared_cpu" and c.label == "a" for c in explain.caveats(cells, [base]))
+    assert [(c.label, c.cpus) for c in explain.caveats(cells, [base]) if c.finding == "clients_shared_cpu"] \
+        == [("a", [1])]
     base["client"]["placement"]["client_cpus"] = [2, 3]  # one each: nothing to say
     assert "clients_shared_cpu" not in [c.finding for c in explain.caveats(cells, [base])]
 

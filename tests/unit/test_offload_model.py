@@ -3,10 +3,12 @@ from per-reply waits and per-job lengths drawn at random, the truth computed fro
 directly; what is tested is the merging across runs, the exclusion of other cells and of the
 intervention's runs, and what an early-ack or plain recording gives (nothing)."""
 import numpy as np
+import pytest
 
 from records import doc
 from valkeytrace.analysis import offload
-from valkeytrace.analysis.facts import offload_sentence
+from valkeytrace.analysis.facts import offload_jobs
+from valkeytrace.reporters.claims import say
 from valkeytrace.histogram import LatencyHistogram
 
 rng = np.random.default_rng(7)
@@ -43,20 +45,22 @@ def test_a_cells_jobs_merge_its_runs_and_nothing_else():
     assert abs(j.jobs_waited_mean - waits.mean()) < 1e-9
     assert abs(j.job_ms_mean - lens.mean()) < 0.01 * lens.mean()  # the histogram's buckets: within 1%
     assert abs(j.sets_per_job - len(waits) / len(lens)) < 1e-9 and j.held_replies == len(waits)
-    s = offload_sentence("v", doc, Cell())
-    assert f"each SET waited {waits.mean():.1f} jobs" in s and "two cohorts" in s
+    said = offload_jobs("v", doc, Cell())
+    assert said.code == "durability.offload_jobs" and said.jobs_waited == j.jobs_waited_mean
+    assert f"each SET waited {waits.mean():.1f} jobs" in say(said) and "two cohorts" in say(said)  # its words, once
 
 
 def test_group_commit_reads_as_one_batch_per_round_trip():
-    s = offload_sentence("v", _doc(_run([1] * 500, [4.5] * 10)), Cell())
-    assert "each SET waited 1.0 jobs" in s and "group commit" in s
+    said = offload_jobs("v", _doc(_run([1] * 500, [4.5] * 10)), Cell())
+    assert (said.jobs_waited, said.sets_per_job, said.job_ms) == (1.0, 50.0, pytest.approx(4.5, rel=0.01))
+    assert "group commit" in say(said)
 
 
 def test_nothing_outside_a_durable_virtual_offload():
     run = _run([2] * 100, [4.0] * 5)
     assert offload.jobs(doc([run]), "write-only", 64) is None and offload.summary(doc([run])) is None
     assert offload.jobs(_doc(run, mode="early-ack"), "write-only", 64) is None
-    assert offload_sentence("v", _doc(run, mode="early-ack"), Cell()) == ""
+    assert offload_jobs("v", _doc(run, mode="early-ack"), Cell()) is None
 
 
 def test_the_summary_takes_a_set_from_the_write_only_runs_and_totals_from_all():

@@ -41,7 +41,8 @@ def test_compare_decides_a_replication_change_once():
     moved = [_run(rng.normal(12000, 400, 200), [4000] * 200, [1] * 200) for _ in range(3)]
     b, s, m = (replication(x, []) for x in (base, same, moved))
     assert significance(b, m, "waitaof_p50_us", 0.15)[0] is True
-    assert significance(b, s, "waitaof_p50_us", 0.15) == (False, "under 15%")
+    sig, rule = significance(b, s, "waitaof_p50_us", 0.15)
+    assert (sig, rule.code, rule.min_effect) == (False, "rule.under", 0.15)
     assert significance(b, replication(base[:1], []), "waitaof_p50_us", 0.15)[0] is None  # one run a side
 
 

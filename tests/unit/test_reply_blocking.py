@@ -2,7 +2,8 @@
 claims. The text below follows the fields the pull request adds to INFO debug (issue 32 lists
 them; no #3381 build runs here, so this is the format, not a capture of one)."""
 from records import DOC
-from valkeytrace.analysis.facts import reply_blocking_sentence
+from valkeytrace.analysis.facts import reply_blocking as held
+from valkeytrace.reporters.claims import say
 from valkeytrace.server.view import parse_info, reply_blocking
 
 INFO_DEBUG = """# Debug
@@ -33,9 +34,10 @@ def test_the_claim_says_what_the_server_held_only_for_a_3381_build():
     run = {"status": "ok", "workload": "write-only", "value_size": 64,
            "server_view": {"reply_blocking": reply_blocking(INFO_DEBUG)}}
     doc = {**DOC, "server": {"bio_aof_offload": True}, "runs": [run]}
-    s = reply_blocking_sentence("bio-offload", doc, Cell())
-    assert "writes held 40,211" in s and "reads held 17" in s and "clients waiting for an ack 8" in s
-    assert reply_blocking_sentence("x", {**DOC, "server": {"bio_aof_offload": False}, "runs": [run]}, Cell()) == ""
-    missing = reply_blocking_sentence("y", {**DOC, "server": {"bio_aof_offload": True},
-                                            "runs": [{**run, "server_view": {}}]}, Cell())
-    assert "not counted" in missing
+    said = held("bio-offload", doc, Cell())
+    assert said.runs == 1 and said.counts == [("write_blocked_count", 40211), ("read_blocked_count", 17),
+                                              ("clients_waiting_ack", 8)]
+    assert "writes held 40,211" in say(said)  # its words, once
+    assert held("x", {**DOC, "server": {"bio_aof_offload": False}, "runs": [run]}, Cell()) is None
+    missing = held("y", {**DOC, "server": {"bio_aof_offload": True}, "runs": [{**run, "server_view": {}}]}, Cell())
+    assert missing.runs == 0 and missing.counts == []

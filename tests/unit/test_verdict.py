@@ -26,10 +26,11 @@ def test_an_fsync_led_change_is_significant_and_led_by_fsync():
     assert p50.significant is True and p50.change_pct < -90
     assert p50.leading_component == "fsync" and p50.leading_label == "main thread blocked in fsync"
     assert 0.7 <= p50.explained_share <= 1.3
-    assert p50.n == [3, 3] and "15% floor" in p50.rule
+    assert p50.n == [3, 3] and (p50.rule.code, p50.rule.min_effect) == ("rule.repeats", 0.15)
     (f,) = [f for f in verdict.findings(vs, entries) if f.kind == "fsync"]
     assert f.cells == ["read-heavy GET 64 B"]
-    assert any("blocked in fdatasync" in s for s in f.sides)  # the servers' own facts, not the model
+    assert [s.code for s in f.sides][:2] == ["side.where", "side.where"]  # the servers' own facts, not the model
+    assert f.sides[0].placements[0].role == "main" and f.sides[0].blocked_in_fsync_pct > 50
 
 
 def test_no_change_is_not_significant_and_has_no_cause():
@@ -46,7 +47,7 @@ def test_one_repeat_a_side_is_unknown():
     cand = recording("b", [(window(40000, bio_fsyncs=2), [200], {})], appendfsync="everysec", repeats=1)
     vs, _ = _verdicts(base, cand)
     p50 = next(v for v in vs if v.metric == "p50_us")
-    assert p50.significant is None and p50.rule.startswith("unknown")
+    assert p50.significant is None and p50.rule.code == "rule.unknown"
 
 
 def test_reliable_needs_a_good_fit_and_monotonic_points():

@@ -1,7 +1,9 @@
 """An explanation entry (analysis/explain.py builds them; verdict.py, seed.py and the reporters read
 them by attribute): one measured op's metric in one cell, what was found (a stable code), the claim
-in words, the facts each side stands on, the model's accounting and the caveats as records.
-to_json() is the report's JSON entry (docs/report-json.md: runs[].explanation[], compare.explanation[]).
+as clauses (typed codes and figures, in the order it says them; reporters/claims.py words them), the
+facts each side stands on, the model's accounting and the caveats as records. to_json() is the
+report's JSON entry (docs/report-json.md: runs[].explanation[], compare.explanation[]), given the
+reporter's words for the claim, the sides and the caveats.
 """
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ class Entry:
     value_size: int
     metric: str
     finding: str                  # a stable code: p50.where, change.led_by.fsync, group_commit, ...
-    claim: str                    # the words (rendered here once; reporters print them)
+    clauses: list                 # [note.Clause]: what the claim says, in order (reporters/claims.py words it)
     rate: float | None = None     # open loop: the cell's rate
-    sides: list[str] = field(default_factory=list)       # the servers' own facts, a sentence a side
+    sides: list = field(default_factory=list)            # [note.Clause]: the servers' own facts, a clause or more a side
     evidence: dict = field(default_factory=dict)         # the figures the claim stands on (JSON)
     significant: bool | None = None
     components: list = field(default_factory=list)       # [model.Contribution] (compare) or [Part] (one recording)
@@ -27,7 +29,7 @@ class Entry:
     explained_share: float | None = None
     server_share: float | None = None
     caveat_records: list[Caveat] = field(default_factory=list)
-    notes: list = field(default_factory=list)            # [words.Note]: what the claim says, as codes and figures
+    notes: list = field(default_factory=list)            # [note.Clause]: the clauses a tool reads (JSON notes[])
     compared: bool = True         # an entry of `report --compare` (else of one recording)
 
     def codes(self) -> list[str]:
@@ -39,10 +41,6 @@ class Entry:
         return next((n for n in self.notes if n.code == code), None)
 
     @property
-    def caveats(self) -> list[str]:
-        return [c.words for c in self.caveat_records]
-
-    @property
     def cell(self) -> str:
         return f"{self.workload} {self.op} {self.value_size} B"
 
@@ -50,20 +48,23 @@ class Entry:
     def key(self) -> tuple:
         return (self.workload, self.op, self.value_size, self.rate, self.metric)
 
-    def to_json(self) -> dict:
+    def to_json(self, claim: str, sides: list[str], caveats: list[str]) -> dict:
+        """The JSON entry, with the reporter's words: the claim, each side's and each caveat's."""
         out = {"workload": self.workload, "op": self.op, "value_size": self.value_size}
         if self.compared:
             out["rate"] = self.rate
-        out.update(metric=self.metric, finding=self.finding, claim=self.claim)
+        out.update(metric=self.metric, finding=self.finding, claim=claim)
         if self.compared and self.sides:
-            out["sides"] = self.sides
+            out["sides"] = sides
         out.update(evidence=_plain(self.evidence), components=[_plain(c) for c in self.components],
                    leading_component=self.leading_component, explained_share=self.explained_share,
                    significant=self.significant)
         if self.compared:
             out["server_share"] = self.server_share
-        out.update(caveat_records=[asdict(c) for c in self.caveat_records], caveats=self.caveats,
-                   notes=[asdict(n) for n in self.notes])
+        out.update(caveat_records=[{"finding": c.finding, "label": c.label, "text": text, "figures": c.figures}
+                                   for c, text in zip(self.caveat_records, caveats)],
+                   caveats=[f"{c.label}: {text}" if c.label else text for c, text in zip(self.caveat_records, caveats)],
+                   notes=[n.to_json() for n in self.notes])
         return out
 
 

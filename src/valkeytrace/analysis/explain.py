@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from valkeytrace.analysis import clauses as cl
 from valkeytrace.analysis import model, offload
 from valkeytrace.analysis.entry import Entry, Part
-from valkeytrace.analysis.facts import (_evidence_main, _ms, _pct, _where, caveat, caveats, durability_note,
-                                        durability_sentence, fsync_placement, littles_law, offload_sentence,
-                                        reply_blocking_sentence, set_mechanism, sets_per_fsync)
+from valkeytrace.analysis.facts import (_evidence_main, caveats, durability_differs, fsync_placement, littles_law,
+                                        offload_jobs, reply_blocking, set_mechanism, sets_per_fsync, side_durability,
+                                        where)
+from valkeytrace.analysis.note import Clause
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Comparison, path_bound, significance
-from valkeytrace.analysis.words import (Note, _accounting_sentence, _add, _cause_sentence, _fmt_delta,
-                                        host_cpu_sentence, iterations_sentence, paths_sentence,
-                                        significance_sentence, spread_sentence, throughput_sentence)
 from valkeytrace.recording.model import decode
-
-PLAUSIBLE_SHARE = (0.8, 1.2)  # outside it, the model over- or under-predicts the change
 
 
 def side_model(doc, cell: CellSummary, op: str) -> model.Side:
@@ -74,23 +71,6 @@ def _residence(reps: list, side: model.Side) -> float | None:
     return sum(known) / len(known) if known and len(known) == len(vals) else None
 
 
-def run_name(u: model.UsedRepeat) -> str:
-    """A run as the report names it: its repeat, and its launch in an interleaved recording
-    (compare's: each launch repeats from 1)."""
-    if u.launch is None:
-        return f"repeat {u.repeat}"
-    return f"launch {u.launch}" + (f" repeat {u.repeat}" if (u.repeat or 1) > 1 else "")
-
-
-def side_iterations_sentence(label: str, side: model.Side) -> str:
-    used = sorted(side.used, key=lambda u: (u.launch or 0, u.repeat or 0))
-    if len(used) == 1:
-        return iterations_sentence(label, used[0].request_iterations)
-    return (f"{label}, the median of {run_name(used[0])} and {run_name(used[1])} (p50 {_ms(used[0].p50_us)} "
-            f"and {_ms(used[1].p50_us)}), each modelled on its own: "
-            + "; ".join(iterations_sentence(run_name(u), u.request_iterations) for u in used))
-
-
 def side_inputs(side: model.Side) -> dict:
     """evidence.model_inputs.{baseline,candidate}: the (first) median repeat's inputs and how its k
     was chosen, the repeats used, and each of them when there are two (docs/report-json.md)."""
@@ -103,31 +83,23 @@ def side_inputs(side: model.Side) -> dict:
     return out
 
 
-def model_check(doc, cell: CellSummary, op: str, sens: list | tuple, k: float, notes: list | None = None) -> str:
+def model_check(doc, cell: CellSummary, op: str, sens: list | tuple, k: float, notes: list,
+                label: str | None = None) -> cl.ModelCheck | None:
     """The model's assumptions against what the recording measured: I/O threads (outside the
     model's domain) and, with --fsync-sensitivity runs, the fsyncs per request the intervention
     measured against the model's k fsync cycles per request (sens: sensitivity.sensitivity(doc);
-    k: side_model's).
-    '' when nothing to say."""
-    out = []
+    k: side_model's); each check also a note. None when nothing to say."""
+    checks: list[Clause] = []
     io = decode(doc).server.io_threads or 1
     if io > 1:
-        _add(notes, "model_check.io_threads", io_threads=io, k=k)
-        out.append(f"with {io} I/O threads the query is read between two of the main thread's iterations "
-                   f"(the model counts {k:g} loop units per request) and the main thread polls in between: the "
-                   "model is rougher there")
+        checks.append(cl.IoThreads(io, k))
     for s in sens:
         if (s.workload, s.value_size, s.op, s.metric, s.thread_role) == \
                 (cell.workload, cell.value_size, op, "p50_us", "main") and s.r2 >= 0.9:
             agree = "agrees" if abs(s.slope - k) <= 0.25 * k else "under" if s.slope > k else "over"
-            _add(notes, "model_check.intervention", slope=s.slope, r2=s.r2, k=k, agrees=agree)
-            verdict = ("agrees" if agree == "agrees" else
-                       "so the model under-states the fsync's part" if agree == "under" else
-                       "so the model over-states the fsync's part")
-            out.append(f"the intervention measured {s.slope:.2f} ms of {op} p50 per extra ms of main-thread "
-                       f"fsync (R² {s.r2:.2f}) against the model's {k:g} fsync cycle{'' if k == 1 else 's'} per "
-                       f"request: {verdict}")
-    return "; ".join(out) + "." if out else ""
+            checks.append(cl.Intervention(s.slope, s.r2, k, agree, op))
+    notes += checks
+    return cl.ModelCheck(checks, label) if checks else None
 
 
 def _placed(server) -> list[dict]:
@@ -135,82 +107,88 @@ def _placed(server) -> list[dict]:
     return [p.to_json() for p in fsync_placement(server)]
 
 
-def _judged(row, metric: str, labels: tuple[str, str], notes: list) -> str:
+def _judged(row, metric: str, labels: tuple[str, str]) -> Clause:
     """How the change of metric was judged: from the launches, the paths, or the repeats."""
     sig, iv = row.significant[metric], row.interval[metric]
     if iv is not None:
-        _add(notes, "significance.launches", change_pct=iv.change_pct, interval_pct=iv.interval_pct,
-             launches=iv.launches)
-        lo, hi = iv.interval_pct
-        return (f"{'significant' if sig else 'no significant change'} ({iv.launches[0]} vs {iv.launches[1]} "
-                f"server launches: the change of their means {_pct(iv.change_pct)}, 95% interval "
-                f"[{lo:+.1f}%, {hi:+.1f}%]{'' if sig else ': nothing to explain'})")
+        return cl.LaunchJudgement(iv.change_pct, iv.interval_pct, iv.launches, sig)
     if sig is False and metric == "p50_us" and path_bound(row.base, row.cand):
-        return paths_sentence(row.base, row.cand, *labels, notes)
-    return significance_sentence(sig, row.base.n, row.cand.n, notes)
+        return cl.paths(row.base, row.cand, labels)
+    return cl.significance(sig, row.base.n, row.cand.n)
 
 
-def _sides(op: str, metric: str, b: CellSummary, c: CellSummary, docs: tuple) -> list[str]:
-    """The servers' own facts, a sentence or more a side (and the SET's mechanism between them)."""
+def _sides(op: str, metric: str, b: CellSummary, c: CellSummary, docs: tuple) -> list[Clause]:
+    """The servers' own facts, a clause or more a side (and the SET's mechanism between them)."""
     base_doc, cand_doc = docs
-    sides = [_where(f"Baseline ({base_doc.label})", b.server), _where(f"Candidate ({cand_doc.label})", c.server)]
+    sides: list[Clause] = [where(f"Baseline ({base_doc.label})", b.server), where(f"Candidate ({cand_doc.label})", c.server)]
     for name, doc, cell in (("Baseline", base_doc, b), ("Candidate", cand_doc, c)):
         label = f"{name} ({doc.label})"
-        sides += [x for x in ((durability_sentence(label, cell) if op == "SET" else ""),
-                              (offload_sentence(label, doc, cell) if op == "SET" else ""),
-                              reply_blocking_sentence(label, doc, cell)) if x]
-    mechanism = set_mechanism(b, c) if op == "SET" and metric == "p50_us" else ""
+        sides += [x for x in ((side_durability(label, cell) if op == "SET" else None),
+                              (offload_jobs(label, doc, cell) if op == "SET" else None),
+                              reply_blocking(label, doc, cell)) if x]
+    mechanism = set_mechanism(b, c) if op == "SET" and metric == "p50_us" else None
     return sides + ([mechanism] if mechanism else [])
+
+
+def _said(out: list, notes: list, clause: Clause | None, noted: bool = True) -> None:
+    """Say clause (when there is one) in the claim, and keep it among the entry's notes."""
+    if clause is not None:
+        out.append(clause)
+        if noted:
+            notes.append(clause)
 
 
 def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
                    base_doc, cand_doc, sens: tuple = ((), ())) -> Entry | None:
     base_doc, cand_doc = decode(base_doc), decode(cand_doc)
     labels = (base_doc.label, cand_doc.label)
-    bl, cl = row.base.median.get(metric), row.cand.median.get(metric)
-    if bl is None or cl is None or b.server is None or c.server is None:
+    bl, cand = row.base.median.get(metric), row.cand.median.get(metric)
+    if bl is None or cand is None or b.server is None or c.server is None:
         return None
-    name = metric.replace("_us", "")
     sig = row.significant[metric]
-    observed = cl - bl
-    notes: list[Note] = []
-    head = f"{op} {name} {_ms(bl)} -> {_ms(cl)} ({_pct(100 * observed / bl)}): " + _judged(row, metric, labels, notes) + "."
+    observed = cand - bl
+    notes: list[Clause] = []
+    head: list[Clause] = [cl.Change(op, metric, bl, cand)]
+    judged = _judged(row, metric, labels)
+    _said(head, notes, judged)
     if sig is False:
-        head += throughput_sentence(op, row, b, c, labels, notes)
+        moved = cl.throughput(op, row, b, c)
+        _said(head, notes, moved)
+        if moved:
+            _said(head, notes, cl.host_cpu(b, c, *labels))
+            _said(head, notes, cl.cpu_wait(b, c))
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
-        head += spread_sentence(name, metric, row.base, row.cand, *labels, (b, c), notes)
+        _said(head, notes, cl.spread(metric.replace("_us", ""), metric, row.base, row.cand, labels, (b, c)))
     sides = _sides(op, metric, b, c, (base_doc, cand_doc))
-    context = " " + " ".join(sides)
     evidence = {"baseline": {"label": labels[0], metric: bl, "main_thread": _evidence_main(b.server.main_thread),
                              "fsync_by_role": _placed(b.server)},
-                "candidate": {"label": labels[1], metric: cl, "main_thread": _evidence_main(c.server.main_thread),
+                "candidate": {"label": labels[1], metric: cand, "main_thread": _evidence_main(c.server.main_thread),
                               "fsync_by_role": _placed(c.server)},
                 "observed_delta_us": observed}
-    entry = Entry(b.workload, op, b.value_size, metric, "", "", rate=b.rate, sides=sides, evidence=evidence,
+    entry = Entry(b.workload, op, b.value_size, metric, "", [], rate=b.rate, sides=sides, evidence=evidence,
                   significant=sig, notes=notes)
     why_not = model.unmodelled_reason(b.server) or model.unmodelled_reason(c.server)
     if metric != "p50_us":
-        entry.claim = head + context + (
-            f" The {name} is not modelled: the model is of a typical request (one to three loop iterations); the tail "
-            f"follows the fsync and iteration tails (main fdatasync p99 {_ms(b.server.main_thread.fdatasync_p99_us)} -> "
-            f"{_ms(c.server.main_thread.fdatasync_p99_us)}); record --fsync-sensitivity measures its slope.")
+        entry.clauses = head + sides + [cl.TailNotModelled(metric, [b.server.main_thread.fdatasync_p99_us,
+                                                                    c.server.main_thread.fdatasync_p99_us])]
         if sig:
-            entry.claim += host_cpu_sentence(b, c, *labels, notes)
-        evidence["model"] = "not modelled (tail)"
+            _said(entry.clauses, notes, cl.host_cpu(b, c, *labels))
+            _said(entry.clauses, notes, cl.cpu_wait(b, c))
+        evidence["model"] = "tail.not_modelled"
     elif why_not:
-        entry.claim = head + context + f" Not modelled: {why_not}."
-        evidence["model"] = f"not modelled: {why_not}"
+        entry.clauses = head + sides + [cl.NotModelled(why_not)]
+        evidence["model"] = f"not_modelled.{why_not}"
     else:
-        entry.claim = head + _accounted(entry, observed, b, c, (base_doc, cand_doc), sens) + context
+        entry.clauses = head + _accounted(entry, observed, b, c, (base_doc, cand_doc), sens) + sides
     entry.finding = ("tail.not_modelled" if metric != "p50_us" else "change.not_modelled" if why_not
                      else f"change.led_by.{entry.leading_component}" if sig and entry.leading_component
                      else {True: "change.significant", False: "change.not_significant"}.get(sig, "change.unknown"))
     return entry
 
 
-def _accounted(entry: Entry, observed: float, b: CellSummary, c: CellSummary, docs: tuple, sens: tuple) -> str:
-    """The model's accounting of a p50 change into entry (components, shares, evidence); the claim's
-    words for it."""
+def _accounted(entry: Entry, observed: float, b: CellSummary, c: CellSummary, docs: tuple, sens: tuple) -> list[Clause]:
+    """The model's accounting of a p50 change into entry (components, shares, evidence); the clauses
+    the claim says of it."""
     op, sig = entry.op, entry.significant
     sb, sc = side_model(docs[0], b, op), side_model(docs[1], c, op)
     comps = model.contributions(sb.components, sc.components)
@@ -224,25 +202,21 @@ def _accounted(entry: Entry, observed: float, b: CellSummary, c: CellSummary, do
     entry.leading_component = lead[0].name if keep else None
     entry.explained_share = round(share, 3) if keep and share is not None else None
     entry.server_share = round(on_server, 3) if keep and on_server is not None else None
-    entry.evidence["model"] = (f"{sb.k:g} (baseline) and {sc.k:g} (candidate) main-thread loop units (fsync cycles, "
-                               "or iterations without main-thread fsyncs) per median request, from each side's median "
-                               "repeat(s) and their mean latency in units; the rest outside the server "
-                               "(analysis/model.py)")
+    entry.evidence["model"] = "loop_units"  # each side's k and how it was chosen: model_inputs
     entry.evidence["model_inputs"] = {"baseline": side_inputs(sb), "candidate": side_inputs(sc)}
-    claim, notes = "", entry.notes
+    out: list[Clause] = []
+    notes = entry.notes
     if sig:
-        claim += " " + _cause_sentence(comps, observed, share, notes)
+        _said(out, notes, cl.cause(comps, observed, share))
         if on_server is not None:
-            claim += f" The server's threads account for {on_server * 100:.0f}% of the change."
+            out.append(cl.ServerShare(on_server))
     for doc, cell, side_sens, k in ((docs[0], b, sens[0], sb.k), (docs[1], c, sens[1], sc.k)):
-        check = model_check(doc, cell, op, side_sens, k, notes)
-        if check:
-            claim += f" {doc.label}: {check}"
-    claim += (" " + _accounting_sentence(comps) + " Loop units per request: "
-              + side_iterations_sentence(docs[0].label, sb) + "; " + side_iterations_sentence(docs[1].label, sc) + ".")
+        _said(out, notes, model_check(doc, cell, op, side_sens, k, notes, doc.label), noted=False)
+    out += [cl.accounting(comps), cl.LoopUnits([cl.side_units(docs[0].label, sb), cl.side_units(docs[1].label, sc)])]
     if sig and lead[0].name in ("outside_server", "cpu_wait", "on_cpu"):
-        claim += host_cpu_sentence(b, c, docs[0].label, docs[1].label, notes)
-    return claim
+        _said(out, notes, cl.host_cpu(b, c, docs[0].label, docs[1].label))
+        _said(out, notes, cl.cpu_wait(b, c))
+    return out
 
 
 def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc, cand_doc,
@@ -252,22 +226,20 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc, cand_doc,
     bmap = {c.key: c for c in base_cells}
     cmap = {c.key: c for c in cand_cells}
     entries = []
-    dur = durability_note(base_doc, cand_doc)
+    dur = durability_differs(base_doc, cand_doc)
     for row in cmp.rows:
         b, c = bmap[(row.workload, row.value_size, row.rate)], cmap[(row.workload, row.value_size, row.rate)]
         if row.op != MEASURED_OP[row.workload]:
             continue
         if not (b.server and c.server):
             entries.append(Entry(row.workload, row.op, row.value_size, "p50_us", "no_server_trace",
-                                 "no server-side trace in one of the recordings (--backend none): the client change "
-                                 "cannot be attributed", rate=row.rate, significant=row.significant["p50_us"]))
+                                 [cl.NoServerTrace()], rate=row.rate, significant=row.significant["p50_us"]))
             continue
         for metric in ("p50_us", "p99_us"):
             e = explain_metric(row.op, metric, row, b, c, base_doc, cand_doc, sens)
             if e is None:
                 continue
-            e.caveat_records = (caveats([b, c], [base_doc, cand_doc])
-                                + ([caveat("durability_differs", None, dur)] if row.op == "SET" and dur else []))
+            e.caveat_records = caveats([b, c], [base_doc, cand_doc]) + ([dur] if row.op == "SET" and dur else [])
             entries.append(e)
         gc = group_commit_entry(row, b, c, dur)
         if gc:
@@ -275,24 +247,19 @@ def explain_compare(base_cells, cand_cells, cmp: Comparison, base_doc, cand_doc,
     return entries
 
 
-def group_commit_entry(row, b: CellSummary, c: CellSummary, dur: str | None) -> Entry | None:
+def group_commit_entry(row, b: CellSummary, c: CellSummary, dur) -> Entry | None:
     if "SET" not in b.ops or "SET" not in c.ops:
         return None
     sb, sc = sets_per_fsync(b), sets_per_fsync(c)
     if sb is None and sc is None:
         return None
     tb, tc = b.ops["SET"].median.tps or 0.0, c.ops["SET"].median.tps or 0.0
-    few = "too few fsyncs to count"
-    claim = (f"SET throughput {tb / 1000:.2f}K/s -> {tc / 1000:.2f}K/s; SETs per fsync (group commit) "
-             f"{few if sb is None else f'{sb:.1f}'} -> {few if sc is None else f'{sc:.1f}'}: "
-             "each fsync covers more SETs when the main thread keeps accepting writes during it.")
-    if dur:
-        claim += " " + dur[0].upper() + dur[1:] + "."
-    return Entry(row.workload, "SET", row.value_size, "sets_per_fsync", "group_commit", claim, rate=row.rate,
+    return Entry(row.workload, "SET", row.value_size, "sets_per_fsync", "group_commit",
+                 [cl.GroupCommit([tb, tc], [sb, sc])] + ([dur] if dur else []), rate=row.rate,
                  evidence={"baseline": {"set_tps": tb, "sets_per_fsync": sb},
                            "candidate": {"set_tps": tc, "sets_per_fsync": sc}},
                  significant=significance(b.ops["SET"], c.ops["SET"], "tps"),
-                 caveat_records=[caveat("durability_differs", None, dur)] if dur else [])
+                 caveat_records=[dur] if dur else [])
 
 
 def explain_run(cells: list[CellSummary], doc, sens: list | tuple = ()) -> list[Entry]:
@@ -308,29 +275,22 @@ def explain_run(cells: list[CellSummary], doc, sens: list | tuple = ()) -> list[
         if lat is None:
             continue
         why_not = model.unmodelled_reason(cell.server)
-        claim = f"{op} p50 {_ms(lat)}. " + _where(doc.label, cell.server, lat)
-        notes: list[Note] = []
-        said = offload_sentence(doc.label, doc, cell, notes) if op == "SET" else ""
-        if said:
-            claim += " " + said
+        notes: list[Clause] = []
+        said: list[Clause] = [cl.RunHead(op, lat), where(doc.label, cell.server, lat)]
+        _said(said, notes, offload_jobs(doc.label, doc, cell) if op == "SET" else None)
         comps: list[Part] = []
         share = None
         if why_not:
-            claim += f" Not modelled: {why_not}."
+            said.append(cl.NotModelled(why_not))
         else:
             side = side_model(doc, cell, op)
             parts = side.components
             comps = [Part(n, round(v, 1)) for n, v in parts.items()]
             share = sum(parts[n] for n in model.DURABILITY) / lat if lat else None
-            claim += (" Of it: " + ", ".join(f"{model.LABELS[n]} {_ms(v) if v >= 0 else _fmt_delta(v)}"
-                                             for n, v in parts.items() if abs(v) >= 0.5) + ".")
-            if parts["outside_server"] < -0.1 * lat:
-                claim += " (The server-side terms exceed the latency: the model over-predicts here.)"
-            check = model_check(doc, cell, op, sens, side.k, notes)
-            if check:
-                claim += " " + check[0].upper() + check[1:]
+            said.append(cl.Parts(list(parts.items()), parts["outside_server"] < -0.1 * lat))
+            _said(said, notes, model_check(doc, cell, op, sens, side.k, notes), noted=False)
         entries.append(Entry(cell.workload, op, cell.value_size, "p50_us",
-                             "p50.where" if not why_not else "p50.not_modelled", claim, compared=False,
+                             "p50.where" if not why_not else "p50.not_modelled", said, compared=False,
                              evidence={"p50_us": lat, "main_thread": _evidence_main(cell.server.main_thread),
                                        "fsync_by_role": _placed(cell.server), "sets_per_fsync": sets_per_fsync(cell),
                                        "littles_law": {op: asdict(x) for op, x in littles_law(cell).items()}},

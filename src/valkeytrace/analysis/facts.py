@@ -1,14 +1,15 @@
 """The facts the explanation stands on, each read off one side's analysed cell: where the fsyncs
-ran and what the main thread did (the sentence every claim quotes), Little's law, the caveats a
-cell carries, SETs per fsync, durability, and the server's own view (INFO latencystats). Pure.
+ran and what the main thread did (the clause every claim quotes), Little's law, the caveats a
+cell carries, SETs per fsync, durability, the SET's mechanism and the server's own view (INFO
+latencystats). Typed records (note.Clause); reporters/claims.py says them. Pure.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis import offload
-from valkeytrace.analysis.note import Note
+from valkeytrace.analysis.note import Clause
 from valkeytrace.analysis.summary import MainThread, ServerSummary
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
 from valkeytrace.recording.model import Document, Run, decode, decode_as
@@ -70,159 +71,162 @@ def littles_law(cell: CellSummary) -> dict[str, LittlesLaw]:
     return out
 
 
-def _ms(us: float | None) -> str:
-    if us is None:
-        return "n/a"
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+@dataclass
+class Where(Clause):
+    """One side's facts: where the fsyncs ran (placements) and what the main thread did (and, given
+    a latency, how many time-weighted loop iterations it spans); no_server: no server figures."""
+    CODE = "side.where"
+    label: str
+    placements: list = field(default_factory=list)     # [Placement]
+    blocked_in_fsync_pct: float = 0.0
+    loop_tw_p50_us: float | None = None
+    latency_us: float | None = None
+    loop_iterations_per_s: float | None = None          # counted iterations only
+    loop_iteration_mean_us: float | None = None
+    waiting_for_cpu_pct: float | None = None
+    no_server: bool = False
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.0f}%".replace("-", "\u2212")
-
-
-def _where(label: str, server: ServerSummary | None, latency_us: float | None = None) -> str:
-    """One sentence: where the fsyncs ran and what the main thread did (and, given a latency,
-    how many time-weighted loop iterations it spans)."""
+def where(label: str, server: ServerSummary | None, latency_us: float | None = None) -> Where:
     if server is None:
-        return f"{label}: no server figures."
+        return Where(label, no_server=True)
     m = server.main_thread
-    place = fsync_placement(server)
-    f_pct = (m.blocked_in_fsync_pct or 0)
-    parts = []
-    main = next((p for p in place if p.role == "main"), None)
-    if main:
-        parts.append(f"the main thread spent {f_pct:.0f}% of wall time blocked in fdatasync "
-                     + ("(inside one that did not complete in the window)" if main.in_flight else
-                        f"({main.per_s or 0:.0f}/s, p50 {_ms(main.p50_us)})"))
-    else:
-        parts.append("the main thread is never blocked in fsync")
-    for p in place:
-        if p.role == "main":
-            continue
-        if p.in_flight:
-            parts.append(f"fdatasync runs on {p.role} (none completed in the window: it was blocked inside "
-                         f"one for {_ms((p.blocked_ms or 0) * 1000)} of it)")
-        else:
-            parts.append(f"fdatasync runs on {p.role} ({p.per_s or 0:.1f}/s, p50 {_ms(p.p50_us)})")
-    if not place:
-        parts.append("no thread called fsync in the window")
-    if m.loop_iteration_tw_p50_us:
-        parts.append(f"loop iteration p50 {_ms(m.loop_iteration_tw_p50_us)} (time-weighted, sampled)"
-                     + _iterations(latency_us, server))
-    elif m.loop_iteration_mean_us and m.loop_iterations_per_s and m.loop_iterations_counted:
-        parts.append(f"{m.loop_iterations_per_s:.0f} loop iterations/s, mean {_ms(m.loop_iteration_mean_us)}")
-    if (m.waiting_for_cpu_pct or 0) >= 10:
-        parts.append(f"it waited for a CPU {m.waiting_for_cpu_pct:.0f}% of the time")
-    return f"{label}: " + "; ".join(parts) + "."
-
-
-def _iterations(lat_us: float | None, server: ServerSummary) -> str:
-    it = server.main_thread.loop_iteration_tw_p50_us
-    if not lat_us or not it:
-        return ""
-    return f"; the client latency spans {lat_us / it:.1f} loop iterations"
+    counted = bool(m.loop_iteration_mean_us and m.loop_iterations_per_s and m.loop_iterations_counted)
+    return Where(label, fsync_placement(server), m.blocked_in_fsync_pct or 0, m.loop_iteration_tw_p50_us,
+                 latency_us, m.loop_iterations_per_s if counted else None,
+                 m.loop_iteration_mean_us if counted else None, m.waiting_for_cpu_pct)
 
 
 STEAL_CAVEAT = 0.01  # the hypervisor's steal on the server's CPUs above this share of the window gets a caveat
 CLIENT_WAIT_CAVEAT = 0.2  # a measuring client waiting this share of its time for a CPU gets a caveat
 
 
-def shared_client_cpus(cell: CellSummary, doc) -> str | None:
-    """'CPU 1' when the cell's two client processes (read-heavy: GET measured, SET behind) were
-    placed on fewer CPUs than processes (record --client-cpus), else None."""
+def shared_client_cpus(cell: CellSummary, doc) -> list[int] | None:
+    """The CPUs the cell's two client processes (read-heavy: GET measured, SET behind) were placed
+    on when fewer than the processes (record --client-cpus), else None."""
     cpus = decode(doc).client.placement.client_cpus
     if not cpus or cell.workload != "read-heavy" or len(cpus) >= len(cell.ops):
         return None
-    return ("CPUs " if len(cpus) > 1 else "CPU ") + ",".join(str(c) for c in cpus)
+    return list(cpus)
 
 
 @dataclass
-class Caveat:
-    """A caveat as a record: its stable code, the side it is said of (None: both or neither), its words."""
-    finding: str
+class Caveat(Clause):
+    """A caveat as a record: its stable code (finding), the side it is said of (label; None: both or
+    neither) and its figures (the subclass's fields); reporters/claims.py says it."""
     label: str | None
-    text: str
 
     @property
-    def words(self) -> str:
-        return f"{self.label}: {self.text}" if self.label else self.text
+    def finding(self) -> str:
+        return self.code
 
 
-def caveat(finding: str, label: str | None, text: str) -> Caveat:
-    return Caveat(finding, label, text)
+@dataclass
+class Emulation(Caveat):
+    CODE = "emulation"
+    description: str
 
 
-def caveat_words(c: Caveat) -> str:
-    return c.words
+@dataclass
+class ClientsSharedCpu(Caveat):
+    CODE = "clients_shared_cpu"
+    cpus: list
+
+
+@dataclass
+class ClientsWaitedCpu(Caveat):
+    CODE = "clients_waited_cpu"
+    op: str
+    waited: float
+
+
+@dataclass
+class LittlesLawInconsistent(Caveat):
+    CODE = "littles_law_inconsistent"
+    op: str
+    in_flight: float
+    clients: int
+
+
+@dataclass
+class InFlight:
+    op: str
+    in_flight: float
+    clients: int
+    waited: float | None
+
+
+@dataclass
+class ClientsOwnTime(Caveat):
+    """Ops whose clients kept fewer requests in flight than their number (TPS x mean latency)."""
+    CODE = "clients_own_time"
+    low: list          # [InFlight]
+    held: bool         # one of them waited for a CPU CLIENT_WAIT_CAVEAT of its time or more
+    unknown: bool      # no client CPU figures at all
+
+
+@dataclass
+class HypervisorSteal(Caveat):
+    CODE = "hypervisor_steal"
+    over: float        # the share of the window's server CPU time the steal exceeded
+
+
+@dataclass
+class MainCpuBound(Caveat):
+    CODE = "main_cpu_bound"
+    waiting_pct: float
+
+
+@dataclass
+class DurabilityDiffers(Caveat):
+    """One side acknowledges SETs before their fsync (loose), the other after."""
+    CODE = "durability_differs"
+    loose: str
+    appendfsync: str | None
 
 
 def caveats(cells: list[CellSummary], docs: list) -> list[Caveat]:
-    """The caveats of cells (one a side), as records (Caveat)."""
-    out = []
+    """The caveats of cells (one a side), as records."""
+    out: list[Caveat] = []
     docs = [decode(d) for d in docs]
     for doc in docs:
         if doc.emulation.description:
-            out.append(caveat("emulation", doc.label, doc.emulation.description))
+            out.append(Emulation(doc.label, doc.emulation.description))
     for cell, doc in zip(cells, docs):
         out += _cell_caveats(cell, doc)
     return out
 
 
 def _cell_caveats(cell: CellSummary, doc: Document) -> list[Caveat]:
-    out = []
+    out: list[Caveat] = []
     shared = shared_client_cpus(cell, doc)
     if shared:
-        out.append(caveat("clients_shared_cpu", doc.label, f"the GET and the background SET clients shared {shared} "
-                          "(--client-cpus auto on a host with too few CPUs to give each its own): each waited for the "
-                          "other's turn on it, which shows in their tails (p95/p99)"))
+        out.append(ClientsSharedCpu(doc.label, shared))
     cpu = cell.host_cpu
-    low = []  # one sentence for every op whose clients had fewer requests in flight than their number
+    low = []  # every op whose clients had fewer requests in flight than their number
     for op, ll in littles_law(cell).items():
         waited = None if cpu is None else (cpu.measured_client_wait if cell.ops[op].role == "measured"
                                            else cpu.background_client_wait)
         if ll.ratio < 0.8:
-            low.append((op, ll, waited))
+            low.append(InFlight(op, ll.in_flight, ll.clients, waited))
         elif waited is not None and waited >= CLIENT_WAIT_CAVEAT and cell.ops[op].role == "measured":
-            out.append(caveat("clients_waited_cpu", doc.label, f"the {op} clients waited for a CPU "
-                              f"{100 * waited:.0f}% of their time: the latency they report holds some of that "
-                              "wait too, not only the server's"))
+            out.append(ClientsWaitedCpu(doc.label, op, waited))
         if ll.ratio > 1.2:
-            out.append(caveat("littles_law_inconsistent", doc.label, f"{op} TPS x mean latency = "
-                              f"{ll.in_flight:.1f} exceeds {ll.clients} clients: the recording is inconsistent"))
+            out.append(LittlesLawInconsistent(doc.label, op, ll.in_flight, ll.clients))
     if low:
-        parts = [f"{op} {ll.in_flight:.1f} of {ll.clients} clients in flight"
-                 + ("" if w is None else f" (they waited for a CPU {100 * w:.0f}% of their time)")
-                 for op, ll, w in low]
-        held = any(w is not None and w >= CLIENT_WAIT_CAVEAT for _, _, w in low)
-        unknown = all(w is None for _, _, w in low)
-        out.append(caveat("clients_own_time", doc.label, "TPS x mean latency: " + ", ".join(parts)
-                          + ": the clients spend time of their own between requests"
-                          + (" (a CPU-bound benchmark client?)" if unknown else "")
-                          + ("; the latency they report holds some of that CPU wait too, not only the server's"
-                             if held else "")))
+        out.append(ClientsOwnTime(doc.label, low, any(x.waited is not None and x.waited >= CLIENT_WAIT_CAVEAT for x in low),
+                                  all(x.waited is None for x in low)))
     steal, wall_s = (cpu.server_steal_ms, cpu.wall_s) if cpu else (None, None)
     if steal and wall_s and steal >= STEAL_CAVEAT * wall_s * 1000:
-        out.append(caveat("hypervisor_steal", doc.label, f"the hypervisor took more than {STEAL_CAVEAT:.0%} "
-                          "of the server's CPU time (steal: in the main thread's on-CPU time by its context "
-                          "switches, not in schedstat's; --detail has the figures)"))
+        out.append(HypervisorSteal(doc.label, STEAL_CAVEAT))
     if cell.server and (cell.server.main_thread.waiting_for_cpu_pct or 0) >= 20:
-        out.append(caveat("main_cpu_bound", doc.label, f"the main thread waited for a CPU "
-                          f"{cell.server.main_thread.waiting_for_cpu_pct:.0f}% of the time (CPU-bound host)"))
+        out.append(MainCpuBound(doc.label, cell.server.main_thread.waiting_for_cpu_pct or 0))
     return out
 
 
 def offload_mode(doc) -> str | None:
     """'durable' or 'early-ack' for a virtual offload recording (record --emulate-offload), else None."""
     return offload.mode(doc)
-
-
-def fsync_off_main(doc) -> bool:
-    """The recording's server keeps the AOF fsync off its main thread: everysec/no, #3381's
-    offload, or the virtual offload; the systems the what-if predicts."""
-    s = decode(doc).server
-    return bool(offload_mode(doc) or s.bio_aof_offload or s.appendfsync in ("everysec", "no"))
 
 
 def acks_before_fsync(doc) -> bool:
@@ -234,14 +238,12 @@ def acks_before_fsync(doc) -> bool:
     return not (s.bio_aof_offload or s.appendfsync == "always")
 
 
-def durability_note(base_doc, cand_doc) -> str | None:
+def durability_differs(base_doc, cand_doc) -> DurabilityDiffers | None:
     b, c = not acks_before_fsync(base_doc), not acks_before_fsync(cand_doc)
     if b == c:
         return None
     loose = decode(cand_doc if b else base_doc)
-    return (f"durability differs: {loose.label} (appendfsync={loose.server.appendfsync}) "
-            "acknowledges SETs before their fsync, the other after (as appendfsync always and #3381's "
-            "offload do): SET rows are not comparable for durability")
+    return DurabilityDiffers(None, loose.label, loose.server.appendfsync)
 
 
 def _evidence_main(m: MainThread) -> dict:
@@ -273,16 +275,8 @@ class ServerViewGap:
     server_p50_us: float
     client_p50_us: float | None
 
-    @property
-    def claim(self) -> str:
-        # valkey times a command with a microsecond clock: a sub-µs command is recorded as 1 ns
-        p50 = self.server_p50_us
-        return (f"the server's INFO latencystats puts {self.op} p50 {'under 1 µs' if p50 < 1 else f'at {p50:.3g} µs'}, "
-                f"clients measured {_ms(self.client_p50_us)}: latencystats times command execution only, not the wait "
-                "for the event loop (and the fsync in it) before the command runs and before its reply is written")
-
     def to_json(self) -> dict:
-        return {**asdict(self), "claim": self.claim}
+        return asdict(self)
 
 
 def server_view_gap(runs: list, cell: CellSummary) -> ServerViewGap | None:
@@ -300,45 +294,50 @@ def server_view_gap(runs: list, cell: CellSummary) -> ServerViewGap | None:
 P50 = "p50"  # INFO latencystats' percentile key
 
 
-def offload_sentence(label: str, doc, cell: CellSummary, notes: list | None = None) -> str:
-    """What a SET waited for under a durable virtual offload, measured: '' elsewhere."""
+@dataclass
+class OffloadJobs(Clause):
+    """What a SET waited for under a durable virtual offload, measured (the shim's jobs)."""
+    CODE = "durability.offload_jobs"
+    thread: str
+    jobs_waited: float
+    job_ms: float
+    sets_per_job: float
+    held_replies: int
+    label: str = ""
+
+
+def offload_jobs(label: str, doc, cell: CellSummary) -> OffloadJobs | None:
     j = offload.jobs(doc, cell.workload, cell.value_size)
     if not j or j.job_ms_mean is None:
-        return ""
-    w = j.jobs_waited_mean
-    if notes is not None:
-        notes.append(Note("durability.offload_jobs", {"thread": "vt_offload", "jobs_waited": w,
-                                                       "job_ms": j.job_ms_mean, "sets_per_job": j.sets_per_job,
-                                                       "held_replies": j.held_replies}))
-    how = ("the clients answer in two cohorts: a SET that arrives while a job is in flight waits it out, then "
-           "its own" if w >= 1.5 else "one batch per round trip: group commit")
-    return (f"{label}: each SET waited {w:.1f} jobs of {j.job_ms_mean:.2f} ms (a batch's write + fdatasync on "
-            f"vt_offload; {j.sets_per_job:.1f} SETs a job, {j.held_replies:,} replies held): {how}.")
+        return None
+    return OffloadJobs("vt_offload", j.jobs_waited_mean, j.job_ms_mean, j.sets_per_job, j.held_replies, label)
 
 
-def reply_blocking_sentence(label: str, doc, cell: CellSummary) -> str:
-    """A real #3381 build (bio-aof-offload-enabled yes): what the server's INFO debug says it held,
-    the median of the cell's runs at their windows' end; '' elsewhere."""
+REPLY_BLOCKING = ("write_blocked_count", "read_blocked_count", "clients_waiting_ack")  # INFO debug's fields said
+
+
+@dataclass
+class ReplyBlocking(Clause):
+    """A real #3381 build: what its INFO debug says it held, the median of the cell's runs at their
+    windows' end (counts: [(field, value)]); runs 0: it gave no reply_blocking fields."""
+    CODE = "side.reply_blocking"
+    label: str
+    runs: int
+    counts: list
+
+
+def reply_blocking(label: str, doc, cell: CellSummary) -> ReplyBlocking | None:
     doc = decode(doc)
     if not doc.server.bio_aof_offload:
-        return ""
+        return None
     seen = [r.server_view.reply_blocking for r in doc.runs
             if r.status == "ok" and r.workload == cell.workload and r.value_size == cell.value_size
             and r.server_view.reply_blocking]
-    if not seen:
-        return (f"{label}: #3381's offload is on (bio-aof-offload-enabled yes), but its INFO debug gave no "
-                "reply_blocking fields: the replies it held are not counted.")
 
     def med(key):
         vals = sorted(v[key] for v in seen if isinstance(v.get(key), (int, float)))
         return vals[len(vals) // 2] if vals else None
-    parts = [f"{what} {med(key):,}" for key, what in (("write_blocked_count", "writes held"),
-                                                      ("read_blocked_count", "reads held"),
-                                                      ("clients_waiting_ack", "clients waiting for an ack"))
-             if med(key) is not None]
-    return (f"{label}: #3381's own count (INFO debug reply_blocking, at the window's end, median of "
-            f"{len(seen)} run(s)): " + ", ".join(parts) + "; the wait for each batch is not split out "
-            "(a real build counts no jobs per reply: record --emulate-offload measures them).")
+    return ReplyBlocking(label, len(seen), [(k, med(k)) for k in REPLY_BLOCKING if med(k) is not None])
 
 
 # the seed's write-only 64 B SET row (valkey-io/valkey#4029, ../shared/seed): what its numbers imply
@@ -359,63 +358,71 @@ class SeedRow:
 SEED_SET = SeedRow(50, SeedPoint(4840.0, 10831.0), SeedPoint(9020.0, 5463.0))
 
 
-def seed_set_reading() -> str:
-    """The seed's SET halving read by Little's law: two cohorts on the main thread, then either
-    one cohort (every SET in one job) or the same two cohorts with an fsync twice as fast."""
+@dataclass
+class SeedReading:
+    """The seed's SET halving read by Little's law: two cohorts on the main thread, then either one
+    cohort (every SET in one job) or the same two cohorts with an fsync twice as fast."""
+    clients: int
+    base: SeedPoint
+    cand: SeedPoint
+    in_flight: float
+    cycles_per_s: float         # the baseline's, two cohorts
+    cycle_ms: float
+    one_jobs_per_s: float       # the candidate as one cohort
+    one_job_ms: float
+    two_jobs_per_s: float       # the candidate as two cohorts
+    two_job_ms: float
+
+
+def seed_set_reading() -> SeedReading:
     n, b, c = SEED_SET.clients, SEED_SET.baseline, SEED_SET.candidate
-    in_flight = b.tps * b.p50_us / 1e6
-    cyc_b = (n / 2) / b.tps * 1e3
-    return (f"the seed's write-only 64 B SET went {b.tps / 1000:.2f}K/s at p50 {b.p50_us / 1000:.1f} ms "
-            f"({in_flight:.0f} SETs in flight by Little's law: its {n} clients; two cohorts: "
-            f"{b.tps / (n / 2):.0f} cycles/s of {n // 2} SETs, {cyc_b:.2f} ms each) to "
-            f"{c.tps / 1000:.2f}K/s at {c.p50_us / 1000:.2f} ms: either one cohort "
-            f"({c.tps / n:.0f} jobs/s of {n} SETs, {n / c.tps * 1e3:.2f} ms a job, as long as the cycle before: "
-            f"one wait instead of two) or two cohorts with the fsync twice as fast off the main thread "
-            f"({c.tps / (n / 2):.0f} jobs/s of {n // 2}, {(n / 2) / c.tps * 1e3:.2f} ms a job)")
+    return SeedReading(n, b, c, b.tps * b.p50_us / 1e6, b.tps / (n / 2), (n / 2) / b.tps * 1e3,
+                       c.tps / n, n / c.tps * 1e3, c.tps / (n / 2), (n / 2) / c.tps * 1e3)
 
 
-def _cohorts(k: int | None) -> str:
-    return {1: "one cohort", 2: "two cohorts"}.get(k or 0) or (f"{k} cohorts taking turns" if k else "cohorts not counted")
-
-
-def _cohort_words(k: int | None, unit: str) -> str:
-    if k == 1:
-        return f"{_cohorts(k)}: every client's write rides the same {unit}"
-    if k == 2:
-        return (f"{_cohorts(k)}: a write that arrives while the other cohort's {unit} is in flight waits it out, "
-                "then its own")
-    return _cohorts(k)
-
-
-def durability_sentence(label: str, cell: CellSummary) -> str:
+@dataclass
+class SideDurability(Clause):
     """What a write waited for, from the kernel's durability record (analysis/durability.py)."""
+    CODE = "side.durability"
+    label: str
+    thread: str
+    jobs_waited: float
+    job_ms: float
+    jobs_per_s: float | None
+    writes_per_job: float | None
+    spread_us: float | None
+    cohorts: int | None
+
+
+def side_durability(label: str, cell: CellSummary) -> SideDurability | None:
     d = cell.server.durability if cell.server else None
     if not d or d.jobs_waited_per_write is None or not d.job_ms_p50:
-        return ""
-    unit = "fsync cycle" if d.thread == "main" else "job"
-    spread = d.arrival_spread_us
-    return (f"{label}: each SET waited {d.jobs_waited_per_write:.1f} {unit}s of {d.job_ms_p50:.2f} ms on "
-            f"{d.thread} ({d.jobs_per_s:.0f}/s, {d.writes_per_job:.1f} writes {'an' if unit[0] == 'f' else 'a'} {unit}"
-            + (f"; a released cohort's next writes arrive within {spread:.0f} µs" if spread is not None else "")
-            + f", from the kernel's timestamps): {_cohort_words(d.cohorts, unit)}.")
+        return None
+    return SideDurability(label, d.thread, d.jobs_waited_per_write, d.job_ms_p50, d.jobs_per_s, d.writes_per_job,
+                          d.arrival_spread_us, d.cohorts)
 
 
-def set_mechanism(b: CellSummary, c: CellSummary) -> str:
-    """Which of the SET's possible mechanisms the two sides show: the cohorts (how many jobs a
-    write waits) or each job's length (a faster fsync), or neither."""
+@dataclass
+class SetMechanism(Clause):
+    """Which of the SET's possible mechanisms the two sides show (what): the cohorts (how many jobs a
+    write waits), each job's length (a faster fsync), or neither; and the seed's reading beside it."""
+    CODE = "set_mechanism"
+    what: str          # "cohorts", "job_length" or "neither"
+    cohorts: list
+    waited: list
+    job_ms: list
+    seed: SeedReading
+
+
+def set_mechanism(b: CellSummary, c: CellSummary) -> SetMechanism | None:
     db, dc = (b.server.durability if b.server else None), (c.server.durability if c.server else None)
     if not db or not dc or db.jobs_waited_per_write is None or dc.jobs_waited_per_write is None:
-        return ""
+        return None
     wb, wc = db.jobs_waited_per_write, dc.jobs_waited_per_write
     jb, jc = db.job_ms_p50, dc.job_ms_p50
     if jb is None or jc is None:
-        return ""
-    if db.cohorts != dc.cohorts or abs(wc - wb) >= 0.3:
-        what = (f"the cohorts ({db.cohorts} -> {dc.cohorts}): a write waits {wb:.1f} -> {wc:.1f} "
-                f"of them, each {jb:.2f} -> {jc:.2f} ms")
-    elif abs(jc - jb) >= 0.15 * jb:
-        what = f"each job's length ({jb:.2f} -> {jc:.2f} ms, a faster fsync), {wb:.1f} -> {wc:.1f} a write"
-    else:
-        what = (f"neither: a write waits {wb:.1f} -> {wc:.1f} jobs of {jb:.2f} -> {jc:.2f} ms, the same "
-                f"{_cohorts(dc.cohorts)}")
-    return f"The SET's mechanism: {what}. For reference, {seed_set_reading()}."
+        return None
+    what = ("cohorts" if db.cohorts != dc.cohorts or abs(wc - wb) >= 0.3 else
+            "job_length" if abs(jc - jb) >= 0.15 * jb else "neither")
+    return SetMechanism(what, [db.cohorts, dc.cohorts], [wb, wc], [jb, jc], seed_set_reading())
+

@@ -97,17 +97,18 @@ _FSYNC = next(c.name for c in BUDGET if c.component == "fsync")
 
 
 def unmodelled_reason(server: ServerSummary | None) -> str | None:
-    """Why a cell's server side cannot be modelled (None when it can)."""
+    """Why a cell's server side cannot be modelled, as a code (None when it can): no_server_trace,
+    no_window, no_loop_count (no INFO eventloop_cycles and only a sample of iterations seen) or
+    no_budget (no main-thread time budget); reporters/claims.py says them."""
     if not server:
-        return "no server-side trace (--backend none)"
+        return "no_server_trace"
     m = server.main_thread
     if not m.wall_ms:
-        return "no measured window"
+        return "no_window"
     if not m.loop_iterations or not m.loop_iterations_counted:
-        return ("no count of the main thread's event-loop iterations (the server's INFO has no "
-                "eventloop_cycles, and only a sample of iterations was seen)")
+        return "no_loop_count"
     if m.on_cpu_pct is None:
-        return "no main-thread time budget"
+        return "no_budget"
     return None
 
 

@@ -25,6 +25,7 @@ from valkeytrace.analysis.server import summarize_server
 from valkeytrace.recording.model import Replication as ReplicationProbe
 from valkeytrace.recording.model import Run, decode_as
 from valkeytrace.analysis.summary import ServerSummary
+from valkeytrace.analysis.note import Rule
 
 
 # components_us' parts, in the chain's order, as the reports name them
@@ -197,7 +198,7 @@ METRICS = ("waitaof_p50_us", "waitaof_p99_us", "lag_p50_us")
 ALPHA = 0.01
 
 
-def significance(a: Replication, b: Replication, metric: str, min_effect: float) -> tuple[bool | None, str]:
+def significance(a: Replication, b: Replication, metric: str, min_effect: float) -> tuple[bool | None, Rule]:
     """(significant, how it was decided) for a change of metric from a to b: unknown below 2 runs a
     side; not significant under min_effect; significant when the runs' ranges are apart; else a
     Mann-Whitney test of the pooled samples (probes, or writes for the lag) at ALPHA, the medians'
@@ -205,17 +206,17 @@ def significance(a: Replication, b: Replication, metric: str, min_effect: float)
     va, vb = getattr(a, metric), getattr(b, metric)
     ra, rb = [x for x in a.per_run.get(metric) or [] if x is not None], [x for x in b.per_run.get(metric) or [] if x is not None]
     if va is None or vb is None or len(ra) < 2 or len(rb) < 2:
-        return None, "fewer than 2 runs a side"
+        return None, Rule("rule.runs_few")
     if va == 0 or abs(vb - va) < min_effect * abs(va):
-        return False, f"under {min_effect:.0%}"
+        return False, Rule("rule.under", min_effect=min_effect)
     if max(ra) < min(rb) or max(rb) < min(ra):
-        return True, "the runs' ranges apart"
+        return True, Rule("rule.ranges_apart")
     xa, xb = a.samples.get(metric), b.samples.get(metric)
     if metric.endswith("p99_us") or xa is None or xb is None or len(xa) < 10 or len(xb) < 10:
-        return False, "the runs' ranges overlap"  # a rank test speaks of the middle, not of a tail
+        return False, Rule("rule.ranges_overlap")  # a rank test speaks of the middle, not of a tail
     from scipy.stats import mannwhitneyu
 
     p = float(mannwhitneyu(xa, xb).pvalue)
     if (np.median(xb) - np.median(xa)) * (vb - va) <= 0:
-        return False, "the pooled samples' medians move the other way"
-    return bool(p < ALPHA), f"Mann-Whitney p={p:.2g} over the pooled samples"
+        return False, Rule("rule.medians_against")
+    return bool(p < ALPHA), Rule("rule.mann_whitney", p=p)

@@ -1,15 +1,17 @@
 """The verdict of a compare, as data: one record per measured op, value size and metric (p50, p99,
 TPS), with what changed, whether it is significant and by which rule, what led the change, the
 intervention's slope and the what-if's verdict. Reporters print these first and nothing in them
-is prose but the labels: every figure is a field (docs/report-json.md, compare.verdict[]).
+is prose but the labels: every figure is a field, and the rule and the lag's note are records the
+reporters word (reporters/claims.py; docs/report-json.md, compare.verdict[]).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis import model
 from valkeytrace.analysis import launches as ln
 from valkeytrace.analysis import replication
+from valkeytrace.analysis.note import Clause, Rule
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, path_bound
 
 # the mean beside the percentiles: a p50 can lie on another path of the server from launch to
@@ -51,7 +53,7 @@ class Verdict:
     cand: float | None
     change_pct: float | None
     significant: bool | None
-    rule: str                         # how significance was decided (or why it is unknown)
+    rule: Rule                        # how significance was decided (or why it is unknown)
     n: list                           # repeats [baseline, candidate]
     leading_component: str | None = None
     leading_label: str | None = None
@@ -62,7 +64,7 @@ class Verdict:
     interval_pct: list | None = None  # 95% interval of the change, from the launches (compare)
     launches: list | None = None      # server launches [baseline, candidate]
     launches_needed: int | None = None  # a side, for a 95% interval of +-DETECT_PCT (when not significant)
-    note: str | None = None           # replication: what the lag's change is made of (lag_note)
+    note: LagNote | None = None       # replication: what the lag's change is made of (lag_note)
     rate: float | None = None         # open loop: the cell's offered rate
     saturated: list | None = None     # open loop: [baseline, candidate] saturated at that rate
 
@@ -73,22 +75,25 @@ class Verdict:
             return "change.unknown"
         return "change.significant" if self.significant else "change.not_significant"
 
-    def as_json(self) -> dict:
-        return {"finding": self.finding, **asdict(self)}
+    def as_json(self, rule: str, note: str | None) -> dict:
+        """The verdict's JSON, with the reporter's words for its rule and its note (rule_code: the
+        rule's code)."""
+        out = {"finding": self.finding, **asdict(self)}
+        out.update(rule=rule, note=note, rule_code=self.rule.code)
+        return out
 
 
-def rule_of(row, metric: str, sig: bool | None) -> str:
+def rule_of(row, metric: str, sig: bool | None) -> Rule:
     b, c = row.base, row.cand
     iv = row.interval.get(metric)
+    n = [b.n, c.n]
     if iv is not None:
-        nb, nc = iv.launches
-        return (f"launches: the 95% interval of the change (Welch's t on the launches' logarithms) excludes 0 "
-                f"or not ({nb} vs {nc} launches, each the median of its repeats)")
+        return Rule("rule.launches", n, list(iv.launches))
     if sig is None:
-        return f"unknown: n={b.n} vs n={c.n} (2 repeats a side or more are needed)"
+        return Rule("rule.unknown", n)
     if metric == "p50_us" and path_bound(b, c) and sig is False:
-        return f"repeats on different paths of the server (n={b.n} vs n={c.n}, one launch a side): not a basis"
-    return f"repeats: {MIN_EFFECT:.0%} floor, disjoint ranges or rank test (n={b.n} vs n={c.n})"
+        return Rule("rule.paths", n)
+    return Rule("rule.repeats", n, min_effect=MIN_EFFECT)
 
 
 def reliable(points: list, r2: float, min_r2: float = 0.8) -> bool:
@@ -153,23 +158,42 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
 REPLICATION_OP = "replication"  # the op of a replication verdict (metric waitaof_p50_us, waitaof_p99_us, lag_p50_us)
 
 
-def lag_note(row) -> str | None:
-    """The lag's change in the jobs each side's writes waited for (the stream leaves when the
-    write's job has ended, as the SET's reply does), and each side's cap witness."""
+@dataclass
+class LagJobs:
+    waited: float
+    job_ms: float
+    thread: str
+
+
+@dataclass
+class EarlyStream:
+    side: str
+    propagated: int
+    checked: int | None
+
+
+@dataclass
+class LagNote(Clause):
+    """The lag's change in the jobs each side's writes waited for (the stream leaves when the write's
+    job has ended, as the SET's reply does), and each side's cap witness (early: stream writes that
+    reached the replica before they were durable)."""
+    CODE = "replication.lag"
+    lag_us: list
+    after_durable_us: list
+    jobs: list | None = None       # [LagJobs baseline, LagJobs candidate]
+    early: list = field(default_factory=list)   # [EarlyStream]
+
+
+def lag_note(row) -> LagNote | None:
     b, c, bd, cd = row.base, row.cand, row.base_durability, row.cand_durability
     if b.lag_p50_us is None or c.lag_p50_us is None:
         return None
-    parts = [f"lag {b.lag_p50_us / 1e3:.2f} -> {c.lag_p50_us / 1e3:.2f} ms, of which after the primary's sync "
-             f"{(b.lag_after_durable_p50_us or 0) / 1e3:.2f} -> {(c.lag_after_durable_p50_us or 0) / 1e3:.2f} ms"]
+    jobs = None
     if bd and cd and bd.jobs_waited_per_write and cd.jobs_waited_per_write and bd.job_ms_p50 and cd.job_ms_p50:
-        parts.append(f"a write waited {bd.jobs_waited_per_write:.2f} jobs of {bd.job_ms_p50:.1f} ms ({bd.thread}) -> "
-                     f"{cd.jobs_waited_per_write:.2f} of {cd.job_ms_p50:.1f} ms ({cd.thread}) before the stream "
-                     "carried it")
-    for side, r in (("baseline", b), ("candidate", c)):
-        if r.early_propagated is not None:
-            parts.append(f"{side}: {r.early_propagated} of {r.early_checked} stream writes reached the replica "
-                         "before they were durable")
-    return "; ".join(parts)
+        jobs = [LagJobs(d.jobs_waited_per_write, d.job_ms_p50, d.thread) for d in (bd, cd)]
+    return LagNote([b.lag_p50_us, c.lag_p50_us], [b.lag_after_durable_p50_us or 0, c.lag_after_durable_p50_us or 0],
+                   jobs, [EarlyStream(side, r.early_propagated, r.early_checked)
+                          for side, r in (("baseline", b), ("candidate", c)) if r.early_propagated is not None])
 
 
 def replication_verdicts(comparison) -> list[Verdict]:

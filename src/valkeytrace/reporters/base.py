@@ -15,6 +15,7 @@ from valkeytrace.analysis.whatif import predicted_ops
 from valkeytrace.system import format_cpu_list
 from valkeytrace.reporters.sections import seed_note
 from valkeytrace.reporters.sentences import share_tag
+from valkeytrace.reporters.claims import caveat_words, claim, say
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 
@@ -192,10 +193,10 @@ def explanation_entries(inp: ReportInput) -> tuple[list[ExplanationItem], list[t
     sentence, which every report prints at the top, is not repeated as a caveat."""
     compared = inp.comparison is not None
     entries = (inp.explanation if compared else [e for r in inp.runs for e in (r.explanation or [])]) or []
-    caveats = [list(dict.fromkeys(c.words for c in e.caveat_records if c.finding != "emulation")) for e in entries]
+    caveats = [list(dict.fromkeys(caveat_words(c) for c in e.caveat_records if c.finding != "emulation")) for e in entries]
     uses = Counter(c for cs in caveats for c in cs)
     out = [ExplanationItem(f"{e.workload} {e.value_size} B {e.op} {e.metric.replace('_us', '')}", share_tag(e, compared),
-                           e.claim, [c for c in cs if uses[c] == 1]) for e, cs in zip(entries, caveats)]
+                           claim(e), [c for c in cs if uses[c] == 1]) for e, cs in zip(entries, caveats)]
     return out, [(c, n) for c, n in uses.items() if n > 1]
 
 
@@ -430,7 +431,7 @@ def _replication_line(workload: str, size: int, by: dict) -> tuple[tuple[str, st
             continue
         parts.append(f"{label} {fmt_pct(v.change_pct)} ({v.base / 1e3:.2f} -> {v.cand / 1e3:.2f} ms) {SIG[v.significant]}")
     lag = by.get(LAG)
-    note = (lag.note if lag else None) or ""
+    note = say(lag.note) if lag and lag.note else ""
     return (f"{workload} {size} B replicated", "; ".join(parts)), note
 
 

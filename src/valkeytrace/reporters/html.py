@@ -12,6 +12,7 @@ from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
+from valkeytrace.reporters.claims import gap_text, say
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
@@ -90,7 +91,7 @@ def _why(inp: ReportInput) -> list[str]:
                        + "".join(f"<li class='caveat'>{escape(c)} ({n} entries)</li>" for c, n in shared) + "</ul>")
     for title, lines in model_sections(inp):
         out.append(f"<h3>{escape(title)}</h3><ul>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>")
-    views = [(run.label, gap.claim) for run in inp.runs for gap in (run.server_views or {}).values()]
+    views = [(run.label, gap_text(gap)) for run in inp.runs for gap in (run.server_views or {}).values()]
     if views:
         out.append("<h3>The server's own view</h3><ul>"
                    + "".join(f"<li>{escape(label)}: {escape(claim)}</li>" for label, claim in views) + "</ul>")
@@ -135,7 +136,7 @@ def _verdict(inp: ReportInput) -> list[str]:
         out.append("<h2 id='why'>Why</h2>")
     for f in fs:
         out.append(f"<p><b>{escape(finding_title(f.kind))}</b> ({escape(', '.join(f.cells))})</p><ul>"
-                   + "".join(f"<li>{escape(x)}</li>" for x in f.sides) + "</ul>")
+                   + "".join(f"<li>{escape(say(x))}</li>" for x in f.sides) + "</ul>")
     items = caveats_by_cell(inp.explanation or [])
     if items:
         out.append("<h2 id='caveats'>Caveats</h2><ul>" + "".join(

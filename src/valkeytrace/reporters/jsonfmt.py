@@ -8,6 +8,7 @@ import msgspec
 from valkeytrace.analysis.tables import METRICS, OPEN_METRICS
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sentences import warning_text
+from valkeytrace.reporters.claims import entry_json, gap_json, say
 
 REPORT_VERSION = 2  # 2: runs[].warnings are {code, figures, text}
 
@@ -40,7 +41,7 @@ def build(inp: ReportInput) -> dict:
                   **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
-                  **({"server_view": r.server_views[c.key].to_json()} if c.key in r.server_views else {})}
+                  **({"server_view": gap_json(r.server_views[c.key])} if c.key in r.server_views else {})}
                  for c in r.cells]
         # the report's own keys (docs/report-json.md), not the recording's
         runs.append(dict(
@@ -51,7 +52,7 @@ def build(inp: ReportInput) -> dict:
             emulation=r.emulation_spec, overhead=msgspec.to_builtins(r.overhead),
             **({"nodes": msgspec.to_builtins(r.nodes)} if r.nodes else {}),
             server_exits=[e.to_json() for e in r.server_exits],
-            cells=cells, explanation=[e.to_json() for e in r.explanation], sensitivity=[x.to_json() for x in r.sensitivity]))
+            cells=cells, explanation=[entry_json(e) for e in r.explanation], sensitivity=[x.to_json() for x in r.sensitivity]))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs,
            **({"curves": [c.to_json() for c in inp.curves]} if inp.curves else {})}
     if inp.comparison is not None:
@@ -64,9 +65,9 @@ def build(inp: ReportInput) -> dict:
                       "significant": {m: row.significant[m] for m in METRICS},
                       "n": {"baseline": row.base.n, "candidate": row.cand.n}}
                      for row in inp.comparison.rows],
-            "verdict": [v.as_json() for v in inp.verdict or []],
+            "verdict": [v.as_json(say(v.rule), say(v.note) if v.note else None) for v in inp.verdict or []],
             "missing": inp.comparison.missing,
-            "explanation": [e.to_json() for e in inp.explanation or []],
+            "explanation": [entry_json(e) for e in inp.explanation or []],
             "whatif": [w.to_json() for w in inp.whatif or []],
         }
     return out

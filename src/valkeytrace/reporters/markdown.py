@@ -8,6 +8,7 @@ from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
+from valkeytrace.reporters.claims import gap_text, say
 
 
 def render(inp: ReportInput, out) -> None:
@@ -56,7 +57,7 @@ def _verdict(inp: ReportInput, w):
     if fs:
         w("## Why\n\n")
     for f in fs:
-        w(f"**{finding_title(f.kind)}** ({', '.join(f.cells)})\n\n" + "".join(f"- {s}\n" for s in f.sides) + "\n")
+        w(f"**{finding_title(f.kind)}** ({', '.join(f.cells)})\n\n" + "".join(f"- {say(s)}\n" for s in f.sides) + "\n")
 
 
 def _caveats(inp: ReportInput, w):
@@ -118,7 +119,7 @@ def _why(inp: ReportInput, w):
         w(f"### {title}\n\n" + "".join(f"- {line}\n" for line in lines) + "\n")
     for run in inp.runs:
         for gap in (run.server_views or {}).values():
-            w(f"- server's view ({run.label}): {gap.claim}\n")
+            w(f"- server's view ({run.label}): {gap_text(gap)}\n")
     w("\n")
 
 

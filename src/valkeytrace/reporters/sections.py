@@ -10,6 +10,7 @@ from valkeytrace.analysis.report import ReportInput
 from valkeytrace.analysis.seed import SeedNote
 from valkeytrace.analysis.sensitivity import Slope
 from valkeytrace.analysis.whatif import Check
+from valkeytrace.reporters.claims import say
 
 
 TITLES = {"no_change": "No significant change", "unknown": "Significance unknown (fewer than 2 repeats a side)",
@@ -32,7 +33,7 @@ def caveats_by_cell(explanation: list) -> list[tuple[str, list[str]]]:
         for c in e.caveat_records:
             if c.finding == "emulation":
                 continue
-            label, text = c.label, c.text
+            label, text = c.label, say(c)
             cell = e.cell
             cells = out.setdefault(text, [])
             if cell not in cells:

@@ -18,6 +18,7 @@ from valkeytrace.analysis.tables import METRICS
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
+from valkeytrace.reporters.claims import claim, gap_text, say
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
 
@@ -93,7 +94,7 @@ def _why(console, inp: ReportInput) -> None:
     for f in fs:
         console.print(f"[bold]{escape(finding_title(f.kind))}[/bold] ({', '.join(f.cells)})")
         for s in f.sides:
-            console.print("  " + escape(s))
+            console.print("  " + escape(say(s)))
 
 
 def _rule(console, title: str) -> None:
@@ -175,7 +176,7 @@ def _single(console, inp: ReportInput) -> None:
             tag = share_tag(e, False)
             console.print(f"[bold]{e.workload} {e.value_size} B {e.op} p50[/bold]"
                           + (f" [cyan]({tag})[/cyan]" if tag else ""))
-            console.print("  " + escape(e.claim))
+            console.print("  " + escape(claim(e)))
 
 
 def _cell(o, metric) -> str:
@@ -197,7 +198,7 @@ def _detail(console, inp: ReportInput) -> None:
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
-                              + escape(gap.claim))
+                              + escape(gap_text(gap)))
     for rt in replication_tables(inp):
         _plain_table(console, rt)
     if inp.comparison is not None and inp.explanation:
@@ -206,7 +207,7 @@ def _detail(console, inp: ReportInput) -> None:
             head = f"[bold]{e.workload} {e.value_size} B {e.op} {e.metric.replace('_us', '')}[/bold]"
             tag = share_tag(e, True)
             console.print(head + (f" [cyan]({tag})[/cyan]" if tag else ""))
-            console.print("  " + escape(e.claim))
+            console.print("  " + escape(claim(e)))
     for title, lines in model_sections(inp):
         _rule(console, f"[bold]{escape(title)}[/bold]")
         for line in lines:
