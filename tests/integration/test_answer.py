@@ -34,7 +34,7 @@ def test_the_verdict_as_data_and_the_format_from_the_extension(tmp_path):
     d = json.loads(out.read_text())
     (v,) = [x for x in d["compare"]["verdict"] if x["op"] == "GET" and x["metric"] == "p50_us"]
     assert v["change_pct"] == pytest.approx(-75.5, abs=0.01) and v["significant"] is None  # n=1 a side
-    assert v["n"] == [1, 1] and v["rule"].startswith("unknown")
+    assert v["n"] == [1, 1] and v["rule_code"] == "rule.unknown"
     md = tmp_path / "c.md"
     assert vt("report", "--compare", A, B, "-o", md).returncode == 0
     text = md.read_text()

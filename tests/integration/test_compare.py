@@ -101,7 +101,7 @@ def test_launches_alternate_compile_once_and_decide_significance(tmp_path, needs
     (v,) = [x for x in d["compare"]["verdict"] if x["op"] == "GET" and x["metric"] == "p50_us"]
     assert v["launches"] == [3, 3] and len(v["interval_pct"]) == 2
     assert v["interval_pct"][0] <= v["change_pct"] <= v["interval_pct"][1]
-    assert v["rule"].startswith("launches")
+    assert v["rule_code"] == "rule.launches"
     # benchmarks/walltime.py reads this compare's breakdown (its --from mode; tests/integration/test_benchmarks.py)
     wt = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "walltime.py"), "--from", str(out)],
                         capture_output=True, text=True, timeout=120)

@@ -50,3 +50,42 @@ def test_the_servers_end_is_worded_from_how_it_ended():
     assert "exited with status 1: Can't persist AOF during write-only 256 B repeat 1, 1.50 s" in exited
     assert exited.endswith("2 run(s) not measured")
     assert "the server died during" in warning_text(Note("server_ended", dict(base, gone=False)))
+
+
+def _clause_types() -> set[type]:
+    """Every typed clause the analysis can hand over (note.Clause's subclasses, recursively)."""
+    import valkeytrace.analysis.clauses  # noqa: F401  (their modules define them)
+    import valkeytrace.analysis.facts  # noqa: F401
+    import valkeytrace.analysis.verdict  # noqa: F401
+    from valkeytrace.analysis.facts import Caveat
+    from valkeytrace.analysis.note import Clause
+
+    out, todo = set(), [Clause]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            out.add(sub)
+    return out - {Caveat}
+
+
+def test_every_clause_and_caveat_has_its_template_and_no_sentence_is_made_in_analysis():
+    from valkeytrace.reporters.claims import TEMPLATES
+
+    missing = sorted(t.__name__ for t in _clause_types() if t not in TEMPLATES)
+    assert not missing, f"clauses with no words in reporters/claims.py: {missing}"
+    # the analysis keeps no sentence-making helpers (the words' formatters live in the reporters)
+    for p in (SRC / "analysis").glob("*.py"):
+        names = {n.name for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef)}
+        assert not {n for n in names if n.endswith("_sentence") or n in ("_ms", "_pct")}, p.name
+
+
+def test_a_rule_and_a_clause_say_their_figures():
+    from valkeytrace.analysis import clauses as cl
+    from valkeytrace.analysis.note import Rule
+    from valkeytrace.reporters.claims import say
+
+    assert say(Rule("rule.repeats", [3, 2], min_effect=0.15)) == \
+        "repeats: 15% floor, disjoint ranges or rank test (n=3 vs n=2)"
+    assert say(cl.Change("GET", "p50_us", 10_000.0, 400.0)) == "GET p50 10.00 ms -> 400 µs (\u221296%):"
+    assert cl.Significance("significance.none", [3, 3]).to_json() == {"code": "significance.none",
+                                                                       "figures": {"n": [3, 3]}}

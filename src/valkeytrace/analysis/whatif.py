@@ -51,16 +51,17 @@ def _gather_ns(doc: Document) -> float:
 
 
 def change_between(base, cand) -> tuple[Change | None, str]:
-    """(the Change that makes the baseline's configuration the candidate's, its scenario) or (None, why
-    nothing is predicted)."""
+    """(the Change that makes the baseline's configuration the candidate's, its scenario) or (None, the
+    code of why nothing is predicted: the model changes settings, not code; I/O threads are outside
+    what it changes; it is calibrated on appendfsync always)."""
     base, cand = decode(base), decode(cand)
     bs, cs = base.server, cand.server
     if (bs.version, bs.binary) != (cs.version, cs.binary) and bs.binary:
-        return None, "the candidate runs another build: the model changes settings, not code"
+        return None, "another_build"
     if (bs.io_threads or 1) != (cs.io_threads or 1):
-        return None, "the sides run different I/O threads: outside what the model changes"
+        return None, "io_threads_differ"
     if bs.appendfsync not in (None, "always"):
-        return None, f"the baseline runs appendfsync {bs.appendfsync}: the model is calibrated on always"
+        return None, "baseline_not_always"
     b_mode, _ = _offload(base)
     c_mode, interval = _offload(cand)
     kw: dict = {}

@@ -123,7 +123,7 @@ def _check(c: cl.IoThreads | cl.Intervention) -> str:
 
 
 def _model_check(m: cl.ModelCheck) -> str:
-    text = "; ".join(_check(c) for c in m.checks) + "."
+    text = "; ".join(say(c) for c in m.checks) + "."
     return f"{m.label}: {text}" if m.label else text[0].upper() + text[1:]
 
 
@@ -234,7 +234,7 @@ CLAUSES: dict[type, Callable[[Any], str]] = {
     cl.Change: _change, cl.Significance: _significance, cl.LaunchJudgement: _launches, cl.Paths: _paths,
     cl.ThroughputMoved: _throughput, cl.HostCpu: _host_cpu, cl.CpuWait: _cpu_wait, cl.Spread: _spread,
     cl.Cause: _cause, cl.ServerShare: lambda s: f"The server's threads account for {s.share * 100:.0f}% of the change.",
-    cl.ModelCheck: _model_check, cl.Accounting: _accounting, cl.LoopUnits: _loop_units,
+    cl.ModelCheck: _model_check, cl.IoThreads: _check, cl.Intervention: _check, cl.Accounting: _accounting, cl.LoopUnits: _loop_units,
     cl.TailNotModelled: _tail, cl.NotModelled: lambda n: f"Not modelled: {UNMODELLED[n.reason]}.",
     cl.RunHead: lambda h: f"{h.op} p50 {_ms(h.p50_us)}.", cl.Parts: _parts, cl.GroupCommit: _group_commit,
     cl.NoServerTrace: lambda _: ("no server-side trace in one of the recordings (--backend none): the client change "
