@@ -89,3 +89,4 @@ def test_a_rule_and_a_clause_say_their_figures():
     assert say(cl.Change("GET", "p50_us", 10_000.0, 400.0)) == "GET p50 10.00 ms -> 400 µs (\u221296%):"
     assert cl.Significance("significance.none", [3, 3]).to_json() == {"code": "significance.none",
                                                                        "figures": {"n": [3, 3]}}
+    assert say(Note("interrupted")) == warning_text(Note("interrupted"))  # one function for every record

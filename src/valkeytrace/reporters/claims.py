@@ -1,8 +1,9 @@
 """The explanation's words: one table of templates (TEMPLATES: a clause's type -> the sentence made
 from its figures) for every clause a claim says (analysis/clauses.py), every fact a side stands on
 and every caveat (analysis/facts.py). The analysis decides what is said and hands over typed
-records; nothing here computes a figure or reads one back from a sentence. claim(entry) joins an
-entry's clauses in their order; entry_json(entry) is its JSON with these words."""
+records; nothing here computes a figure or reads one back from a sentence. say(record) words any of
+them (a coded warning too, from reporters/sentences.py's table); claim(entry) joins an entry's
+clauses in their order; entry_json(entry) is its JSON with these words."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -10,10 +11,11 @@ from typing import Any, Callable
 from valkeytrace.analysis import clauses as cl
 from valkeytrace.analysis import facts
 from valkeytrace.analysis.model import LABELS, RequestIterations
-from valkeytrace.analysis.note import Rule
+from valkeytrace.analysis.note import Note, Rule
 from valkeytrace.analysis.tables import MIN_EFFECT
 from valkeytrace.analysis.verdict import LagNote
 from valkeytrace.reporters.facts_words import CAVEATS, SIDES, _delta, _ms, _pct, gap_text
+from valkeytrace.reporters.sentences import warning_text
 
 
 def _change(c: cl.Change) -> str:
@@ -245,7 +247,10 @@ TEMPLATES: dict[type, Callable[[Any], str]] = {**CLAUSES, **SIDES, **CAVEATS}
 
 
 def say(clause) -> str:
-    """One clause's sentence, from its type's template and its figures."""
+    """One clause's sentence, from its type's template and its figures (a warning, a coded Note:
+    from reporters/sentences.py's table by its code)."""
+    if isinstance(clause, Note):
+        return warning_text(clause)
     return TEMPLATES[type(clause)](clause)
 
 
