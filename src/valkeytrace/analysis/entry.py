@@ -63,7 +63,7 @@ class Entry:
             out["server_share"] = self.server_share
         out.update(caveat_records=[{"finding": c.finding, "label": c.label, "text": text, "figures": c.figures}
                                    for c, text in zip(self.caveat_records, caveats)],
-                   caveats=[f"{c.label}: {text}" if c.label else text for c, text in zip(self.caveat_records, caveats)],
+                   caveats=[c.said(text) for c, text in zip(self.caveat_records, caveats)],
                    notes=[n.to_json() for n in self.notes])
         return out
 

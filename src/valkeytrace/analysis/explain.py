@@ -138,6 +138,12 @@ def _said(out: list, notes: list, clause: Clause | None, noted: bool = True) -> 
             notes.append(clause)
 
 
+def _host(out: list, notes: list, b: CellSummary, c: CellSummary, labels: tuple[str, str]) -> None:
+    """Where the host's CPUs went on each side, then who waited for one."""
+    _said(out, notes, cl.host_cpu(b, c, *labels))
+    _said(out, notes, cl.cpu_wait(b, c))
+
+
 def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
                    base_doc, cand_doc, sens: tuple = ((), ())) -> Entry | None:
     base_doc, cand_doc = decode(base_doc), decode(cand_doc)
@@ -155,8 +161,7 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
         moved = cl.throughput(op, row, b, c)
         _said(head, notes, moved)
         if moved:
-            _said(head, notes, cl.host_cpu(b, c, *labels))
-            _said(head, notes, cl.cpu_wait(b, c))
+            _host(head, notes, b, c, labels)
     if metric == "p50_us":  # a tail spreads from repeat to repeat anyway
         _said(head, notes, cl.spread(metric.replace("_us", ""), metric, row.base, row.cand, labels, (b, c)))
     sides = _sides(op, metric, b, c, (base_doc, cand_doc))
@@ -172,8 +177,7 @@ def explain_metric(op: str, metric: str, row, b: CellSummary, c: CellSummary,
         entry.clauses = head + sides + [cl.TailNotModelled(metric, [b.server.main_thread.fdatasync_p99_us,
                                                                     c.server.main_thread.fdatasync_p99_us])]
         if sig:
-            _said(entry.clauses, notes, cl.host_cpu(b, c, *labels))
-            _said(entry.clauses, notes, cl.cpu_wait(b, c))
+            _host(entry.clauses, notes, b, c, labels)
         evidence["model"] = "tail.not_modelled"
     elif why_not:
         entry.clauses = head + sides + [cl.NotModelled(why_not)]
@@ -214,8 +218,7 @@ def _accounted(entry: Entry, observed: float, b: CellSummary, c: CellSummary, do
         _said(out, notes, model_check(doc, cell, op, side_sens, k, notes, doc.label), noted=False)
     out += [cl.accounting(comps), cl.LoopUnits([cl.side_units(docs[0].label, sb), cl.side_units(docs[1].label, sc)])]
     if sig and lead[0].name in ("outside_server", "cpu_wait", "on_cpu"):
-        _said(out, notes, cl.host_cpu(b, c, docs[0].label, docs[1].label))
-        _said(out, notes, cl.cpu_wait(b, c))
+        _host(out, notes, b, c, (docs[0].label, docs[1].label))
     return out
 
 

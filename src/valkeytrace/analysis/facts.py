@@ -120,6 +120,10 @@ class Caveat(Clause):
     def finding(self) -> str:
         return self.code
 
+    def said(self, text: str) -> str:
+        """The caveat as a report lists it, given its words: 'label: text'."""
+        return f"{self.label}: {text}" if self.label else text
+
 
 @dataclass
 class Emulation(Caveat):

@@ -16,6 +16,7 @@ from valkeytrace.system import format_cpu_list
 from valkeytrace.reporters.sections import seed_note
 from valkeytrace.reporters.sentences import share_tag
 from valkeytrace.reporters.claims import caveat_words, claim, say
+from valkeytrace.reporters.facts_words import fmt_time
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 
@@ -33,9 +34,7 @@ def fmt_value(metric: str, v: float | None) -> str:
         return "n/a"
     if metric in ("tps", "rps"):
         return f"{v / 1000:.1f}K/s"
-    if v >= 1e6:
-        return f"{v / 1e6:.2f} s"
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+    return fmt_time(v)
 
 
 def fmt_us(value: float | None) -> str:

@@ -14,12 +14,12 @@ from valkeytrace.analysis.model import LABELS, RequestIterations
 from valkeytrace.analysis.note import Note, Rule
 from valkeytrace.analysis.tables import MIN_EFFECT
 from valkeytrace.analysis.verdict import LagNote
-from valkeytrace.reporters.facts_words import CAVEATS, SIDES, _delta, _ms, _pct, gap_text
+from valkeytrace.reporters.facts_words import CAVEATS, SIDES, _delta, _pct, fmt_time, gap_text
 from valkeytrace.reporters.sentences import warning_text
 
 
 def _change(c: cl.Change) -> str:
-    return (f"{c.op} {c.metric.replace('_us', '')} {_ms(c.base)} -> {_ms(c.cand)} "
+    return (f"{c.op} {c.metric.replace('_us', '')} {fmt_time(c.base)} -> {fmt_time(c.cand)} "
             f"({_pct(100 * (c.cand - c.base) / c.base)}):")
 
 
@@ -55,7 +55,7 @@ def _throughput(t: cl.ThroughputMoved) -> str:
     out = f"But {t.op} TPS moved significantly, {tb / 1000:.1f}K/s -> {tc / 1000:.1f}K/s ({_pct(100 * (tc - tb) / tb)})"
     mb, mc = t.mean_us
     if mb and mc:
-        out += f", and the mean latency {_ms(mb)} -> {_ms(mc)} ({_pct(100 * (mc - mb) / mb)}): not the median request"
+        out += f", and the mean latency {fmt_time(mb)} -> {fmt_time(mc)} ({_pct(100 * (mc - mb) / mb)}): not the median request"
     if t.in_flight:
         out += (f"; the clients kept {t.in_flight[0]:.0f} -> {t.in_flight[1]:.0f} of {t.clients} requests "
                 "in flight (TPS x mean latency): the rest of the time is the clients' own")
@@ -82,13 +82,13 @@ def _cpu_wait(w: cl.CpuWait) -> str:
 def _repeats(s: cl.SideRepeats) -> str:
     """'1.03 ms (main thread 27%, GET clients 10%), 463 µs (16%, 45%)'."""
     first, rest = s.repeats[0], s.repeats[1:]
-    out = [f"{_ms(first.p50_us)} (main thread {first.main_pct:.0f}%, {s.clients} {100 * first.clients_wait:.0f}%)"]
-    out += [f"{_ms(r.p50_us)} ({r.main_pct:.0f}%, {100 * r.clients_wait:.0f}%)" for r in rest]
+    out = [f"{fmt_time(first.p50_us)} (main thread {first.main_pct:.0f}%, {s.clients} {100 * first.clients_wait:.0f}%)"]
+    out += [f"{fmt_time(r.p50_us)} ({r.main_pct:.0f}%, {100 * r.clients_wait:.0f}%)" for r in rest]
     return ", ".join(out)
 
 
 def _spread(s: cl.Spread) -> str:
-    wide = [f"{label} {_ms(lo)}-{_ms(hi)}" for label, (lo, hi) in s.spread.items()]
+    wide = [f"{label} {fmt_time(lo)}-{fmt_time(hi)}" for label, (lo, hi) in s.spread.items()]
     detail = [f"{r.label}, per repeat: {_repeats(r)}" for r in s.waiting]
     return (f"The repeats disagree ({s.name}: {'; '.join(wide)}): the median of {s.n[0]} vs {s.n[1]} can land "
             "in either mode; more repeats (--repeat 5 or more) would tell."
@@ -140,7 +140,7 @@ def _iterations(label: str, it: RequestIterations) -> str:
     the p50's own position when it contradicts the mean."""
     if it.mean_in_units is None and it.p50_in_units is None:
         return f"{label}: {it.k:g} loop units per request (no loop time to measure it against)"
-    units = f"{it.unit}s of {_ms(it.unit_us)}"
+    units = f"{it.unit}s of {fmt_time(it.unit_us)}"
     if it.source == "kernel":
         return (f"{label}: each write waited {it.k:.2f} {units} from its arrival to its reply (the kernel's "
                 "timestamps of every request)")
@@ -167,7 +167,7 @@ def _side_units(s: cl.SideUnits) -> str:
     if len(s.used) == 1:
         return _iterations(s.label, s.used[0].iterations)
     a, b = s.used[0], s.used[1]
-    return (f"{s.label}, the median of {a.name} and {b.name} (p50 {_ms(a.p50_us)} and {_ms(b.p50_us)}), each "
+    return (f"{s.label}, the median of {a.name} and {b.name} (p50 {fmt_time(a.p50_us)} and {fmt_time(b.p50_us)}), each "
             "modelled on its own: " + "; ".join(_iterations(u.name, u.iterations) for u in s.used))
 
 
@@ -184,12 +184,12 @@ UNMODELLED = {"no_server_trace": "no server-side trace (--backend none)", "no_wi
 def _tail(t: cl.TailNotModelled) -> str:
     name = t.metric.replace("_us", "")
     return (f"The {name} is not modelled: the model is of a typical request (one to three loop iterations); the tail "
-            f"follows the fsync and iteration tails (main fdatasync p99 {_ms(t.fsync_p99_us[0])} -> "
-            f"{_ms(t.fsync_p99_us[1])}); record --fsync-sensitivity measures its slope.")
+            f"follows the fsync and iteration tails (main fdatasync p99 {fmt_time(t.fsync_p99_us[0])} -> "
+            f"{fmt_time(t.fsync_p99_us[1])}); record --fsync-sensitivity measures its slope.")
 
 
 def _parts(p: cl.Parts) -> str:
-    return ("Of it: " + ", ".join(f"{LABELS[n]} {_ms(v) if v >= 0 else _delta(v)}" for n, v in p.parts if abs(v) >= 0.5)
+    return ("Of it: " + ", ".join(f"{LABELS[n]} {fmt_time(v) if v >= 0 else _delta(v)}" for n, v in p.parts if abs(v) >= 0.5)
             + "." + (" (The server-side terms exceed the latency: the model over-predicts here.)" if p.over else ""))
 
 
@@ -238,7 +238,7 @@ CLAUSES: dict[type, Callable[[Any], str]] = {
     cl.Cause: _cause, cl.ServerShare: lambda s: f"The server's threads account for {s.share * 100:.0f}% of the change.",
     cl.ModelCheck: _model_check, cl.IoThreads: _check, cl.Intervention: _check, cl.Accounting: _accounting, cl.LoopUnits: _loop_units,
     cl.TailNotModelled: _tail, cl.NotModelled: lambda n: f"Not modelled: {UNMODELLED[n.reason]}.",
-    cl.RunHead: lambda h: f"{h.op} p50 {_ms(h.p50_us)}.", cl.Parts: _parts, cl.GroupCommit: _group_commit,
+    cl.RunHead: lambda h: f"{h.op} p50 {fmt_time(h.p50_us)}.", cl.Parts: _parts, cl.GroupCommit: _group_commit,
     cl.NoServerTrace: lambda _: ("no server-side trace in one of the recordings (--backend none): the client change "
                                  "cannot be attributed"),
 }
@@ -267,8 +267,7 @@ def claim(entry) -> str:
 
 def caveat_words(c: facts.Caveat) -> str:
     """A caveat as a report lists it: 'label: its sentence'."""
-    text = say(c)
-    return f"{c.label}: {text}" if c.label else text
+    return c.said(say(c))
 
 
 def entry_json(entry) -> dict:

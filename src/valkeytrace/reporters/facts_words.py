@@ -9,7 +9,8 @@ from typing import Any, Callable
 from valkeytrace.analysis import facts
 
 
-def _ms(us: float | None) -> str:
+def fmt_time(us: float | None) -> str:
+    """A time in µs said in its unit: '215 µs', '4.91 ms', '1.20 s' (every report's one formatter)."""
     if us is None:
         return "n/a"
     if us >= 1e6:
@@ -17,19 +18,20 @@ def _ms(us: float | None) -> str:
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
+
 def _pct(x: float) -> str:
     return f"{x:+.0f}%".replace("-", "\u2212")
 
 
 def _delta(us: float) -> str:
-    return ("+" if us >= 0 else "\u2212") + _ms(abs(us))
+    return ("+" if us >= 0 else "\u2212") + fmt_time(abs(us))
 
 
 def _placed(p: facts.Placement) -> str:
     if p.in_flight:
         return (f"fdatasync runs on {p.role} (none completed in the window: it was blocked inside "
-                f"one for {_ms((p.blocked_ms or 0) * 1000)} of it)")
-    return f"fdatasync runs on {p.role} ({p.per_s or 0:.1f}/s, p50 {_ms(p.p50_us)})"
+                f"one for {fmt_time((p.blocked_ms or 0) * 1000)} of it)")
+    return f"fdatasync runs on {p.role} ({p.per_s or 0:.1f}/s, p50 {fmt_time(p.p50_us)})"
 
 
 def _where(w: facts.Where) -> str:
@@ -39,18 +41,18 @@ def _where(w: facts.Where) -> str:
     if main:
         parts = [f"the main thread spent {w.blocked_in_fsync_pct:.0f}% of wall time blocked in fdatasync "
                  + ("(inside one that did not complete in the window)" if main.in_flight else
-                    f"({main.per_s or 0:.0f}/s, p50 {_ms(main.p50_us)})")]
+                    f"({main.per_s or 0:.0f}/s, p50 {fmt_time(main.p50_us)})")]
     else:
         parts = ["the main thread is never blocked in fsync"]
     parts += [_placed(p) for p in w.placements if p.role != "main"]
     if not w.placements:
         parts.append("no thread called fsync in the window")
     if w.loop_tw_p50_us:
-        parts.append(f"loop iteration p50 {_ms(w.loop_tw_p50_us)} (time-weighted, sampled)"
+        parts.append(f"loop iteration p50 {fmt_time(w.loop_tw_p50_us)} (time-weighted, sampled)"
                      + (f"; the client latency spans {w.latency_us / w.loop_tw_p50_us:.1f} loop iterations"
                         if w.latency_us else ""))
     elif w.loop_iteration_mean_us and w.loop_iterations_per_s:
-        parts.append(f"{w.loop_iterations_per_s:.0f} loop iterations/s, mean {_ms(w.loop_iteration_mean_us)}")
+        parts.append(f"{w.loop_iterations_per_s:.0f} loop iterations/s, mean {fmt_time(w.loop_iteration_mean_us)}")
     if (w.waiting_for_cpu_pct or 0) >= 10:
         parts.append(f"it waited for a CPU {w.waiting_for_cpu_pct:.0f}% of the time")
     return f"{w.label}: " + "; ".join(parts) + "."
@@ -163,5 +165,5 @@ def gap_text(g: facts.ServerViewGap) -> str:
     microsecond clock: a sub-µs command is recorded as 1 ns)."""
     p50 = g.server_p50_us
     return (f"the server's INFO latencystats puts {g.op} p50 {'under 1 µs' if p50 < 1 else f'at {p50:.3g} µs'}, "
-            f"clients measured {_ms(g.client_p50_us)}: latencystats times command execution only, not the wait "
+            f"clients measured {fmt_time(g.client_p50_us)}: latencystats times command execution only, not the wait "
             "for the event loop (and the fsync in it) before the command runs and before its reply is written")

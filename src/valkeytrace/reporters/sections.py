@@ -11,6 +11,7 @@ from valkeytrace.analysis.seed import SeedNote
 from valkeytrace.analysis.sensitivity import Slope
 from valkeytrace.analysis.whatif import Check
 from valkeytrace.reporters.claims import say
+from valkeytrace.reporters.facts_words import fmt_time
 
 
 TITLES = {"no_change": "No significant change", "unknown": "Significance unknown (fewer than 2 repeats a side)",
@@ -58,17 +59,11 @@ def model_sections(inp: ReportInput) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _us(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v / 1e6:.2f} s" if v >= 1e6 else f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
-
-
 def describe_curve(cv: Curve) -> str:
     """Where a side kept up and saturated, then each rate's point (a saturated fixed pool's bound beside)."""
-    pts = "; ".join(f"{p.rate:,.0f}/s: achieved {p.achieved_rate or 0:,.0f}/s, p50 {_us(p.p50_us)}, p99 {_us(p.p99_us)}"
+    pts = "; ".join(f"{p.rate:,.0f}/s: achieved {p.achieved_rate or 0:,.0f}/s, p50 {fmt_time(p.p50_us)}, p99 {fmt_time(p.p99_us)}"
                     + (" SATURATED" + (f" (the pool's {cv.connections} connections over a service p50 of "
-                                       f"{_us(p.service_p50_us)}: {p.pool_bound:,.0f}/s)" if p.pool_bound else "")
+                                       f"{fmt_time(p.service_p50_us)}: {p.pool_bound:,.0f}/s)" if p.pool_bound else "")
                        if p.saturated else "") for p in cv.points)
     where = (f"kept up to {cv.saturates_above:,.0f}/s" if cv.saturates_above else "kept up with no rate tried") + (
         f", saturated at {cv.first_saturated:,.0f}/s" if cv.first_saturated else ", with every rate tried")
@@ -88,7 +83,7 @@ def describe_check(checked: list[Check]) -> list[str]:
         for w in ws:
             if w.measured is None:
                 continue
-            fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else _us
+            fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
             parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}, measured {fmt(w.measured)} "
                          f"({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%)")
         if parts:
