@@ -60,7 +60,10 @@ def test_a_real_compare_renders_the_figures_it_rendered_before():
               ".runs[1].explanation[1].explained_share: 0.962 -> 0.922", ".compare.verdict[4].explained_share: 0.661 -> 0.716",
               ".compare.explanation[3].components: 7 items, got 8", ".compare.explanation[3].explained_share: 0.661 -> 0.716",
               ".compare.explanation[3].server_share: 0.781 -> 1.017"}
-    diff = [d for d in diff if d not in io_hop]
+    # and a second: the what-if's model runs in each of the host's modes (analysis/modes.py) and the virtual
+    # offload's own CPU is 0.7 µs a request (was 1.3), so what it predicts moves; what it measured does not
+    model = (".predicted", ".error_pct", ".inputs.")
+    diff = [d for d in diff if d not in io_hop and not (".whatif" in d and any(m in d for m in model))]
     assert not diff, f"{len(diff)} figures differ: {diff[:10]}"
     # and the test can fail: a figure moved is seen
     moved = json.loads(json.dumps(want))

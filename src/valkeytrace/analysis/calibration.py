@@ -22,11 +22,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from valkeytrace.analysis.modes import MODE_GAP, ModeCost, PassCost, split
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
 from valkeytrace.pipeline.sim import simulate
-from valkeytrace.recording.model import Demand, Document, Run, ServerWindow, ThreadRecord, decode, decode_as
+from valkeytrace.recording.model import Demand, Document, HostCpu, Run, ServerWindow, ThreadRecord, decode, decode_as
 
 SYNC_CALLS = ("fdatasync", "fsync")
 MAX_SAMPLES = 4000        # call lengths kept per distribution (evenly thinned)
@@ -74,12 +75,25 @@ class Calibration:
     injected_ns: float = 0.0                        # the recording's own injected fsync delay (median)
     measured: dict = field(default_factory=dict)    # op -> Measured
     fitted: list = field(default_factory=list)      # the parameters fitted to the recording, not measured
+    modes: list = field(default_factory=list)       # [Mode]: the host's modes in the GET-only passes (analysis/modes.py)
 
     def put(self, name: str, value, unit: str, source: str) -> None:
         self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
 
     def value(self, name: str) -> float:
         return float(self.inputs[name].value)
+
+    def in_mode(self, mode: "Mode") -> "Calibration":
+        """This calibration with a mode's CPU per request."""
+        return replace(self, params=replace(self.params, server=mode.server, client=mode.client))
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A mode of the host (modes.ModeCost) and the server's and clients' costs the model takes in it."""
+    cost: ModeCost
+    server: ServerCosts
+    client: ClientCosts
 
 
 def _rate(r: Run) -> float | None:
@@ -176,8 +190,9 @@ def _passes(doc: Document, size: int) -> list[Demand]:
     return [r.demand for r in _all_rates(doc, "read-heavy", size) if r.demand and r.demand.tps and r.demand.host_cpu]
 
 
-def _per_request(passes: list[Demand], what: str) -> float:
-    return float(np.median([getattr(p.host_cpu, what) * (p.seconds or 0) * 1e6 / (p.requests or 1) for p in passes]))
+def _pass_cost(p: Demand) -> PassCost:
+    per, cpu = (p.seconds or 0) * 1e6 / (p.requests or 1), p.host_cpu or HostCpu()
+    return PassCost((cpu.server_cores or 0.0) * per, (cpu.clients_cores or 0.0) * per)
 
 
 def _set_extra_us(doc: Document, size: int) -> tuple[float, str]:
@@ -222,18 +237,29 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: fl
     splits them: the write-only windows' request timestamps put 30-40% of the server's in the read, but
     with that split the model puts the baselines' requests on a path one fsync cycle shorter than they
     took: docs/explain.md §3)."""
-    if passes:
-        srv, cli = _per_request(passes, "server_cores"), _per_request(passes, "clients_cores")
-        src = f"the GET-only pass before each read-heavy window ({len(passes)}): host CPU per request"
+    extra, extra_src = set_extra
+    wake = _wake_us(runs)
+    found = split([_pass_cost(p) for p in passes])
+    if found:
+        srv, cli = found[0].server_us, found[0].client_us
+        src = (f"the GET-only pass before each read-heavy window ({len(passes)}): host CPU per request" if len(found) < 2
+               else f"the {found[0].passes} of {len(passes)} GET-only passes in the host's fast mode: host CPU per request")
+        cal.modes = [Mode(m, *_cost_params(m.server_us, m.client_us, extra, wake, sync_cpu)) for m in found]
     else:
         srv, cli = _window_costs(runs, sync_cpu)
         src = "the windows' schedstat per request (no GET-only pass recorded)"
-    extra, extra_src = set_extra
     cal.put("server_us_per_get", srv, "µs", f"{src} (the server's threads)")
     cal.put("client_us_per_request", cli, "µs", f"{src} (the benchmark clients)")
+    for slow in found[1:]:
+        cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only passes "
+                f"{MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; analysis/modes.py)")
+        cal.put("client_us_per_request_slow", slow.client_us, "µs", "the same passes (the benchmark clients)")
     cal.put("server_us_set_extra", extra, "µs", extra_src)
-    wake = _wake_us(runs)
     cal.put("wake_us", wake, "µs", "the main thread's run-queue time (schedstat) per sleep, two a loop iteration")
+    return _cost_params(srv, cli, extra, wake, sync_cpu)
+
+
+def _cost_params(srv: float, cli: float, extra: float, wake: float, sync_cpu: float) -> tuple[ServerCosts, ClientCosts]:
     read = srv * SPLIT
     server = ServerCosts(read_us={"GET": read, "SET": read + extra, "PING": read}, write_us=srv - read,
                          wake_us=wake, deliver_us=srv - read, sync_cpu_us=sync_cpu,

@@ -9,12 +9,14 @@ the measurement it was calibrated from, where only the stall rate was fitted).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import msgspec
 import numpy as np
 
 from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, calibrate, groups_for, rates_of
+from valkeytrace.analysis.modes import weighted
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
 from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
@@ -24,11 +26,13 @@ MIN_SIM_S = 1.0           # simulated seconds a run, at least
 ONE_COHORT_SHARE = 0.9    # a job carrying this share of the write clients' writes: one cohort
 GATHER_GRID_US = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1250, 1500, 2000, 2500, 3000, 4000)
 # The virtual offload's own CPU in the server per request (the shim parses each request and frames each
-# reply): the GET-only passes' server CPU per GET with the emulation on against off, 11.0 against 9.7 µs,
-# mean of 14 and 7 recordings on this project's 2-CPU VM (docs/explain.md §3; benchmarks/offload_cost.py
-# times the shim's part alone at 0.3-0.6 µs, in a loop that keeps it in cache). A recording cannot show
-# it (the emulation is off there), so it is valkeytrace's figure of its own cost, said as such.
-EMULATION_US_PER_REQUEST = 1.3
+# reply): the GET-only passes' server CPU per GET with the emulation on against off, in the same mode of the
+# host (analysis/modes.py): 9.09 against 8.48 µs in the fast mode (27 and 9 passes), 10.78 against 9.86 in
+# the slow one (10 and 3), 13 and 4 recordings on this project's 2-CPU VM (docs/explain.md §3). Taken across modes,
+# as it was before the modes were seen, it read 1.3 µs: more passes of the emulation's side had run slow.
+# benchmarks/offload_cost.py times the shim's part alone at 0.3-0.6 µs, in a loop that keeps it in cache. A
+# recording cannot show it (the emulation is off there), so it is valkeytrace's figure of its own cost.
+EMULATION_US_PER_REQUEST = 0.7
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,12 @@ class PredictedCell:
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
+    modes: dict = field(default_factory=dict)  # name -> ModePrediction, when the host ran in two (run_change)
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
                 "recorded_rate": self.recorded_rate, "ops": {k: asdict(v) for k, v in self.ops.items()},
+                "modes": {k: v.to_json() for k, v in self.modes.items()},
                 "server": asdict(self.server), "baseline": {k: asdict(v) for k, v in self.baseline.items()},
                 "self_check": {k: asdict(v) for k, v in self.self_check.items()}}
 
@@ -212,22 +218,68 @@ def inputs_for(cal: Calibration, change: Change) -> dict:
         return cal.inputs
     return {**cal.inputs, "emulation_us_per_request": Input(
         cost, "µs", "valkeytrace's own: the virtual offload's CPU in the server per request (the GET-only passes "
-        "with it on against off, 21 recordings on this project's VM: docs/explain.md §3)")}
+        "with it on against off in the same mode of the host, 17 recordings on this project's VM: docs/explain.md §3)")}
+
+
+def run_change(cal: Calibration, change: Change) -> tuple[dict, PredictedServer, dict]:
+    """The cell as changed (run_modes)."""
+    return run_modes(cal, lambda c: apply(c, change))
+
+
+def run_modes(cal: Calibration, params: Callable[[Calibration], Params]) -> tuple[dict, PredictedServer, dict]:
+    """run(params(cal)), in each of the host's modes when its GET-only passes ran in two, each figure
+    the modes' weighted by their passes (analysis/modes.py); with each mode's own figures."""
+    if len(cal.modes) < 2:
+        ops, server, _ = run(params(cal))
+        return ops, server, {}
+    by = {m.cost.name: (m.cost, *run(params(cal.in_mode(m)))[:2]) for m in cal.modes}
+    ops = {}
+    for op, first in next(iter(by.values()))[1].items():
+        o = PredictedOp(first.clients, first.role, rate=first.rate)
+        for k in FIGURES:
+            setattr(o, k, _round(weighted([(ops_[op].get(k), c.passes) for c, ops_, _ in by.values()])))
+        if first.rate:
+            o.saturated = sum(c.passes for c, ops_, _ in by.values() if ops_[op].saturated) * 2 > \
+                sum(c.passes for c, _, _ in by.values())
+        ops[op] = o
+    server = PredictedServer(*(_round(weighted([(getattr(s, f), c.passes) for c, _, s in by.values()]))
+                               for f in ("syncs_per_s", "writes_per_sync", "iterations_per_s")))
+    modes = {name: ModePrediction(c.passes, round(c.server_us, 2), round(c.client_us, 2), o)
+             for name, (c, o, _) in by.items()}
+    return ops, server, modes
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+@dataclass
+class ModePrediction:
+    """The cell as predicted in one of the host's modes."""
+    passes: int                   # the GET-only passes that ran in it
+    server_us: float              # its CPU per request: the server's threads
+    client_us: float              # and the benchmark clients
+    ops: dict                     # op -> PredictedOp
+
+    def to_json(self) -> dict:
+        return {"passes": self.passes, "server_us": self.server_us, "client_us": self.client_us,
+                "ops": {k: asdict(v) for k, v in self.ops.items()}}
 
 
 def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,
                  own: dict | None = None) -> PredictedCell:
-    ops, server, _ = run(apply(cal, change))
+    ops, server, modes = run_change(cal, change)
     if own is None:
         own = self_check(cal)
     rate = change.rate or recorded_rate
     return PredictedCell(cal.workload, cal.value_size, ops, server, baseline=cal.measured, self_check=own,
-                         inputs=inputs_for(cal, change), fitted=list(cal.fitted), rate=rate, recorded_rate=recorded_rate)
+                         inputs=inputs_for(cal, change), fitted=list(cal.fitted), rate=rate, recorded_rate=recorded_rate,
+                         modes=modes)
 
 
 def self_check(cal: Calibration) -> dict:
     """The recording's cell simulated as recorded."""
-    own, _, _ = run(replace(cal.params, duration_s=max(cal.params.duration_s, MIN_SIM_S)))
+    own, _, _ = run_modes(cal, lambda c: replace(c.params, duration_s=max(c.params.duration_s, MIN_SIM_S)))
     return own
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import msgspec
 
 from valkeytrace import environment
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from valkeytrace.analysis.calibration import CalibrationError, calibrate
-from valkeytrace.analysis.predict import Change, apply, inputs_for, run
+from valkeytrace.analysis.predict import Change, inputs_for, run_change
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Figures
 from valkeytrace.recording.model import Document, FsyncDelay, decode
 
@@ -115,6 +115,7 @@ class Check:
     tolerance_pct: float
     verdict: str | None           # "within" or "outside" (None: nothing measured)
     inputs: dict
+    modes: dict = field(default_factory=dict)  # the host's modes (analysis/modes.py): name -> {"passes", "predicted"}
 
     @property
     def key(self) -> tuple:
@@ -216,7 +217,7 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> l
         cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
     except CalibrationError:
         return []
-    ops, server, _ = run(apply(cal, change))
+    ops, server, modes = run_change(cal, change)
     got = ops.get(op)
     inputs = {"model": "pipeline", "change": change.describe(),
               "calibration": {k: asdict(v) for k, v in inputs_for(cal, change).items()},
@@ -231,7 +232,9 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> l
         err = None if not measured else round(100.0 * (predicted - measured) / measured, 1)
         tol = TOLERANCE_PCT[metric]
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
-                         tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs))
+                         tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs,
+                         {name: {"passes": m.passes, "predicted": m.ops[op].get(metric)}
+                          for name, m in modes.items() if op in m.ops}))
     return out
 
 

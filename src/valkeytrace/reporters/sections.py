@@ -84,12 +84,22 @@ def describe_check(checked: list[Check]) -> list[str]:
             if w.measured is None:
                 continue
             fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
-            parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}, measured {fmt(w.measured)} "
-                         f"({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%)")
+            modes = ", ".join(f"{name} {fmt(m['predicted'])}" for name, m in w.modes.items() if m["predicted"] is not None)
+            parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}" + (f" [{modes}]" if modes else "")
+                         + f", measured {fmt(w.measured)} ({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%)")
         if parts:
             at = f" at {rate:,.0f}/s" if rate else ""
-            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts))
+            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts) + _modes_said(ws[0].modes))
     return out
+
+
+def _modes_said(modes: dict) -> str:
+    """What the bracketed figures are: the model run in each of the host's modes (analysis/modes.py)."""
+    if not modes:
+        return ""
+    counts = " and ".join(str(m["passes"]) for m in modes.values())
+    return (f" ([{', '.join(modes)}]: the model in the host's {len(modes)} modes, {counts} of the baseline's "
+            "GET-only passes; the figure predicted weighs them by those passes)")
 
 
 def _delay(ns: int) -> str:
