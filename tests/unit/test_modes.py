@@ -66,3 +66,37 @@ def test_a_prediction_carries_both_modes_and_lies_between_them():
     assert fast.p50_us < cell.ops["GET"].p50_us < slow.p50_us and slow.tps < cell.ops["GET"].tps < fast.tps
     assert (cell.modes["fast"].passes, cell.modes["slow"].passes) == (2, 1)
     assert "server_us_per_get_slow" in cell.inputs and cell.to_json()["modes"]["slow"]["ops"]["GET"]["p50_us"] == slow.p50_us
+
+
+CANDIDATE = TWO_MODES.with_name("two-modes-candidate.vtrace")
+
+
+def test_windows_are_labelled_against_the_cheapest_pass_or_window():
+    fast, slow = modes.PassCost(9.2, 10.6), modes.PassCost(11.1, 12.7)
+    assert modes.label([slow, slow, fast], []) == ["slow", "slow", "fast"]
+    assert modes.label([slow, slow], [fast]) == ["slow", "slow"]      # a fast pass is the reference
+    assert modes.label([slow, slow], []) == ["fast", "fast"]          # none faster seen: one mode
+    assert modes.label([], [fast]) == []
+
+
+def test_the_candidates_windows_modes_agree_with_their_latency():
+    """The candidate (the same host, the durable offload, minutes later) ran its three GET windows at p50
+    335, 335 and 271 µs: the two slow ones are the two whose CPU per request put them in the slow mode.
+    The labels read the host's CPU accounting only, the witness is the clients' latency."""
+    doc = decode(recfmt.read(CANDIDATE))
+    p50s = [r.ops["GET"].p50_us for r in doc.runs if r.workload == "read-heavy" and r.status == "ok"]
+    labels = calibration.window_modes(doc, 64)
+    assert len(labels) == len(p50s) == 3 and "fast" in labels and "slow" in labels
+    assert all((p > 300) == (m == "slow") for p, m in zip(p50s, labels)), (p50s, labels)
+
+
+def test_the_what_if_judges_the_mode_the_candidate_ran_in_too():
+    from valkeytrace.analysis import tables, whatif
+    from valkeytrace.reporters.sections import describe_check
+    base, cand = recfmt.read(TWO_MODES), recfmt.read(CANDIDATE)
+    cells = [c for c in tables.summarize(cand) if c.workload == "read-heavy"]
+    checks = whatif.check(base, cand, cells)
+    p50 = next(c for c in checks if c.metric == "p50_us")
+    assert set(p50.modes) == {"fast", "slow"} and p50.window_modes.count("slow") == 2
+    line = describe_check(checks)[0]
+    assert "[fast " in line and f"slow mode {p50.modes['slow']['predicted']:.0f} µs" in line, line

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from valkeytrace.analysis.modes import MODE_GAP, ModeCost, PassCost, split
+from valkeytrace.analysis.modes import MODE_GAP, ModeCost, PassCost, label, split
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
@@ -188,6 +188,18 @@ def _sync_cpu(runs: list[Run]) -> float | None:
 def _passes(doc: Document, size: int) -> list[Demand]:
     """The GET-only passes recorded before the read-heavy windows of this size."""
     return [r.demand for r in _all_rates(doc, "read-heavy", size) if r.demand and r.demand.tps and r.demand.host_cpu]
+
+
+def window_modes(doc, size: int, rate: float | None = None) -> list[str]:
+    """The host's mode each read-heavy window of this size ran in (modes.label), by the host's CPU per
+    request over the window, against the recording's GET-only passes."""
+    doc = decode(doc)
+    costs = []
+    for r in _cell_runs(doc, "read-heavy", size, rate):
+        cpu, n = r.host_cpu, sum(o.tps or 0 for o in r.ops.values())
+        if cpu and cpu.wall_s and n and cpu.server_cores is not None and cpu.clients_cores is not None:
+            costs.append(PassCost(cpu.server_cores * 1e6 / n, cpu.clients_cores * 1e6 / n))
+    return label(costs, [_pass_cost(p) for p in _passes(doc, size)])
 
 
 def _pass_cost(p: Demand) -> PassCost:

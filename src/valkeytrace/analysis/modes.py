@@ -64,3 +64,14 @@ def weighted(values: list[tuple[float | None, int]]) -> float | None:
     if (xs <= 0).any():
         return float(np.average(xs, weights=w))
     return float(np.exp(np.average(np.log(xs), weights=w)))
+
+
+def label(windows: list[PassCost], passes: list[PassCost]) -> list[str]:
+    """Each window's mode, in order: "slow" when its CPU per request is MODE_GAP or more above the cheapest
+    GET-only pass or window of its recording, else "fast" (pure). Meant for windows whose main thread does
+    not fsync (an offload's): under appendfsync always a request's CPU also pays for the sleeps."""
+    costs = windows + passes
+    if not windows or not costs:
+        return []
+    lo = min(c.total_us for c in costs)
+    return ["slow" if w.total_us >= lo * MODE_GAP else "fast" for w in windows]

@@ -24,7 +24,7 @@ import msgspec
 from valkeytrace import environment
 from dataclasses import asdict, dataclass, field
 
-from valkeytrace.analysis.calibration import CalibrationError, calibrate
+from valkeytrace.analysis.calibration import CalibrationError, calibrate, window_modes
 from valkeytrace.analysis.predict import Change, inputs_for, run_change
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Figures
 from valkeytrace.recording.model import Document, FsyncDelay, decode
@@ -116,6 +116,7 @@ class Check:
     verdict: str | None           # "within" or "outside" (None: nothing measured)
     inputs: dict
     modes: dict = field(default_factory=dict)  # the host's modes (analysis/modes.py): name -> {"passes", "predicted"}
+    window_modes: list = field(default_factory=list)  # the mode each of the candidate's windows ran in (GET, offloaded)
 
     @property
     def key(self) -> tuple:
@@ -133,22 +134,26 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
     if change is None:
         return []
     cells = [c for c in cand_cells if (op := MEASURED_OP.get(c.workload)) is not None and op in c.ops]
-    base_doc = decode(base_doc)
-    key = _cache_key(base_doc, cells, change)
+    base_doc, cand_doc = decode(base_doc), decode(cand_doc)
+    offloaded = _offload(cand_doc)[0] != "none"  # its GET windows' CPU per request tells their mode
+    labels = {(c.workload, c.value_size, c.rate): window_modes(cand_doc, c.value_size, c.rate)
+              for c in cells if c.workload == "read-heavy" and offloaded}
+    key = _cache_key(base_doc, cells, change, labels)
     cached = _cached(key)
     if cached is not None:
         return cached
-    out = _checks(base_doc, cells, change, scenario)
+    out = _checks(base_doc, cells, change, scenario, labels)
     _keep(key, out)
     return out
 
 
-def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenario: str) -> list[Check]:
+def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenario: str,
+            labels: dict) -> list[Check]:
     workers = min(len(cells), os.cpu_count() or 1)
     if workers < 2:
-        return [x for c in cells for x in _check_cell(base_doc, c, change, scenario)]
+        return [x for c in cells for x in _check_cell(base_doc, c, change, scenario, labels)]
     global _SHARED
-    _SHARED = (base_doc, change, scenario)  # the forked workers inherit it: nothing large is pickled
+    _SHARED = (base_doc, change, scenario, labels)  # the forked workers inherit it: nothing large is pickled
     try:
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -161,13 +166,14 @@ def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenar
 _SHARED: tuple | None = None
 
 
-def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change) -> str:
+def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change, labels: dict) -> str:
     """What the checks depend on: the baseline recording, the candidate's measured figures per cell, the
     change, and the code of the analysis and the model (a new version computes afresh)."""
     h = hashlib.sha256(msgspec.json.encode(base_doc))
     h.update(repr([(c.workload, c.value_size, c.rate, {m: c.ops[MEASURED_OP[c.workload]].get(m) for m in METRICS})
                    for c in cells]).encode())
     h.update(repr(change).encode())
+    h.update(repr(sorted(labels.items(), key=repr)).encode())
     pkg = Path(__file__).resolve().parent.parent
     for p in sorted([*pkg.joinpath("analysis").glob("*.py"), *pkg.joinpath("pipeline").glob("*.py")]):
         h.update(p.read_bytes())
@@ -208,10 +214,11 @@ def _keep(key: str, checks: list[Check]) -> None:
 
 def _check_shared(cell: CellSummary) -> list[Check]:
     assert _SHARED is not None
-    return _check_cell(_SHARED[0], cell, _SHARED[1], _SHARED[2])
+    base_doc, change, scenario, labels = _SHARED
+    return _check_cell(base_doc, cell, change, scenario, labels)
 
 
-def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> list[Check]:
+def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str, labels: dict) -> list[Check]:
     op = MEASURED_OP[cell.workload]
     try:
         cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
@@ -234,7 +241,8 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> l
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
                          tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs,
                          {name: {"passes": m.passes, "predicted": m.ops[op].get(metric)}
-                          for name, m in modes.items() if op in m.ops}))
+                          for name, m in modes.items() if op in m.ops},
+                         labels.get((cell.workload, cell.value_size, cell.rate), [])))
     return out
 
 

@@ -86,11 +86,33 @@ def describe_check(checked: list[Check]) -> list[str]:
             fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
             modes = ", ".join(f"{name} {fmt(m['predicted'])}" for name, m in w.modes.items() if m["predicted"] is not None)
             parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}" + (f" [{modes}]" if modes else "")
-                         + f", measured {fmt(w.measured)} ({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%)")
+                         + f", measured {fmt(w.measured)} ({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%"
+                         + _in_mode(w, fmt) + ")")
         if parts:
             at = f" at {rate:,.0f}/s" if rate else ""
-            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts) + _modes_said(ws[0].modes))
+            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts) + _modes_said(ws[0].modes)
+                       + _windows_said(ws[0].window_modes))
     return out
+
+
+def _majority(w: Check) -> str | None:
+    """The mode most of the candidate's windows ran in, when the model was run in it."""
+    runs = w.window_modes
+    mode = max(set(runs), key=runs.count) if runs else None
+    return mode if mode in w.modes and runs.count(mode) * 2 > len(runs) else None
+
+
+def _in_mode(w: Check, fmt) -> str:
+    """"; fast mode 292 µs, +8%": the model in the mode most of the candidate's windows ran in, against them."""
+    mode = _majority(w)
+    got = w.modes[mode]["predicted"] if mode else None
+    if got is None or not w.measured:
+        return ""
+    return f"; {mode} mode {fmt(got)}, {100.0 * (got - w.measured) / w.measured:+.0f}%"
+
+
+def _windows_said(runs: list) -> str:
+    return f"; the candidate's windows' modes, by their CPU per request: {', '.join(runs)}" if runs else ""
 
 
 def _modes_said(modes: dict) -> str:
