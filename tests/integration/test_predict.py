@@ -4,11 +4,14 @@ disk, another client count, two I/O threads), each then recorded and measured. T
 model fits is the GET-only pass's p99 (a share of delayed replies); everything below is out of sample.
 Bounds: p50 and TPS within 20%, p99 within 50% (check 22 holds 15/15/40 at --repeat 3 on 2 s windows;
 these windows are shorter); a miss beyond twice a bound fails, one within it is an expected failure said with
-its figures (issue 44, open). The full matrix the model was judged on is in docs/explain.md §3."""
+its figures. GET under the offload is judged in the host's mode its windows ran in when the baseline saw
+both (analysis/modes.py). The full matrix the model was judged on is in docs/explain.md §3."""
 import json
 
 import pytest
 
+from valkeytrace.analysis.calibration import window_modes
+from valkeytrace.recording import format as recfmt
 from vtcli import report_json, said, vt
 
 pytestmark = pytest.mark.integration
@@ -47,8 +50,9 @@ def worst(pred, meas, workload) -> float:
 
 def judge(pred, meas, workload, what):
     """Each bounded figure within its bound. A miss by more than twice a bound fails (no recording's noise:
-    each side moves +-10-15% here); a miss within it is an expected failure with its figures (issue 44,
-    open: at these short windows a write-only TPS missed by 21% for a 20% bound once in CI, p50 -6%)."""
+    each side moves +-10-15% here); a miss within it is an expected failure with its figures (at these short
+    windows a write-only TPS missed by 21% for a 20% bound once in CI, p50 -6%; a GET whose baseline saw one
+    of the host's modes and whose candidate ran in the other misses by the modes' distance, ~20%)."""
     cell = next(c for c in pred["cells"] if c["workload"] == workload)
     op = "GET" if workload == "read-heavy" else "SET"
     got, want = cell["ops"][op], meas
@@ -56,9 +60,10 @@ def judge(pred, meas, workload, what):
     bad = {k: round(e) for k, e in errors.items() if abs(e) > BOUNDS[k]}
     said = f"{what}: predicted {[round(got[k]) for k in BOUNDS]}, measured {[round(want[k]) for k in BOUNDS]}: {bad}"
     off = worst(pred, meas, workload)
+    print(f"predict: {said}")  # the figures, for a run with -s (docs/explain.md §3's table)
     assert off <= 2.0, f"off by {off:.1f}x a bound: {said}"
     if bad:
-        pytest.xfail(f"outside its bounds, within twice them (issue 44): {said}")
+        pytest.xfail(f"outside its bounds, within twice them: {said}")
     return errors
 
 
@@ -102,36 +107,44 @@ def test_write_only_predictions_hold_where_they_were_not_fitted(write_only, what
 
 
 def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
-    """GET p50 under the offload is ~300 µs; a baseline's prediction and a candidate's measure each move
-    +-10% between recordings here (predicted 289-389 over 8 baselines, measured 271-367), and a CI run
-    once predicted 472 for 319 measured. A miss by more than twice a bound is no recording's noise: the
-    test fails. A miss within it is issue 44, open, said as an expected failure with its figures after
-    the self-check and the mechanism have held. A second pair is recorded only on a miss beyond twice a
-    bound, to tell one recording's outlier from the model's (check 22 holds the GET prediction to 15%)."""
+    """GET p50 under the offload is ~270-350 µs, in one of the host's two modes (analysis/modes.py): the
+    GET-only passes and the windows run at ~20 µs of CPU per request (~271-287 µs, ~90K/s) or ~23-25
+    (~319-351 µs, ~75K/s), within one recording and across them, whatever was changed. When the baseline's
+    passes ran in both modes the model predicts each, and the mode most of the candidate's windows ran in
+    (their own CPU per request) is judged against the model in that mode: within the bounds, or the test
+    fails. Otherwise the point prediction is judged (judge: a miss within twice a bound is said as an
+    expected failure with its figures: one mode seen, the candidate in the other). A second pair is recorded
+    only on a miss beyond twice a bound (a CI once predicted 406 µs from one baseline for 287 measured)."""
     def pair(n):
         base = record(tmp_path / f"base{n}.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms")
         pred, _ = predict(base, tmp_path / f"p{n}.json", "--emulate-offload", "durable")
         cand = record(tmp_path / f"cand{n}.vtrace", "--workload", "read-heavy", "--io-threads", "1",
                       "--inject-fsync-delay", "4ms", "--emulate-offload", "durable")
-        return pred, measured(cand, "read-heavy")
-    pred, meas = pair(1)
+        return pred, measured(cand, "read-heavy"), cand
+    pred, meas, cand = pair(1)
     cell = pred["cells"][0]
     # the model reproduces its own baseline (as recorded), where only the GET-only pass's p99 was fitted
     assert abs(cell["self_check"]["GET"]["p50_us"] / cell["baseline"]["GET"]["p50_us"] - 1) < 0.2, cell
     # and the mechanism: the offload takes the fsync out of the GET's path, predicted and measured
     base_p50 = cell["baseline"]["GET"]["p50_us"]
     assert cell["ops"]["GET"]["p50_us"] < 0.1 * base_p50 and meas["p50_us"] < 0.1 * base_p50, (cell, meas)
-    # issue 44, open: a CI of 2026-12-04 predicted 368 and 347 µs for 263 and 271 measured on two pairs;
-    # check 22 later missed by +20% and -15% in two runs, in opposite directions, as the GET-only passes
-    # of one recording spread 10-20% among themselves. Within twice a bound, said with its figures (judge)
+    labels = window_modes(recfmt.read(cand), 64)
+    mode = max(set(labels), key=labels.count) if labels else None
+    if mode in cell["modes"]:
+        in_mode = {**pred, "cells": [{**cell, "ops": cell["modes"][mode]["ops"]}]}
+        errors = errors_of(in_mode, meas, "read-heavy")
+        print(f"predict: GET under the durable offload in the {mode} mode {labels}: predicted "
+              f"{[round(cell['modes'][mode]['ops']['GET'][k]) for k in BOUNDS]} (weighed {[round(cell['ops']['GET'][k]) for k in BOUNDS]}), "
+              f"measured {[round(meas[k]) for k in BOUNDS]}")
+        assert all(abs(e) <= BOUNDS[k] for k, e in errors.items()), (mode, labels, errors, cell["modes"], meas)
+        return
     if worst(pred, meas, "read-heavy") > 2.0:
-        # a CI predicted 406 µs from one baseline for 287 measured: a second pair, recorded only on such a
-        # miss, tells one recording's outlier from the model's; the two pairs' means are judged
-        pred2, meas2 = pair(2)
+        pred2, meas2, _ = pair(2)
         got, got2 = cell["ops"]["GET"], pred2["cells"][0]["ops"]["GET"]
         for k in BOUNDS:
             got[k], meas[k] = (got[k] + got2[k]) / 2, (meas[k] + meas2[k]) / 2
-    judge(pred, meas, "read-heavy", "GET under the durable offload")
+    judge(pred, meas, "read-heavy", f"GET under the durable offload (the baseline's modes {list(cell['modes'])}, "
+          f"the candidate's windows {labels})")
 
 
 def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_bpf):

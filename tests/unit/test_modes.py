@@ -30,10 +30,24 @@ def test_passes_within_the_gap_are_one_mode_and_beyond_it_two():
     assert modes.split([]) == []
 
 
-def test_the_modes_figures_are_weighted_by_their_passes_geometrically():
+def test_a_modes_weight_is_the_chance_most_repeats_run_in_it():
+    fast, slow = modes.ModeCost("fast", 2, 9.0, 11.0), modes.ModeCost("slow", 1, 11.0, 13.0)
+    assert modes.weights([fast], 3) == [1.0]
+    w = modes.weights([fast, slow], 3)
+    q = (1 + modes.SLOW_SHARE_VM * modes.PRIOR_RUNS) / (3 + modes.PRIOR_RUNS)
+    assert sum(w) == pytest.approx(1.0) and w[1] == pytest.approx(3 * q * q - 2 * q ** 3)  # 2 or 3 of 3 slow
+    assert modes.weights([fast, slow], 1)[1] == pytest.approx(q)
+    assert modes.weights([fast, slow], 2)[1] == pytest.approx(q * q + q * (1 - q))  # both, or half a split
+    # more slow passes, more weight to the slow mode; the VM's share keeps three passes from deciding alone
+    more = modes.weights([modes.ModeCost("fast", 1, 9.0, 11.0), modes.ModeCost("slow", 2, 11.0, 13.0)], 3)
+    assert w[1] < more[1] < 0.6
+
+
+def test_the_modes_figures_are_weighted_geometrically():
     assert modes.weighted([(300.0, 1)]) == pytest.approx(300.0)
     assert modes.weighted([(200.0, 1), (800.0, 1)]) == pytest.approx(400.0)
     assert modes.weighted([(100.0, 2), (800.0, 1)]) == pytest.approx(200.0)
+    assert modes.weighted([(100.0, 0.75), (1600.0, 0.25)]) == pytest.approx(200.0)
     assert modes.weighted([(100.0, 1), (None, 1)]) is None
     assert modes.weighted([(0.0, 1), (2.0, 1)]) == pytest.approx(1.0)
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from valkeytrace.analysis.modes import MODE_GAP, ModeCost, PassCost, label, split
+from valkeytrace.analysis.modes import (MODE_GAP, PRIOR_RUNS, SLOW_SHARE_VM, ModeCost, PassCost, label, split,
+                                        weights)
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
@@ -92,6 +93,7 @@ class Calibration:
 class Mode:
     """A mode of the host (modes.ModeCost) and the server's and clients' costs the model takes in it."""
     cost: ModeCost
+    weight: float             # modes.weights: the chance a cell, the median of its repeats, comes out in it
     server: ServerCosts
     client: ClientCosts
 
@@ -243,7 +245,7 @@ def _window_costs(runs: list[Run], sync_cpu: float) -> tuple[float, float]:
 
 
 def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: float,
-           set_extra: tuple[float, str]) -> tuple[ServerCosts, ClientCosts]:
+           set_extra: tuple[float, str], repeats: int) -> tuple[ServerCosts, ClientCosts]:
     """Per-request CPU: the totals from the GET-only pass (the regime of a loaded server), else the
     windows' schedstat per request; split in halves between a request's read and its reply (no figure
     splits them: the write-only windows' request timestamps put 30-40% of the server's in the read, but
@@ -256,7 +258,8 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: fl
         srv, cli = found[0].server_us, found[0].client_us
         src = (f"the GET-only pass before each read-heavy window ({len(passes)}): host CPU per request" if len(found) < 2
                else f"the {found[0].passes} of {len(passes)} GET-only passes in the host's fast mode: host CPU per request")
-        cal.modes = [Mode(m, *_cost_params(m.server_us, m.client_us, extra, wake, sync_cpu)) for m in found]
+        cal.modes = [Mode(m, w, *_cost_params(m.server_us, m.client_us, extra, wake, sync_cpu))
+                     for m, w in zip(found, weights(found, repeats))]
     else:
         srv, cli = _window_costs(runs, sync_cpu)
         src = "the windows' schedstat per request (no GET-only pass recorded)"
@@ -266,6 +269,9 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: fl
         cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only passes "
                 f"{MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; analysis/modes.py)")
         cal.put("client_us_per_request_slow", slow.client_us, "µs", "the same passes (the benchmark clients)")
+        cal.put("slow_mode_weight", cal.modes[1].weight, "", f"the chance a cell, the median of its {repeats} "
+                f"repeats, comes out in the slow mode: each repeat slow with {slow.passes} of {len(passes)} passes' "
+                f"share taken with this VM's ({SLOW_SHARE_VM:.0%}, as {PRIOR_RUNS} passes more; analysis/modes.py)")
     cal.put("server_us_set_extra", extra, "µs", extra_src)
     cal.put("wake_us", wake, "µs", "the main thread's run-queue time (schedstat) per sleep, two a loop iteration")
     return _cost_params(srv, cli, extra, wake, sync_cpu)
@@ -345,7 +351,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     cal.put("injected_fsync_delay_us", injected / 1e3, "µs", "the recording's --inject-fsync-delay" if injected else
             "none injected")
     passes = _passes(doc, size)
-    server, client = _costs(cal, runs, passes, sync_cpu or 0.0, _set_extra_us(doc, size))
+    server, client = _costs(cal, runs, passes, sync_cpu or 0.0, _set_extra_us(doc, size), int(doc.settings.repeat or 1))
     bytes_per_set = _aof_bytes_per_set(_cell_runs(doc, "write-only", size) or runs)
     cal.put("aof_bytes_per_set", bytes_per_set, "bytes", "AOF bytes written per SET in the windows (eBPF)")
     cal.params = Params(groups=_groups(doc, workload, measured, runs, rate), server=server, client=client,

@@ -228,24 +228,24 @@ def run_change(cal: Calibration, change: Change) -> tuple[dict, PredictedServer,
 
 def run_modes(cal: Calibration, params: Callable[[Calibration], Params]) -> tuple[dict, PredictedServer, dict]:
     """run(params(cal)), in each of the host's modes when its GET-only passes ran in two, each figure
-    the modes' weighted by their passes (analysis/modes.py); with each mode's own figures."""
+    the modes' weighed by the chance that a cell comes out in each (analysis/modes.py); with each
+    mode's own figures."""
     if len(cal.modes) < 2:
         ops, server, _ = run(params(cal))
         return ops, server, {}
-    by = {m.cost.name: (m.cost, *run(params(cal.in_mode(m)))[:2]) for m in cal.modes}
+    by = {m.cost.name: (m, *run(params(cal.in_mode(m)))[:2]) for m in cal.modes}
     ops = {}
     for op, first in next(iter(by.values()))[1].items():
         o = PredictedOp(first.clients, first.role, rate=first.rate)
         for k in FIGURES:
-            setattr(o, k, _round(weighted([(ops_[op].get(k), c.passes) for c, ops_, _ in by.values()])))
+            setattr(o, k, _round(weighted([(ops_[op].get(k), m.weight) for m, ops_, _ in by.values()])))
         if first.rate:
-            o.saturated = sum(c.passes for c, ops_, _ in by.values() if ops_[op].saturated) * 2 > \
-                sum(c.passes for c, _, _ in by.values())
+            o.saturated = sum(m.weight for m, ops_, _ in by.values() if ops_[op].saturated) > 0.5
         ops[op] = o
-    server = PredictedServer(*(_round(weighted([(getattr(s, f), c.passes) for c, _, s in by.values()]))
+    server = PredictedServer(*(_round(weighted([(getattr(s, f), m.weight) for m, _, s in by.values()]))
                                for f in ("syncs_per_s", "writes_per_sync", "iterations_per_s")))
-    modes = {name: ModePrediction(c.passes, round(c.server_us, 2), round(c.client_us, 2), o)
-             for name, (c, o, _) in by.items()}
+    modes = {name: ModePrediction(m.cost.passes, round(m.weight, 3), round(m.cost.server_us, 2),
+                                  round(m.cost.client_us, 2), o) for name, (m, o, _) in by.items()}
     return ops, server, modes
 
 
@@ -257,12 +257,13 @@ def _round(x: float | None) -> float | None:
 class ModePrediction:
     """The cell as predicted in one of the host's modes."""
     passes: int                   # the GET-only passes that ran in it
+    weight: float                 # the chance a cell comes out in it (modes.weights): its share of the figures
     server_us: float              # its CPU per request: the server's threads
     client_us: float              # and the benchmark clients
     ops: dict                     # op -> PredictedOp
 
     def to_json(self) -> dict:
-        return {"passes": self.passes, "server_us": self.server_us, "client_us": self.client_us,
+        return {"passes": self.passes, "weight": self.weight, "server_us": self.server_us, "client_us": self.client_us,
                 "ops": {k: asdict(v) for k, v in self.ops.items()}}
 
 

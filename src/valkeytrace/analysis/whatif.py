@@ -240,7 +240,7 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str, labe
         tol = TOLERANCE_PCT[metric]
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
                          tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs,
-                         {name: {"passes": m.passes, "predicted": m.ops[op].get(metric)}
+                         {name: {"passes": m.passes, "weight": m.weight, "predicted": m.ops[op].get(metric)}
                           for name, m in modes.items() if op in m.ops},
                          labels.get((cell.workload, cell.value_size, cell.rate), [])))
     return out

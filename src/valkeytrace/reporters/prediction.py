@@ -56,7 +56,8 @@ def tables(p: Prediction) -> list[PredictionTable]:
             n = sum(x.passes for x in c.modes.values())
             for name, x in c.modes.items():  # the host's modes (analysis/modes.py), each as the model gives it
                 rows.append([f"  in the {name} mode", size, op, *_figures(x.ops.get(op), c.value_size),
-                             f"{x.passes} of {n} GET-only passes at {x.server_us + x.client_us:.1f} µs CPU a request"])
+                             f"{x.passes} of {n} GET-only passes at {x.server_us + x.client_us:.1f} µs CPU a request; "
+                             f"weight {x.weight:.2f}"])
             rows.append(["delta", size, op] + [
                 fmt_pct(_delta(m.get(k), q.get(k) if q else None)) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")]
                 + [""])
@@ -85,7 +86,7 @@ def _note(c, op: str) -> str:
     if s.writes_per_sync:
         parts.append(f"{s.syncs_per_s or 0:.0f} fdatasync/s, {s.writes_per_sync:.1f} writes each")
     if c.modes:
-        parts.append(f"the host's {len(c.modes)} modes below, weighed by their GET-only passes")
+        parts.append(f"the host's {len(c.modes)} modes below, weighed by the chance a cell comes out in each")
     own, m = c.self_check.get(op), c.baseline.get(op)
     if own is not None and m is not None and own.p50_us and m.p50_us:
         parts.append(f"as recorded the model gives p50 {_delta(m.p50_us, own.p50_us):+.0f}%")

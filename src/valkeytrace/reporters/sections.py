@@ -120,8 +120,9 @@ def _modes_said(modes: dict) -> str:
     if not modes:
         return ""
     counts = " and ".join(str(m["passes"]) for m in modes.values())
+    shares = " and ".join(f"{m.get('weight', 0):.2f}" for m in modes.values())
     return (f" ([{', '.join(modes)}]: the model in the host's {len(modes)} modes, {counts} of the baseline's "
-            "GET-only passes; the figure predicted weighs them by those passes)")
+            f"GET-only passes; the figure predicted weighs them {shares}, the chance a cell comes out in each)")
 
 
 def _delay(ns: int) -> str:
