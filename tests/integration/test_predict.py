@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from valkeytrace.analysis.calibration import window_modes
+from valkeytrace.analysis.whatif import window_modes
 from valkeytrace.recording import format as recfmt
 from vtcli import report_json, said, vt
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from valkeytrace.analysis import calibration, modes, predict
+from valkeytrace.analysis import calibration, modes, predict, whatif
 from valkeytrace.pipeline.params import Group
 from valkeytrace.pipeline.sim import simulate
 from valkeytrace.recording import format as recfmt
@@ -62,7 +62,7 @@ def test_each_mode_reproduces_the_passes_that_ran_in_it():
     doc = decode(recfmt.read(TWO_MODES))
     cal = calibration.calibrate(doc, "read-heavy", 64)
     assert [(m.cost.name, m.cost.passes) for m in cal.modes] == [("fast", 2), ("slow", 1)]
-    passes = calibration._passes(doc, 64)
+    passes = calibration.passes_of(doc, 64)
     by_mode = {"fast": [p for p in passes if p.p50_us < 300], "slow": [p for p in passes if p.p50_us > 300]}
     for m in cal.modes:
         p50, tps = _pass_figures(cal, m, passes[0].clients, passes[0].seconds)
@@ -99,7 +99,7 @@ def test_the_candidates_windows_modes_agree_with_their_latency():
     The labels read the host's CPU accounting only, the witness is the clients' latency."""
     doc = decode(recfmt.read(CANDIDATE))
     p50s = [r.ops["GET"].p50_us for r in doc.runs if r.workload == "read-heavy" and r.status == "ok"]
-    labels = calibration.window_modes(doc, 64)
+    labels = whatif.window_modes(doc, 64)
     assert len(labels) == len(p50s) == 3 and "fast" in labels and "slow" in labels
     assert all((p > 300) == (m == "slow") for p, m in zip(p50s, labels)), (p50s, labels)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from valkeytrace.analysis.modes import (MODE_GAP, PRIOR_RUNS, SLOW_SHARE_VM, ModeCost, PassCost, label, split,
-                                        weights)
+from valkeytrace.analysis.modes import (MODE_GAP, POOL_MAX_BYTES, PRIOR_RUNS, SLOW_SHARE_VM, ModeCost, PassCost,
+                                        split, weights)
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
                                          ServerCosts)
@@ -102,7 +102,7 @@ def _rate(r: Run) -> float | None:
     return r.load.rate if r.load else None
 
 
-def _cell_runs(doc: Document, workload: str, size: int, rate: float | None = None) -> list[Run]:
+def cell_runs(doc: Document, workload: str, size: int, rate: float | None = None) -> list[Run]:
     """The cell's measured runs with a server-side trace: at `rate` (open loop), or closed loop (None)."""
     return [r for r in doc.runs if r.workload == workload and r.value_size == size and r.status == "ok"
             and not r.fsync_extra_delay_ns and r.server and _rate(r) == rate]
@@ -114,7 +114,7 @@ def rates_of(doc, workload: str, size: int) -> list:
 
 
 def _all_rates(doc: Document, workload: str, size: int) -> list[Run]:
-    return [r for rate in rates_of(doc, workload, size) for r in _cell_runs(doc, workload, size, rate)]
+    return [r for rate in rates_of(doc, workload, size) for r in cell_runs(doc, workload, size, rate)]
 
 
 def _count(t: ThreadRecord, names) -> int:
@@ -187,26 +187,22 @@ def _sync_cpu(runs: list[Run]) -> float | None:
     return max(0.0, (total - off) / n / 1e3) if n else None
 
 
-def _passes(doc: Document, size: int) -> list[Demand]:
+def passes_of(doc: Document, size: int) -> list[Demand]:
     """The GET-only passes recorded before the read-heavy windows of this size."""
     return [r.demand for r in _all_rates(doc, "read-heavy", size) if r.demand and r.demand.tps and r.demand.host_cpu]
 
 
-def window_modes(doc, size: int, rate: float | None = None) -> list[str]:
-    """The host's mode each read-heavy window of this size ran in (modes.label), by the host's CPU per
-    request over the window, against the recording's GET-only passes."""
-    doc = decode(doc)
-    costs = []
-    for r in _cell_runs(doc, "read-heavy", size, rate):
-        cpu, n = r.host_cpu, sum(o.tps or 0 for o in r.ops.values())
-        if cpu and cpu.wall_s and n and cpu.server_cores is not None and cpu.clients_cores is not None:
-            costs.append(PassCost(cpu.server_cores * 1e6 / n, cpu.clients_cores * 1e6 / n))
-    return label(costs, [_pass_cost(p) for p in _passes(doc, size)])
-
-
-def _pass_cost(p: Demand) -> PassCost:
+def pass_cost(p: Demand, size: int = 0) -> PassCost:
     per, cpu = (p.seconds or 0) * 1e6 / (p.requests or 1), p.host_cpu or HostCpu()
-    return PassCost((cpu.server_cores or 0.0) * per, (cpu.clients_cores or 0.0) * per)
+    return PassCost((cpu.server_cores or 0.0) * per, (cpu.clients_cores or 0.0) * per, size)
+
+
+def _mode_passes(doc: Document, size: int) -> list[PassCost]:
+    """The passes that tell the host's modes: every read-heavy size's when none is over POOL_MAX_BYTES,
+    else this size's."""
+    sizes = sorted({r.value_size for r in doc.runs if r.workload == "read-heavy"})
+    pooled = sizes if sizes and max(sizes) <= POOL_MAX_BYTES else [size]
+    return [pass_cost(p, s) for s in pooled for p in passes_of(doc, s)]
 
 
 def _set_extra_us(doc: Document, size: int) -> tuple[float, str]:
@@ -244,8 +240,8 @@ def _window_costs(runs: list[Run], sync_cpu: float) -> tuple[float, float]:
     return max(1.0, float(np.median(srv))), max(1.0, float(np.median(cli)))
 
 
-def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: float,
-           set_extra: tuple[float, str], repeats: int) -> tuple[ServerCosts, ClientCosts]:
+def _costs(cal: Calibration, runs: list[Run], passes: list[PassCost], sync_cpu: float,
+           set_extra: tuple[float, str]) -> tuple[ServerCosts, ClientCosts]:
     """Per-request CPU: the totals from the GET-only pass (the regime of a loaded server), else the
     windows' schedstat per request; split in halves between a request's read and its reply (no figure
     splits them: the write-only windows' request timestamps put 30-40% of the server's in the read, but
@@ -253,11 +249,14 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: fl
     took: docs/explain.md §3)."""
     extra, extra_src = set_extra
     wake = _wake_us(runs)
-    found = split([_pass_cost(p) for p in passes])
+    repeats = len(runs)  # the cell's figure is the median of its runs
+    found, own = split(passes, cal.value_size), [p for p in passes if p.size == cal.value_size] or passes
+    sizes = f" of {', '.join(str(s) for s in sorted({p.size for p in passes}))} B" if len(own) < len(passes) else ""
     if found:
         srv, cli = found[0].server_us, found[0].client_us
-        src = (f"the GET-only pass before each read-heavy window ({len(passes)}): host CPU per request" if len(found) < 2
-               else f"the {found[0].passes} of {len(passes)} GET-only passes in the host's fast mode: host CPU per request")
+        src = (f"the GET-only pass before each read-heavy window ({len(own)}): host CPU per request" if len(found) < 2
+               else f"the host's fast mode ({found[0].passes} of {len(passes)} GET-only passes{sizes}; this size's "
+               "where one ran in it): host CPU per request")
         cal.modes = [Mode(m, w, *_cost_params(m.server_us, m.client_us, extra, wake, sync_cpu))
                      for m, w in zip(found, weights(found, repeats))]
     else:
@@ -266,8 +265,9 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[Demand], sync_cpu: fl
     cal.put("server_us_per_get", srv, "µs", f"{src} (the server's threads)")
     cal.put("client_us_per_request", cli, "µs", f"{src} (the benchmark clients)")
     for slow in found[1:]:
-        cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only passes "
-                f"{MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; analysis/modes.py)")
+        cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only passes{sizes} "
+                f"{MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; this size's where one ran in it; "
+                "analysis/modes.py)")
         cal.put("client_us_per_request_slow", slow.client_us, "µs", "the same passes (the benchmark clients)")
         cal.put("slow_mode_weight", cal.modes[1].weight, "", f"the chance a cell, the median of its {repeats} "
                 f"repeats, comes out in the slow mode: each repeat slow with {slow.passes} of {len(passes)} passes' "
@@ -330,7 +330,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     """The model of one cell of a recording, as recorded: its closed loop, or its open loop at `rate`
     (the costs, the calls and the stalls from those runs; the clients' the GET-only passes' if any)."""
     doc = decode(doc)
-    runs = _cell_runs(doc, workload, size, rate)
+    runs = cell_runs(doc, workload, size, rate)
     if not runs:
         at = f" at {rate:,.0f}/s" if rate else ""
         raise CalibrationError(f"no measured {workload} {size} B run{at} with a server-side trace to calibrate from")
@@ -350,9 +350,9 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     cal.put("aof_write_us_p50", float(np.median(aof)) if aof else 0.0, "µs", aof_src)
     cal.put("injected_fsync_delay_us", injected / 1e3, "µs", "the recording's --inject-fsync-delay" if injected else
             "none injected")
-    passes = _passes(doc, size)
-    server, client = _costs(cal, runs, passes, sync_cpu or 0.0, _set_extra_us(doc, size), int(doc.settings.repeat or 1))
-    bytes_per_set = _aof_bytes_per_set(_cell_runs(doc, "write-only", size) or runs)
+    passes = passes_of(doc, size)
+    server, client = _costs(cal, runs, _mode_passes(doc, size), sync_cpu or 0.0, _set_extra_us(doc, size))
+    bytes_per_set = _aof_bytes_per_set(cell_runs(doc, "write-only", size) or runs)
     cal.put("aof_bytes_per_set", bytes_per_set, "bytes", "AOF bytes written per SET in the windows (eBPF)")
     cal.params = Params(groups=_groups(doc, workload, measured, runs, rate), server=server, client=client,
                         durability=Durability(mode, Sampler(sync, 0.0, sync_cpu or 0.0), Sampler(aof),

@@ -25,6 +25,10 @@ MODE_GAP = 1.10   # a pass this much above the cheapest pass's CPU per request r
 # ran in the slow mode; 6 of 19 offloaded cells' medians did.
 SLOW_SHARE_VM = 0.29
 PRIOR_RUNS = 3
+# Values up to this size cost a GET about the same CPU: the passes of a recording's sizes are pooled to tell
+# its modes (a candidate's passes in one mode: 19.3, 19.1 and 19.4 µs a request at 64, 256 and 1024 B).
+# A compare records one pass per size, so a size's own pass alone cannot show a second mode.
+POOL_MAX_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class PassCost:
     """One GET-only pass's host CPU per request (µs)."""
     server_us: float
     client_us: float
+    size: int = 0         # its value size (B)
 
     @property
     def total_us(self) -> float:
@@ -47,16 +52,22 @@ class ModeCost:
     client_us: float
 
 
-def split(passes: list[PassCost]) -> list[ModeCost]:
-    """The passes' modes, cheapest first: one, or a fast and a slow one (pure)."""
+def split(passes: list[PassCost], size: int | None = None) -> list[ModeCost]:
+    """The passes' modes, cheapest first: one, or a fast and a slow one (pure). A mode's costs are its
+    passes' of `size` when it has some, else all of its passes' (the passes of several sizes pooled:
+    POOL_MAX_BYTES)."""
     if not passes:
         return []
     lo = min(p.total_us for p in passes)
     groups = {"fast": [p for p in passes if p.total_us < lo * MODE_GAP],
               "slow": [p for p in passes if p.total_us >= lo * MODE_GAP]}
-    return [ModeCost(name, len(g), float(np.median([p.server_us for p in g])),
-                     float(np.median([p.client_us for p in g])))
-            for name, g in groups.items() if g]
+    out = []
+    for name, g in groups.items():
+        own = [p for p in g if p.size == size] or g
+        if g:
+            out.append(ModeCost(name, len(g), float(np.median([p.server_us for p in own])),
+                                float(np.median([p.client_us for p in own]))))
+    return out
 
 
 def weights(found: list[ModeCost], repeats: int) -> list[float]:

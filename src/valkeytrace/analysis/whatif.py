@@ -24,7 +24,8 @@ import msgspec
 from valkeytrace import environment
 from dataclasses import asdict, dataclass, field
 
-from valkeytrace.analysis.calibration import CalibrationError, calibrate, window_modes
+from valkeytrace.analysis.calibration import CalibrationError, calibrate, cell_runs, pass_cost, passes_of
+from valkeytrace.analysis.modes import PassCost, label
 from valkeytrace.analysis.predict import Change, inputs_for, run_change
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Figures
 from valkeytrace.recording.model import Document, FsyncDelay, decode
@@ -164,6 +165,17 @@ def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenar
 
 
 _SHARED: tuple | None = None
+
+
+def window_modes(doc, size: int, rate: float | None = None) -> list[str]:
+    """The host's mode each read-heavy window of this size ran in (modes.label), by the host's CPU per
+    request over the window, against the recording's GET-only passes."""
+    doc, costs = decode(doc), []
+    for r in cell_runs(doc, "read-heavy", size, rate):
+        cpu, n = r.host_cpu, sum(o.tps or 0 for o in r.ops.values())
+        if cpu and cpu.wall_s and n and cpu.server_cores is not None and cpu.clients_cores is not None:
+            costs.append(PassCost(cpu.server_cores * 1e6 / n, cpu.clients_cores * 1e6 / n))
+    return label(costs, [pass_cost(p) for p in passes_of(doc, size)])
 
 
 def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change, labels: dict) -> str:
