@@ -113,4 +113,4 @@ def test_the_what_if_judges_the_mode_the_candidate_ran_in_too():
     p50 = next(c for c in checks if c.metric == "p50_us")
     assert set(p50.modes) == {"fast", "slow"} and p50.window_modes.count("slow") == 2
     line = describe_check(checks)[0]
-    assert "[fast " in line and f"slow mode {p50.modes['slow']['predicted']:.0f} µs" in line, line
+    assert "[fast " in line and f"slow mode {p50.modes['slow'].predicted:.0f} µs" in line, line

@@ -9,8 +9,9 @@ Where each figure comes from (one cell: a workload and a value size):
   length less the time it was switched out inside it); the AOF write()s alike;
 - the injected delay (record --inject-fsync-delay): subtracted from each call and the new one added;
 - the server's and the clients' CPU per request: the GET-only pass recorded before each read-heavy
-  window (the host's CPU accounting over it, per request); a SET's extra from the server's own
-  commandstats; without that pass, the window's schedstat figures per request;
+  window (the host's CPU accounting over it, per request), in each of the host's modes when the passes
+  ran in two (analysis/modes.py); a SET's extra from the server's own commandstats; without that pass,
+  the window's schedstat figures per request;
 - a thread's wake-up: the main thread's run-queue time (schedstat) per sleep (two a loop iteration);
 - what else takes a CPU: stalls as long as the main thread's runnable intervals in the kernel's
   timeline, at a rate fitted so that the GET-only pass's p99 comes out as measured (the one figure the
@@ -76,7 +77,7 @@ class Calibration:
     injected_ns: float = 0.0                        # the recording's own injected fsync delay (median)
     measured: dict = field(default_factory=dict)    # op -> Measured
     fitted: list = field(default_factory=list)      # the parameters fitted to the recording, not measured
-    modes: list = field(default_factory=list)       # [Mode]: the host's modes in the GET-only passes (analysis/modes.py)
+    modes: list = field(default_factory=list)       # [Mode]: the host's modes in the GET-only passes (modes.py)
 
     def put(self, name: str, value, unit: str, source: str) -> None:
         self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
@@ -251,7 +252,8 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[PassCost], sync_cpu: 
     wake = _wake_us(runs)
     repeats = len(runs)  # the cell's figure is the median of its runs
     found, own = split(passes, cal.value_size), [p for p in passes if p.size == cal.value_size] or passes
-    sizes = f" of {', '.join(str(s) for s in sorted({p.size for p in passes}))} B" if len(own) < len(passes) else ""
+    sizes = (f" of {', '.join(str(s) for s in sorted({p.size for p in passes}))} B" if len(own) < len(passes)
+             else "")
     if found:
         srv, cli = found[0].server_us, found[0].client_us
         src = (f"the GET-only pass before each read-heavy window ({len(own)}): host CPU per request" if len(found) < 2
@@ -265,8 +267,8 @@ def _costs(cal: Calibration, runs: list[Run], passes: list[PassCost], sync_cpu: 
     cal.put("server_us_per_get", srv, "µs", f"{src} (the server's threads)")
     cal.put("client_us_per_request", cli, "µs", f"{src} (the benchmark clients)")
     for slow in found[1:]:
-        cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only passes{sizes} "
-                f"{MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; this size's where one ran in it; "
+        cal.put("server_us_per_get_slow", slow.server_us, "µs", f"the {slow.passes} of {len(passes)} GET-only "
+                f"passes{sizes} {MODE_GAP - 1:.0%} or more above the cheapest (the host's slow mode; this size's where one ran in it; "
                 "analysis/modes.py)")
         cal.put("client_us_per_request_slow", slow.client_us, "µs", "the same passes (the benchmark clients)")
         cal.put("slow_mode_weight", cal.modes[1].weight, "", f"the chance a cell, the median of its {repeats} "

@@ -102,6 +102,14 @@ def scenario_name(kw: dict) -> str:
 
 
 @dataclass
+class ModeCheck:
+    """A metric of a Check as the model gives it in one of the host's modes (analysis/modes.py)."""
+    passes: int                   # the baseline's GET-only passes that ran in it
+    weight: float                 # its share of the figure predicted (modes.weights)
+    predicted: float | None
+
+
+@dataclass
 class Check:
     """compare.whatif[]: one measured op's metric of a candidate cell, predicted from the baseline."""
     scenario: str
@@ -116,7 +124,7 @@ class Check:
     tolerance_pct: float
     verdict: str | None           # "within" or "outside" (None: nothing measured)
     inputs: dict
-    modes: dict = field(default_factory=dict)  # the host's modes (analysis/modes.py): name -> {"passes", "predicted"}
+    modes: dict[str, ModeCheck] = field(default_factory=dict)  # the host's modes: name -> ModeCheck
     window_modes: list = field(default_factory=list)  # the mode each of the candidate's windows ran in (GET, offloaded)
 
     @property
@@ -198,7 +206,8 @@ def _cached(key: str) -> list[Check] | None:
         return None
     try:
         with open(os.path.join(d, f"whatif-{key}.json")) as f:
-            return [Check(**x) for x in json.load(f)]
+            return [Check(**{**x, "modes": {k: ModeCheck(**v) for k, v in x.get("modes", {}).items()}})
+                    for x in json.load(f)]
     except (OSError, ValueError, TypeError):
         return None
 
@@ -252,7 +261,7 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str, labe
         tol = TOLERANCE_PCT[metric]
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
                          tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs,
-                         {name: {"passes": m.passes, "weight": m.weight, "predicted": m.ops[op].get(metric)}
+                         {name: ModeCheck(m.passes, m.weight, m.ops[op].get(metric))
                           for name, m in modes.items() if op in m.ops},
                          labels.get((cell.workload, cell.value_size, cell.rate), [])))
     return out

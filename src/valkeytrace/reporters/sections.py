@@ -9,7 +9,7 @@ from valkeytrace.analysis.curve import Curve
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.analysis.seed import SeedNote
 from valkeytrace.analysis.sensitivity import Slope
-from valkeytrace.analysis.whatif import Check
+from valkeytrace.analysis.whatif import Check, ModeCheck
 from valkeytrace.reporters.claims import say
 from valkeytrace.reporters.facts_words import fmt_time
 
@@ -84,7 +84,7 @@ def describe_check(checked: list[Check]) -> list[str]:
             if w.measured is None:
                 continue
             fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
-            modes = ", ".join(f"{name} {fmt(m['predicted'])}" for name, m in w.modes.items() if m["predicted"] is not None)
+            modes = ", ".join(f"{name} {fmt(m.predicted)}" for name, m in w.modes.items() if m.predicted is not None)
             parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}" + (f" [{modes}]" if modes else "")
                          + f", measured {fmt(w.measured)} ({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%"
                          + _in_mode(w, fmt) + ")")
@@ -105,7 +105,7 @@ def _majority(w: Check) -> str | None:
 def _in_mode(w: Check, fmt) -> str:
     """"; fast mode 292 µs, +8%": the model in the mode most of the candidate's windows ran in, against them."""
     mode = _majority(w)
-    got = w.modes[mode]["predicted"] if mode else None
+    got = w.modes[mode].predicted if mode else None
     if got is None or not w.measured:
         return ""
     return f"; {mode} mode {fmt(got)}, {100.0 * (got - w.measured) / w.measured:+.0f}%"
@@ -115,12 +115,12 @@ def _windows_said(runs: list) -> str:
     return f"; the candidate's windows' modes, by their CPU per request: {', '.join(runs)}" if runs else ""
 
 
-def _modes_said(modes: dict) -> str:
+def _modes_said(modes: dict[str, ModeCheck]) -> str:
     """What the bracketed figures are: the model run in each of the host's modes (analysis/modes.py)."""
     if not modes:
         return ""
-    counts = " and ".join(str(m["passes"]) for m in modes.values())
-    shares = " and ".join(f"{m.get('weight', 0):.2f}" for m in modes.values())
+    counts = " and ".join(str(m.passes) for m in modes.values())
+    shares = " and ".join(f"{m.weight:.2f}" for m in modes.values())
     return (f" ([{', '.join(modes)}]: the model in the host's {len(modes)} modes, {counts} of the baseline's "
             f"GET-only passes; the figure predicted weighs them {shares}, the chance a cell comes out in each)")
 
