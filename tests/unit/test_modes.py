@@ -114,3 +114,13 @@ def test_the_what_if_judges_the_mode_the_candidate_ran_in_too():
     assert set(p50.modes) == {"fast", "slow"} and p50.window_modes.count("slow") == 2
     line = describe_check(checks)[0]
     assert "[fast " in line and f"slow mode {p50.modes['slow'].predicted:.0f} µs" in line, line
+
+
+def test_a_baseline_that_saw_one_mode_says_so_when_the_candidate_ran_in_two():
+    from valkeytrace.analysis.whatif import Check
+    from valkeytrace.reporters.sections import describe_check
+    c = Check("fsync_off_main_thread", "read-heavy", "GET", 64, None, "p50_us", 286.0, 335.0, -14.6, 15.0, "within", {},
+              {}, ["slow", "slow", "fast"])
+    line = describe_check([c])[0]
+    assert "slow, slow, fast" in line and "ran in one mode" in line and "[" not in line, line
+    assert "ran in one mode" not in describe_check([replace(c, window_modes=["fast"] * 3)])[0]

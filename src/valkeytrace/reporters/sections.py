@@ -91,7 +91,7 @@ def describe_check(checked: list[Check]) -> list[str]:
         if parts:
             at = f" at {rate:,.0f}/s" if rate else ""
             out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts) + _modes_said(ws[0].modes)
-                       + _windows_said(ws[0].window_modes))
+                       + _windows_said(ws[0].window_modes, ws[0].modes))
     return out
 
 
@@ -111,8 +111,14 @@ def _in_mode(w: Check, fmt) -> str:
     return f"; {mode} mode {fmt(got)}, {100.0 * (got - w.measured) / w.measured:+.0f}%"
 
 
-def _windows_said(runs: list) -> str:
-    return f"; the candidate's windows' modes, by their CPU per request: {', '.join(runs)}" if runs else ""
+def _windows_said(runs: list, modes: dict) -> str:
+    if not runs:
+        return ""
+    said = f"; the candidate's windows' modes, by their CPU per request: {', '.join(runs)}"
+    if not modes and len(set(runs)) > 1:
+        said += (" (the baseline's GET-only passes ran in one mode: the model has no figure for the other, "
+                 "and is judged against windows in both)")
+    return said
 
 
 def _modes_said(modes: dict[str, ModeCheck]) -> str:
