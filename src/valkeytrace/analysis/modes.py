@@ -21,7 +21,7 @@ import numpy as np
 from scipy.stats import binom
 
 MODE_GAP = 1.10   # a pass this much above the cheapest pass's CPU per request ran in the slow mode
-# This project's VM, 2026-12-04/05: 42 of 144 GET-only passes and offloaded GET windows (30 recordings)
+# This project's VM, 2026-12-04/05: 42 of 144 GET-only passes and offloaded GET windows (29 recordings)
 # ran in the slow mode; 6 of 19 offloaded cells' medians did.
 SLOW_SHARE_VM = 0.29
 PRIOR_RUNS = 3
