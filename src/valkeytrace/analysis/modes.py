@@ -1,8 +1,8 @@
 """The host's modes: a host whose CPU per request moves between runs, and the model run in each.
 
 On this project's VM the GET-only passes (and the GET windows under the offload) run in one of two
-modes, minutes apart or within one recording: a fast one (server + clients ~19-20 µs of CPU per
-request, GET p50 ~271-287 µs, ~90K GET/s) and a slow one (~22-25 µs, ~319-351 µs, ~72-80K/s). The
+modes, minutes apart or within one recording: a fast one (server + clients ~19.5-20.5 µs of CPU per
+request, GET p50 ~271-295 µs, ~90K GET/s) and a slow one (~22-27 µs, ~319-363 µs, ~70-80K/s). The
 packets, softirqs, context switches, IPIs and the cost of a syscall per request are the same in both
 (docs/performance.md); the cause is not known, and no run can choose its mode. A prediction from the
 median pass inherits the mode that pass ran in, and misses by the modes' distance when the measured
@@ -10,8 +10,11 @@ run ran in the other.
 
 So the passes are split into modes by their CPU per request (a pass MODE_GAP or more above the
 cheapest is in the slow mode), the model is run with each mode's costs, and a figure predicted is
-the mean of the modes' figures weighted by the passes each ran in (geometric: the modes differ by a
-ratio). Both modes' figures stay in the prediction, so a report can say what each would give.
+the modes' figures weighed (geometrically: the modes differ by a ratio) by the chance that a cell,
+the median of its repeats, comes out in each (weights): that most of its repeats run in the mode,
+each in the slow one with the share of the recording's passes that did, taken with this VM's share
+over many recordings (SLOW_SHARE_VM, as PRIOR_RUNS more passes: three passes alone say little). Both
+modes' figures stay in the prediction, so a report can say what each would give.
 """
 from __future__ import annotations
 
@@ -63,10 +66,11 @@ def split(passes: list[PassCost], size: int | None = None) -> list[ModeCost]:
               "slow": [p for p in passes if p.total_us >= lo * MODE_GAP]}
     out = []
     for name, g in groups.items():
+        if not g:
+            continue
         own = [p for p in g if p.size == size] or g
-        if g:
-            out.append(ModeCost(name, len(g), float(np.median([p.server_us for p in own])),
-                                float(np.median([p.client_us for p in own]))))
+        out.append(ModeCost(name, len(g), float(np.median([p.server_us for p in own])),
+                            float(np.median([p.client_us for p in own]))))
     return out
 
 
@@ -78,7 +82,7 @@ def weights(found: list[ModeCost], repeats: int) -> list[float]:
     n = sum(m.passes for m in found)
     q = (found[1].passes + SLOW_SHARE_VM * PRIOR_RUNS) / (n + PRIOR_RUNS)
     r = max(1, repeats)
-    slow = float(binom.sf(r // 2, r, q)) if r % 2 else float(binom.sf(r // 2, r, q) + binom.pmf(r // 2, r, q) / 2)
+    slow = float(binom.sf(r // 2, r, q) + (0.0 if r % 2 else binom.pmf(r // 2, r, q) / 2))
     return [1.0 - slow, slow]
 
 
