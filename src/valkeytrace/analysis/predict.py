@@ -1,38 +1,35 @@
 """Predictions from one recording: the pipeline model (valkeytrace.pipeline), calibrated from the
-recording (analysis/calibration.py), run with the settings a user wants to change.
+recording (analysis/calibration.py), run with the settings a user wants to change, each figure with
+a 90% interval for one recording of the same shape as the baseline's (analysis/intervals.py).
 
 A Change names what differs from the recording: the offload (durable or early-ack, or none: back to
 the main thread), its gather window, the fsync delay per call (a new --inject-fsync-delay: the
 recorded calls keep their own disk time, the recorded delay is replaced), and the client counts.
-Each predicted cell comes with the same cell simulated as recorded (self_check: the model against
-the measurement it was calibrated from, where only the stall rate was fitted).
+
+The interval: SIM_RUNS simulated windows of the recording's length, each with one of the baseline's
+GET-only passes' CPU costs and one of its windows' calls and stalls, drawn; a recording of the same
+shape takes the median of as many such windows as the baseline's repeats; moved by what the baseline
+shows that the model does not hold: the host's movement over the baseline (its GET-only passes, a
+fixed load repeated) and the model's own miss on the baseline as recorded (self_check).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import msgspec
 import numpy as np
 
-from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, calibrate, groups_for, rates_of
-from valkeytrace.analysis.modes import weighted
+from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, Measured, calibrate, groups_for, rates_of
+from valkeytrace.analysis.intervals import LEVEL, Spread, model_sd, shift_sd, spread
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
 from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
 
-REPLICATES = 3            # simulated runs a prediction takes the median of (as a cell, of its repeats)
-MIN_SIM_S = 1.0           # simulated seconds a run, at least
+SIM_RUNS = 12             # simulated windows a prediction draws
+MIN_SIM_S = 1.0           # simulated seconds a window, at least
 ONE_COHORT_SHARE = 0.9    # a job carrying this share of the write clients' writes: one cohort
 GATHER_GRID_US = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1250, 1500, 2000, 2500, 3000, 4000)
-# The virtual offload's own CPU in the server per request (the shim parses each request and frames each
-# reply): the GET-only passes' server CPU per GET with the emulation on against off, in the same mode of the
-# host (analysis/modes.py): 9.09 against 8.48 µs in the fast mode (27 and 9 passes), 10.78 against 9.86 in
-# the slow one (10 and 3), 13 and 4 recordings on this project's 2-CPU VM (docs/explain.md §3). Taken across modes,
-# as it was before the modes were seen, it read 1.3 µs: more passes of the emulation's side had run slow.
-# benchmarks/offload_cost.py times the shim's part alone at 0.3-0.6 µs, in a loop that keeps it in cache. A
-# recording cannot show it (the emulation is off there), so it is valkeytrace's figure of its own cost.
-EMULATION_US_PER_REQUEST = 0.7
+DRAW_SEED = 17
 
 
 @dataclass(frozen=True)
@@ -46,7 +43,6 @@ class Change:
     write_clients: int | None = None
     rate: float | None = None         # open loop: the measured op's requests due per second
     job_interval_us: float | None = None  # jobs at most this often (appendfsync everysec: 1 s)
-    emulated: bool = True             # an offload turned on is valkeytrace's virtual one (it costs the server CPU)
 
     def describe(self) -> dict:
         return {k: (msgspec.to_builtins(v) if isinstance(v, msgspec.Struct) else v)
@@ -54,25 +50,51 @@ class Change:
 
 
 @dataclass
+class PredictedOp:
+    """One op's simulated figures as a recording of the baseline's shape reports them: each the median
+    of the interval's distribution, with the interval (metric -> [lo, hi])."""
+    clients: int
+    role: str                     # measured or background
+    tps: float | None = None
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    mean_us: float | None = None
+    rate: float | None = None     # open loop: offered per second
+    saturated: bool | None = None  # open loop: as most simulated windows were
+    offered_rate: float | None = None
+    achieved_rate: float | None = None
+    service_p50_us: float | None = None
+    service_p99_us: float | None = None
+    interval: dict = field(default_factory=dict)  # metric -> [lo, hi]: LEVEL of one recording's figure
+
+
+@dataclass
+class PredictedServer:
+    syncs_per_s: float | None
+    writes_per_sync: float | None
+    iterations_per_s: float | None
+
+
+@dataclass
 class PredictedCell:
     workload: str
     value_size: int
     ops: dict                     # op -> PredictedOp
-    server: "PredictedServer"
+    server: PredictedServer
     baseline: dict                # op -> the recording's measured figures (calibration.Measured)
     self_check: dict              # op -> PredictedOp: the recording's cell simulated as recorded
     inputs: dict                  # calibration.inputs: name -> Input
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
-    modes: dict = field(default_factory=dict)  # name -> ModePrediction, when the host ran in two (run_change)
+    widening: dict = field(default_factory=dict)  # op -> metric -> {"shift_sd", "model_sd"}: what widened it
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
                 "recorded_rate": self.recorded_rate, "ops": {k: asdict(v) for k, v in self.ops.items()},
-                "modes": {k: v.to_json() for k, v in self.modes.items()},
                 "server": asdict(self.server), "baseline": {k: asdict(v) for k, v in self.baseline.items()},
-                "self_check": {k: asdict(v) for k, v in self.self_check.items()}}
+                "self_check": {k: asdict(v) for k, v in self.self_check.items()}, "widening": self.widening}
 
 
 @dataclass
@@ -83,18 +105,19 @@ class Prediction:
     errors: list = field(default_factory=list)   # cells that could not be calibrated: one line each
 
     def to_json(self) -> dict:
-        return {"label": self.label, "change": self.change.describe(),
+        return {"label": self.label, "change": self.change.describe(), "interval_level": LEVEL,
                 "cells": [c.to_json() for c in self.cells],
-                "model": {"kind": "discrete-event simulation (valkeytrace.pipeline)", "replicates": REPLICATES,
-                          "cells": {f"{c.workload} {c.value_size}": {"inputs": {k: asdict(v) for k, v in c.inputs.items()},
-                                                                     "fitted": c.fitted}
-                                    for c in self.cells},
+                "model": {"kind": "discrete-event simulation (valkeytrace.pipeline)", "simulated_windows": SIM_RUNS,
+                          "interval_level": LEVEL,
+                          "cells": {f"{c.workload} {c.value_size}": {
+                              "inputs": {k: asdict(v) for k, v in c.inputs.items()}, "fitted": c.fitted,
+                              "fitted_count": len(c.fitted)} for c in self.cells},
                           "not_calibrated": self.errors}}
 
 
-def apply(cal: Calibration, change: Change) -> Params:
-    """The calibrated cell's parameters with the change made."""
-    p = cal.params
+def apply(cal: Calibration, change: Change, p: Params | None = None) -> Params:
+    """The calibrated cell's parameters (or one simulated window's, p) with the change made."""
+    p = cal.params if p is None else p
     d = p.durability
     mode = d.mode if change.offload is None else ("main" if change.offload == "none" else change.offload)
     gather = d.gather_us if change.gather_us is None else change.gather_us
@@ -121,83 +144,67 @@ def apply(cal: Calibration, change: Change) -> Params:
         arrival = was.arrival if was else "poisson"
         pool = was.pool if was and was.rate else "fixed"  # a closed loop's clients, now on a schedule
         groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool) if x.measured else x for x in groups)
-    server = p.server
-    cost = _emulation_cost(d.mode, mode, change.emulated)
-    if cost:
-        server = replace(server, read_us={k: max(0.1, v + cost / 2) for k, v in server.read_us.items()},
-                         write_us=max(0.1, server.write_us + cost / 2))
     interval = d.job_interval_us if change.job_interval_us is None else change.job_interval_us
-    return replace(p, groups=groups, server=server, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
+    return replace(p, groups=groups, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
                                                         job_interval_us=interval),
                    duration_s=max(p.duration_s, MIN_SIM_S))
-
-
-def _emulation_cost(recorded: str, wanted: str, emulated: bool) -> float:
-    """µs a request the server gains (or sheds) with the virtual offload turned on (or off)."""
-    if recorded == "main" and wanted != "main" and emulated:
-        return EMULATION_US_PER_REQUEST
-    if recorded != "main" and wanted == "main":
-        return -EMULATION_US_PER_REQUEST
-    return 0.0
-
-
-@dataclass
-class PredictedOp:
-    """One op's simulated figures as a recording reports them (the medians of the replicates)."""
-    clients: int
-    role: str                     # measured or background
-    tps: float | None = None
-    p50_us: float | None = None
-    p95_us: float | None = None
-    p99_us: float | None = None
-    mean_us: float | None = None
-    rate: float | None = None     # open loop: offered per second
-    saturated: bool | None = None  # open loop: as most replicates were
-    offered_rate: float | None = None
-    achieved_rate: float | None = None
-    service_p50_us: float | None = None
-    service_p99_us: float | None = None
-
-    def get(self, metric: str):
-        return getattr(self, metric, None)
-
-
-@dataclass
-class PredictedServer:
-    syncs_per_s: float | None
-    writes_per_sync: float | None
-    iterations_per_s: float | None
 
 
 FIGURES = ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "offered_rate", "achieved_rate", "service_p50_us",
            "service_p99_us")
 
 
-def run(p: Params, replicates: int = REPLICATES) -> tuple[dict, PredictedServer, list[SimResult]]:
-    """Simulated figures of p as a recording reports them: `replicates` runs of p.duration_s (as its
-    repeats), each metric the median of the runs' own (a rare long fdatasync lands in the p99 of one
-    run in several, as in the measured repeats, not in a pooled tail)."""
-    results = [simulate(p, seed) for seed in range(1, replicates + 1)]
-    ops = {}
+def simulate_windows(cal: Calibration, change: Change | None, n: int = SIM_RUNS) -> list[SimResult]:
+    """n simulated windows of the cell (as recorded when change is None), each with its own draw of a
+    pass's costs and a window's calls and stalls (Calibration.variant); seeded: the same figures each time."""
+    rng = np.random.default_rng(DRAW_SEED)
+    out = []
+    for k in range(n):
+        p = cal.variant(rng)
+        p = apply(cal, change or Change(), p)
+        out.append(simulate(p, seed=k + 1))
+    return out
+
+
+def per_window(results: list[SimResult]) -> dict:
+    """op -> (group role, metric -> [each window's figure])."""
+    out: dict = {}
     for which, role in (("ops", "measured"), ("background", "background")):
         for op in getattr(results[0], which):
-            g = next(x for x in p.groups if x.op == op)
-            per = [getattr(r, which)[op] for r in results]
-            figs = [x.figures() for x in per]
-            o = PredictedOp(g.clients, role)
-            for k in FIGURES:
-                setattr(o, k, _median([f.get(k) for f in figs]))
-            if g.rate:  # open loop: saturated as most replicates were
-                o.rate, o.saturated = g.rate, sum(bool(x.open and x.open.saturated) for x in per) * 2 > len(per)
-            ops[op] = o
-    server = PredictedServer(_median([r.syncs_per_s for r in results]), _median([r.writes_per_sync for r in results]),
-                             _median([r.iterations_per_s for r in results]))
-    return ops, server, results
+            figs = [getattr(r, which)[op].figures() for r in results if op in getattr(r, which)]
+            out[op] = (role, {k: [f[k] for f in figs if f.get(k) is not None] for k in FIGURES})
+    return out
 
 
-def _median(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return round(float(np.median(xs)), 1) if xs else None
+def summarise(cal: Calibration, p: Params, results: list[SimResult], widen: dict | None = None) -> tuple[dict, dict]:
+    """The windows as a recording of the baseline's shape reports them: each op's figures and interval
+    (intervals.spread), widened by widen[op][metric] (host_sd, model_sd); and the windows' own spread."""
+    ops = {}
+    rng = np.random.default_rng(DRAW_SEED + 1)
+    for op, (role, figs) in per_window(results).items():
+        g = next(x for x in p.groups if x.op == op)
+        o = PredictedOp(g.clients, role)
+        for k, vals in figs.items():
+            sd = (widen or {}).get(op, {}).get(k) or (0.0, 0.0)
+            s: Spread = spread(vals, cal.repeats, sd[0], sd[1], rng, LEVEL)
+            setattr(o, k, s.point)
+            if s.lo is not None and k in ("tps", "p50_us", "p95_us", "p99_us"):
+                o.interval[k] = [s.lo, s.hi]
+        if g.rate:
+            o.rate = g.rate
+            o.saturated = sum(bool(getattr(r, "ops" if role == "measured" else "background")[op].open
+                                   and getattr(r, "ops" if role == "measured" else "background")[op].open.saturated)
+                              for r in results) * 2 > len(results)
+        ops[op] = o
+    return ops, {op: figs for op, (_, figs) in per_window(results).items()}
+
+
+def _server(results: list[SimResult]) -> PredictedServer:
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return round(float(np.median(xs)), 1) if xs else None
+    return PredictedServer(med([r.syncs_per_s for r in results]), med([r.writes_per_sync for r in results]),
+                           med([r.iterations_per_s for r in results]))
 
 
 def cells_of(doc) -> list[tuple[str, int]]:
@@ -209,79 +216,39 @@ def cells_of(doc) -> list[tuple[str, int]]:
     return seen
 
 
-def inputs_for(cal: Calibration, change: Change) -> dict:
-    """The calibration's inputs, and what the change adds that no recording holds."""
-    d = cal.params.durability
-    mode = d.mode if change.offload is None else ("main" if change.offload == "none" else change.offload)
-    cost = _emulation_cost(d.mode, mode, change.emulated)
-    if not cost:
-        return cal.inputs
-    return {**cal.inputs, "emulation_us_per_request": Input(
-        cost, "µs", "valkeytrace's own: the virtual offload's CPU in the server per request (the GET-only passes "
-        "with it on against off in the same mode of the host, 17 recordings on this project's VM: docs/explain.md §3)")}
-
-
-def run_change(cal: Calibration, change: Change) -> tuple[dict, PredictedServer, dict]:
-    """The cell as changed (run_modes)."""
-    return run_modes(cal, lambda c: apply(c, change))
-
-
-def run_modes(cal: Calibration, params: Callable[[Calibration], Params]) -> tuple[dict, PredictedServer, dict]:
-    """run(params(cal)), in each of the host's modes when its GET-only passes ran in two, each figure
-    the modes' weighed by the chance that a cell comes out in each (analysis/modes.py); with each
-    mode's own figures."""
-    if len(cal.modes) < 2:
-        ops, server, _ = run(params(cal))
-        return ops, server, {}
-    by = {m.cost.name: (m, *run(params(cal.in_mode(m)))[:2]) for m in cal.modes}
-    ops = {}
-    for op, first in next(iter(by.values()))[1].items():
-        o = PredictedOp(first.clients, first.role, rate=first.rate)
-        for k in FIGURES:
-            setattr(o, k, _round(weighted([(ops_[op].get(k), m.weight) for m, ops_, _ in by.values()])))
-        if first.rate:
-            o.saturated = sum(m.weight for m, ops_, _ in by.values() if ops_[op].saturated) > 0.5
-        ops[op] = o
-    server = PredictedServer(*(_round(weighted([(getattr(s, f), m.weight) for m, _, s in by.values()]))
-                               for f in ("syncs_per_s", "writes_per_sync", "iterations_per_s")))
-    modes = {name: ModePrediction(m.cost.passes, round(m.weight, 3), round(m.cost.server_us, 2),
-                                  round(m.cost.client_us, 2), o) for name, (m, o, _) in by.items()}
-    return ops, server, modes
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 1)
-
-
 @dataclass
-class ModePrediction:
-    """The cell as predicted in one of the host's modes."""
-    passes: int                   # the GET-only passes that ran in it
-    weight: float                 # the chance a cell comes out in it (modes.weights): its share of the figures
-    server_us: float              # its CPU per request: the server's threads
-    client_us: float              # and the benchmark clients
+class SelfCheck:
+    """The recording's cell simulated as recorded: its figures, and what it says of the model and the host."""
     ops: dict                     # op -> PredictedOp
+    widen: dict                   # op -> metric -> (shift_sd, model_sd)
 
-    def to_json(self) -> dict:
-        return {"passes": self.passes, "weight": self.weight, "server_us": self.server_us, "client_us": self.client_us,
-                "ops": {k: asdict(v) for k, v in self.ops.items()}}
+
+def self_check(cal: Calibration) -> SelfCheck:
+    """The recording's cell simulated as recorded; per op and metric, the host's movement over the
+    baseline (shift_sd: its GET-only passes' TPS for a TPS, their p50 for a latency; without passes, the
+    cell's own windows') and the model's miss on the cell's median (model_sd)."""
+    results = simulate_windows(cal, None)
+    ops, _ = summarise(cal, apply(cal, Change()), results)
+    widen: dict = {}
+    for op in ops:
+        measured, runs = cal.measured.get(op) or Measured(), cal.per_run.get(op, {})
+        for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us"):
+            repeated = (cal.host.get("tps" if k == "tps" else "p50_us") if cal.host else None) or runs.get(k, [])
+            widen.setdefault(op, {})[k] = (shift_sd(repeated), model_sd(getattr(measured, k), getattr(ops[op], k)))
+    return SelfCheck(ops, widen)
 
 
 def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,
-                 own: dict | None = None) -> PredictedCell:
-    ops, server, modes = run_change(cal, change)
-    if own is None:
-        own = self_check(cal)
+                 own: SelfCheck | None = None) -> PredictedCell:
+    own = self_check(cal) if own is None else own
+    results = simulate_windows(cal, change)
+    ops, _ = summarise(cal, apply(cal, change), results, own.widen)
     rate = change.rate or recorded_rate
-    return PredictedCell(cal.workload, cal.value_size, ops, server, baseline=cal.measured, self_check=own,
-                         inputs=inputs_for(cal, change), fitted=list(cal.fitted), rate=rate, recorded_rate=recorded_rate,
-                         modes=modes)
-
-
-def self_check(cal: Calibration) -> dict:
-    """The recording's cell simulated as recorded."""
-    own, _, _ = run_modes(cal, lambda c: replace(c.params, duration_s=max(c.params.duration_s, MIN_SIM_S)))
-    return own
+    widening = {op: {k: {"shift_sd": round(v[0], 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
+                for op, m in own.widen.items()}
+    return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
+                         self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
+                         recorded_rate=recorded_rate, widening=widening)
 
 
 def predict(doc: dict | Document, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:
@@ -319,3 +286,7 @@ def one_cohort_window(cal: Calibration, change: Change) -> dict:
         if share >= ONE_COHORT_SHARE:
             return {"gather_us": w, "tried": tried, "clients": clients}
     return {"gather_us": None, "tried": tried, "clients": clients}
+
+
+__all__ = ["Change", "Input", "PredictedCell", "PredictedOp", "Prediction", "apply", "predict", "predict_cell",
+           "self_check", "one_cohort_window", "cells_of", "LEVEL"]

@@ -40,7 +40,8 @@ class WhatIf:
     measured: float
     error_pct: float
     tolerance_pct: float
-    verdict: str  # "within" or "outside"
+    verdict: str  # "inside" or "outside" the 90% interval ("" without one)
+    interval: list | None = None  # [lo, hi]: the prediction's 90% interval for one recording
 
 
 @dataclass
@@ -149,7 +150,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
                 v.slope = Slope(s.thread_role, s.slope, s.r2, bool(s.reliable), s.points)
             w = checks.get(check_key)
             if w is not None and w.measured and w.error_pct is not None:
-                v.whatif = WhatIf(w.predicted, w.measured, w.error_pct, w.tolerance_pct, w.verdict or "")
+                v.whatif = WhatIf(w.predicted, w.measured, w.error_pct, w.tolerance_pct, w.verdict or "", w.interval)
             out.append(v)
     out.extend(replication_verdicts(comparison))
     return out

@@ -4,10 +4,10 @@ candidate measured. One code path with `valkeytrace predict`: the candidate's co
 as a Change of the baseline's (its offload, gather window, fsync delay, client counts), and nothing is
 predicted where the two differ in what the model does not cover (another build, other I/O threads).
 
-Each entry (Check): the scenario, the cell and metric, predicted against measured, the error and its
-tolerance, the verdict and the inputs; a metric is "within" when the prediction lies within its
-tolerance of the measurement (TOLERANCE_PCT: p50 and TPS 15%, p99 40%), and only then is it stated
-as predicted.
+Each entry (Check): the scenario, the cell and metric, predicted against measured with the prediction's
+90% interval for one recording of the baseline's shape, the verdict (the measurement inside or outside
+that interval), the point's error and whether it lies within TOLERANCE_PCT (p50 and TPS 15%, p95/p99
+40%), and the inputs.
 """
 from __future__ import annotations
 
@@ -17,34 +17,28 @@ import json
 import multiprocessing
 import os
 import tempfile
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import msgspec
 
 from valkeytrace import environment
-from dataclasses import asdict, dataclass, field
-
-from valkeytrace.analysis.calibration import CalibrationError, calibrate, cell_runs, pass_cost, passes_of
-from valkeytrace.analysis.modes import PassCost, label
-from valkeytrace.analysis.predict import Change, inputs_for, run_change
+from valkeytrace.analysis.calibration import CalibrationError, calibrate
+from valkeytrace.analysis.calls import durable_by
+from valkeytrace.analysis.intervals import LEVEL
+from valkeytrace.analysis.predict import Change, predict_cell
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Figures
 from valkeytrace.recording.model import Document, FsyncDelay, decode
 
 TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}
 METRICS = tuple(TOLERANCE_PCT)
-EVERYSEC_INTERVAL_US = 1e6  # appendfsync everysec: a background fdatasync at most once a second
 
 
 def _offload(doc: Document) -> tuple[str, float | None]:
-    """Who makes writes durable in a recording, as a Change's offload: none, durable, early-ack."""
-    emu = doc.emulation.offload
-    if emu and emu.mode:
-        return emu.mode, None
-    if doc.server.bio_aof_offload:
-        return "durable", None
-    if doc.server.appendfsync == "everysec":
-        return "early-ack", EVERYSEC_INTERVAL_US
-    return "none", None
+    """Who makes writes durable in a recording (calls.durable_by), as a Change's offload: none, durable,
+    early-ack; and everysec's job interval."""
+    who = durable_by(doc)
+    return ("none" if who.mode == "main" else who.mode), (who.job_interval_us or None)
 
 
 def _gather_ns(doc: Document) -> float:
@@ -70,8 +64,6 @@ def change_between(base, cand) -> tuple[Change | None, str]:
         kw["offload"] = c_mode
     if interval:
         kw["job_interval_us"] = interval
-    if c_mode != b_mode and c_mode != "none" and not (cand.emulation.offload and cand.emulation.offload.mode):
-        kw["emulated"] = False  # a real offload (#3381's, or everysec's bio_aof): no emulation to pay for
     if _gather_ns(cand) != _gather_ns(base):
         kw["gather_us"] = _gather_ns(cand) / 1e3
     bd, cd = base.emulation.fsync_delay, cand.emulation.fsync_delay
@@ -102,16 +94,9 @@ def scenario_name(kw: dict) -> str:
 
 
 @dataclass
-class ModeCheck:
-    """A metric of a Check as the model gives it in one of the host's modes (analysis/modes.py)."""
-    passes: int                   # the baseline's GET-only passes that ran in it
-    weight: float                 # its share of the figure predicted (modes.weights)
-    predicted: float | None
-
-
-@dataclass
 class Check:
-    """compare.whatif[]: one measured op's metric of a candidate cell, predicted from the baseline."""
+    """compare.whatif[]: one measured op's metric of a candidate cell, predicted from the baseline, with the
+    LEVEL interval for one recording of the baseline's shape; verdict: the measurement inside or outside it."""
     scenario: str
     workload: str
     op: str
@@ -122,10 +107,11 @@ class Check:
     measured: float | None
     error_pct: float | None
     tolerance_pct: float
-    verdict: str | None           # "within" or "outside" (None: nothing measured)
+    verdict: str | None           # "inside" or "outside" the interval (None: nothing measured or no interval)
     inputs: dict
-    modes: dict[str, ModeCheck] = field(default_factory=dict)  # the host's modes: name -> ModeCheck
-    window_modes: list = field(default_factory=list)  # the mode each of the candidate's windows ran in (GET, offloaded)
+    interval: list | None = None  # [lo, hi]
+    level: float = LEVEL
+    within_tolerance: bool | None = None  # the point within tolerance_pct of the measurement
 
     @property
     def key(self) -> tuple:
@@ -143,26 +129,22 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
     if change is None:
         return []
     cells = [c for c in cand_cells if (op := MEASURED_OP.get(c.workload)) is not None and op in c.ops]
-    base_doc, cand_doc = decode(base_doc), decode(cand_doc)
-    offloaded = _offload(cand_doc)[0] != "none"  # its GET windows' CPU per request tells their mode
-    labels = {(c.workload, c.value_size, c.rate): window_modes(cand_doc, c.value_size, c.rate)
-              for c in cells if c.workload == "read-heavy" and offloaded}
-    key = _cache_key(base_doc, cells, change, labels)
+    base_doc = decode(base_doc)
+    key = _cache_key(base_doc, cells, change)
     cached = _cached(key)
     if cached is not None:
         return cached
-    out = _checks(base_doc, cells, change, scenario, labels)
+    out = _checks(base_doc, cells, change, scenario)
     _keep(key, out)
     return out
 
 
-def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenario: str,
-            labels: dict) -> list[Check]:
+def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenario: str) -> list[Check]:
     workers = min(len(cells), os.cpu_count() or 1)
     if workers < 2:
-        return [x for c in cells for x in _check_cell(base_doc, c, change, scenario, labels)]
+        return [x for c in cells for x in _check_cell(base_doc, c, change, scenario)]
     global _SHARED
-    _SHARED = (base_doc, change, scenario, labels)  # the forked workers inherit it: nothing large is pickled
+    _SHARED = (base_doc, change, scenario)  # the forked workers inherit it: nothing large is pickled
     try:
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -175,25 +157,13 @@ def _checks(base_doc: Document, cells: list[CellSummary], change: Change, scenar
 _SHARED: tuple | None = None
 
 
-def window_modes(doc, size: int, rate: float | None = None) -> list[str]:
-    """The host's mode each read-heavy window of this size ran in (modes.label), by the host's CPU per
-    request over the window, against the recording's GET-only passes."""
-    doc, costs = decode(doc), []
-    for r in cell_runs(doc, "read-heavy", size, rate):
-        cpu, n = r.host_cpu, sum(o.tps or 0 for o in r.ops.values())
-        if cpu and cpu.wall_s and n and cpu.server_cores is not None and cpu.clients_cores is not None:
-            costs.append(PassCost(cpu.server_cores * 1e6 / n, cpu.clients_cores * 1e6 / n))
-    return label(costs, [pass_cost(p) for p in passes_of(doc, size)])
-
-
-def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change, labels: dict) -> str:
+def _cache_key(base_doc: Document, cells: list[CellSummary], change: Change) -> str:
     """What the checks depend on: the baseline recording, the candidate's measured figures per cell, the
     change, and the code of the analysis and the model (a new version computes afresh)."""
     h = hashlib.sha256(msgspec.json.encode(base_doc))
     h.update(repr([(c.workload, c.value_size, c.rate, {m: c.ops[MEASURED_OP[c.workload]].get(m) for m in METRICS})
                    for c in cells]).encode())
     h.update(repr(change).encode())
-    h.update(repr(sorted(labels.items(), key=repr)).encode())
     pkg = Path(__file__).resolve().parent.parent
     for p in sorted([*pkg.joinpath("analysis").glob("*.py"), *pkg.joinpath("pipeline").glob("*.py")]):
         h.update(p.read_bytes())
@@ -206,8 +176,7 @@ def _cached(key: str) -> list[Check] | None:
         return None
     try:
         with open(os.path.join(d, f"whatif-{key}.json")) as f:
-            return [Check(**{**x, "modes": {k: ModeCheck(**v) for k, v in x.get("modes", {}).items()}})
-                    for x in json.load(f)]
+            return [Check(**x) for x in json.load(f)]
     except (OSError, ValueError, TypeError):
         return None
 
@@ -235,35 +204,34 @@ def _keep(key: str, checks: list[Check]) -> None:
 
 def _check_shared(cell: CellSummary) -> list[Check]:
     assert _SHARED is not None
-    base_doc, change, scenario, labels = _SHARED
-    return _check_cell(base_doc, cell, change, scenario, labels)
+    base_doc, change, scenario = _SHARED
+    return _check_cell(base_doc, cell, change, scenario)
 
 
-def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str, labels: dict) -> list[Check]:
+def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> list[Check]:
     op = MEASURED_OP[cell.workload]
     try:
         cal = calibrate(base_doc, cell.workload, cell.value_size, cell.rate)
     except CalibrationError:
         return []
-    ops, server, modes = run_change(cal, change)
-    got = ops.get(op)
+    pc = predict_cell(cal, replace(change, rate=cell.rate) if cell.rate else change)
+    got = pc.ops.get(op)
     inputs = {"model": "pipeline", "change": change.describe(),
-              "calibration": {k: asdict(v) for k, v in inputs_for(cal, change).items()},
-              "fitted": cal.fitted, "predicted_server": asdict(server),
-              "get_clients": ops[GET].clients if GET in ops else None}
+              "calibration": {k: asdict(v) for k, v in pc.inputs.items()},
+              "fitted": cal.fitted, "predicted_server": asdict(pc.server),
+              "get_clients": pc.ops[GET].clients if GET in pc.ops else None}
     out = []
     for metric in METRICS:
         measured = cell.ops[op].get(metric)
-        predicted = got.get(metric) if got else None
+        predicted = getattr(got, metric) if got else None
         if predicted is None:
             continue
         err = None if not measured else round(100.0 * (predicted - measured) / measured, 1)
         tol = TOLERANCE_PCT[metric]
+        iv = got.interval.get(metric) if got else None
+        verdict = None if measured is None or iv is None else ("inside" if iv[0] <= measured <= iv[1] else "outside")
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
-                         tol, None if err is None else ("within" if abs(err) <= tol else "outside"), inputs,
-                         {name: ModeCheck(m.passes, m.weight, m.ops[op].get(metric))
-                          for name, m in modes.items() if op in m.ops},
-                         labels.get((cell.workload, cell.value_size, cell.rate), [])))
+                         tol, verdict, inputs, iv, LEVEL, None if err is None else abs(err) <= tol))
     return out
 
 
@@ -275,6 +243,7 @@ class PredictedRow:
     """The row a compare table shows beside the candidate's: each metric predicted, and its error."""
     figures: Figures
     errors: dict                  # metric -> error_pct
+    intervals: dict = field(default_factory=dict)  # metric -> [lo, hi]
 
 
 def predicted_ops(checked: list[Check]) -> dict:
@@ -285,4 +254,6 @@ def predicted_ops(checked: list[Check]) -> dict:
         setattr(row.figures, w.metric, w.predicted)
         if w.error_pct is not None:
             row.errors[w.metric] = w.error_pct
+        if w.interval:
+            row.intervals[w.metric] = w.interval
     return out

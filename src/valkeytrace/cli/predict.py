@@ -63,9 +63,12 @@ def predict(recording, offload, gather, inject, get_clients, set_clients, write_
     auto = gather is not None and gather.strip().lower() == "auto"
     gather_us = None if gather is None or auto else parse_gather(gather) / 1e3
     mode = offload
-    recorded_mode = ((doc.get("emulation") or {}).get("offload") or {}).get("mode")
-    if (gather_us or auto) and (mode or recorded_mode) != "durable":
-        raise VTUsageError("--offload-gather shapes the durable offload's jobs: add --emulate-offload durable")
+    if gather_us or auto:
+        from valkeytrace.analysis.calls import durable_by
+        from valkeytrace.recording.model import decode
+        who = durable_by(decode(doc))
+        if (mode or who.mode) != "durable":  # the recording's own durable offload, emulated or the server's
+            raise VTUsageError("--offload-gather shapes the durable offload's jobs: add --emulate-offload durable")
     change = model.Change(offload=mode, gather_us=gather_us, fsync_delay=delay, get_clients=get_clients,
                           set_clients=set_clients, write_clients=write_clients)
     wanted = set(parse_sizes(None, None, sizes)) if sizes else None

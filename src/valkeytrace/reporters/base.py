@@ -164,10 +164,15 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
             q = predicted.get((r.workload, r.value_size, r.op, r.rate))
             if q:
                 errs = ", ".join(f"{k.replace('_us', '').upper()} {v:+.0f}%" for k, v in q.errors.items())
-                f = q.figures
-                table.append((["predicted (model, from the baseline)", size, r.op, fmt_ktps(f.tps),
-                               fmt_mbs(f.tps * r.value_size / 1e6 if f.tps else None), fmt_us(f.p50_us),
-                               fmt_us(f.p95_us), fmt_us(f.p99_us), f"prediction vs measured: {errs}"], "predicted"))
+                f, iv = q.figures, q.intervals
+
+                def ranged(fmt, k):
+                    lo_hi = iv.get(k)
+                    return fmt(getattr(f, k)) + (f" [{fmt(lo_hi[0])}, {fmt(lo_hi[1])}]" if lo_hi else "")
+                table.append((["predicted (model, from the baseline)", size, r.op, ranged(fmt_ktps, "tps"),
+                               fmt_mbs(f.tps * r.value_size / 1e6 if f.tps else None), ranged(fmt_us, "p50_us"),
+                               ranged(fmt_us, "p95_us"), ranged(fmt_us, "p99_us"),
+                               f"prediction vs measured: {errs}; [90% range for one recording]"], "predicted"))
             if min(r.base.n, r.cand.n) < 2:
                 dnote = f"significance unknown (n={r.base.n}/{r.cand.n})"
             else:
@@ -353,7 +358,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
         for metric in ("p50_us", "p99_us", "tps"):
             w = by[metric].whatif if metric in by else None
             if w:
-                why.append(f"what-if {SHORT[metric]} {w.verdict} {w.tolerance_pct:.0f}% ({w.error_pct:+.0f}%)")
+                why.append(f"what-if {SHORT[metric]} {w.verdict or 'without'} its 90% range ({w.error_pct:+.0f}%)")
         sat = next(iter(by.values())).saturated if rate else None
         if sat and any(sat):
             why.insert(0, "saturated at this rate: " + " and ".join(

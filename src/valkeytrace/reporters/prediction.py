@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from valkeytrace import workloads
 from valkeytrace.analysis.calibration import Measured
-from valkeytrace.analysis.predict import Prediction
+from valkeytrace.analysis.predict import LEVEL, Prediction
 from valkeytrace.recording.model import FsyncDelay, decode_as
 from valkeytrace.reporters.base import fmt_ktps, fmt_mbs, fmt_pct, fmt_us
 
@@ -52,24 +52,26 @@ def tables(p: Prediction) -> list[PredictionTable]:
             loop = "" if c.rate == c.recorded_rate else (
                 ", closed loop" if c.recorded_rate is None else f", at {c.recorded_rate:,.0f}/s")
             rows.append([f"{p.label} (measured{loop})", f"{c.value_size} B", op, *_figures(m, c.value_size), ""])
-            rows.append(["predicted", size, op, *_figures(q, c.value_size), _note(c, op)])
-            n = sum(x.passes for x in c.modes.values())
-            for name, x in c.modes.items():  # the host's modes (analysis/modes.py), each as the model gives it
-                rows.append([f"  in the {name} mode", size, op, *_figures(x.ops.get(op), c.value_size),
-                             f"{x.passes} of {n} GET-only passes at {x.server_us + x.client_us:.1f} µs CPU a request; "
-                             f"weight {x.weight:.2f}"])
+            rows.append(["predicted", size, op, *_figures(q, c.value_size, ranged=True), _note(c, op)])
             rows.append(["delta", size, op] + [
-                fmt_pct(_delta(m.get(k), q.get(k) if q else None)) for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")]
-                + [""])
+                fmt_pct(_delta(getattr(m, k), getattr(q, k) if q else None))
+                for k in ("tps", "tps", "p50_us", "p95_us", "p99_us")] + [""])
         if rows:
             out.append(PredictionTable(w.title or w.name, COLUMNS, rows))
     return out
 
 
-def _figures(f, size: int) -> list[str]:
+def _figures(f, size: int, ranged: bool = False) -> list[str]:
+    """The seed's five figures; with ranged, each predicted one with its interval: `5,140 [4,710, 5,600]`."""
     if f is None:
         return ["n/a"] * 5
-    return [fmt_ktps(f.tps), fmt_mbs((f.tps or 0) * size / 1e6), fmt_us(f.p50_us), fmt_us(f.p95_us), fmt_us(f.p99_us)]
+    iv = (f.interval or {}) if ranged else {}
+
+    def r(fmt, k):
+        lo_hi = iv.get(k)
+        return fmt(getattr(f, k)) + (f" [{fmt(lo_hi[0])}, {fmt(lo_hi[1])}]" if lo_hi else "")
+    return [r(fmt_ktps, "tps"), fmt_mbs((f.tps or 0) * size / 1e6), r(fmt_us, "p50_us"), r(fmt_us, "p95_us"),
+            r(fmt_us, "p99_us")]
 
 
 def _delta(a, b):
@@ -85,8 +87,8 @@ def _note(c, op: str) -> str:
                      f"achieved {(q.achieved_rate or 0) / 1000:.1f}K/s, service p50 {fmt_us(q.service_p50_us)} µs")
     if s.writes_per_sync:
         parts.append(f"{s.syncs_per_s or 0:.0f} fdatasync/s, {s.writes_per_sync:.1f} writes each")
-    if c.modes:
-        parts.append(f"the host's {len(c.modes)} modes below, weighed by the chance a cell comes out in each")
+    if q is not None and q.interval:
+        parts.append(f"[{LEVEL:.0%} range of one recording of the baseline's shape]")
     own, m = c.self_check.get(op), c.baseline.get(op)
     if own is not None and m is not None and own.p50_us and m.p50_us:
         parts.append(f"as recorded the model gives p50 {_delta(m.p50_us, own.p50_us):+.0f}%")
@@ -99,7 +101,7 @@ def _inputs_lines(p: Prediction) -> list[str]:
         if (c.workload, c.value_size) in seen:  # one calibration a cell, whatever the rates predicted
             continue
         seen.add((c.workload, c.value_size))
-        out.append(f"{c.workload} {c.value_size} B:")
+        out.append(f"{c.workload} {c.value_size} B ({len(c.fitted)} fitted: {', '.join(c.fitted) or 'none'}):")
         for name, v in c.inputs.items():
             fitted = " (fitted)" if name in c.fitted else ""
             out.append(f"  {name} = {v.value} {v.unit}{fitted}: {v.source}")

@@ -9,7 +9,7 @@ from valkeytrace.analysis.curve import Curve
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.analysis.seed import SeedNote
 from valkeytrace.analysis.sensitivity import Slope
-from valkeytrace.analysis.whatif import Check, ModeCheck
+from valkeytrace.analysis.whatif import Check
 from valkeytrace.reporters.claims import say
 from valkeytrace.reporters.facts_words import fmt_time
 
@@ -72,7 +72,8 @@ def describe_curve(cv: Curve) -> str:
 
 
 def describe_check(checked: list[Check]) -> list[str]:
-    """One line per cell: each metric predicted from the baseline alone against the measurement."""
+    """One line per cell: each metric predicted from the baseline alone, with its interval, against the
+    measurement: inside or outside the interval, the point's error."""
     names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99"}
     groups: dict = {}
     for w in checked:
@@ -84,51 +85,14 @@ def describe_check(checked: list[Check]) -> list[str]:
             if w.measured is None:
                 continue
             fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
-            modes = ", ".join(f"{name} {fmt(m.predicted)}" for name, m in w.modes.items() if m.predicted is not None)
-            parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}" + (f" [{modes}]" if modes else "")
-                         + f", measured {fmt(w.measured)} ({w.error_pct:+.0f}%: {w.verdict} {w.tolerance_pct:.0f}%"
-                         + _in_mode(w, fmt) + ")")
+            rng = f" [{fmt(w.interval[0])}, {fmt(w.interval[1])}]" if w.interval else ""
+            where = (f"{w.verdict} the {w.level:.0%} range" if w.verdict else "no range")
+            parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}{rng}, measured {fmt(w.measured)} "
+                         f"({where}; {w.error_pct:+.0f}%)")
         if parts:
             at = f" at {rate:,.0f}/s" if rate else ""
-            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts) + _modes_said(ws[0].modes)
-                       + _windows_said(ws[0].window_modes, ws[0].modes))
+            out.append(f"{workload} {size} B {op}{at}: " + "; ".join(parts))
     return out
-
-
-def _majority(w: Check) -> str | None:
-    """The mode most of the candidate's windows ran in, when the model was run in it."""
-    runs = w.window_modes
-    mode = max(set(runs), key=runs.count) if runs else None
-    return mode if mode in w.modes and runs.count(mode) * 2 > len(runs) else None
-
-
-def _in_mode(w: Check, fmt) -> str:
-    """"; fast mode 292 µs, +8%": the model in the mode most of the candidate's windows ran in, against them."""
-    mode = _majority(w)
-    got = w.modes[mode].predicted if mode else None
-    if got is None or not w.measured:
-        return ""
-    return f"; {mode} mode {fmt(got)}, {100.0 * (got - w.measured) / w.measured:+.0f}%"
-
-
-def _windows_said(runs: list, modes: dict) -> str:
-    if not runs:
-        return ""
-    said = f"; the candidate's windows' modes, by their CPU per request: {', '.join(runs)}"
-    if not modes and len(set(runs)) > 1:
-        said += (" (the baseline's GET-only passes ran in one mode: the model has no figure for the other, "
-                 "and is judged against windows in both)")
-    return said
-
-
-def _modes_said(modes: dict[str, ModeCheck]) -> str:
-    """What the bracketed figures are: the model run in each of the host's modes (analysis/modes.py)."""
-    if not modes:
-        return ""
-    counts = " and ".join(str(m.passes) for m in modes.values())
-    shares = " and ".join(f"{m.weight:.2f}" for m in modes.values())
-    return (f" ([{', '.join(modes)}]: the model in the host's {len(modes)} modes, {counts} of the baseline's "
-            f"GET-only passes; the figure predicted weighs them {shares}, the chance a cell comes out in each)")
 
 
 def _delay(ns: int) -> str:

@@ -1,0 +1,76 @@
+"""The model's figures fitted to a recording (no recording holds them): where a request's CPU falls
+between its read and its reply, and the share of replies delayed on their way (the clients' tail
+beyond every CPU the kernel saw them wait for). Each is fitted to the recording it calibrates from,
+and named in Calibration.fitted with what it was fitted to."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from valkeytrace.analysis.calls import PassCost
+from valkeytrace.pipeline.params import ClientCosts, Group, Jitter, Params, ServerCosts
+from valkeytrace.pipeline.sim import simulate
+
+SPLIT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)  # a request's server and client CPU in its read, the rest in its reply
+JITTER_MAX = 0.05          # at most this share of the replies delayed
+JITTER_STEPS = 10          # bisection steps
+JITTER_SEED = 7
+
+
+def cost_params(cost: PassCost, split: float, extra_us: float, wake: float, sync_cpu: float,
+                main_share: float | None) -> tuple[ServerCosts, ClientCosts]:
+    """The model's per-request costs from a pass's totals: `split` of each in the read, the rest in the
+    reply; a SET's extra in its execution; under I/O threads the main thread executes its measured share
+    of the server's CPU (main_share) and the I/O thread reads the rest of the read and writes the reply."""
+    srv, cli = cost.server_us, cost.client_us
+    read = srv * split
+    execute = read if main_share is None else min(read, srv * main_share)
+    server = ServerCosts(read_us={"GET": read, "SET": read + extra_us, "PING": read}, write_us=srv - read,
+                         wake_us=wake, deliver_us=srv - read, sync_cpu_us=sync_cpu,
+                         exec_us={"GET": execute, "SET": execute + extra_us},
+                         io_read_us=max(0.0, read - execute), io_write_us=srv - read)
+    return server, ClientCosts(read_us=cli * split, write_us=cli * (1 - split), wake_us=wake)
+
+
+def fit_split(params_at, op: str, measured_p50: float | None, seed: int = 5) -> tuple[float, dict]:
+    """The split (SPLIT_GRID) under which the recorded cell, simulated as recorded, comes out nearest its
+    measured p50 (the ratio's log); params_at(split) gives the cell's parameters. Returns (split, {split:
+    simulated p50}). Without a measured p50: the grid's middle."""
+    middle = SPLIT_GRID[len(SPLIT_GRID) // 2]
+    if not measured_p50:
+        return middle, {}
+    tried = {}
+    for s in SPLIT_GRID:
+        r = simulate(params_at(s), seed).ops.get(op)
+        tried[s] = r.p50_us if r else None
+    scored = [(abs(np.log(v / measured_p50)), abs(s - middle), s) for s, v in tried.items() if v]
+    return (min(scored)[2] if scored else middle), tried
+
+
+def fit_jitter(params: Params, p: PassCost, index: int) -> tuple[Jitter | None, str]:
+    """The share of replies delayed on their way (by an exponential delay whose mean puts the pass's p99
+    where it was measured when 1% of them are), so that this GET-only pass, simulated with its own
+    costs, comes out at its own measured p99: by bisection over one simulated pass."""
+    if not p.p99_us or not p.clients or not p.seconds:
+        return None, "not fitted (the pass has no p99)"
+    base = replace(params, groups=(Group("GET", p.clients),), duration_s=p.seconds, warmup_s=0.05, jitter=None)
+    lat = simulate(base, seed=JITTER_SEED + index).ops["GET"].latencies_us
+    if lat is None or not len(lat):
+        return None, "not fitted (the simulated pass answered nothing)"
+    p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+    if p99 >= p.p99_us:
+        return None, f"none needed (p99 {p.p99_us:.0f} µs, simulated {p99:.0f})"
+    mean = p.p99_us - p50
+    rng = np.random.default_rng(11 + index)
+    u, e = rng.random(len(lat)), rng.exponential(mean, len(lat))
+
+    def p99_with(share: float) -> float:
+        return float(np.percentile(lat + np.where(u < share, e, 0.0), 99))
+    lo, hi = 0.0, JITTER_MAX
+    for _ in range(JITTER_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if p99_with(mid) < p.p99_us else (lo, mid)
+    share = round((lo + hi) / 2, 4)
+    return Jitter(share, mean), f"{share:.4f} of replies delayed by a mean {mean:.0f} µs (p99 {p.p99_us:.0f} µs, " \
+                                f"{p99:.0f} simulated without)"

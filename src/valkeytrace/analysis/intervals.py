@@ -1,0 +1,67 @@
+"""A predicted figure's interval for one recording of the baseline's shape (pure).
+
+A recording's figure is the median of its repeats, each a window of the host. The model gives each
+window's figure (simulated windows, each with its own draw of the baseline's passes and windows); a
+recording of `repeats` windows is drawn from them; its median is moved by how far the host moved within
+the baseline (shift_sd: the spread of a fixed load repeated, the baseline's GET-only passes, as a shift
+every window of a recording shares, widened for the few passes it is counted from by Student's t) and by
+the model's miss on the baseline as recorded (model_sd: how far the model is off where the answer is
+known). The interval is the LEVEL central range of that median; the point its median. All spreads are
+of the log of a figure (a ratio).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm, t
+
+LEVEL = 0.9
+DRAWS = 4000             # recordings drawn per interval
+
+
+@dataclass(frozen=True)
+class Spread:
+    point: float | None
+    lo: float | None
+    hi: float | None
+
+
+def _logs(xs: list) -> np.ndarray:
+    a = np.asarray([x for x in xs if x is not None], dtype=np.float64)
+    return np.log(a[a > 0])
+
+
+def shift_sd(repeated: list, level: float = LEVEL) -> float:
+    """The host's movement from a fixed load repeated (SD of the log), widened by Student's t over the
+    normal's quantile at `level` for the n-1 degrees of freedom it is counted with (0 with fewer than 2)."""
+    x = _logs(repeated)
+    if len(x) < 2:
+        return 0.0
+    q = 1 - (1 - level) / 2
+    return float(np.std(x, ddof=1) * t.ppf(q, len(x) - 1) / norm.ppf(q))
+
+
+def model_sd(measured: float | None, simulated: float | None) -> float:
+    """The model's miss on the baseline as recorded: |log(simulated / measured)| (0 without both)."""
+    if not measured or not simulated or measured <= 0 or simulated <= 0:
+        return 0.0
+    return float(abs(np.log(simulated / measured)))
+
+
+def spread(windows: list, repeats: int, host: float, model: float, rng: np.random.Generator,
+           level: float = LEVEL) -> Spread:
+    """The median of `repeats` windows drawn from the simulated windows' figures, moved by the host's
+    shift and the model's miss: its median and central `level` range."""
+    x = _logs(windows)
+    if not len(x):
+        vals = [w for w in windows if w is not None]
+        return Spread(round(float(np.median(vals)), 1) if vals else None, None, None)
+    r = max(1, int(repeats))
+    med = np.median(x[rng.integers(len(x), size=(DRAWS, r))], axis=1)
+    sd = float(np.hypot(host, model))
+    if sd:
+        med = med + rng.normal(0.0, sd, size=DRAWS)
+    q = (1 - level) / 2
+    lo, mid, hi = np.exp(np.quantile(med, [q, 0.5, 1 - q]))
+    return Spread(round(float(mid), 1), round(float(lo), 1), round(float(hi), 1))
