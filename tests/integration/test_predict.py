@@ -1,21 +1,20 @@
 """`valkeytrace predict` judged where it was not fitted: a baseline recorded under appendfsync always
-predicts configurations nobody recorded (the durable offload with and without a gather window, a slower
-disk, another client count, two I/O threads), each then recorded and measured. The one figure the
-model fits is the GET-only pass's p99 (a share of delayed replies); everything below is out of sample.
-Bounds: p50 and TPS within 20%, p99 within 50% (check 22 holds 15/15/40 at --repeat 3 on 2 s windows;
-these windows are shorter); a miss beyond twice a bound fails, one within it is an expected failure said with
-its figures. GET under the offload is predicted in each of the host's modes the baseline saw, weighed
-(analysis/modes.py). The full matrix the model was judged on is in docs/explain.md §3."""
+predicts configurations nobody recorded (the durable offload with the window the model names, a slower
+disk, the GET under the offload, two I/O threads), each then recorded and measured. Every predicted
+figure carries a 90% interval for one recording of the baseline's shape; each test keeps its figures
+(measured inside the interval or not, the point's error), and the last test judges them together: at
+least 75% of the figures inside their interval and 80% of the p50/TPS points within 20% (so one unlucky
+figure does not turn CI red, and a model that misses does). No expected failures, no second chances.
+The full matrix is benchmarks/predict_matrix.py's (docs/explain.md §3)."""
 import json
 
 import pytest
 
-from valkeytrace.analysis.whatif import window_modes
-from valkeytrace.recording import format as recfmt
 from vtcli import report_json, said, vt
 
 pytestmark = pytest.mark.integration
-BOUNDS = {"tps": 20.0, "p50_us": 20.0, "p99_us": 50.0}
+METRICS = ("tps", "p50_us", "p99_us")
+JUDGED: list = []   # (what, metric, predicted, [lo, hi], measured)
 
 
 def record(path, *args):
@@ -36,35 +35,19 @@ def measured(path, workload):
     return cell["ops"]["GET" if workload == "read-heavy" else "SET"]
 
 
-def errors_of(pred, meas, workload) -> dict:
-    """Each bounded figure's error, predicted against measured, in %."""
+def judge(pred, meas, workload, what):
+    """Keep each figure for the coverage test; fail only on what no interval excuses: a point off by more
+    than twice the measurement, or an interval that does not hold its own point."""
     cell = next(c for c in pred["cells"] if c["workload"] == workload)
     got = cell["ops"]["GET" if workload == "read-heavy" else "SET"]
-    return {k: 100.0 * (got[k] - meas[k]) / meas[k] for k in BOUNDS}
-
-
-def worst(pred, meas, workload) -> float:
-    """The largest error as a multiple of its bound."""
-    return max(abs(e) / BOUNDS[k] for k, e in errors_of(pred, meas, workload).items())
-
-
-def judge(pred, meas, workload, what):
-    """Each bounded figure within its bound. A miss by more than twice a bound fails (no recording's noise:
-    each side moves +-10-15% here); a miss within it is an expected failure with its figures (at these short
-    windows a write-only TPS missed by 21% for a 20% bound once in CI, p50 -6%; a GET whose baseline saw one
-    of the host's modes and whose candidate ran in the other misses by the modes' distance, ~20%)."""
-    cell = next(c for c in pred["cells"] if c["workload"] == workload)
-    op = "GET" if workload == "read-heavy" else "SET"
-    got, want = cell["ops"][op], meas
-    errors = errors_of(pred, meas, workload)
-    bad = {k: round(e) for k, e in errors.items() if abs(e) > BOUNDS[k]}
-    said = f"{what}: predicted {[round(got[k]) for k in BOUNDS]}, measured {[round(want[k]) for k in BOUNDS]}: {bad}"
-    off = worst(pred, meas, workload)
-    print(f"predict: {said}")  # the figures, for a run with -s (docs/explain.md §3's table)
-    assert off <= 2.0, f"off by {off:.1f}x a bound: {said}"
-    if bad:
-        pytest.xfail(f"outside its bounds, within twice them: {said}")
-    return errors
+    assert pred["interval_level"] == 0.9
+    for k in METRICS:
+        lo, hi = got["interval"][k]
+        assert lo <= got[k] <= hi, (what, k, got)
+        JUDGED.append((what, k, got[k], [lo, hi], meas[k]))
+        print(f"predict: {what} {k}: predicted {got[k]:.0f} [{lo:.0f}, {hi:.0f}], measured {meas[k]:.0f}"
+              f"{'' if lo <= meas[k] <= hi else ' OUTSIDE'}")
+        assert 0.5 <= got[k] / meas[k] <= 2.0, f"{what} {k}: predicted {got[k]}, measured {meas[k]}"
 
 
 @pytest.fixture(scope="module")
@@ -107,41 +90,20 @@ def test_write_only_predictions_hold_where_they_were_not_fitted(write_only, what
 
 
 def test_read_heavy_gets_under_the_durable_offload(tmp_path, needs_bpf):
-    """GET p50 under the offload is ~270-350 µs, in one of the host's two modes (analysis/modes.py): the
-    GET-only passes and the windows run at ~20 µs of CPU per request (~271-287 µs, ~90K/s) or ~23-27
-    (~319-363 µs, ~70-80K/s), within one recording and across them, whatever was changed. The model runs in
-    each mode the baseline's passes ran in, and its figure weighs them; that figure is judged (judge: a miss
-    within twice a bound is said as an expected failure with its figures: one mode seen, the candidate in
-    the other). A second pair is recorded only on a miss beyond twice a bound (a CI once predicted 406 µs
-    from one baseline for 287 measured)."""
-    def pair(n):
-        base = record(tmp_path / f"base{n}.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms")
-        pred, _ = predict(base, tmp_path / f"p{n}.json", "--emulate-offload", "durable")
-        cand = record(tmp_path / f"cand{n}.vtrace", "--workload", "read-heavy", "--io-threads", "1",
-                      "--inject-fsync-delay", "4ms", "--emulate-offload", "durable")
-        return pred, measured(cand, "read-heavy"), cand
-    pred, meas, cand = pair(1)
+    """GET under the offload is CPU-bound: its p50 and TPS move with the host's speed, which moves between
+    runs (on this VM 150-175K GET/s one day, 70-92K another); the baseline's GET-only passes are draws of it."""
+    base = record(tmp_path / "base.vtrace", "--workload", "read-heavy", "--io-threads", "1", "--inject-fsync-delay", "4ms")
+    pred, _ = predict(base, tmp_path / "p.json", "--emulate-offload", "durable")
+    cand = record(tmp_path / "cand.vtrace", "--workload", "read-heavy", "--io-threads", "1",
+                  "--inject-fsync-delay", "4ms", "--emulate-offload", "durable")
+    meas = measured(cand, "read-heavy")
     cell = pred["cells"][0]
     # the model reproduces its own baseline (as recorded), where only the GET-only pass's p99 was fitted
     assert abs(cell["self_check"]["GET"]["p50_us"] / cell["baseline"]["GET"]["p50_us"] - 1) < 0.2, cell
     # and the mechanism: the offload takes the fsync out of the GET's path, predicted and measured
     base_p50 = cell["baseline"]["GET"]["p50_us"]
     assert cell["ops"]["GET"]["p50_us"] < 0.1 * base_p50 and meas["p50_us"] < 0.1 * base_p50, (cell, meas)
-    # the mode each candidate window ran in and the model in that mode, said (not judged: a CI run labelled
-    # two windows slow at p50 287 µs, 10% more CPU a request than the third, where the baseline's slow
-    # pass had run at 25 µs and its mode predicted 396 µs; the weighed figure held: 308 µs)
-    labels = window_modes(recfmt.read(cand), 64)
-    mode = max(set(labels), key=labels.count) if labels else None
-    if mode in cell["modes"]:
-        print(f"predict: GET under the durable offload, the model in the {mode} mode {labels}: "
-              f"{[round(cell['modes'][mode]['ops']['GET'][k]) for k in BOUNDS]}, measured {[round(meas[k]) for k in BOUNDS]}")
-    if worst(pred, meas, "read-heavy") > 2.0:
-        pred2, meas2, _ = pair(2)
-        got, got2 = cell["ops"]["GET"], pred2["cells"][0]["ops"]["GET"]
-        for k in BOUNDS:
-            got[k], meas[k] = (got[k] + got2[k]) / 2, (meas[k] + meas2[k]) / 2
-    judge(pred, meas, "read-heavy", f"GET under the durable offload (the baseline's modes {list(cell['modes'])}, "
-          f"the candidate's windows {labels})")
+    judge(pred, meas, "read-heavy", "GET under the durable offload")
 
 
 def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_bpf):
@@ -163,3 +125,18 @@ def test_two_io_threads_set_change_accounted_for_on_the_server(tmp_path, needs_b
         names = {c["name"] for c in e["components"] if abs(c["delta_us"]) > 0.05 * abs(e["evidence"]["observed_delta_us"])}
         assert {"fsync", "offload_wait"} <= names, e["components"]
     judge(pred, measured(cand, "write-only"), "write-only", "io-threads 2, the durable offload")
+
+
+def test_the_intervals_hold_over_every_figure_above():
+    """Coverage, not one figure: of every figure the tests above predicted, at least 75% measured inside its
+    90% interval, and 80% of the p50/TPS points within 20% (check 27 holds 14/18 and 10/12 at 15% on 2 s
+    windows)."""
+    assert len(JUDGED) >= 9, f"only {len(JUDGED)} figures judged (a test above failed first)"
+    inside = [j for j in JUDGED if j[3][0] <= j[4] <= j[3][1]]
+    points = [j for j in JUDGED if j[1] != "p99_us"]
+    close = [j for j in points if abs(j[2] / j[4] - 1) <= 0.2]
+    missed = [f"{w} {k}: {m:.0f} outside [{lo:.0f}, {hi:.0f}]" for w, k, _, (lo, hi), m in JUDGED if (w, k) not in
+              {(x[0], x[1]) for x in inside}]
+    print(f"predict: {len(inside)}/{len(JUDGED)} inside, points {len(close)}/{len(points)} within 20%")
+    assert len(inside) >= 0.75 * len(JUDGED), missed
+    assert len(close) >= 0.8 * len(points), [(w, k, p, m) for w, k, p, _, m in points]

@@ -87,8 +87,8 @@ class Calibration:
     draws: list = field(default_factory=list)       # [Draw]: one per GET-only pass (or window)
     windows: list = field(default_factory=list)     # [Window]: one per recorded window
     repeats: int = 1                                # the cell's runs: a measured figure is their median
-    host: dict = field(default_factory=dict)        # "tps", "p50_us" -> the GET-only passes' figures (the host's
-    #                                                 movement under a fixed load, intervals.shift_sd)
+    host: dict = field(default_factory=dict)        # "tps", "p50_us" -> [each fixed load's figures over its
+    #                                                 repeats] (the host's movement, intervals.shift_sd)
 
     def put(self, name: str, value, unit: str, source: str) -> None:
         self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
@@ -178,8 +178,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
             "none injected")
     passes = calls.passes_of(doc, size)
     costs = _pass_costs(cal, doc, runs, size, sync_cpu)
-    pooled = [p for s in calls.pooled_sizes(doc, size) for p in calls.passes_of(doc, s)]
-    cal.host = {"tps": [p.tps for p in pooled if p.tps], "p50_us": [p.p50_us for p in pooled if p.p50_us]}
+    cal.host = calls.repeated(doc)
     extra, extra_src = calls.set_extra_us(doc, size)
     wake = calls.wake_us(runs)
     share = calls.main_share(runs, sync_cpu) if (doc.server.io_threads or 1) > 1 else None

@@ -289,3 +289,23 @@ def stalls_of(runs: list[Run], passes: list[Demand]) -> Stalls | None:
     mean_us = float(np.mean(stall.values_us)) if stall.values_us else 0.0
     rate = float(np.median(waits)) / (mean_us / 1e6) if waits and mean_us else 0.0
     return Stalls(server, Interference(rate, stall), len(stalls), threshold)
+
+
+def repeated(doc: Document) -> dict:
+    """{"tps", "p50_us": [[a fixed load's figure over its repeats], ...]}: the recording's GET-only passes
+    (by size) and each closed-loop cell's measured op over its windows (launch by launch in a compare)."""
+    groups: dict = {"tps": [], "p50_us": []}
+    cells: dict = {}
+    for r in doc.runs:
+        if r.status != "ok" or r.workload not in ("read-heavy", "write-only") or r.fsync_extra_delay_ns or _rate(r):
+            continue
+        op = "GET" if r.workload == "read-heavy" else "SET"
+        key = (r.workload, r.value_size, r.launch)
+        if op in r.ops:
+            cells.setdefault(("cell", *key), []).append((r.ops[op].tps, r.ops[op].p50_us))
+        if r.demand and r.demand.tps:
+            cells.setdefault(("pass", r.value_size, r.launch), []).append((r.demand.tps, r.demand.p50_us))
+    for figs in cells.values():
+        groups["tps"].append([f[0] for f in figs if f[0]])
+        groups["p50_us"].append([f[1] for f in figs if f[1]])
+    return groups

@@ -3,8 +3,9 @@
 A recording's figure is the median of its repeats, each a window of the host. The model gives each
 window's figure (simulated windows, each with its own draw of the baseline's passes and windows); a
 recording of `repeats` windows is drawn from them; its median is moved by how far the host moved within
-the baseline (shift_sd: the spread of a fixed load repeated, the baseline's GET-only passes, as a shift
-every window of a recording shares, widened for the few passes it is counted from by Student's t) and by
+the baseline (shift_sd: the pooled spread of each fixed load it repeated, its GET-only passes and each
+cell's windows, as a shift every window of a recording shares, widened by Student's t for the few
+repeats it is counted from) and by
 the model's miss on the baseline as recorded (model_sd: how far the model is off where the answer is
 known). The interval is the LEVEL central range of that median; the point its median. All spreads are
 of the log of a figure (a ratio).
@@ -32,14 +33,20 @@ def _logs(xs: list) -> np.ndarray:
     return np.log(a[a > 0])
 
 
-def shift_sd(repeated: list, level: float = LEVEL) -> float:
-    """The host's movement from a fixed load repeated (SD of the log), widened by Student's t over the
-    normal's quantile at `level` for the n-1 degrees of freedom it is counted with (0 with fewer than 2)."""
-    x = _logs(repeated)
-    if len(x) < 2:
+def shift_sd(groups: list, level: float = LEVEL) -> float:
+    """The host's movement from fixed loads repeated: each group a load's figures over its repeats, their
+    pooled SD of the log (each group about its own mean), widened by Student's t over the normal's quantile
+    at `level` for the pooled degrees of freedom (0 with none)."""
+    ss, dof = 0.0, 0
+    for g in groups:
+        x = _logs(g)
+        if len(x) >= 2:
+            ss += float(np.sum((x - x.mean()) ** 2))
+            dof += len(x) - 1
+    if not dof:
         return 0.0
     q = 1 - (1 - level) / 2
-    return float(np.std(x, ddof=1) * t.ppf(q, len(x) - 1) / norm.ppf(q))
+    return float(np.sqrt(ss / dof) * t.ppf(q, dof) / norm.ppf(q))
 
 
 def model_sd(measured: float | None, simulated: float | None) -> float:

@@ -225,15 +225,15 @@ class SelfCheck:
 
 def self_check(cal: Calibration) -> SelfCheck:
     """The recording's cell simulated as recorded; per op and metric, the host's movement over the
-    baseline (shift_sd: its GET-only passes' TPS for a TPS, their p50 for a latency; without passes, the
-    cell's own windows') and the model's miss on the cell's median (model_sd)."""
+    baseline (shift_sd: each fixed load it repeated, its TPS for a TPS, its p50 for a latency) and the
+    model's miss on the cell's median (model_sd)."""
     results = simulate_windows(cal, None)
     ops, _ = summarise(cal, apply(cal, Change()), results)
     widen: dict = {}
     for op in ops:
         measured, runs = cal.measured.get(op) or Measured(), cal.per_run.get(op, {})
         for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us"):
-            repeated = (cal.host.get("tps" if k == "tps" else "p50_us") if cal.host else None) or runs.get(k, [])
+            repeated = cal.host.get("tps" if k == "tps" else "p50_us") or [runs.get(k, [])]
             widen.setdefault(op, {})[k] = (shift_sd(repeated), model_sd(getattr(measured, k), getattr(ops[op], k)))
     return SelfCheck(ops, widen)
 
