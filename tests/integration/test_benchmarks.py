@@ -32,6 +32,7 @@ QUICKEST = [
     ("uprobe_hit_cost.py", "--rounds", "1"),
     ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
     ("host_speed.py", "--samples", "3", "--loops", "20000", "--gap", "0"),
+    ("predict_matrix.py", "--only", "1", "--duration", "0.5", "--repeat", "1"),
 ]
 
 

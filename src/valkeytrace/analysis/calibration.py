@@ -208,13 +208,16 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     def params_at(split: float) -> Params:
         server, client = cost_params(median, split, extra, wake, sync_cpu, share)
         return replace(cal.params, server=server, client=client)
-    split, tried = fit_split(params_at, op, (cal.measured.get(op) or Measured()).p50_us)
+    m = cal.measured.get(op) or Measured()
+    runs_p50 = [np.log(x) for x in cal.per_run.get(op, {}).get("p50_us", []) if x]
+    noise = max(0.01, float(np.std(runs_p50, ddof=1)) if len(runs_p50) > 1 else 0.0)
+    split, tried = fit_split(params_at, op, m.p50_us, m.tps, noise)
     cal.params = params_at(split)
     cal.fitted.append("cpu_split")
     cal.put("cpu_split", split, "", "fitted: the share of a request's CPU in its read (the rest in its reply) under "
-            f"which the cell as recorded comes nearest its measured {op} p50 "
-            f"({(cal.measured.get(op) or Measured()).p50_us or 0:.0f} µs; simulated "
-            + ", ".join(f"{s:g}: {v:.0f}" for s, v in tried.items() if v) + ")")
+            f"which the cell as recorded comes nearest its measured {op} p50 and TPS ({m.p50_us or 0:.0f} µs, "
+            f"{m.tps or 0:,.0f}/s; within the windows' own spread ({noise:.1%}) the split nearest a half; simulated "
+            + ", ".join(f"{s:g}: {v[0]:.0f} µs {v[1]:,.0f}/s" for s, v in tried.items()) + ")")
     _draws(cal, costs, split, extra, wake, sync_cpu, share)
     _windows(cal, runs, passes, sync_cpu)
     return cal

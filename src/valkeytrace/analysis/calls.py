@@ -292,9 +292,10 @@ def stalls_of(runs: list[Run], passes: list[Demand]) -> Stalls | None:
 
 
 def repeated(doc: Document) -> dict:
-    """{"tps", "p50_us": [[a fixed load's figure over its repeats], ...]}: the recording's GET-only passes
-    (by size) and each closed-loop cell's measured op over its windows (launch by launch in a compare)."""
-    groups: dict = {"tps": [], "p50_us": []}
+    """{"tps", "p50_us": [[a fixed load's figure over its repeats], ...], "names": ["pass" or "cell", ...]}:
+    the recording's GET-only passes (by size) and each closed-loop cell's measured op over its windows
+    (launch by launch in a compare)."""
+    groups: dict = {"tps": [], "p50_us": [], "names": []}
     cells: dict = {}
     for r in doc.runs:
         if r.status != "ok" or r.workload not in ("read-heavy", "write-only") or r.fsync_extra_delay_ns or _rate(r):
@@ -305,7 +306,8 @@ def repeated(doc: Document) -> dict:
             cells.setdefault(("cell", *key), []).append((r.ops[op].tps, r.ops[op].p50_us))
         if r.demand and r.demand.tps:
             cells.setdefault(("pass", r.value_size, r.launch), []).append((r.demand.tps, r.demand.p50_us))
-    for figs in cells.values():
+    for key, figs in cells.items():
+        groups["names"].append(key[0])
         groups["tps"].append([f[0] for f in figs if f[0]])
         groups["p50_us"].append([f[1] for f in figs if f[1]])
     return groups

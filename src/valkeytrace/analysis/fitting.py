@@ -33,19 +33,28 @@ def cost_params(cost: PassCost, split: float, extra_us: float, wake: float, sync
     return server, ClientCosts(read_us=cli * split, write_us=cli * (1 - split), wake_us=wake)
 
 
-def fit_split(params_at, op: str, measured_p50: float | None, seed: int = 5) -> tuple[float, dict]:
-    """The split (SPLIT_GRID) under which the recorded cell, simulated as recorded, comes out nearest its
-    measured p50 (the ratio's log); params_at(split) gives the cell's parameters. Returns (split, {split:
-    simulated p50}). Without a measured p50: the grid's middle."""
+def fit_split(params_at, op: str, p50: float | None, tps: float | None, noise: float,
+              seed: int = 5) -> tuple[float, dict]:
+    """The split (SPLIT_GRID) under which the recorded cell, simulated as recorded, comes nearest its
+    measured p50 and TPS (the root of the squared logs of their ratios); of the splits within `noise` (the
+    recording's own spread, as a log) of the nearest, the one nearest the grid's middle: a split the
+    recording cannot tell apart is not chosen by the simulation's noise. params_at(split) gives the cell's
+    parameters. Returns (split, {split: (simulated p50, TPS)}); without a measured p50: the middle."""
     middle = SPLIT_GRID[len(SPLIT_GRID) // 2]
-    if not measured_p50:
+    if not p50:
         return middle, {}
-    tried = {}
+    tried, score = {}, {}
     for s in SPLIT_GRID:
         r = simulate(params_at(s), seed).ops.get(op)
-        tried[s] = r.p50_us if r else None
-    scored = [(abs(np.log(v / measured_p50)), abs(s - middle), s) for s, v in tried.items() if v]
-    return (min(scored)[2] if scored else middle), tried
+        if r is None or not r.p50_us:
+            continue
+        tried[s] = (r.p50_us, r.tps)
+        score[s] = float(np.hypot(np.log(r.p50_us / p50), np.log(r.tps / tps) if tps and r.tps else 0.0))
+    if not score:
+        return middle, tried
+    best = min(score.values())
+    near = [s for s, v in score.items() if v <= best + noise]
+    return min(near, key=lambda s: (abs(s - middle), s)), tried
 
 
 def fit_jitter(params: Params, p: PassCost, index: int) -> tuple[Jitter | None, str]:
