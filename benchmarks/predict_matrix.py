@@ -6,6 +6,7 @@ interval and the median width (hi - lo over the point), for the part the design 
 the rest (held out), then one JSON line.
 
     .venv/bin/python benchmarks/predict_matrix.py [--duration 2] [--repeat 3] [--only N] [--keep DIR]
+    .venv/bin/python benchmarks/predict_matrix.py --from DIR   # predict again from a kept run's recordings
 
 Each row of MATRIX: a baseline's record arguments and its candidates (the predict arguments, the
 candidate's own record arguments). Needs root (eBPF) and a quiet machine: ~25 s a recording at 2 s x 3.
@@ -72,21 +73,29 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", type=int, help="the first N rows of the matrix (with the first candidate each)")
     ap.add_argument("--keep", help="keep the recordings and predictions in this directory")
+    ap.add_argument("--from", dest="src", help="a --keep directory: predict again from its recordings, record nothing")
     a = ap.parse_args()
-    work = Path(a.keep or tempfile.mkdtemp(prefix="vt-matrix-"))
+    work = Path(a.src or a.keep or tempfile.mkdtemp(prefix="vt-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = MATRIX[:a.only] if a.only else MATRIX
     judged = []
     try:
         for name, design, base_args, cands in rows:
             base = work / f"{name}.vtrace"
-            record(base, base_args, [], a.duration, a.repeat)
+            if not a.src:
+                record(base, base_args, [], a.duration, a.repeat)
+            elif not base.exists():
+                continue
             for cname, pargs, rargs in (cands[:1] if a.only else cands):
                 pred_path, cand = work / f"{name}-{cname}.json", work / f"{name}-{cname}.vtrace"
-                run("predict", str(base), "--format", "json", "-o", str(pred_path), *pargs)
-                record(cand, base_args, rargs, a.duration, a.repeat)
                 rep = work / f"{name}-{cname}-report.json"
-                run("report", str(cand), "--format", "json", "-o", str(rep))
+                if a.src and not rep.exists():
+                    continue
+                pred_path.unlink(missing_ok=True)
+                run("predict", str(base), "--format", "json", "-o", str(pred_path), *pargs)
+                if not a.src:
+                    record(cand, base_args, rargs, a.duration, a.repeat)
+                    run("report", str(cand), "--format", "json", "-o", str(rep))
                 pred, meas = json.loads(pred_path.read_text()), json.loads(rep.read_text())
                 for workload, op in (("read-heavy", "GET"), ("write-only", "SET")):
                     got = next((c["ops"][op] for c in pred["cells"] if c["workload"] == workload), None)
@@ -101,7 +110,7 @@ def main():
                         print(f"{j['case']:28s} {op} {k:7s} measured {want[k]:10.0f}  predicted {got[k]:10.0f} "
                               f"[{lo:.0f}, {hi:.0f}]{'' if lo <= want[k] <= hi else '  OUTSIDE'}", flush=True)
     finally:
-        if not a.keep:
+        if not a.keep and not a.src:
             shutil.rmtree(work, ignore_errors=True)
     summary = {}
     for part in ("design", "held_out"):

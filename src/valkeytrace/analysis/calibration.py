@@ -87,6 +87,7 @@ class Calibration:
     draws: list = field(default_factory=list)       # [Draw]: one per GET-only pass (or window)
     windows: list = field(default_factory=list)     # [Window]: one per recorded window
     repeats: int = 1                                # the cell's runs: a measured figure is their median
+    cpu_per_request: list = field(default_factory=list)  # each draw's server + client µs a request
     host: dict = field(default_factory=dict)        # "tps", "p50_us" -> [each fixed load's figures over its
     #                                                 repeats] (the host's movement, intervals.shift_sd)
 
@@ -239,6 +240,7 @@ def _pass_costs(cal: Calibration, doc: Document, runs: list[Run], size: int, syn
         costs = calls.window_costs(runs, sync_cpu)
         src = f"{len(costs)} windows' schedstat per request (no GET-only pass recorded)"
     srv, cli = [c.server_us for c in costs], [c.client_us for c in costs]
+    cal.cpu_per_request = [c.total_us for c in costs]
     cal.put("server_us_per_get", float(np.median(srv)), "µs", f"the median of {src} (the server's threads); "
             f"each simulated run draws one: {min(srv):.1f}-{max(srv):.1f}")
     cal.put("client_us_per_request", float(np.median(cli)), "µs", f"the same (the benchmark clients): "

@@ -3,9 +3,8 @@
 A recording's figure is the median of its repeats, each a window of the host. The model gives each
 window's figure (simulated windows, each with its own draw of the baseline's passes and windows); a
 recording of `repeats` windows is drawn from them; its median is moved by how far the host moved within
-the baseline (shift_sd: the pooled spread of each fixed load it repeated, its GET-only passes and each
-cell's windows, as a shift every window of a recording shares, widened by Student's t for the few
-repeats it is counted from) and by
+the baseline (`host`: a shift every window of a recording shares, from spreads shift_sd measures, widened
+by Student's t for the few repeats they are counted from; analysis/predict.py says which) and by
 the model's miss on the baseline as recorded (model_sd: how far the model is off where the answer is
 known). The interval is the LEVEL central range of that median; the point its median. All spreads are
 of the log of a figure (a ratio).

@@ -8,9 +8,10 @@ recorded calls keep their own disk time, the recorded delay is replaced), and th
 
 The interval: SIM_RUNS simulated windows of the recording's length, each with one of the baseline's
 GET-only passes' CPU costs and one of its windows' calls and stalls, drawn; a recording of the same
-shape takes the median of as many such windows as the baseline's repeats; moved by what the baseline
-shows that the model does not hold: the host's movement over the baseline (its GET-only passes, a
-fixed load repeated) and the model's own miss on the baseline as recorded (self_check).
+shape takes the median of as many such windows as the baseline's repeats; moved, as a whole, by what
+the baseline shows that the draws do not: the host's speed (its passes' CPU per request moved, and the
+model says how far that moves each figure: speed_shift), how far its repeated windows moved, and the
+model's own miss on the baseline as recorded (self_check).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
 
 SIM_RUNS = 12             # simulated windows a prediction draws
+ELASTIC_RUNS = 4          # and at each of the host's speeds up and down (speed_shift)
 MIN_SIM_S = 1.0           # simulated seconds a window, at least
 ONE_COHORT_SHARE = 0.9    # a job carrying this share of the write clients' writes: one cohort
 GATHER_GRID_US = (0, 100, 200, 300, 400, 500, 600, 800, 1000, 1250, 1500, 2000, 2500, 3000, 4000)
@@ -88,7 +90,7 @@ class PredictedCell:
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
-    widening: dict = field(default_factory=dict)  # op -> metric -> {"shift_sd", "model_sd"}: what widened it
+    widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "model_sd"}
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
@@ -154,15 +156,43 @@ FIGURES = ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "offered_rate", "achi
            "service_p99_us")
 
 
-def simulate_windows(cal: Calibration, change: Change | None, n: int = SIM_RUNS) -> list[SimResult]:
+def simulate_windows(cal: Calibration, change: Change | None, n: int = SIM_RUNS, cpu: float = 1.0) -> list[SimResult]:
     """n simulated windows of the cell (as recorded when change is None), each with its own draw of a
-    pass's costs and a window's calls and stalls (Calibration.variant); seeded: the same figures each time."""
+    pass's costs and a window's calls and stalls (Calibration.variant), every CPU cost times `cpu`; seeded:
+    the same figures each time (and the same draws at every `cpu`)."""
     rng = np.random.default_rng(DRAW_SEED)
     out = []
     for k in range(n):
         p = cal.variant(rng)
+        if cpu != 1.0:
+            p = replace(p, server=_scaled(p.server, cpu), client=replace(p.client, read_us=p.client.read_us * cpu,
+                                                                          write_us=p.client.write_us * cpu))
         p = apply(cal, change or Change(), p)
         out.append(simulate(p, seed=k + 1))
+    return out
+
+
+def _scaled(s, f: float):
+    return replace(s, read_us={k: v * f for k, v in s.read_us.items()}, write_us=s.write_us * f,
+                   exec_us={k: v * f for k, v in s.exec_us.items()}, io_read_us=s.io_read_us * f,
+                   io_write_us=s.io_write_us * f, deliver_us=s.deliver_us * f, iteration_us=s.iteration_us * f)
+
+
+def speed_shift(cal: Calibration, change: Change | None) -> dict:
+    """op -> metric -> how far the host's speed moves the figure (the SD of its log): the cell simulated
+    with every CPU cost moved up and down by the host's speed shift (intervals.shift_sd of the GET-only
+    passes' CPU per request: continuous, where the clients' latency figures are bucketed), half the log
+    distance between the two medians. A figure the fsync paces barely moves; a CPU-bound one moves with it."""
+    sigma = shift_sd([cal.cpu_per_request])
+    if not sigma:
+        return {}
+    hi, lo = (per_window(simulate_windows(cal, change, ELASTIC_RUNS, float(np.exp(x)))) for x in (sigma, -sigma))
+    out: dict = {}
+    for op in hi:
+        for k, vals in hi[op][1].items():
+            a, b = [v for v in vals if v], [v for v in lo.get(op, (None, {}))[1].get(k, []) if v]
+            if a and b:
+                out.setdefault(op, {})[k] = float(abs(np.log(np.median(a) / np.median(b)))) / 2
     return out
 
 
@@ -220,24 +250,23 @@ def cells_of(doc) -> list[tuple[str, int]]:
 class SelfCheck:
     """The recording's cell simulated as recorded: its figures, and what it says of the model and the host."""
     ops: dict                     # op -> PredictedOp
-    widen: dict                   # op -> metric -> (shift_sd, model_sd)
+    widen: dict                   # op -> metric -> (the windows' shift, model_sd)
 
 
 def self_check(cal: Calibration) -> SelfCheck:
-    """The recording's cell simulated as recorded; per op and metric, the host's movement over the
-    baseline (shift_sd: each fixed load it repeated, its TPS for a TPS, its p50 for a latency; its GET-only
-    passes alone when they moved more, as a CPU-bound load does) and the model's miss on the cell's median
-    (model_sd)."""
+    """The recording's cell simulated as recorded; per op and metric, how far the baseline's repeated
+    windows moved (shift_sd: each cell's over its windows, its TPS for a TPS, its p50 for a latency) and the
+    model's miss on the cell's median (model_sd)."""
     results = simulate_windows(cal, None)
     ops, _ = summarise(cal, apply(cal, Change()), results)
     widen: dict = {}
+    cells = {k: [g for name, g in zip(cal.host.get("names", []), cal.host.get(k, [])) if name == "cell"]
+             for k in ("tps", "p50_us")}
     for op in ops:
         measured, runs = cal.measured.get(op) or Measured(), cal.per_run.get(op, {})
         for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us"):
-            groups = cal.host.get("tps" if k == "tps" else "p50_us") or [runs.get(k, [])]
-            passes = [g for name, g in zip(cal.host.get("names", []), groups) if name == "pass"]
-            shift = max(shift_sd(groups), shift_sd(passes))
-            widen.setdefault(op, {})[k] = (shift, model_sd(getattr(measured, k), getattr(ops[op], k)))
+            groups = cells["tps" if k == "tps" else "p50_us"] or [runs.get(k, [])]
+            widen.setdefault(op, {})[k] = (shift_sd(groups), model_sd(getattr(measured, k), getattr(ops[op], k)))
     return SelfCheck(ops, widen)
 
 
@@ -245,10 +274,13 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
                  own: SelfCheck | None = None) -> PredictedCell:
     own = self_check(cal) if own is None else own
     results = simulate_windows(cal, change)
-    ops, _ = summarise(cal, apply(cal, change), results, own.widen)
+    speed = speed_shift(cal, change)
+    widen = {op: {k: (float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), v[1]) for k, v in m.items()}
+             for op, m in own.widen.items()}
+    ops, _ = summarise(cal, apply(cal, change), results, widen)
     rate = change.rate or recorded_rate
-    widening = {op: {k: {"shift_sd": round(v[0], 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
-                for op, m in own.widen.items()}
+    widening = {op: {k: {"windows_sd": round(v[0], 4), "speed_sd": round(speed.get(op, {}).get(k, 0.0), 4),
+                         "model_sd": round(v[1], 4)} for k, v in m.items()} for op, m in own.widen.items()}
     return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
                          self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
                          recorded_rate=recorded_rate, widening=widening)
