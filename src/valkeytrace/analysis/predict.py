@@ -10,8 +10,9 @@ The interval: SIM_RUNS simulated windows of the recording's length, each with on
 GET-only passes' CPU costs and one of its windows' calls and stalls, drawn; a recording of the same
 shape takes the median of as many such windows as the baseline's repeats; moved, as a whole, by what
 the baseline shows that the draws do not: the host's speed (its passes' CPU per request moved, and the
-model says how far that moves each figure: speed_shift), how far its repeated windows moved, and the
-model's own miss on the baseline as recorded (self_check).
+model says how far that moves each figure: speed_shift), how far its repeated windows moved, at least as
+far as its GET-only passes' rate moved (host_floor), and the model's own miss on the baseline as
+recorded (self_check).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ class PredictedCell:
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
-    widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "model_sd"}
+    widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "passes_sd", "model_sd"}
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
@@ -176,6 +177,14 @@ def _scaled(s, f: float):
     return replace(s, read_us={k: v * f for k, v in s.read_us.items()}, write_us=s.write_us * f,
                    exec_us={k: v * f for k, v in s.exec_us.items()}, io_read_us=s.io_read_us * f,
                    io_write_us=s.io_write_us * f, deliver_us=s.deliver_us * f, iteration_us=s.iteration_us * f)
+
+
+def host_floor(cal: Calibration) -> float:
+    """The least a recording's figures move from the baseline's: how far the same fixed load moved between
+    the baseline's GET-only passes (their rate, intervals.shift_sd). Inside one recording nothing shows how
+    far the next recording (another launch, minutes later) moves, so no figure's range is narrower than
+    the host's own movement under a fixed load."""
+    return shift_sd([g for name, g in zip(cal.host.get("names", []), cal.host.get("tps", [])) if name == "pass"])
 
 
 def speed_shift(cal: Calibration, change: Change | None) -> dict:
@@ -275,12 +284,14 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
     own = self_check(cal) if own is None else own
     results = simulate_windows(cal, change)
     speed = speed_shift(cal, change)
-    widen = {op: {k: (float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), v[1]) for k, v in m.items()}
+    floor = host_floor(cal)
+    widen = {op: {k: (max(float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), floor), v[1]) for k, v in m.items()}
              for op, m in own.widen.items()}
     ops, _ = summarise(cal, apply(cal, change), results, widen)
     rate = change.rate or recorded_rate
     widening = {op: {k: {"windows_sd": round(v[0], 4), "speed_sd": round(speed.get(op, {}).get(k, 0.0), 4),
-                         "model_sd": round(v[1], 4)} for k, v in m.items()} for op, m in own.widen.items()}
+                         "passes_sd": round(floor, 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
+                for op, m in own.widen.items()}
     return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
                          self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
                          recorded_rate=recorded_rate, widening=widening)
