@@ -11,16 +11,10 @@
  * meanwhile would form a second cohort for good), writes it (short writes completed) and fdatasyncs
  * it through the shim's timed path (shim_io.h: the emulated delay and every tracer see the calls
  * on vt_offload), then marks those bytes durable and delivers the replies that waited for them
- * (offload_conn.h decides which those are, and keeps the witness).
- *
- * Failures as the server would meet them: a write or fdatasync that fails stops every release
- * for good (the job's bytes are truncated away, as valkey removes a short write), and the error
- * reaches the server at its next AOF write or fdatasync (valkey with appendfsync always then logs
- * it and exits 1); if none comes within FAIL_GRACE_NS (every client waits on a held reply), the
- * main thread, back from epoll_wait, writes valkey's own log line and exits 1. No fd with queued
- * bytes is closed or replaced before they are durable; at exit (SHUTDOWN, SIGTERM) everything
- * queued is made durable and every held reply delivered (the drain), unless the offload failed.
- * A fork child (the AOF rewrite) takes nothing.
+ * (offload_conn.h decides which those are, and keeps the witness). Failures as the server would
+ * meet them (offload_exit.c). No fd with queued bytes is closed or replaced before they are
+ * durable; at exit (SHUTDOWN, SIGTERM) everything queued is made durable and every held reply
+ * delivered (the drain), unless the offload failed. A fork child (the AOF rewrite) takes nothing.
  */
 #define _GNU_SOURCE
 #include "offload.h"
@@ -61,7 +55,7 @@ struct aof_chunk {
 
 static struct aof_chunk *aof_head, *aof_tail; /* under vt_off.mu */
 static int signal_depth;                      /* atomic: inside the server's SIGTERM/SIGINT handler */
-static int shutdown_asked;                    /* atomic: the server got one: its next AOF sync is its last */
+static int shutdown_asked;                    /* atomic: the server got one: its next AOF sync drains (then cleared) */
 static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
 static uint64_t last_end_ns;                  /* under vt_off.mu: when the last job ended */
 static pthread_t thread;
@@ -212,6 +206,8 @@ void vt_offload_signal(int sig, int entering)
     __atomic_store_n(&vt_off.stats->last_signal, (vt_u32)sig, __ATOMIC_RELAXED);
 }
 
+void vt_offload_shutdown_aborted(void) { __atomic_store_n(&shutdown_asked, 0, __ATOMIC_RELEASE); }
+
 int vt_offload_sync(int fd, int *ret)
 {
     if (!vt_off.mode || fd < 0 || fd >= MAX_FD || !vt_off_on_main_thread() || fd_kind(fd) != CLASS_AOF)
@@ -222,6 +218,8 @@ int vt_offload_sync(int fd, int *ret)
         return 1;
     }
     if (__atomic_load_n(&shutdown_asked, __ATOMIC_ACQUIRE) && !__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE)) {
+        /* drained once: a shutdown that then fails goes back to serving, its syncs offloaded again */
+        __atomic_store_n(&shutdown_asked, 0, __ATOMIC_RELEASE);
         vt_off_drain_on_shutdown();
         *ret = vt_off_failed() ? -1 : 0;
         if (*ret)

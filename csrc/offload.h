@@ -29,5 +29,6 @@ void vt_offload_accepted(int fd);           /* a client connection the server ac
 void vt_offload_close(int fd);              /* before fd is closed or replaced: drains what it has */
 void vt_offload_main_idle(void);            /* main thread, after epoll_wait: ends a failed server */
 void vt_offload_signal(int sig, int entering); /* around the server's SIGTERM/SIGINT handler (shim.c) */
+void vt_offload_shutdown_aborted(void);         /* a client asked SHUTDOWN ABORT: the signal's shutdown is off */
 
 #endif

@@ -24,7 +24,6 @@
 #include "offload_conn_int.h"
 
 #define NONE ((size_t)-1)
-#define CLOSE_WAIT_NS 2000000000ull /* a closing connection's held replies wait this long at most */
 
 static struct conn *conns[MAX_FD];
 
@@ -450,22 +449,14 @@ void vt_conn_read(int fd, const char *buf, size_t n)
 int vt_conn_close(int fd)
 {
     struct conn *c = conn_of(fd);
-    uint64_t until = vt_now_ns() + CLOSE_WAIT_NS;
     if (!c || !__atomic_load_n(&c->active, __ATOMIC_ACQUIRE))
         return 0;
     pthread_mutex_lock(&c->mu);
-    /* what it holds leaves once durable, for at most CLOSE_WAIT_NS (a client that reads nothing, a job
-     * that never ends), never once failed or once the offload thread has ended: then it is dropped */
-    while (c->held_n && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&
-           vt_now_ns() < until) {
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_lock(&vt_off.mu);
-        vt_off.release_wanted = 1;
-        vt_off_kick_locked();
-        vt_off_wait_done_locked(5);
-        pthread_mutex_unlock(&vt_off.mu);
-        pthread_mutex_lock(&c->mu);
-    }
+    /* the server frees the client: what it holds goes with it, at once, as valkey frees a closed client's
+     * reply buffers (#3381 alike). The writes stay queued and become durable; no reply was sent early. The
+     * main thread never waits here for a job (a stalled disk would stall it; drop_locked counts them in
+     * dropped_replies); the offload thread writes a
+     * held reply only under c->mu, so it meets an empty list, never the fd number's next owner */
     reset_locked(c);
     __atomic_store_n(&c->active, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->mu);

@@ -21,7 +21,7 @@
 #define H_FLAGS 15ull
 
 enum { E_OTHER, E_WRITE, E_READ, E_WIDE_READ };
-enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT, P_REPLICA };
+enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT, P_REPLICA, P_SHUTDOWN, P_SHUTDOWN_ABORT };
 
 struct entry {
     uint8_t kind, blocking;

@@ -6,6 +6,7 @@
  * not data classes.
  */
 #define _GNU_SOURCE
+#include "offload.h"
 #include "offload_conn_int.h"
 
 #include <stdlib.h>
@@ -114,7 +115,7 @@ static int proto_of(const char *n, size_t len)
     static const struct { const char *name; int proto; } P[] = {
         {"multi", P_MULTI}, {"exec", P_EXEC}, {"discard", P_DISCARD}, {"subscribe", P_UNSYNC},
         {"psubscribe", P_UNSYNC}, {"ssubscribe", P_UNSYNC}, {"monitor", P_UNSYNC}, {"sync", P_REPLICA},
-        {"psync", P_REPLICA}, {"client", P_CLIENT}, {NULL, 0}};
+        {"psync", P_REPLICA}, {"client", P_CLIENT}, {"shutdown", P_SHUTDOWN}, {NULL, 0}};
     for (int i = 0; P[i].name; i++)
         if (strlen(P[i].name) == len && strncasecmp(P[i].name, n, len) == 0)
             return P[i].proto;
@@ -143,6 +144,8 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
         c->sub_wanted = c->argc > 1 && ((c->known && (ci->flags & VT_CMD_F_CONTAINER)) || c->proto == P_CLIENT);
         return;
     }
+    if (c->proto == P_SHUTDOWN && len == 5 && plen == 5 && strncasecmp(p, "abort", 5) == 0)
+        c->proto = P_SHUTDOWN_ABORT; /* SHUTDOWN ... ABORT: a pending shutdown called off (cb_end) */
     if (i == 1 && c->sub_wanted) { /* a container's subcommand: "client|reply", "object|encoding" */
         c->sub_wanted = 0;
         if (c->proto == P_CLIENT && len == 5 && strncasecmp(p, "reply", 5) == 0)
@@ -190,6 +193,8 @@ static void cb_end(void *ctx)
     const struct vt_cmdinfo *ci = &c->ci;
     int kind, wide = 0;
     vt_stat_add(&vt_off.stats->commands, 1);
+    if (c->proto == P_SHUTDOWN_ABORT)
+        vt_offload_shutdown_aborted();
     if (c->proto == P_UNSYNC || c->proto == P_REPLICA) {
         /* a replica's link carries the replication stream, not replies: unsynced, every byte written
          * to it waits for every AOF byte queued before it (#3381 caps the stream at the durable offset) */

@@ -141,21 +141,27 @@ static int open_conn(struct loader *l)
         return EINVAL;
     if (grow((void **)&l->c, &l->cap, sizeof(struct lconn), l->n + 1))
         return ENOMEM;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* non-blocking from the start: a connect the server's backlog holds does not stop the schedule; a
+     * request queued meanwhile goes out when the socket is writable (flush's EAGAIN path), a refused
+     * connection shows at its first read */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return errno;
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
         return e;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = l->n};
+    if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
     struct lconn *c = &l->c[l->n];
     memset(c, 0, sizeof(*c));
     c->fd = fd;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = l->n};
-    epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev);
     l->n++;
     l->res->conns++;
     return push_idle(l, c);
@@ -208,8 +214,10 @@ static void flush(struct loader *l, struct lconn *c, uint64_t now)
     int want = c->out_len > 0;
     if (want != c->want_out) {
         struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.u32 = (uint32_t)(c - l->c)};
-        epoll_ctl(l->ep, EPOLL_CTL_MOD, c->fd, &ev);
-        c->want_out = want;
+        if (epoll_ctl(l->ep, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+            c->want_out = want;
+        else
+            l->res->errors++; /* its bytes wait for the next flush on this connection */
     }
 }
 
@@ -218,15 +226,15 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
     char key[16];
     snprintf(key, sizeof(key), "%012u", (unsigned)(next_rand(l) % (l->cfg->keyspace ? l->cfg->keyspace : 1)));
     memcpy(l->req + l->key_at, key, 12);
-    if (grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
-        grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
-        return -1;
-    if (c->qh && c->qt == c->qcap) {
+    if (c->qh && c->qt == c->qcap) { /* the answered head's room first: the queue grows only when full */
         memmove(c->q, c->q + c->qh, (size_t)(c->qt - c->qh) * sizeof(struct pending));
         c->qt -= c->qh;
         c->unstamped -= c->unstamped >= c->qh ? c->qh : c->unstamped;
         c->qh = 0;
     }
+    if (grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
+        grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
+        return -1;
     memcpy(c->out + c->out_len, l->req, l->req_len);
     c->out_len += l->req_len;
     c->queued += l->req_len;
@@ -274,6 +282,7 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
         return; /* a reply no request of ours asked for */
     struct pending p = c->q[c->qh++];
     if (c->qh == c->qt) {
+        c->qh = c->qt = c->unstamped = 0; /* empty: from the start again (the indices never run on) */
         if (l->held_n) { /* the oldest request waiting goes out on the connection just answered */
             uint64_t due = l->held[l->held_h];
             l->held_h = (l->held_h + 1) % l->held_cap;
@@ -385,6 +394,12 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     }
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake when a request is due, not 50 µs after */
     l.ep = epoll_create1(EPOLL_CLOEXEC);
+    if (l.ep < 0) {
+        res->error = errno;
+        snprintf(res->message, sizeof(res->message), "epoll_create1: %s", strerror(res->error));
+        free(l.req);
+        return -1;
+    }
     for (int i = 0; i < (cfg->conns > 0 ? cfg->conns : 1); i++) {
         int e = open_conn(&l);
         if (e) {

@@ -299,3 +299,69 @@ def test_a_client_that_reads_late_gets_every_held_reply_whole(durable):
     assert all(b.reply() == big for _ in range(20)) and b.reply() == b"+PONG"
     s = stats.snapshot()
     assert s["blocked_deliveries"] >= 1 and s["dropped_replies"] == 0 and s["early_replies"] == 0
+
+
+def _pings_during(port, seconds) -> list:
+    """PING round trips (ms) on a connection of its own, back to back for `seconds`: the main thread's
+    loop turning (a PING is answered in the iteration that reads it, held for nothing)."""
+    b, out, end = Conn(port), [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.append(b.timed("PING")[1])
+    return out
+
+
+def test_a_client_closed_with_replies_held_does_not_stop_the_main_thread():
+    """A client sends a SET and closes at once, its reply held for a 400 ms fdatasync: valkey frees the
+    client; the main thread must not wait for the job (it did, up to 2 s in 5 ms waits). Measured: PINGs on
+    another connection keep coming back within 100 ms while the job runs; the write still becomes durable
+    (a later GET sees it), and the dropped reply is counted."""
+    target, stats = launch("durable", delay_ms=400)
+    try:
+        a = Conn(target.port)
+        a.s.sendall(cmd("SET", "closed", "v"))
+        time.sleep(0.02)  # read and executed: its reply held
+        a.s.close()
+        pings = _pings_during(target.port, 0.35)
+        assert len(pings) > 20 and max(pings) < 100, f"the main thread stalled: PING max {max(pings):.0f} ms"
+        assert Conn(target.port).timed("GET", "closed")[0] == b"v"  # waits for the write's job, then sees it
+        assert stats.snapshot()["dropped_replies"] >= 1
+    finally:
+        target.stop()
+        stats.close()
+
+
+def test_an_aborted_shutdown_leaves_the_fsync_off_the_main_thread():
+    """SIGTERM while a replica lags: valkey waits for it (shutdown-timeout), and SHUTDOWN ABORT calls the
+    shutdown off. The offload must go on taking the fdatasync off the main thread (the signal's mark made
+    every later sync drain on it: fsync-on-main, silently). Measured: PINGs stay fast while a SET's 300 ms
+    job runs, and the SET itself still waits for it."""
+    target, stats = launch("durable", delay_ms=300)
+    replica = EmbeddedServer(io_threads=1, server_config={"replicaof": f"127.0.0.1 {target.port}"})
+    try:
+        a = Conn(target.port)
+        deadline = time.monotonic() + 20
+        while b"state=online" not in a.timed("INFO", "replication")[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(replica.pid, 19)  # SIGSTOP: it acknowledges nothing more
+        assert a.timed("SET", "before", "1")[1] >= 300 * 0.95
+        target.proc.send_signal(15)  # the shutdown waits for the lagging replica
+        time.sleep(0.3)
+        assert a.timed("SHUTDOWN", "ABORT")[0] == b"+OK"
+        os.kill(replica.pid, 18)  # SIGCONT
+        done: list = []
+        t = threading.Thread(target=lambda: done.append(Conn(target.port).timed("SET", "after", "1")))
+        t.start()
+        time.sleep(0.05)
+        pings = _pings_during(target.port, 0.2)
+        t.join()
+        assert done and done[0][0] == b"+OK" and done[0][1] >= 300 * 0.95, done
+        assert max(pings) < 100, f"the fdatasync ran on the main thread after the aborted shutdown: PING max {max(pings):.0f} ms"
+        assert target.alive()
+    finally:
+        try:
+            os.kill(replica.pid, 18)
+        except OSError:
+            pass
+        replica.stop()
+        target.stop()
+        stats.close()

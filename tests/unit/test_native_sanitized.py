@@ -56,3 +56,12 @@ def test_offload_threads_under_sanitizers(tmp_path, sanitize, gcc):
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr[-3000:]
     assert "ThreadSanitizer" not in run.stderr and "ERROR" not in run.stderr, run.stderr[-3000:]
+
+
+def test_open_loop_client_under_sanitizers(tmp_path, gcc):
+    """valkeytrace's open-loop client (csrc/vt_load.c) against a small RESP server: a fixed pool and a
+    pipelined one answer every request due, a refused connection is an error, ASan + UBSan report nothing,
+    and a connection's request queue stays at what is in flight, not at every request it ever sent."""
+    exe = _build(tmp_path, "load_harness", [ROOT / "tests/csrc/load_harness.c", ROOT / "csrc/hist.c"], "address,undefined")
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr[-3000:]

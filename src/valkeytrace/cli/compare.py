@@ -329,10 +329,13 @@ def _resolve_gather(work: str, plan, baseline_launches: list):
     from valkeytrace.analysis.predict import Change, one_cohort_window
 
     kept = os.path.join(work, "auto-gather.json")
-    if os.path.exists(kept):
+    got = None
+    try:
         with open(kept) as f:
             got = json.load(f)
-    else:
+    except (OSError, ValueError):
+        pass  # none yet (or an older compare's cut short): chosen again from the first baseline launch
+    if not isinstance(got, dict) or not {"gather_ns", "launch", "size", "clients"} <= set(got):
         if not baseline_launches:
             raise VTError("--candidate-offload-gather auto: no baseline launch measured to choose the window from")
         k, path = sorted(baseline_launches)[0]
@@ -344,8 +347,10 @@ def _resolve_gather(work: str, plan, baseline_launches: list):
         if found["gather_us"] is None:
             raise VTError("--candidate-offload-gather auto: no window the model tried gives one cohort")
         got = {"gather_ns": int(found["gather_us"] * 1000), "launch": k, "size": size, "clients": found["clients"]}
-        with open(kept, "w") as f:
+        tmp = kept + ".partial"  # whole or not at all: a resume reads it
+        with open(tmp, "w") as f:
             json.dump(got, f)
+        os.replace(tmp, kept)
     source = (f"the pipeline model's smallest one-cohort window for {got['clients']} write clients, from baseline "
               f"launch {got['launch']}'s write-only {got['size']} B cell (compare --candidate-offload-gather auto)")
     click.echo(f"note: --candidate-offload-gather auto: {got['gather_ns'] / 1e6:g} ms, {source}", err=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import resource
 import subprocess
 import sys
@@ -172,8 +173,17 @@ class OpenLoopClient:
         t.start()
         result = None
         deadline = time.monotonic() + self.timeout
+        lines: queue.Queue = queue.Queue()
+        stdout = self.proc.stdout
+        threading.Thread(target=lambda: [lines.put(x) for x in stdout] + [lines.put(None)], daemon=True).start()
         try:
-            for line in self.proc.stdout:
+            while True:  # the deadline holds when the client prints nothing (a hung child)
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise OpenLoopError("the open-loop client did not finish in time") from None
+                if line is None:
+                    break
                 line = line.strip()
                 if line == "B" and on_start:
                     on_start()
@@ -181,8 +191,6 @@ class OpenLoopClient:
                     on_end()
                 elif line.startswith("{"):
                     result = json.loads(line)
-                if time.monotonic() > deadline:
-                    raise OpenLoopError("the open-loop client did not finish in time")
             self.proc.wait(timeout=10)
         finally:
             if self.proc.poll() is None:
