@@ -175,7 +175,12 @@ class OpenLoopClient:
         deadline = time.monotonic() + self.timeout
         lines: queue.Queue = queue.Queue()
         stdout = self.proc.stdout
-        threading.Thread(target=lambda: [lines.put(x) for x in stdout] + [lines.put(None)], daemon=True).start()
+
+        def pump() -> None:
+            for x in stdout:
+                lines.put(x)
+            lines.put(None)
+        threading.Thread(target=pump, daemon=True).start()
         try:
             while True:  # the deadline holds when the client prints nothing (a hung child)
                 try:
