@@ -8,7 +8,10 @@ arrival, read and reply): the same record for any build, whichever thread makes 
   durable, from the first write to the sync's end (jobs_per_s, job_ms_p50);
 - a write: a request on a client connection, from its data's arrival on the server's socket to
   the server's reply (residence_p50_us: the median write's); jobs_waited_per_write: the jobs that
-  ended in that interval (mean);
+  ended in that interval (mean); release_hop_p50_us: from the last sync's end before a reply to the
+  reply (the median write's): the hop a durable reply takes to its socket (an I/O thread's, under
+  io-threads: the main thread's handoff, the I/O thread's wake-up and write); durable_wait_p50_us:
+  from the server's read of a write to that sync's end (the median write's);
   writes_per_job: writes answered per job;
 - arrival_spread_us: after a job's end, the writes it released come back (their clients' next
   requests): how far apart those arrivals are, the spread of one cohort (median over jobs);
@@ -106,6 +109,8 @@ class WindowDurability:
     cohorts: int | None = None
     write_clients: int = 0
     residence_p50_us: float | None = None
+    release_hop_p50_us: float | None = None
+    durable_wait_p50_us: float | None = None
 
 
 def run_durability(server) -> WindowDurability | None:
@@ -133,6 +138,11 @@ def run_durability(server) -> WindowDurability | None:
     clients = len({r[0] for r in reqs})
     rec.writes, rec.write_clients, rec.jobs_waited_per_write = len(reqs), clients, float(waited.mean())
     rec.residence_p50_us = float(np.median(arr[:, 3] - arr[:, 1])) / 1e3
+    last = np.searchsorted(ends, arr[:, 3], side="right") - 1  # the last durability event before each reply
+    hops = arr[last >= 0, 3] - ends[last[last >= 0]]
+    rec.release_hop_p50_us = float(np.median(hops)) / 1e3 if len(hops) else None
+    waits = ends[last[last >= 0]] - arr[last >= 0, 2]  # read by the server -> that sync's end
+    rec.durable_wait_p50_us = float(np.median(np.maximum(waits, 0))) / 1e3 if len(waits) else None
     rec.writes_per_job = len(reqs) / len(ends)
     rec.cohorts = max(1, int(round(clients / rec.writes_per_job)))
     # a cohort: the replies one job released, and when their clients' next requests arrived
@@ -167,5 +177,7 @@ def durability(raws: list) -> Durability | None:
                       arrival_spread_us=med([d.arrival_spread_us for d in per]),
                       arrival_delay_us=med([d.arrival_delay_us for d in per]),
                       jobs_waited_per_write=waited, residence_p50_us=med([d.residence_p50_us for d in per]),
+                      release_hop_p50_us=med([d.release_hop_p50_us for d in per]),
+                      durable_wait_p50_us=med([d.durable_wait_p50_us for d in per]),
                       cohorts=int(round(cohorts)) if cohorts is not None else None,
                       write_clients=int(med([d.write_clients for d in per]) or 0), windows=len(per))

@@ -43,15 +43,17 @@ def side_model(doc, cell: CellSummary, op: str) -> model.Side:
     c = side.components
     resid = _residence(reps, side) if op == "SET" and (decode(doc).server.io_threads or 1) > 1 else None
     if resid is not None:
-        # under I/O threads the kernel timed each write from its arrival to its reply: that is the
-        # server's part, measured; what the main thread's loop units do not place in it is the batch's
-        # wait (a durable offload) and then the I/O threads' hop
+        # under I/O threads a reply leaves on an I/O thread: the kernel timed each write's hop from the
+        # last sync's end to its reply (measured, not the residence less the rest); the batch's wait is
+        # the shim's; what the client saw beyond the parts is outside them. The kernel's arrival-to-reply
+        # (the residence) is kept beside, for the accounting to be held against (evidence.residence)
         total = sum(c.values())
-        inside = resid - (total - c["outside_server"])
-        moved = min(wait, max(0.0, inside))
-        c["offload_wait"] += moved
-        c[model.IO_HOP] = inside - moved
-        c["outside_server"] = total - resid
+        if wait:  # the batch's wait as the kernel timed it (read -> its job's end): the shim's jobs waited
+            #       x a job's mean length counts a whole job for one already in flight
+            c["offload_wait"] += _per_used(reps, side, "durable_wait_p50_us") or wait
+        c[model.IO_HOP] = _per_used(reps, side, "release_hop_p50_us") or 0.0
+        c["outside_server"] = total - sum(v for k, v in c.items() if k != "outside_server")
+        side.residence_us = resid
     elif wait:
         # a durable offload: the SET's reply waited for its batch on the offload thread, which the
         # main thread's loop does not show; measured by the shim (jobs waited x their mean length)
@@ -64,8 +66,13 @@ def side_model(doc, cell: CellSummary, op: str) -> model.Side:
 def _residence(reps: list, side: model.Side) -> float | None:
     """The kernel's median arrival-to-reply of the writes in the side's median repeat(s) (their mean
     when two), None when one of them has no timed writes."""
+    return _per_used(reps, side, "residence_p50_us")
+
+
+def _per_used(reps: list, side: model.Side, field: str) -> float | None:
+    """A durability figure of the side's median repeat(s) (their mean when two), None when one lacks it."""
     used = {(u.repeat, u.launch) for u in side.used}
-    vals = [r.server.durability.residence_p50_us if r.server.durability else None
+    vals = [getattr(r.server.durability, field) if r.server.durability else None
             for r in reps if (r.repeat, r.launch) in used]
     known = [v for v in vals if v is not None]
     return sum(known) / len(known) if known and len(known) == len(vals) else None
@@ -207,6 +214,10 @@ def _accounted(entry: Entry, observed: float, b: CellSummary, c: CellSummary, do
     entry.explained_share = round(share, 3) if keep and share is not None else None
     entry.server_share = round(on_server, 3) if keep and on_server is not None else None
     entry.evidence["model"] = "loop_units"  # each side's k and how it was chosen: model_inputs
+    if sb.residence_us is not None and sc.residence_us is not None and sc.residence_us != sb.residence_us:
+        parts = sum(x.delta_us for x in comps if x.name in model.SERVER_COMPONENTS)
+        entry.evidence["residence"] = {"baseline_us": round(sb.residence_us, 1), "candidate_us": round(sc.residence_us, 1),
+                                       "accounted_share": round(parts / (sc.residence_us - sb.residence_us), 3)}
     entry.evidence["model_inputs"] = {"baseline": side_inputs(sb), "candidate": side_inputs(sc)}
     out: list[Clause] = []
     notes = entry.notes

@@ -89,7 +89,7 @@ LABELS = {"fsync": "main thread blocked in fsync", "aof_write": "main thread blo
           "cpu_wait": "main thread waiting for a CPU", "on_cpu": "main thread on CPU",
           "other_blocked": "main thread blocked elsewhere",
           "offload_wait": "waiting for its batch's write + fdatasync off the main thread",
-          IO_HOP: "in the server beyond the main thread's loop units (the I/O threads' hop)",
+          IO_HOP: "a durable reply's hop to its socket (the I/O threads', from the kernel's timestamps)",
           "outside_server": "outside the server (client, network, the host's CPU taken by the clients)"}
 # the main thread's busy components by the budget category that measures them (analysis/summary.py)
 _BUDGET = {c.component: c.name for c in BUDGET if c.component and c.component != "fsync"}
@@ -340,6 +340,7 @@ class Side:
     components: dict
     k: float
     used: list                    # [UsedRepeat]
+    residence_us: float | None = None  # under I/O threads: the kernel's median write arrival-to-reply
 
 
 def median_repeat(repeats: list, most: float = ITERATIONS_PER_REQUEST) -> Side:

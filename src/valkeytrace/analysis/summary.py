@@ -148,6 +148,8 @@ class Durability:
     arrival_delay_us: float | None = None
     jobs_waited_per_write: float | None = None
     residence_p50_us: float | None = None  # the median write's arrival to reply (the kernel's timestamps)
+    release_hop_p50_us: float | None = None  # the median write's last sync end to its reply (the kernel's)
+    durable_wait_p50_us: float | None = None  # the median write's read to that sync's end (the kernel's)
     cohorts: int | None = None
     write_clients: int = 0
     windows: int = 0
