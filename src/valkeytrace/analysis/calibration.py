@@ -169,7 +169,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     cal = Calibration(workload, size, params=Params((), ServerCosts({}, 0.0), ClientCosts(0.0, 0.0),
                                                     Durability("main", Sampler(()), Sampler(()))),
                       injected_ns=injected, measured={k: v[0] for k, v in meas.items()},
-                      per_run={k: v[1] for k, v in meas.items()}, repeats=len(runs))
+                      per_run={k: v[1] for k, v in meas.items()}, repeats=len(runs), host=calls.repeated(doc))
     sync_cpu = calls.sync_cpu(runs) or 0.0
     cal.put("sync_us_p50", float(np.median(sync)), "µs", f"{sync_src}, on the thread that makes writes durable")
     cal.put("sync_cpu_us", sync_cpu, "µs", "each sync call's length less its off-CPU time inside it (eBPF)"
@@ -177,9 +177,27 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     cal.put("aof_write_us_p50", float(np.median(aof)) if aof else 0.0, "µs", aof_src)
     cal.put("injected_fsync_delay_us", injected / 1e3, "µs", "the recording's --inject-fsync-delay" if injected else
             "none injected")
-    passes = calls.passes_of(doc, size)
     costs = _pass_costs(cal, doc, runs, size, sync_cpu)
-    cal.host = calls.repeated(doc)
+    shape = _cost_shape(cal, doc, runs, size, sync_cpu)
+    nbytes = _aof_bytes(cal, doc, runs, size)
+    cal.params = Params(groups=_groups(doc, workload, cal.measured, runs, rate), server=ServerCosts({}, 0.0),
+                        client=ClientCosts(0.0, 0.0),
+                        durability=Durability(who.mode, Sampler(sync, 0.0, sync_cpu), Sampler(aof),
+                                              float((doc.emulation.offload.gather_ns if doc.emulation.offload else 0)
+                                                    or 0) / 1e3, who.job_interval_us if who.mode != "main" else 0.0),
+                        io_threads=int(doc.server.io_threads or 1), keyspace=int(doc.settings.keyspace or 100000),
+                        value_size=size, aof_bytes_per_write=nbytes, duration_s=float(doc.settings.duration_s or 2.0))
+    passes = calls.passes_of(doc, size)
+    _stalls(cal, runs, passes)
+    split = _fit_split(cal, costs, shape)
+    _draws(cal, costs, split, *shape)
+    _windows(cal, runs, passes, sync_cpu)
+    return cal
+
+
+def _cost_shape(cal: Calibration, doc: Document, runs: list[Run], size: int, sync_cpu: float) -> tuple:
+    """(a SET's extra, the wake-up, a sync's CPU, the main thread's share under I/O threads): what turns a
+    pass's totals into the model's per-request costs (fitting.cost_params), each put with its source."""
     extra, extra_src = calls.set_extra_us(doc, size)
     wake = calls.wake_us(runs)
     share = calls.main_share(runs, sync_cpu) if (doc.server.io_threads or 1) > 1 else None
@@ -188,26 +206,26 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
     if share is not None:
         cal.put("main_thread_share", share, "", "under I/O threads: the main thread's share of the server threads' "
                 "CPU over the windows (schedstat, sync calls left out): what it executes of a request")
+    return extra, wake, sync_cpu, share
+
+
+def _aof_bytes(cal: Calibration, doc: Document, runs: list[Run], size: int) -> float:
     nbytes = calls.aof_bytes_per_set(cell_runs(doc, "write-only", size) or runs)
     if nbytes is None:
-        nbytes = float(_resp_set_bytes(size))
-        cal.put("aof_bytes_per_set", nbytes, "bytes", "not measured: the RESP form of a SET of this value size with "
-                f"the benchmark's {KEY_BYTES}-byte key")
-    else:
-        cal.put("aof_bytes_per_set", nbytes, "bytes", "AOF bytes written per SET in the windows (eBPF)")
+        cal.put("aof_bytes_per_set", float(_resp_set_bytes(size)), "bytes", "not measured: the RESP form of a SET "
+                f"of this value size with the benchmark's {KEY_BYTES}-byte key")
+        return float(_resp_set_bytes(size))
+    cal.put("aof_bytes_per_set", nbytes, "bytes", "AOF bytes written per SET in the windows (eBPF)")
+    return nbytes
+
+
+def _fit_split(cal: Calibration, costs: list[PassCost], shape: tuple) -> float:
+    """The CPU split fitted to the cell's measured op (fitting.fit_split), put as fitted; cal.params takes it."""
+    op = "GET" if cal.workload == "read-heavy" else "SET"
     median = PassCost(float(np.median([c.server_us for c in costs])), float(np.median([c.client_us for c in costs])))
-    cal.params = Params(groups=_groups(doc, workload, cal.measured, runs, rate), server=ServerCosts({}, 0.0),
-                        client=ClientCosts(0.0, 0.0),
-                        durability=Durability(who.mode, Sampler(sync, 0.0, sync_cpu), Sampler(aof),
-                                              float((doc.emulation.offload.gather_ns if doc.emulation.offload else 0)
-                                                    or 0) / 1e3, who.job_interval_us if who.mode != "main" else 0.0),
-                        io_threads=int(doc.server.io_threads or 1), keyspace=int(doc.settings.keyspace or 100000),
-                        value_size=size, aof_bytes_per_write=nbytes, duration_s=float(doc.settings.duration_s or 2.0))
-    _stalls(cal, runs, passes)
-    op = "GET" if workload == "read-heavy" else "SET"
 
     def params_at(split: float) -> Params:
-        server, client = cost_params(median, split, extra, wake, sync_cpu, share)
+        server, client = cost_params(median, split, *shape)
         return replace(cal.params, server=server, client=client)
     m = cal.measured.get(op) or Measured()
     runs_p50 = [np.log(x) for x in cal.per_run.get(op, {}).get("p50_us", []) if x]
@@ -219,9 +237,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
             f"which the cell as recorded comes nearest its measured {op} p50 and TPS ({m.p50_us or 0:.0f} µs, "
             f"{m.tps or 0:,.0f}/s; within the windows' own spread ({noise:.1%}) the split nearest a half; simulated "
             + ", ".join(f"{s:g}: {v[0]:.0f} µs {v[1]:,.0f}/s" for s, v in tried.items()) + ")")
-    _draws(cal, costs, split, extra, wake, sync_cpu, share)
-    _windows(cal, runs, passes, sync_cpu)
-    return cal
+    return split
 
 
 def _resp_set_bytes(size: int) -> int:
