@@ -7,7 +7,8 @@
  *     is recorded.
  *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
  *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA" (a draw clamped to 8
- *     sigmas, any delay to a minute). Unset: none.
+ *     sigmas, any delay to a minute), then optionally ";stall:S_NS/P_NS" (a disk that stalls: once in
+ *     every P of wall time, the first sync at or after its time takes S more). Unset: none.
  *   - $VALKEYTRACE_FSYNC_ERROR: "eio@N" or "enospc@N": the Nth fsync/fdatasync fails with that error
  *     (nothing synced), as a failing disk's would (record --inject-fsync-error).
  *   The region's header may add a delay of its own while the server runs (extra_delay_ns, set by
@@ -54,6 +55,8 @@ static pid_t main_pid;
 static int delay_kind; /* 0 none, 1 constant, 2 lognormal */
 static uint64_t delay_ns;
 static double delay_sigma;
+static uint64_t stall_ns, stall_period_ns; /* ";stall:S/P": once in every P of wall time, one sync S longer */
+static uint64_t stall_next;                /* atomic: the monotonic time the next stall is due from */
 #define MAX_DELAY_NS 60000000000ull /* an injected delay is clamped to a minute */
 #define MAX_Z 8.0                   /* and a log-normal draw to 8 sigmas either side */
 
@@ -141,12 +144,34 @@ void vt_io_after_fork_child(void)
 
 int vt_io_recording(void) { return region != NULL; }
 
-/* "const:4000000" or "lognormal:4000000,0.3" (nanoseconds). Anything else: no injection. */
-static void parse_delay(const char *spec)
+static uint64_t mono_ns(void)
 {
-    char *end;
-    if (!spec)
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* "const:4000000" or "lognormal:4000000,0.3" (nanoseconds), either (or "none") followed by
+ * ";stall:1000000000/2500000000": once in every 2.5 s of wall time, one sync 1 s longer (a disk that
+ * stalls). Anything else: no injection. */
+static void parse_delay(const char *env)
+{
+    char *end, spec[160];
+    const char *stall;
+    if (!env || strlen(env) >= sizeof(spec))
         return;
+    strcpy(spec, env);
+    if ((stall = strstr(env, ";stall:")) != NULL) {
+        spec[stall - env] = '\0';
+        unsigned long long s = strtoull(stall + 7, &end, 10), p = 0;
+        if (end != stall + 7 && *end == '/')
+            p = strtoull(end + 1, &end, 10);
+        if (*end == '\0' && s > 0 && p > 0) {
+            stall_ns = s < MAX_DELAY_NS ? s : MAX_DELAY_NS;
+            stall_period_ns = p;
+            __atomic_store_n(&stall_next, mono_ns() + p, __ATOMIC_RELAXED);
+        }
+    }
     if (strncmp(spec, "const:", 6) == 0) {
         unsigned long long v = strtoull(spec + 6, &end, 10);
         if (end != spec + 6 && *end == '\0' && v > 0) {
@@ -289,9 +314,19 @@ static inline double uniform01(void)
     return ((x * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* the stall, when one is due: taken by the first sync at or after its time (one thread wins it) */
+static uint64_t stall_due(void)
+{
+    uint64_t due = __atomic_load_n(&stall_next, __ATOMIC_RELAXED), now;
+    if (!stall_period_ns || (now = mono_ns()) < due)
+        return 0;
+    uint64_t next = due + stall_period_ns * (1 + (now - due) / stall_period_ns);
+    return __atomic_compare_exchange_n(&stall_next, &due, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED) ? stall_ns : 0;
+}
+
 static void inject_delay(void)
 {
-    uint64_t ns = 0, extra = extra_delay();
+    uint64_t ns = 0, extra = extra_delay() + stall_due();
     struct timespec req, rem;
     if (!delay_kind && !extra)
         return;
@@ -341,7 +376,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 {
     uint64_t t0;
     int ret, saved;
-    if (!delay_kind && !timed(kind) && !extra_delay() && !error_at)
+    if (!delay_kind && !stall_period_ns && !timed(kind) && !extra_delay() && !error_at)
         return fn(fd);
     t0 = now_ns();
     if (error_at && __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELAXED) == error_at) {

@@ -365,3 +365,20 @@ def test_an_aborted_shutdown_leaves_the_fsync_off_the_main_thread():
         replica.stop()
         target.stop()
         stats.close()
+
+
+def test_a_stalling_disk_stalls_one_fdatasync_in_each_period():
+    """--inject-fsync-delay 1ms,stall:300ms/1s under appendfsync always: SETs on one connection for 2.6 s
+    (the clock the witness): about one in each second waits the 300 ms stall, the rest ~1 ms."""
+    env = {**os.environ, "LD_PRELOAD": shim_library(), "VALKEYTRACE_FSYNC_DELAY": "const:1000000;stall:300000000/1000000000"}
+    target = EmbeddedServer(io_threads=1, env=env)
+    try:
+        a, lat, end = Conn(target.port), [], time.monotonic() + 2.6
+        while time.monotonic() < end:
+            lat.append(a.timed("SET", "k", "v")[1])
+        stalled = [ms for ms in lat if ms >= 290]
+        assert 2 <= len(stalled) <= 3 and max(stalled) < 400, stalled
+        quick = sorted(ms for ms in lat if ms < 290)
+        assert len(quick) > 100 and quick[len(quick) // 2] < 5, quick[len(quick) // 2]
+    finally:
+        target.stop()

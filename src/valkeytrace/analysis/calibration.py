@@ -165,6 +165,10 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                                "threads is needed: --backend ebpf or shim)")
     aof, aof_src = call_lengths(runs, (AOF,))
     injected = float(doc.emulation.fsync_delay.median_ns or 0.0)
+    stall_us, period_us = (float(doc.emulation.fsync_delay.stall_ns or 0) / 1e3,
+                           float(doc.emulation.fsync_delay.stall_period_ns or 0) / 1e3)
+    if stall_us:  # the recorded stalls are the emulation's, put back on the model's own schedule
+        sync = tuple(v - stall_us if v > stall_us else v for v in sync)
     meas = {op: _median_op(runs, op) for op in ("GET", "SET") if any(op in r.ops for r in runs)}
     cal = Calibration(workload, size, params=Params((), ServerCosts({}, 0.0), ClientCosts(0.0, 0.0),
                                                     Durability("main", Sampler(()), Sampler(()))),
@@ -184,7 +188,8 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                         client=ClientCosts(0.0, 0.0),
                         durability=Durability(who.mode, Sampler(sync, 0.0, sync_cpu), Sampler(aof),
                                               float((doc.emulation.offload.gather_ns if doc.emulation.offload else 0)
-                                                    or 0) / 1e3, who.job_interval_us if who.mode != "main" else 0.0),
+                                                    or 0) / 1e3, who.job_interval_us if who.mode != "main" else 0.0,
+                                              stall_us, period_us),
                         io_threads=int(doc.server.io_threads or 1), keyspace=int(doc.settings.keyspace or 100000),
                         value_size=size, aof_bytes_per_write=nbytes, duration_s=float(doc.settings.duration_s or 2.0))
     passes = calls.passes_of(doc, size)
@@ -282,9 +287,10 @@ def _draws(cal: Calibration, costs: list[PassCost], split: float, extra: float, 
 
 def _windows(cal: Calibration, runs: list[Run], passes: list, sync_cpu: float) -> None:
     """One Window per recorded window: its own sync calls (the cell's pooled when it has few) and stalls."""
-    pooled = cal.params.durability.sync
+    pooled, stall = cal.params.durability.sync, cal.params.durability.stall_us
     for r in runs:
         own, _ = call_lengths([r], SYNC_CALLS)
+        own = tuple(v - stall if stall and v > stall else v for v in own)
         sync = Sampler(own, 0.0, sync_cpu) if len(own) >= MIN_WINDOW_CALLS else pooled
         cal.windows.append(Window(sync, calls.stalls_of([r], passes)))
 

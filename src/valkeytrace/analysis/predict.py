@@ -92,9 +92,10 @@ class PredictedCell:
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
     widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "passes_sd", "model_sd"}
+    memory: dict = field(default_factory=dict)    # a durable offload: {"held_replies_peak", "held_bytes_peak"}
 
     def to_json(self) -> dict:
-        return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate,
+        return {"workload": self.workload, "value_size": self.value_size, "rate": self.rate, "memory": self.memory,
                 "recorded_rate": self.recorded_rate, "ops": {k: asdict(v) for k, v in self.ops.items()},
                 "server": asdict(self.server), "baseline": {k: asdict(v) for k, v in self.baseline.items()},
                 "self_check": {k: asdict(v) for k, v in self.self_check.items()}, "widening": self.widening}
@@ -124,9 +125,10 @@ def apply(cal: Calibration, change: Change, p: Params | None = None) -> Params:
     d = p.durability
     mode = d.mode if change.offload is None else ("main" if change.offload == "none" else change.offload)
     gather = d.gather_us if change.gather_us is None else change.gather_us
-    sync = d.sync
+    sync, stall = d.sync, (d.stall_us, d.stall_period_us)
     if change.fsync_delay is not None:
         new = decode_as(change.fsync_delay or {}, FsyncDelay)
+        stall = (float(new.stall_ns or 0) / 1e3, float(new.stall_period_ns or 0) / 1e3)
         median_us = float(new.median_ns or 0.0) / 1e3
         shift = -cal.injected_ns / 1e3
         if new.kind == "lognormal" and new.sigma:
@@ -149,7 +151,8 @@ def apply(cal: Calibration, change: Change, p: Params | None = None) -> Params:
         groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool) if x.measured else x for x in groups)
     interval = d.job_interval_us if change.job_interval_us is None else change.job_interval_us
     return replace(p, groups=groups, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
-                                                        job_interval_us=interval),
+                                                        job_interval_us=interval, stall_us=stall[0],
+                                                        stall_period_us=stall[1]),
                    duration_s=max(p.duration_s, MIN_SIM_S))
 
 
@@ -295,7 +298,20 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
                 for op, m in own.widen.items()}
     return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
                          self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
-                         recorded_rate=recorded_rate, widening=widening)
+                         recorded_rate=recorded_rate, widening=widening, memory=_memory(results))
+
+
+REPLY_BYTES = len(b"+OK\r\n")  # a held reply is a write's: valkey's output buffer holds its "+OK"
+
+
+def _memory(results: list[SimResult]) -> dict:
+    """What a durable offload holds at its peak (the simulated windows' median): replies held until durable,
+    and their bytes as the server's output buffers hold them."""
+    peaks = [r.held_peak for r in results]
+    if not any(peaks):
+        return {}
+    held = int(np.median(peaks))
+    return {"held_replies_peak": held, "held_bytes_peak": held * REPLY_BYTES}
 
 
 def predict(doc: dict | Document, change: Change, cells: list | None = None, rates: list | None = None) -> Prediction:

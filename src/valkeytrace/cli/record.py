@@ -134,6 +134,8 @@ def describe_plan(plan, launches: int = 1) -> list[str]:
     matrix = st.matrix()
     cells = sorted({(w, size) for _, w, size, *_ in matrix})
     extra = [x for x in (f"fsync +{e.fsync_delay['median_ns'] / 1e6:g} ms" if e.fsync_delay else "",
+                         f"a {e.fsync_delay['stall_ns'] / 1e9:g} s stall every {e.fsync_delay['stall_period_ns'] / 1e9:g} s"
+                         if e.fsync_delay and e.fsync_delay.get("stall_ns") else "",
                          f"virtual offload {e.offload}" if e.offload else "",
                          f"gather {e.gather_ns / 1e6:g} ms" if e.gather_ns else "") if x]
     est = estimate.estimate(plan.tracer.backend, matrix, st.duration_s, launches)

@@ -90,6 +90,8 @@ class Durability:
     gather_us: float = 0.0     # an offload job starts this long after the later of its first write and the
     #                            previous job's end (record --offload-gather)
     job_interval_us: float = 0.0  # a job starts at least this long after the previous one's start (everysec: 1 s)
+    stall_us: float = 0.0      # a disk that stalls: the first sync at or after each stall_period_us of simulated
+    stall_period_us: float = 0.0  # time takes stall_us more (record --inject-fsync-delay ...,stall:S/P)
 
 
 @dataclass(frozen=True)
@@ -162,3 +164,4 @@ class SimResult:
     jobs_waited_per_write: float | None
     seconds: float
     events: int
+    held_peak: int = 0         # the most replies held at once (a durable offload), after the warm-up

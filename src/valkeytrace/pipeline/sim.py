@@ -42,6 +42,7 @@ class _Offload:
         self.held: list = []  # (need, seq, conn, client)
         self.seq = 0
         self.jobs = 0
+        self.held_peak = 0
 
     def queue(self, t: float, nbytes: float) -> None:
         if not self.chunks:
@@ -55,9 +56,11 @@ class _Offload:
     def _when(self, t: float) -> float:
         return max(t, max(self.first_queued, self.last_end) + self.gather, self.last_start + self.interval)
 
-    def hold(self, need: float, conn: int, client: ClosedClient | OpenClient) -> None:
+    def hold(self, need: float, conn: int, client: ClosedClient | OpenClient, t: float = 0.0) -> None:
         self.seq += 1
         heapq.heappush(self.held, (need, self.seq, conn, client))
+        if t >= self.sim.warm and len(self.held) > self.held_peak:
+            self.held_peak = len(self.held)
 
     def _start(self, t: float, _arg) -> None:
         end_pos = None
@@ -68,7 +71,7 @@ class _Offload:
             return
         sim = self.sim
         self.last_start = t
-        dur = sim.aof_write.next() + sim.sync.next()
+        dur = sim.aof_write.next() + sim.sync_len(t)
         sim.syncs += t >= sim.warm
         cpu = sim.p.server.sync_cpu_us  # the write's and fdatasync's own CPU, on the server's CPU: shared
         dur += cpu                      # with the main thread, each at half speed while both run
@@ -121,6 +124,16 @@ class _Sim:
         self.io_reads: deque = deque()   # (done time, conn, op, key): read by the I/O thread
         self.iterations = self.syncs = 0
         self.writes_flushed = 0
+        d = p.durability
+        self.stall_next = d.stall_period_us if d.stall_us and d.stall_period_us else float("inf")
+
+    def sync_len(self, t: float) -> float:
+        """One sync's length starting at t: a drawn call, and the disk's stall when one is due."""
+        d, n = self.p.durability, self.sync.next()
+        if t >= self.stall_next:
+            n += d.stall_us
+            self.stall_next += d.stall_period_us * (1 + (t - self.stall_next) // d.stall_period_us)
+        return n
 
     # -- arrivals and the main thread --------------------------------------------------------------
     def arrive(self, t: float, conn: int, op: str, key: int) -> None:
@@ -202,7 +215,7 @@ class _Sim:
         if self.sets_pending:
             t = self.noise.finish(t, self.aof_write.next())
             if self.mode == "main":
-                t += self.sync.next()
+                t += self.sync_len(t)
                 self.syncs += self.warm <= t < self.end
             elif self.offload is not None:
                 self.offload.queue(t, self.sets_pending * p.aof_bytes_per_write)
@@ -228,8 +241,8 @@ class _Sim:
                     elif k:
                         del self.key_need[key]
                 if need > off.durable:
-                    t = fin(t, s.write_us * 0.5)  # the shim copies it aside instead of writing it
-                    off.hold(need, conn, client)
+                    t = fin(t, s.write_us)  # produced as any reply (the shim keeps it instead of the socket)
+                    off.hold(need, conn, client, t)
                     continue
             if io:
                 self.io_free = max(self.io_free, t) + s.io_write_us
@@ -268,7 +281,8 @@ class _Sim:
         return SimResult(ops=ops, background=background, iterations_per_s=self.iterations / secs,
                          syncs_per_s=self.syncs / secs,
                          writes_per_sync=(self.writes_flushed / jobs) if jobs else None,
-                         jobs_waited_per_write=None, seconds=secs, events=self.eng.events)
+                         jobs_waited_per_write=None, seconds=secs, events=self.eng.events,
+                         held_peak=self.offload.held_peak if self.offload else 0)
 
 
 def _op_result(op: str, lat: np.ndarray, secs: float) -> OpResult:

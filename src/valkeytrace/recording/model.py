@@ -305,6 +305,8 @@ class FsyncDelay(Record):
     kind: str | None = None      # const or lognormal
     spec: str | None = None      # as given
     env: str | None = None       # as the shim reads it
+    stall_ns: NonNeg | None = None  # a disk that stalls: one call this much longer ...
+    stall_period_ns: NonNeg | None = None  # ... in every this much wall time
 
 
 class AtExit(Record):

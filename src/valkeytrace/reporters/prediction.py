@@ -24,6 +24,8 @@ def _change_words(p: Prediction) -> str:
     if c.fsync_delay is not None:
         d = decode_as(c.fsync_delay or {}, FsyncDelay)
         words.append(f"+{(d.median_ns or 0) / 1e6:g} ms per fdatasync instead of the recording's")
+        if d.stall_ns:
+            words.append(f"one fdatasync {d.stall_ns / 1e9:g} s longer in every {(d.stall_period_ns or 0) / 1e9:g} s")
     for k in ("get_clients", "set_clients", "write_clients"):
         if getattr(c, k) is not None:
             words.append(f"{k.replace('_', ' ')} {getattr(c, k)}")
@@ -87,6 +89,10 @@ def _note(c, op: str) -> str:
                      f"achieved {(q.achieved_rate or 0) / 1000:.1f}K/s, service p50 {fmt_us(q.service_p50_us)} µs")
     if s.writes_per_sync:
         parts.append(f"{s.syncs_per_s or 0:.0f} fdatasync/s, {s.writes_per_sync:.1f} writes each")
+    held = c.memory.get("held_replies_peak") if c.memory else None
+    if held:
+        parts.append(f"at its peak the offload holds {held:,} replies ({c.memory['held_bytes_peak']:,} B of "
+                     "output buffers) until durable")
     if q is not None and q.interval:
         parts.append(f"[{LEVEL:.0%} range of one recording of the baseline's shape]")
     own, m = c.self_check.get(op), c.baseline.get(op)

@@ -30,31 +30,51 @@ def _duration_ns(text: str) -> int:
 
 
 def parse_fsync_delay(spec: str) -> dict:
-    """'4ms' -> constant; 'lognormal:4ms,0.3' -> lognormal with median 4 ms, sigma 0.3."""
+    """'4ms' -> constant; 'lognormal:4ms,0.3' -> lognormal with median 4 ms, sigma 0.3; either (or nothing)
+    followed by ',stall:1s/2.5s' -> a disk that stalls: once in every 2.5 s of wall time, one fdatasync 1 s
+    longer ('2ms,stall:1s/2.5s'; 'stall:1s/2.5s' alone: only the stalls)."""
+    whole, stall = spec, None
+    m = re.fullmatch(r"(?:(.*),)?stall:([^/]+)/(.+)", spec.strip())
     try:
-        if spec.startswith("lognormal:"):
-            median, sigma = spec[len("lognormal:"):].split(",")
-            ns, sig = _duration_ns(median), float(sigma)
-            if ns <= 0 or not 0 <= sig <= 5:
-                raise ValueError(spec)
-            return {"kind": "lognormal", "median_ns": ns, "sigma": sig, "spec": spec,
-                    "env": f"lognormal:{ns},{sig}"}
-        ns = _duration_ns(spec[len("const:"):] if spec.startswith("const:") else spec)
-        if ns <= 0:
-            raise ValueError(spec)
-        return {"kind": "const", "median_ns": ns, "sigma": 0.0, "spec": spec, "env": f"const:{ns}"}
+        if m:
+            spec = (m.group(1) or "").strip()
+            stall = (_duration_ns(m.group(2)), _duration_ns(m.group(3)))
+            if stall[0] <= 0 or stall[1] <= 0:
+                raise ValueError(whole)
+        out = _base_delay(spec) if spec else {"kind": "none", "median_ns": 0, "sigma": 0.0, "env": "none"}
     except ValueError:
-        raise VTUsageError(f"--inject-fsync-delay {spec!r}: expected a duration like 4ms or 500us, "
-                           "or lognormal:MEDIAN,SIGMA (e.g. lognormal:4ms,0.3)") from None
+        raise VTUsageError(f"--inject-fsync-delay {whole!r}: expected a duration like 4ms or 500us, "
+                           "or lognormal:MEDIAN,SIGMA (e.g. lognormal:4ms,0.3), optionally with ,stall:S/P "
+                           "(e.g. 2ms,stall:1s/2.5s)") from None
+    out["spec"] = whole
+    if stall:
+        out.update(stall_ns=stall[0], stall_period_ns=stall[1], env=f"{out['env']};stall:{stall[0]}/{stall[1]}")
+    return out
+
+
+def _base_delay(spec: str) -> dict:
+    if spec.startswith("lognormal:"):
+        median, sigma = spec[len("lognormal:"):].split(",")
+        ns, sig = _duration_ns(median), float(sigma)
+        if ns <= 0 or not 0 <= sig <= 5:
+            raise ValueError(spec)
+        return {"kind": "lognormal", "median_ns": ns, "sigma": sig, "env": f"lognormal:{ns},{sig}"}
+    ns = _duration_ns(spec[len("const:"):] if spec.startswith("const:") else spec)
+    if ns <= 0:
+        raise ValueError(spec)
+    return {"kind": "const", "median_ns": ns, "sigma": 0.0, "env": f"const:{ns}"}
 
 
 def describe_delay(inject: dict | None) -> str:
     if not inject:
         return ""
     ms = inject["median_ns"] / 1e6
-    if inject["kind"] == "const":
-        return f"fsync latency emulated: +{ms:g} ms per call"
-    return f"fsync latency emulated: +lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) per call"
+    said = {"const": f"+{ms:g} ms per call", "lognormal": f"+lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) "
+            "per call", "none": ""}.get(inject["kind"], "")
+    if inject.get("stall_ns"):
+        said += (", and " if said else "") + (f"one call {inject['stall_ns'] / 1e9:g} s longer in every "
+                                              f"{inject['stall_period_ns'] / 1e9:g} s (a disk that stalls)")
+    return f"fsync latency emulated: {said}"
 
 
 def parse_fsync_error(spec: str) -> str:
