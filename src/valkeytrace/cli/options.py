@@ -134,7 +134,8 @@ COMMON = [
                  help="Main-thread off-CPU intervals at least this long go to the blocked timeline."),
     click.option("--inject-fsync-delay", "inject_spec", metavar="DURATION",
                  help="Emulate a slow disk: add DURATION (e.g. 4ms, or lognormal:4ms,0.3) after every "
-                      "fsync/fdatasync, by sleeping. Launched servers only; reports say so."),
+                      "fsync/fdatasync, by sleeping; with ,stall:S/P (e.g. 2ms,stall:1s/2.5s) one of them S longer "
+                      "in every P of wall time (a disk that stalls). Launched servers only; reports say so."),
     click.option("--inject-fsync-error", "fsync_error_spec", metavar="eio@N|enospc@N",
                  help="Emulate a failing disk: the Nth fsync/fdatasync the server makes fails with EIO (or ENOSPC), "
                       "nothing synced, as a disk's would (valkey under appendfsync always then exits). Launched "

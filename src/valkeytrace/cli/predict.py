@@ -23,8 +23,8 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
               help="The durable offload's gather window (record --offload-gather); auto: the smallest window under "
                    "which one job carries every write client's write (one cohort), as the model finds it.")
 @click.option("--inject-fsync-delay", "inject", metavar="DURATION|none",
-              help="A new emulated delay per fdatasync instead of the recording's (e.g. 6ms, lognormal:4ms,0.3; "
-                   "none: the disk's own).")
+              help="A new emulated delay per fdatasync instead of the recording's (e.g. 6ms, lognormal:4ms,0.3, "
+                   "2ms,stall:1s/2.5s; none: the disk's own).")
 @click.option("--get-clients", type=click.IntRange(min=1), help="GET clients (read-heavy).")
 @click.option("--set-clients", type=click.IntRange(min=0), help="Background SET clients (read-heavy).")
 @click.option("--write-clients", type=click.IntRange(min=1), help="SET clients (write-only).")
