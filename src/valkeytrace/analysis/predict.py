@@ -193,10 +193,11 @@ def host_floor(cal: Calibration) -> float:
 
 def speed_shift(cal: Calibration, change: Change | None) -> dict:
     """op -> metric -> how far the host's speed moves the figure (the SD of its log): the cell simulated
-    with every CPU cost moved up and down by the host's speed shift (intervals.shift_sd of the GET-only
-    passes' CPU per request: continuous, where the clients' latency figures are bucketed), half the log
-    distance between the two medians. A figure the fsync paces barely moves; a CPU-bound one moves with it."""
-    sigma = shift_sd([cal.cpu_per_request])
+    with every CPU cost moved up and down by the host's speed shift (intervals.shift_sd of the host's CPU per
+    request over every fixed load the baseline repeated, its GET-only passes and each cell's windows, each
+    about its own mean: continuous, where the clients' latency figures are bucketed), half the log distance
+    between the two medians. A figure the fsync paces barely moves; a CPU-bound one moves with it."""
+    sigma = shift_sd(cal.host.get("cpu") or [cal.cpu_per_request])
     if not sigma:
         return {}
     hi, lo = (per_window(simulate_windows(cal, change, ELASTIC_RUNS, float(np.exp(x)))) for x in (sigma, -sigma))
