@@ -292,11 +292,11 @@ def stalls_of(runs: list[Run], passes: list[Demand]) -> Stalls | None:
 
 
 def repeated(doc: Document) -> dict:
-    """{"tps", "p50_us": [[a fixed load's figure over its repeats], ...], "names": ["pass" or "cell", ...],
+    """{"tps", "p50_us", "p99_us": [[a fixed load's figure over its repeats], ...], "names": ["pass" or "cell", ...],
     "cpu": [[a fixed load's host CPU per request (µs) over its repeats], ...]}: the recording's GET-only
     passes (by size) and each closed-loop cell's measured op over its windows (launch by launch in a
     compare)."""
-    groups: dict = {"tps": [], "p50_us": [], "names": [], "cpu": []}
+    groups: dict = {"tps": [], "p50_us": [], "p99_us": [], "names": [], "cpu": []}
     cells: dict = {}
     cpu: dict = {}
     for r in doc.runs:
@@ -305,13 +305,13 @@ def repeated(doc: Document) -> dict:
         op = "GET" if r.workload == "read-heavy" else "SET"
         key = (r.workload, r.value_size, r.launch)
         if op in r.ops:
-            cells.setdefault(("cell", *key), []).append((r.ops[op].tps, r.ops[op].p50_us))
+            cells.setdefault(("cell", *key), []).append((r.ops[op].tps, r.ops[op].p50_us, r.ops[op].p99_us))
             n = sum(o.tps or 0 for o in r.ops.values())
             h = r.host_cpu
             if h and h.server_cores is not None and h.clients_cores is not None and n:
                 cpu.setdefault(key, []).append((h.server_cores + h.clients_cores) * 1e6 / n)
         if r.demand and r.demand.tps:
-            cells.setdefault(("pass", r.value_size, r.launch), []).append((r.demand.tps, r.demand.p50_us))
+            cells.setdefault(("pass", r.value_size, r.launch), []).append((r.demand.tps, r.demand.p50_us, r.demand.p99_us))
             if r.demand.host_cpu:
                 cpu.setdefault(("pass", r.value_size, r.launch), []).append(pass_cost(r.demand).total_us)
     groups["cpu"] = list(cpu.values())
@@ -319,4 +319,5 @@ def repeated(doc: Document) -> dict:
         groups["names"].append(key[0])
         groups["tps"].append([f[0] for f in figs if f[0]])
         groups["p50_us"].append([f[1] for f in figs if f[1]])
+        groups["p99_us"].append([f[2] for f in figs if f[2]])
     return groups

@@ -91,7 +91,7 @@ class PredictedCell:
     fitted: list = field(default_factory=list)
     rate: float | None = None     # open loop: the measured op's rate predicted (None: closed loop)
     recorded_rate: float | None = None  # the recording's cell it was calibrated from (None: closed loop)
-    widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "passes_sd", "model_sd"}
+    widening: dict = field(default_factory=dict)  # op -> metric -> {"windows_sd", "speed_sd", "floor_sd", "model_sd"}
     memory: dict = field(default_factory=dict)    # a durable offload: {"held_replies_peak", "held_bytes_peak"}
 
     def to_json(self) -> dict:
@@ -182,13 +182,19 @@ def _scaled(s, f: float):
                    io_write_us=s.io_write_us * f, deliver_us=s.deliver_us * f, iteration_us=s.iteration_us * f)
 
 
-def host_floor(cal: Calibration) -> float:
+def host_floor(cal: Calibration, metric: str = "tps") -> float:
     """The least a recording's figures move from the baseline's: how far each fixed load the baseline
-    repeated moved (its GET-only passes' rate and each cell's over its windows, pooled: intervals.shift_sd).
+    repeated moved (its GET-only passes' rate and each cell's over its windows, pooled: intervals.shift_sd;
+    for a p99 the larger of that and how far the cells' p99s moved over their windows: a tail moves more
+    than a rate; a short GET-only pass's p99 is one hiccup's, so the passes' are left out).
     Inside one recording nothing shows how far the next recording (another launch, minutes later) moves, so
     no figure's range is narrower than the host's own movement under the loads it was seen under (a host
     that ran two passes of three at half the GET rate, as this VM once did, widens every range a lot)."""
-    return shift_sd(cal.host.get("tps", []))
+    rate = shift_sd(cal.host.get("tps", []))
+    if metric != "p99_us":
+        return rate
+    tails = [g for name, g in zip(cal.host.get("names", []), cal.host.get("p99_us", [])) if name == "cell"]
+    return max(rate, shift_sd(tails))
 
 
 def speed_shift(cal: Calibration, change: Change | None) -> dict:
@@ -289,13 +295,13 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
     own = self_check(cal) if own is None else own
     results = simulate_windows(cal, change)
     speed = speed_shift(cal, change)
-    floor = host_floor(cal)
-    widen = {op: {k: (max(float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), floor), v[1]) for k, v in m.items()}
+    floor = {k: host_floor(cal, k) for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us")}
+    widen = {op: {k: (max(float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), floor[k]), v[1]) for k, v in m.items()}
              for op, m in own.widen.items()}
     ops, _ = summarise(cal, apply(cal, change), results, widen)
     rate = change.rate or recorded_rate
     widening = {op: {k: {"windows_sd": round(v[0], 4), "speed_sd": round(speed.get(op, {}).get(k, 0.0), 4),
-                         "passes_sd": round(floor, 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
+                         "floor_sd": round(floor[k], 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
                 for op, m in own.widen.items()}
     return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
                          self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
