@@ -71,11 +71,12 @@ def test_pauses_give_the_corrected_percentiles_their_share_implies(tmp_path):
 def test_a_rate_past_what_can_be_sent_is_saturated_and_said(tmp_path):
     out = tmp_path / "s.vtrace"
     res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--duration", "2", "--repeat", "1", "--backend",
-             "none", "--rate", "400000", "--connections", "grow", "--keyspace", "5000", "-o", out, timeout=240)
+             "none", "--rate", "1000000", "--connections", "grow", "--keyspace", "5000", "-o", out, timeout=240)
     assert res.returncode == 0, res.stderr
     o = [c for c in report_json(out)["runs"][0]["cells"] if c["workload"] == "read-heavy"][0]["ops"]["GET"]
-    assert o["offered_rate"] == pytest.approx(400000, rel=0.01)
-    # the client sent 213K/s of the 400K/s on a quiet VM, less under load: short of the rate either way
+    assert o["offered_rate"] == pytest.approx(1000000, rel=0.01)
+    # the client sent 213K/s of 400K/s on a quiet VM while its queue kept every request it ever sent; with
+    # the queue bounded (2026-12-05) it sent 362K/s of them on a fast day: 1M/s is past it either way
     assert o["saturated"] is True and o["achieved_rate"] < 0.9 * o["offered_rate"], o
     assert o["late"] > 0  # the client itself could not send them on time, and says so
     text = vt("report", out)
