@@ -174,10 +174,11 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                                                     Durability("main", Sampler(()), Sampler(()))),
                       injected_ns=injected, measured={k: v[0] for k, v in meas.items()},
                       per_run={k: v[1] for k, v in meas.items()}, repeats=len(runs), host=calls.repeated(doc))
-    sync_cpu = calls.sync_cpu(runs) or 0.0
+    own_cpu = calls.sync_cpu(runs)
+    sync_cpu = own_cpu or 0.0
     cal.put("sync_us_p50", float(np.median(sync)), "µs", f"{sync_src}, on the thread that makes writes durable")
     cal.put("sync_cpu_us", sync_cpu, "µs", "each sync call's length less its off-CPU time inside it (eBPF)"
-            if calls.sync_cpu(runs) is not None else "not measured (no off-CPU figures): taken as 0")
+            if own_cpu is not None else "not measured (no off-CPU figures): taken as 0")
     cal.put("aof_write_us_p50", float(np.median(aof)) if aof else 0.0, "µs", aof_src)
     cal.put("injected_fsync_delay_us", injected / 1e3, "µs", "the recording's --inject-fsync-delay" if injected else
             "none injected")

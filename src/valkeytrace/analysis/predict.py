@@ -11,8 +11,8 @@ GET-only passes' CPU costs and one of its windows' calls and stalls, drawn; a re
 shape takes the median of as many such windows as the baseline's repeats; moved, as a whole, by what
 the baseline shows that the draws do not: the host's speed (its passes' CPU per request moved, and the
 model says how far that moves each figure: speed_shift), how far its repeated windows moved, at least as
-far as its GET-only passes' rate moved (host_floor), and the model's own miss on the baseline as
-recorded (self_check).
+far as every load it repeated moved (host_floor), and the model's own miss on the baseline as recorded
+(self_check).
 """
 from __future__ import annotations
 
@@ -226,9 +226,9 @@ def per_window(results: list[SimResult]) -> dict:
     return out
 
 
-def summarise(cal: Calibration, p: Params, results: list[SimResult], widen: dict | None = None) -> tuple[dict, dict]:
-    """The windows as a recording of the baseline's shape reports them: each op's figures and interval
-    (intervals.spread), widened by widen[op][metric] (host_sd, model_sd); and the windows' own spread."""
+def summarise(cal: Calibration, p: Params, results: list[SimResult], widen: dict | None = None) -> dict:
+    """The windows as a recording of the baseline's shape reports them: op -> its figures and interval
+    (intervals.spread), moved by widen[op][metric] (the host's shift, model_sd)."""
     ops = {}
     rng = np.random.default_rng(DRAW_SEED + 1)
     for op, (role, figs) in per_window(results).items():
@@ -240,13 +240,12 @@ def summarise(cal: Calibration, p: Params, results: list[SimResult], widen: dict
             setattr(o, k, s.point)
             if s.lo is not None and k in ("tps", "p50_us", "p95_us", "p99_us"):
                 o.interval[k] = [s.lo, s.hi]
-        if g.rate:
-            o.rate = g.rate
-            o.saturated = sum(bool(getattr(r, "ops" if role == "measured" else "background")[op].open
-                                   and getattr(r, "ops" if role == "measured" else "background")[op].open.saturated)
-                              for r in results) * 2 > len(results)
+        if g.rate:  # open loop: saturated as most windows were
+            which = "ops" if role == "measured" else "background"
+            opens = [getattr(r, which)[op].open for r in results]
+            o.rate, o.saturated = g.rate, sum(bool(x and x.saturated) for x in opens) * 2 > len(results)
         ops[op] = o
-    return ops, {op: figs for op, (_, figs) in per_window(results).items()}
+    return ops
 
 
 def _server(results: list[SimResult]) -> PredictedServer:
@@ -278,7 +277,7 @@ def self_check(cal: Calibration) -> SelfCheck:
     windows moved (shift_sd: each cell's over its windows, its TPS for a TPS, its p50 for a latency) and the
     model's miss on the cell's median (model_sd)."""
     results = simulate_windows(cal, None)
-    ops, _ = summarise(cal, apply(cal, Change()), results)
+    ops = summarise(cal, apply(cal, Change()), results)
     widen: dict = {}
     cells = {k: [g for name, g in zip(cal.host.get("names", []), cal.host.get(k, [])) if name == "cell"]
              for k in ("tps", "p50_us")}
@@ -298,7 +297,7 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
     floor = {k: host_floor(cal, k) for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us")}
     widen = {op: {k: (max(float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), floor[k]), v[1]) for k, v in m.items()}
              for op, m in own.widen.items()}
-    ops, _ = summarise(cal, apply(cal, change), results, widen)
+    ops = summarise(cal, apply(cal, change), results, widen)
     rate = change.rate or recorded_rate
     widening = {op: {k: {"windows_sd": round(v[0], 4), "speed_sd": round(speed.get(op, {}).get(k, 0.0), 4),
                          "floor_sd": round(floor[k], 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
