@@ -98,6 +98,14 @@ struct vt_offload_stats {
     uint64_t exit_held_replies;
     uint64_t shutdown_drains;
     uint64_t signals;
+    uint64_t rejected_writes;
+    uint64_t paused_reads;
+    uint64_t paused_ns;
+    uint64_t held_now;
+    uint64_t behind_now;
+    uint64_t held_bytes_now;
+    uint64_t dirty_keys_now;
+    uint64_t pending_now;
     uint32_t last_signal;
     uint32_t pad2;
     uint64_t jobs_waited[...];
@@ -125,6 +133,9 @@ struct vt_offload_control {
     uint32_t table_ready;
     uint32_t nentries;
     uint64_t gather_ns;
+    uint64_t max_pending;
+    uint32_t overflow;
+    uint32_t pad;
     char logfile[...];
     struct vt_obuf_limit obuf_normal;
     struct vt_obuf_limit obuf_replica;
@@ -192,6 +203,7 @@ struct vt_load_config {
     uint64_t late_ns;
     uint64_t seed;
     int marker_fd;
+    uint64_t *acked;
 };
 
 struct vt_load_result {
@@ -202,6 +214,8 @@ struct vt_load_result {
     uint64_t first_answer_ns, last_answer_ns;
     uint64_t conns, pipelined;
     uint64_t held, held_max;
+    uint64_t rejected;
+    uint64_t acked;
     struct vt_hist corrected;
     struct vt_hist service;
     int error;

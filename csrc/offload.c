@@ -40,7 +40,7 @@
 #include "vt_cmds.h"
 #include "vt_resp.h"
 
-#define MAX_FD 65536
+#define MAX_FD VT_MAX_FD
 #define CLASS_UNKNOWN 0
 #define CLASS_AOF 1
 #define CLASS_OTHER 2
@@ -252,18 +252,6 @@ int vt_offload_write(int fd, const void *buf, size_t n, ssize_t *ret)
     return vt_offload_writev(fd, &v, 1, ret);
 }
 
-void vt_offload_read(int fd, const void *buf, ssize_t n)
-{
-    if (vt_off.mode && n > 0)
-        vt_conn_read(fd, buf, (size_t)n);
-}
-
-void vt_offload_accepted(int fd)
-{
-    if (vt_off.mode && fd >= 0)
-        vt_conn_accepted(fd);
-}
-
 void vt_offload_close(int fd)
 {
     if (!vt_off.mode || fd < 0 || fd >= MAX_FD)
@@ -365,6 +353,7 @@ static void *offload_main(void *arg)
             pthread_mutex_lock(&vt_off.mu);
             if (rc == 0) {
                 __atomic_store_n(&vt_off.durable, end, __ATOMIC_RELEASE);
+                vt_keys_settle(end);
                 vt_stat_add(&vt_off.stats->jobs, 1);
                 vt_stat_add(&vt_off.stats->job_bytes, end - vt_off.stats->durable_bytes);
                 __atomic_store_n(&vt_off.stats->durable_bytes, end, __ATOMIC_RELAXED);
@@ -482,7 +471,7 @@ __attribute__((destructor)) static void offload_drain(void)
     if (!vt_off.mode || !started || getpid() != vt_off.main_pid)
         return;
     if (__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE) || vt_off_failed()) {
-        vt_stat_add(&vt_off.stats->exit_held_replies, __atomic_load_n(&vt_off.held_now, __ATOMIC_ACQUIRE));
+        vt_stat_add(&vt_off.stats->exit_held_replies, vt_off_held());
         return; /* failed: what it holds was never durable, and is lost with the process */
     }
     __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_DRAINING, __ATOMIC_RELEASE);
@@ -492,7 +481,7 @@ __attribute__((destructor)) static void offload_drain(void)
     vt_off_kick_locked();
     pthread_mutex_unlock(&vt_off.mu);
     pthread_join(thread, NULL);
-    vt_stat_add(&vt_off.stats->exit_held_replies, __atomic_load_n(&vt_off.held_now, __ATOMIC_ACQUIRE));
+    vt_stat_add(&vt_off.stats->exit_held_replies, vt_off_held());
     __atomic_store_n(&vt_off.stats->state, vt_off_failed() ? VT_OFFLOAD_FAILED : VT_OFFLOAD_DRAINED,
                      __ATOMIC_RELEASE);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "offload.h"
 #include "offload_conn_int.h"
 
 #define NONE ((size_t)-1)
@@ -112,11 +113,12 @@ static void commit_start(void *ctx, size_t off)
     if (e) { /* the writes it answers are framed: their keys need what is queued now */
         for (uint32_t k = c->hh; k < c->hh + e->nh; k++)
             if (c->hv[k] & (H_PEND | H_COMMIT))
-                vt_keys_commit(c->hv[k], m->queued, (c->hv[k] & H_PEND) != 0);
+                vt_keys_commit(c->hv[k], m->queued, (c->hv[k] & H_PEND) != 0, m->durable);
         for (uint32_t k = 0; k < e->nwide; k++)
             vt_wide_commit(m->queued, 1);
         c->hh += e->nh;
         c->qh++;
+        vt_stat_add(&vt_off.stats->pending_now, (uint64_t)-1);
     }
     if (m->base + off < m->hold_from) { /* leaves now */
         vt_stat_add(&vt_off.stats->witness_checked, 1);
@@ -125,6 +127,7 @@ static void commit_start(void *ctx, size_t off)
     } else if (m->ch) {
         struct chunk *ch = m->ch;
         ch->replies++;
+        ch->waiting += need > m->durable;
         ch->writes += kind == E_WRITE;
         ch->reads += (kind == E_READ || kind == E_WIDE_READ) && need > m->durable;
         ch->need = need > ch->need ? need : ch->need;
@@ -182,7 +185,7 @@ static void drop_locked(struct conn *c)
         struct chunk *ch = c->held;
         c->held = ch->next;
         vt_stat_add(&vt_off.stats->dropped_replies, ch->replies ? ch->replies : 1);
-        __atomic_sub_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
+        vt_off_held_add(-(int64_t)ch->waiting, -(int64_t)(ch->replies - ch->waiting), -(int64_t)(ch->len - ch->off));
         free(ch);
     }
     c->held_tail = NULL;
@@ -315,7 +318,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         c->held_tail = ch;
         __atomic_store_n(&c->held_n, c->held_n + 1, __ATOMIC_RELEASE);
         c->held_bytes += ch->len;
-        __atomic_add_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
+        vt_off_held_add(ch->waiting, (int64_t)(ch->replies - ch->waiting), (int64_t)ch->len);
         vt_stat_add(&vt_off.stats->held_replies, ch->replies);
         vt_stat_add(&vt_off.stats->held_write_replies, ch->writes);
         vt_stat_add(&vt_off.stats->held_read_replies, ch->reads);
@@ -354,6 +357,7 @@ int vt_conn_deliver(struct vt_held_node *node, int *fd)
         ssize_t n = vt_off.raw_write(c->fd, ch->data + ch->off, ch->len - ch->off);
         if (n > 0) {
             ch->off += (size_t)n;
+            vt_off_held_add(0, 0, -(int64_t)n);
             c->held_bytes -= (uint64_t)n < c->held_bytes ? (uint64_t)n : c->held_bytes;
             if (ch->off < ch->len)
                 continue;
@@ -384,7 +388,7 @@ int vt_conn_deliver(struct vt_held_node *node, int *fd)
             c->held_bytes = 0;
         }
         __atomic_store_n(&c->held_n, c->held_n - 1, __ATOMIC_RELEASE);
-        __atomic_sub_fetch(&vt_off.held_now, ch->replies, __ATOMIC_ACQ_REL);
+        vt_off_held_add(-(int64_t)ch->waiting, -(int64_t)(ch->replies - ch->waiting), 0);
         free(ch);
     }
     pthread_mutex_unlock(&c->mu);
@@ -435,15 +439,30 @@ void vt_conn_accepted(int fd)
     pthread_mutex_unlock(&c->mu);
 }
 
-void vt_conn_read(int fd, const char *buf, size_t n)
+void vt_offload_read(int fd, void *buf, ssize_t n)
 {
     struct conn *c = conn_of(fd);
-    if (!c || !__atomic_load_n(&c->active, __ATOMIC_ACQUIRE))
+    if (!vt_off.mode || n <= 0 || !c || !__atomic_load_n(&c->active, __ATOMIC_ACQUIRE))
         return;
+    vt_stat_add(&vt_off.read_bytes, (uint64_t)n);
     pthread_mutex_lock(&c->mu);
+    c->rbuf = buf; /* a write rejected over the bound is renamed in it (offload_req.c) */
     if (c->active)
-        vt_req_feed(&c->rp, buf, n, &vt_conn_req_cb, c);
+        vt_req_feed(&c->rp, buf, (size_t)n, &vt_conn_req_cb, c);
+    c->rbuf = NULL;
     pthread_mutex_unlock(&c->mu);
+}
+
+void vt_offload_accepted(int fd)
+{
+    if (vt_off.mode && fd >= 0)
+        vt_conn_accepted(fd);
+}
+
+int vt_offload_client(int fd)
+{
+    struct conn *c = conn_of(fd);
+    return vt_off.mode && c && __atomic_load_n(&c->active, __ATOMIC_ACQUIRE) && !__atomic_load_n(&c->replica, __ATOMIC_RELAXED);
 }
 
 int vt_conn_close(int fd)

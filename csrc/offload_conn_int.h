@@ -12,7 +12,7 @@
 #include "vt_cmds.h"
 #include "vt_resp.h"
 
-#define MAX_FD 65536
+#define MAX_FD VT_MAX_FD
 #define WIT_ARG_MAX 256
 #define H_READ 1   /* a read's argument: must find its key durable */
 #define H_WIT 2    /* an argument the witness compares with the AOF's keys */
@@ -33,6 +33,7 @@ struct chunk {
     struct chunk *next;
     uint64_t need, wneed, held_ns, jobs_at_hold;
     uint32_t replies, writes, reads, suspects;
+    uint32_t waiting; /* of its replies, those that wait for durability (the rest wait behind them) */
     size_t len, off;
     char data[];
 };
@@ -51,6 +52,8 @@ struct conn {
     uint32_t nh;
     /* MULTI ... EXEC: the queued commands' hashes wait at the queue's tail for EXEC */
     int in_multi, tx_write, tx_wide_read;
+    int rejecting; /* the command being parsed is a write rejected over the bound (renamed in the read buffer) */
+    char *rbuf;    /* the server's read buffer being parsed (writable: the server's own) */
     uint32_t tx_start, tx_wide;
     struct entry *q;
     uint32_t qh, qt, qcap;

@@ -10,7 +10,7 @@
 #include "valkeytrace.h"
 
 #define VT_OFFLOAD_MAGIC 0x4f465456u /* "VTFO" little-endian */
-#define VT_OFFLOAD_VERSION 4
+#define VT_OFFLOAD_VERSION 5
 #define VT_OFFLOAD_DURABLE 1
 #define VT_OFFLOAD_EARLY_ACK 2
 #define VT_OFFLOAD_WAITED_MAX 8 /* replies that waited 0, 1, ..., 7 or more jobs */
@@ -88,6 +88,15 @@ struct vt_offload_stats {
     vt_u64 exit_held_replies;    /* replies still held when the server ended (dropped with their connections) */
     vt_u64 shutdown_drains;      /* drains made on the server's own shutdown path (its final fsync) */
     vt_u64 signals;              /* SIGTERM/SIGINT the server received */
+    vt_u64 rejected_writes;      /* writes answered with an error over the bound (--offload-overflow reject) */
+    vt_u64 paused_reads;         /* client reads refused over the bound (--offload-overflow pause) */
+    vt_u64 paused_ns;            /* time with at least one client's reads stopped */
+    /* gauges: what the server holds right now (sampled, not differenced) */
+    vt_u64 held_now;             /* replies held until what they answer is durable */
+    vt_u64 behind_now;           /* replies held only behind those on their connection (order) */
+    vt_u64 held_bytes_now;       /* the bytes of both (the reply bytes the server wrote, as its output buffer counts them) */
+    vt_u64 dirty_keys_now;       /* keys written whose write is not yet durable (#3381's uncommitted keys) */
+    vt_u64 pending_now;          /* client commands parsed, not yet answered */
     vt_u32 last_signal;          /* the last of them */
     vt_u32 pad2;
     vt_u64 jobs_waited[VT_OFFLOAD_WAITED_MAX];
@@ -104,10 +113,18 @@ struct vt_obuf_limit {
     vt_u64 soft_seconds;
 };
 
+/* overflow: what the offload does with more than max_pending replies held or pending */
+#define VT_OVERFLOW_NONE 0
+#define VT_OVERFLOW_PAUSE 1  /* stop reading from clients (their requests wait in the kernel's socket buffers) */
+#define VT_OVERFLOW_REJECT 2 /* answer writes with an error, execute nothing */
+
 struct vt_offload_control {
     vt_u32 table_ready; /* set last, after the entries (release) */
     vt_u32 nentries;
     vt_u64 gather_ns;   /* record --offload-gather: a job waits this long after its first write */
+    vt_u64 max_pending; /* record --offload-max-pending (0: no bound) */
+    vt_u32 overflow;    /* VT_OVERFLOW_* */
+    vt_u32 pad;
     char logfile[256];  /* the server's logfile ("" = stdout) */
     struct vt_obuf_limit obuf_normal;  /* held replies count against these, as valkey counts its own buffer */
     struct vt_obuf_limit obuf_replica;

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "offload.h"
+#include "offload_bound.h"
 #include "offload_conn_int.h"
 
 #include <stdlib.h>
@@ -57,6 +58,7 @@ static void push_entry(struct conn *c, int kind, int blocking, uint32_t nwide, u
         return;
     }
     c->q[c->qt++] = (struct entry){(uint8_t)kind, (uint8_t)blocking, (uint16_t)nwide, nh};
+    vt_stat_add(&vt_off.stats->pending_now, 1);
 }
 
 /* hashes [from, to): what they made pending is settled: at seq (their commands may have run), or
@@ -72,7 +74,7 @@ static void settle(struct conn *c, uint32_t from, uint32_t to, int defer)
                     vt_keys_pending(h, -1);
                 vt_defer_wide();
             } else {
-                vt_keys_commit(h, q, (h & H_PEND) != 0);
+                vt_keys_commit(h, q, (h & H_PEND) != 0, vt_off_durable());
             }
         }
     }
@@ -84,6 +86,7 @@ void vt_conn_settle_all(struct conn *c, int defer)
     for (uint32_t i = c->qh; i < c->qt; i++)
         wide += c->q[i].nwide;
     settle(c, c->hh, c->ht, defer);
+    vt_stat_add(&vt_off.stats->pending_now, -(uint64_t)(c->qt - c->qh));
     for (uint64_t i = 0; i < wide; i++) {
         if (defer) {
             vt_wide_pending(-1);
@@ -122,10 +125,25 @@ static int proto_of(const char *n, size_t len)
     return P_NONE;
 }
 
+/* --offload-overflow reject: a write parsed over the bound is renamed in the server's read buffer
+ * ("SET" to "#ET"), so the server answers "unknown command" and runs nothing; a name not whole in
+ * this buffer, a transaction's, a replica's link: let through */
+static void reject(struct conn *c, size_t plen)
+{
+    char *at = c->rbuf ? vt_req_arg_at(&c->rp) : NULL;
+    if (!at || !plen || !c->known || !(c->ci.flags & VT_CMD_F_WRITE) || c->in_multi || c->replica || c->unsynced ||
+        !vt_bound_reject_write())
+        return;
+    at[0] = '#';
+    c->rejecting = 1;
+    c->known = 0;
+}
+
 static void cb_begin(void *ctx, int64_t argc)
 {
     struct conn *c = ctx;
     c->argc = argc;
+    c->rejecting = 0;
     c->proto = P_NONE;
     c->known = 0;
     c->sub_wanted = 0;
@@ -142,8 +160,11 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
         c->proto = c->nlen ? proto_of(p, plen) : P_NONE;
         c->known = c->nlen && vt_cmds_lookup(p, plen, &c->ci);
         c->sub_wanted = c->argc > 1 && ((c->known && (ci->flags & VT_CMD_F_CONTAINER)) || c->proto == P_CLIENT);
+        reject(c, plen);
         return;
     }
+    if (c->rejecting)
+        return; /* renamed: the server runs nothing, its keys are not pending */
     if (c->proto == P_SHUTDOWN && len == 5 && plen == 5 && strncasecmp(p, "abort", 5) == 0)
         c->proto = P_SHUTDOWN_ABORT; /* SHUTDOWN ... ABORT: a pending shutdown called off (cb_end) */
     if (i == 1 && c->sub_wanted) { /* a container's subcommand: "client|reply", "object|encoding" */
@@ -193,6 +214,11 @@ static void cb_end(void *ctx)
     const struct vt_cmdinfo *ci = &c->ci;
     int kind, wide = 0;
     vt_stat_add(&vt_off.stats->commands, 1);
+    if (c->rejecting) { /* its reply is the server's error: nothing to wait for */
+        vt_stat_add(&vt_off.stats->rejected_writes, 1);
+        push_entry(c, E_OTHER, 0, 0, c->nh);
+        return;
+    }
     if (c->proto == P_SHUTDOWN_ABORT)
         vt_offload_shutdown_aborted();
     if (c->proto == P_UNSYNC || c->proto == P_REPLICA) {

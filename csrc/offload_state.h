@@ -42,7 +42,7 @@ struct vt_off_state {
     int wake_fd;         /* eventfd: wakes the offload thread out of its poll of blocked sockets */
     int polling;         /* under mu: the offload thread sleeps in that poll */
     int thread_done;     /* atomic: the offload thread has ended (nothing more will be written or released) */
-    uint64_t held_now;   /* atomic: replies held right now (what an exit drops is counted from it) */
+    uint64_t read_bytes; /* atomic: bytes read from clients (the bound's mean request size) */
 };
 
 extern struct vt_off_state vt_off;
@@ -52,6 +52,20 @@ static inline uint64_t vt_off_durable(void) { return __atomic_load_n(&vt_off.dur
 static inline int vt_off_failed(void) { return __atomic_load_n(&vt_off.failed, __ATOMIC_ACQUIRE); }
 
 static inline void vt_stat_add(vt_u64 *field, uint64_t n) { __atomic_fetch_add(field, n, __ATOMIC_RELAXED); }
+/* replies held right now, for durability or behind those on their connection (what an exit drops) */
+static inline uint64_t vt_off_held(void)
+{
+    return __atomic_load_n(&vt_off.stats->held_now, __ATOMIC_ACQUIRE) +
+           __atomic_load_n(&vt_off.stats->behind_now, __ATOMIC_ACQUIRE);
+}
+/* replies held (negative: released or dropped): `waiting` for their AOF bytes to be durable, `behind` only
+ * behind those on their connection (replies leave in order); `bytes` of them */
+static inline void vt_off_held_add(int64_t waiting, int64_t behind, int64_t bytes)
+{
+    __atomic_add_fetch(&vt_off.stats->held_now, (uint64_t)waiting, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&vt_off.stats->behind_now, (uint64_t)behind, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&vt_off.stats->held_bytes_now, (uint64_t)bytes, __ATOMIC_RELAXED);
+}
 
 uint64_t vt_now_ns(void);
 int vt_off_on_main_thread(void);

@@ -3,7 +3,7 @@
  * valkeytrace/_shim*.so; tracers/emulation.py finds it).
  *
  * Loaded into valkey-server with LD_PRELOAD. It interposes fsync, fdatasync, read, write, pwrite,
- * pwrite64, writev and epoll_wait, and every call that can close or hand out an fd number (close,
+ * pwrite64, writev, epoll_wait and epoll_ctl, and every call that can close or hand out an fd number (close,
  * close_range, fclose, dup, dup2, dup3, fcntl F_DUPFD, accept, accept4). The timing, the
  * emulated disk delay and the fd classification live in shim_io.c; with $VALKEYTRACE_OFFLOAD
  * (durable | early-ack) the virtual offload (offload.c) takes the main thread's AOF writes and
@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "offload.h"
+#include "offload_bound.h"
 #include "shim_io.h"
 
 static void child_after_fork(void)
@@ -70,6 +71,14 @@ EXPORT ssize_t read(int fd, void *buf, size_t count)
     VT_ENSURE(vt_real.read);
     if (__builtin_expect(!vt_offload_enabled(), 1))
         return vt_real.read(fd, buf, count);
+    if (vt_offload_client(fd)) { /* --offload-overflow pause: over the bound, the client is not read */
+        size_t budget = vt_bound_read_budget(fd, count);
+        if (!budget) {
+            errno = EAGAIN;
+            return -1;
+        }
+        count = budget;
+    }
     ret = vt_real.read(fd, buf, count);
     saved = errno;
     vt_offload_read(fd, buf, ret);
@@ -105,9 +114,20 @@ EXPORT ssize_t pwrite64(int fd, const void *buf, size_t count, off_t off)
     return vt_io_pwrite(vt_real.pwrite64, fd, buf, count, off);
 }
 
+EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    VT_ENSURE(vt_real.epoll_ctl);
+    if (__builtin_expect(!vt_offload_enabled(), 1))
+        return vt_real.epoll_ctl(epfd, op, fd, ev);
+    return vt_bound_epoll_ctl(vt_real.epoll_ctl, epfd, op, fd, ev);
+}
+
 EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-    int ret = vt_io_epoll_wait(epfd, events, maxevents, timeout);
+    int ret;
+    if (__builtin_expect(vt_offload_enabled(), 0))
+        timeout = vt_bound_before_wait(timeout);
+    ret = vt_io_epoll_wait(epfd, events, maxevents, timeout);
     if (__builtin_expect(vt_offload_enabled(), 0)) {
         int saved = errno;
         vt_offload_main_idle(); /* a failed offload the server never met: it ends here */
@@ -120,8 +140,10 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int t
  * may name another file: classify it again at its next write */
 static void release_fd(int fd)
 {
-    if (__builtin_expect(vt_offload_enabled(), 0))
+    if (__builtin_expect(vt_offload_enabled(), 0)) {
         vt_offload_close(fd);
+        vt_bound_forget(fd);
+    }
     vt_io_forget_fd(fd);
 }
 
@@ -140,7 +162,7 @@ EXPORT int close_range(unsigned int first, unsigned int last, int flags)
         return -1;
     }
     if (!(flags & 4)) /* CLOSE_RANGE_CLOEXEC (linux/close_range.h): marks, closes nothing */
-        for (unsigned int fd = first; fd <= last && fd < 65536; fd++)
+        for (unsigned int fd = first; fd <= last && fd < VT_MAX_FD; fd++)
             release_fd((int)fd);
     return vt_real.close_range(first, last, flags);
 }

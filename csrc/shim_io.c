@@ -93,6 +93,7 @@ void vt_io_resolve(void)
     r.pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
     r.writev = (writev_fn)dlsym(RTLD_NEXT, "writev");
     r.epoll_wait = (epoll_wait_fn)dlsym(RTLD_NEXT, "epoll_wait");
+    r.epoll_ctl = (epoll_ctl_fn)dlsym(RTLD_NEXT, "epoll_ctl");
     r.close_range = (close_range_fn)dlsym(RTLD_NEXT, "close_range");
     r.fclose = (fclose_fn)dlsym(RTLD_NEXT, "fclose");
     r.dup = (dup_fn)dlsym(RTLD_NEXT, "dup");

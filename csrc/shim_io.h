@@ -22,6 +22,7 @@ typedef ssize_t (*read_fn)(int, void *, size_t);
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*writev_fn)(int, const struct iovec *, int);
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
+typedef int (*epoll_ctl_fn)(int, int, int, struct epoll_event *);
 typedef int (*close_fn)(int);
 typedef int (*close_range_fn)(unsigned int, unsigned int, int);
 typedef int (*fclose_fn)(FILE *);
@@ -40,6 +41,7 @@ struct vt_real {
     pwrite_fn pwrite, pwrite64;
     writev_fn writev;
     epoll_wait_fn epoll_wait;
+    epoll_ctl_fn epoll_ctl;
     close_range_fn close_range;
     fclose_fn fclose;
     dup_fn dup;

@@ -17,6 +17,7 @@
 #ifndef VALKEYTRACE_H
 #define VALKEYTRACE_H
 
+#define VT_MAX_FD 65536 /* fds the shim's tables follow (numbers at or past it pass through) */
 #define VT_HIST_SUB_BITS 7
 #define VT_HIST_SUB_COUNT (1 << VT_HIST_SUB_BITS)
 #define VT_HIST_HALF (VT_HIST_SUB_COUNT / 2)

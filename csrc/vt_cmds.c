@@ -4,6 +4,7 @@
  */
 #include "vt_cmds.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 
@@ -25,6 +26,11 @@ static uint64_t key_seq[KEY_SLOTS];
 static uint64_t total_pending, wide_pending_n, wide_seq, max_write_seq;
 static uint64_t wit[(1u << WIT_BITS) * WIT_WAYS];
 static uint64_t flushes, deferred[8];
+/* the dirty keys (slots committed past what is durable), in commit order: a slot is in the ring once */
+static struct { uint32_t slot; uint64_t seq; } dirty[KEY_SLOTS];
+static uint8_t dirty_in[KEY_SLOTS];
+static uint32_t dirty_h, dirty_n;
+static pthread_mutex_t dirty_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void vt_cmds_attach(struct vt_offload_control *ctl, struct vt_offload_stats *st)
 {
@@ -115,13 +121,46 @@ void vt_keys_pending(uint64_t h, int delta)
     __atomic_fetch_add(&total_pending, (uint64_t)(int64_t)delta, __ATOMIC_ACQ_REL);
 }
 
-void vt_keys_commit(uint64_t h, uint64_t seq, int was_pending)
+void vt_keys_commit(uint64_t h, uint64_t seq, int was_pending, uint64_t durable)
 {
     uint32_t i = key_slot(h);
     atomic_max(&key_seq[i], seq);
     atomic_max(&max_write_seq, seq);
     if (was_pending)
         vt_keys_pending(h, -1); /* after seq: a reader never sees neither */
+    if (seq <= durable || __atomic_load_n(&dirty_in[i], __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&dirty_mu);
+    if (!dirty_in[i] && dirty_n < KEY_SLOTS) {
+        dirty_in[i] = 1;
+        dirty[(dirty_h + dirty_n++) % KEY_SLOTS].slot = i;
+        dirty[(dirty_h + dirty_n - 1) % KEY_SLOTS].seq = seq;
+        if (stats)
+            __atomic_store_n(&stats->dirty_keys_now, dirty_n, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&dirty_mu);
+}
+
+void vt_keys_settle(uint64_t durable)
+{
+    pthread_mutex_lock(&dirty_mu);
+    for (uint32_t turns = dirty_n; dirty_n && turns; turns--) {
+        uint32_t i = dirty[dirty_h].slot;
+        uint64_t now = __atomic_load_n(&key_seq[i], __ATOMIC_ACQUIRE);
+        if (dirty[dirty_h].seq > durable)
+            break; /* the oldest is not durable yet: nothing after it is */
+        dirty_h = (dirty_h + 1) % KEY_SLOTS;
+        dirty_n--;
+        if (now > durable) { /* written again since: it stays dirty, at the back */
+            dirty[(dirty_h + dirty_n++) % KEY_SLOTS].slot = i;
+            dirty[(dirty_h + dirty_n - 1) % KEY_SLOTS].seq = now;
+        } else {
+            dirty_in[i] = 0;
+        }
+    }
+    if (stats)
+        __atomic_store_n(&stats->dirty_keys_now, dirty_n, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&dirty_mu);
 }
 
 uint64_t vt_keys_need(uint64_t h, uint64_t queued)

@@ -34,7 +34,10 @@ int vt_cmds_ready(void);
 
 /* the decision's key table; h: a key's hash (its low 4 bits are ignored: callers keep flags there) */
 void vt_keys_pending(uint64_t h, int delta);       /* a write to h parsed (+1) or dropped unanswered (-1) */
-void vt_keys_commit(uint64_t h, uint64_t seq, int was_pending); /* its reply framed: durable at seq */
+/* its reply framed: durable at seq (dirty while durable, what is durable now, is below it) */
+void vt_keys_commit(uint64_t h, uint64_t seq, int was_pending, uint64_t durable);
+/* durable reached: the keys it made clean leave the dirty count (stats->dirty_keys_now) */
+void vt_keys_settle(uint64_t durable);
 uint64_t vt_keys_need(uint64_t h, uint64_t queued); /* what a read of h must wait for */
 void vt_wide_pending(int delta);                    /* a keyspace-wide write (FLUSHALL, unknown) */
 void vt_wide_commit(uint64_t seq, int was_pending);

@@ -31,12 +31,16 @@
 #include <unistd.h>
 
 #include "hist.h"
+#include "vt_arrivals.h"
 
 #define MAX_EVENTS 256
-#define READ_BUF 65536
+#define READ_BUF (64 * 1024)
 
 struct pending {
     uint64_t due, end_off, sent;
+    uint64_t seq;   /* --verify-durability: the SET's sequence, in its value (0: not kept) */
+    uint64_t floor; /* the oldest sequence of its key in flight when it was sent (itself, or one before) */
+    uint32_t key;
 };
 
 struct lconn {
@@ -61,51 +65,16 @@ struct loader {
     uint32_t held_h, held_n, held_cap;
     int ep;
     uint64_t rng, ws, we;
-    char *req;                  /* the request's bytes, its key rewritten in place */
-    uint32_t req_len, key_at;
+    char *req;                  /* the request's bytes, its key (and a kept SET's sequence) rewritten in place */
+    uint32_t req_len, key_at, val_at;
+    uint64_t last_seq;
+    /* per key, --verify-durability: SETs in flight, the oldest of their sequences (a lower bound once that
+     * one is answered: never above the truth), the latest acknowledged sequence */
+    uint32_t *inflight;
+    uint64_t *inflight_min, *latest;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t next_rand(struct loader *l)
-{
-    uint64_t x = l->rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    l->rng = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
-/* n due moments over [from, from + span): evenly spaced (uniform), or Poisson spacings scaled so that
- * the n-th falls inside the span (a Poisson process given its count: the count is the rate's) */
-static uint64_t *schedule(struct loader *l, uint64_t from, uint64_t span, uint64_t n)
-{
-    uint64_t *t = malloc((n ? n : 1) * sizeof(uint64_t));
-    double *g = malloc((n + 1) * sizeof(double)), sum = 0;
-    if (!t || !g) {
-        free(t);
-        free(g);
-        return NULL;
-    }
-    for (uint64_t i = 0; i <= n; i++) {
-        double u = (double)((next_rand(l) >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
-        g[i] = l->cfg->arrival == VT_LOAD_UNIFORM ? 1.0 : -log(u);
-        sum += g[i];
-    }
-    double acc = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        acc += g[i];
-        t[i] = from + (uint64_t)((double)span * acc / sum);
-    }
-    free(g);
-    return t;
-}
+static uint64_t mono_ns(void) { return vt_mono_ns(); }
 
 static int grow(void **p, uint32_t *cap, size_t size, uint32_t need)
 {
@@ -223,9 +192,20 @@ static void flush(struct loader *l, struct lconn *c, uint64_t now)
 
 static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now, int pipelined)
 {
-    char key[16];
-    snprintf(key, sizeof(key), "%012u", (unsigned)(next_rand(l) % (l->cfg->keyspace ? l->cfg->keyspace : 1)));
+    char key[20];
+    uint32_t k = (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
+    uint64_t seq = 0, floor = 0;
+    snprintf(key, sizeof(key), "%012u", (unsigned)k);
     memcpy(l->req + l->key_at, key, 12);
+    if (l->val_at) { /* a later value always has a larger sequence: the wall clock's ns, strictly rising */
+        seq = vt_real_ns();
+        seq = l->last_seq = seq > l->last_seq ? seq : l->last_seq + 1;
+        snprintf(key, sizeof(key), "%016llx", (unsigned long long)seq);
+        memcpy(l->req + l->val_at, key, 16);
+        if (l->inflight[k]++ == 0)
+            l->inflight_min[k] = seq;
+        floor = l->inflight_min[k];
+    }
     if (c->qh && c->qt == c->qcap) { /* the answered head's room first: the queue grows only when full */
         memmove(c->q, c->q + c->qh, (size_t)(c->qt - c->qh) * sizeof(struct pending));
         c->qt -= c->qh;
@@ -238,7 +218,7 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
     memcpy(c->out + c->out_len, l->req, l->req_len);
     c->out_len += l->req_len;
     c->queued += l->req_len;
-    c->q[c->qt++] = (struct pending){due, c->queued, 0};
+    c->q[c->qt++] = (struct pending){due, c->queued, 0, seq, floor, k};
     l->res->pipelined += (uint64_t)pipelined;
     flush(l, c, now);
     return 0;
@@ -294,7 +274,16 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
         }
     }
     if (c->kind == '-')
-        l->res->errors++;
+        l->res->errors++, l->res->rejected++;
+    if (p.seq)
+        l->inflight[p.key]--;
+    /* acknowledged: the latest of this key's kept, as the oldest write the reload may hold instead (one in
+     * flight beside it on another connection may have run after it: the server orders connections) */
+    if (c->kind == '+' && p.seq) {
+        l->res->acked++;
+        if (p.seq > l->latest[p.key])
+            l->latest[p.key] = p.seq, l->cfg->acked[p.key] = p.floor;
+    }
     if (p.due < l->ws || p.due >= l->we)
         return;
     struct vt_load_result *r = l->res;
@@ -372,6 +361,7 @@ static int build_request(struct loader *l)
     if (cfg->op == VT_LOAD_SET) {
         len += (size_t)snprintf(l->req + len, cap - len, "$%u\r\n", vs);
         memset(l->req + len, 'x', vs);
+        l->val_at = cfg->acked && vs >= 16 ? (uint32_t)len : 0;
         len += vs;
         len += (size_t)snprintf(l->req + len, cap - len, "\r\n");
     }
@@ -387,9 +377,16 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     memset(res, 0, sizeof(*res));
     vt_hist_reset(&res->corrected);
     vt_hist_reset(&res->service);
-    if (cfg->rate <= 0 || build_request(&l)) {
+    int bad = cfg->rate <= 0 || build_request(&l);
+    if (!bad && l.val_at) {
+        size_t n = cfg->keyspace ? cfg->keyspace : 1;
+        l.inflight = calloc(n, sizeof(uint32_t)), l.inflight_min = calloc(n, 8), l.latest = calloc(n, 8);
+        bad = !l.inflight || !l.inflight_min || !l.latest;
+    }
+    if (bad || (cfg->acked && cfg->op == VT_LOAD_SET && !l.val_at)) {
         res->error = EINVAL;
-        snprintf(res->message, sizeof(res->message), "a rate above 0 is needed");
+        snprintf(res->message, sizeof(res->message), "a rate above 0 is needed (and values of 16 B or more to keep acknowledged SETs)");
+        free(l.inflight), free(l.inflight_min), free(l.latest), free(l.req);
         return -1;
     }
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake when a request is due, not 50 µs after */
@@ -397,7 +394,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     if (l.ep < 0) {
         res->error = errno;
         snprintf(res->message, sizeof(res->message), "epoll_create1: %s", strerror(res->error));
-        free(l.req);
+        free(l.inflight), free(l.inflight_min), free(l.latest), free(l.req);
         return -1;
     }
     for (int i = 0; i < (cfg->conns > 0 ? cfg->conns : 1); i++) {
@@ -415,7 +412,9 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     res->window_end_ns = l.we;
     uint64_t nw = (uint64_t)(cfg->rate * (double)cfg->warmup_ns / 1e9 + 0.5);
     uint64_t nm = (uint64_t)(cfg->rate * (double)cfg->duration_ns / 1e9 + 0.5);
-    uint64_t *warm = schedule(&l, start, cfg->warmup_ns, nw), *due = schedule(&l, l.ws, cfg->duration_ns, nm);
+    int uniform = cfg->arrival == VT_LOAD_UNIFORM;
+    uint64_t *warm = vt_arrivals(&l.rng, uniform, start, cfg->warmup_ns, nw);
+    uint64_t *due = vt_arrivals(&l.rng, uniform, l.ws, cfg->duration_ns, nm);
     uint64_t iw = 0, im = 0;
     if (!warm || !due) {
         res->error = ENOMEM;
@@ -489,6 +488,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     free(l.idle);
     free(l.held);
     free(l.req);
+    free(l.inflight), free(l.inflight_min), free(l.latest);
     free(warm);
     free(due);
     return res->error ? -1 : 0;

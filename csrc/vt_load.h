@@ -40,6 +40,8 @@ struct vt_load_config {
     uint64_t late_ns;       /* a request sent this long after it was due is late */
     uint64_t seed;
     int marker_fd;          /* "B\n" written when the window begins, "E\n" when its last request is due (-1: none) */
+    uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
+                             * 16 hex digits) of the key's latest acknowledged SET, raised as replies come; NULL: none */
 };
 
 struct vt_load_result {
@@ -51,6 +53,8 @@ struct vt_load_result {
     uint64_t first_answer_ns, last_answer_ns; /* the first and last of those (the span they were answered over) */
     uint64_t conns, pipelined;    /* connections opened; requests sent behind another on one */
     uint64_t held, held_max;      /* requests that waited for a free connection; the most waiting at once */
+    uint64_t rejected;            /* error replies (of errors): a server that refused the request */
+    uint64_t acked;               /* SETs acknowledged (+OK) whose sequence was kept (cfg->acked) */
     struct vt_hist corrected;     /* due -> its reply read */
     struct vt_hist service;       /* sent -> its reply read */
     int error;                    /* 0, or an errno: could not connect */

@@ -134,6 +134,7 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
 {
     size_t i = 0;
     unsigned errors = p->errors;
+    p->arg_at = NULL; /* a bulk begun in an earlier buffer has no place in this one */
     while (i < n && p->state != RQ_ERROR && p->errors == errors) {
         char ch = b[i];
         switch (p->state) {
@@ -187,6 +188,7 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
             i++;
             p->left = p->num;
             arg_begin(p);
+            p->arg_at = b + i;
             p->state = p->left ? RQ_BULK_DATA : RQ_BULK_CRLF;
             p->num = 2; /* CRLF bytes to skip after the data */
             break;
@@ -222,6 +224,11 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
 /* -- replies -------------------------------------------------------------------------------- */
 
 enum { F_TYPE, F_NUM, F_NUM_LF, F_LINE, F_SKIP, F_ERROR };
+
+char *vt_req_arg_at(const struct vt_req_parser *p)
+{
+    return p->state == RQ_BULK_CRLF ? (char *)p->arg_at : NULL; /* an inline command's words: none */
+}
 
 void vt_reply_init(struct vt_reply_framer *f)
 {

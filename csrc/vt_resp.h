@@ -56,12 +56,16 @@ struct vt_req_parser {
     int line_quoted;
     int64_t line_args;
     unsigned errors; /* protocol errors so far (survives vt_req_init) */
+    const char *arg_at; /* the bulk argument being read, where it began in the buffer being fed (NULL: before it) */
 };
 
 void vt_req_init(struct vt_req_parser *p, int inline_ok);
 /* Feed n bytes; events go to cb with ctx. An error ends the feed (the rest of buf is ignored),
  * and every later one unless the error callback starts the parser again with vt_req_init. */
 void vt_req_feed(struct vt_req_parser *p, const char *buf, size_t n, const struct vt_req_cb *cb, void *ctx);
+/* inside an arg callback: where the argument's bytes are in the buffer being fed, when all of them are
+ * in it (NULL otherwise): the buffer's own memory (a caller that fed a writable buffer may change them) */
+char *vt_req_arg_at(const struct vt_req_parser *p);
 
 struct vt_reply_framer {
     int state;

@@ -57,6 +57,8 @@ class EmulationPlan:
     gather_source: str | None = None   # how the window was chosen (compare --candidate-offload-gather auto)
     fsync_error: str | None = None     # --inject-fsync-error: "eio@N" (the Nth fsync fails)
     replica_fsync_delay: dict | None = None  # --replica-fsync-delay: the replicas' ({}: none); None: the primary's
+    max_pending: int = 0               # --offload-max-pending: replies held + commands pending before the overflow
+    overflow: str = "none"             # --offload-overflow: pause (stop reading clients) or reject (error to writes)
 
     @property
     def replicas_delay(self) -> dict | None:
@@ -76,6 +78,7 @@ class RecordPlan:
     label: str | None = None
     output: str | None = None
     measure_overhead: bool = False
+    verify_durability: bool = False    # --verify-durability: kill the server after the last window, reload its AOF
     notes: tuple = ()                  # for the user, e.g. what --backend auto chose
 
     @property
@@ -132,6 +135,12 @@ class RecordPlan:
         if e.gather_ns and e.offload != "durable":
             raise VTUsageError("--offload-gather shapes the durable virtual offload's jobs: it needs "
                                "--emulate-offload durable")
+        if (e.max_pending or e.overflow != "none") and (e.offload != "durable" or not e.max_pending
+                                                        or e.overflow == "none"):
+            raise VTUsageError("--offload-max-pending N and --offload-overflow pause|reject bound the durable virtual "
+                               "offload: give both, with --emulate-offload durable")
+        if self.verify_durability:
+            self._check_verify()
         if self.sensitivity_ns and not s.launched:
             raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
                                "the shim to add the delay); it cannot apply to --attach")
@@ -140,6 +149,18 @@ class RecordPlan:
                                "client latency to relate to the fsync time")
         if s.attach_pid:  # options that contradict --attach are refused first: they need no process
             check_attach_pid(s.attach_pid)
+
+    def _check_verify(self) -> None:
+        st = self.settings
+        if not self.server.launched:
+            raise VTUsageError("--verify-durability kills the server after the last window: it needs a server "
+                               "valkeytrace launches, not --attach")
+        if tuple(st.workloads) != ("write-only",) or not st.rates:
+            raise VTUsageError("--verify-durability checks the open-loop client's acknowledged SETs (each value carries "
+                               "its sequence): it needs --workload write-only with --rate")
+        if min(st.sizes) < 16:
+            raise VTUsageError("--verify-durability writes a 16-digit sequence into each value: it needs --sizes of "
+                               "16 B or more")
 
     def as_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -156,6 +177,7 @@ class RecordPlan:
                    settings=settings, tracer=TracerPlan(**d["tracer"]),
                    emulation=EmulationPlan(**d["emulation"]),
                    **{k: d[k] for k in ("benchmark_path", "client_cpus", "label", "output", "measure_overhead")},
+                   verify_durability=bool(d.get("verify_durability")),
                    notes=tuple(d.get("notes") or ()))
 
 
@@ -280,6 +302,9 @@ class RecordOptions:
     arrival: str = "poisson"
     set_rate: float | None = None
     pool: str = "clients"
+    offload_max_pending: int = 0
+    offload_overflow: str = "none"
+    verify_durability: bool = False
 
 
 def build(o: RecordOptions) -> RecordPlan:
@@ -316,7 +341,8 @@ def build(o: RecordOptions) -> RecordPlan:
         {} if o.replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(o.replica_delay_spec))
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
                               gather_ns=parse_gather(o.offload_gather) if o.offload_gather else 0,
-                              replica_fsync_delay=replica_delay,
+                              replica_fsync_delay=replica_delay, max_pending=o.offload_max_pending,
+                              overflow=o.offload_overflow,
                               fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
     if (o.rates or o.set_rate) and not any(w in ("read-heavy", "write-only") for w in o.workloads):
         raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "
@@ -330,7 +356,8 @@ def build(o: RecordOptions) -> RecordPlan:
                         sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate,
                         pool=o.pool, demand_pass=o.demand_pass)
     plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
-                      client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead)
+                      client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead,
+                      verify_durability=o.verify_durability)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it
     backend, note = resolve_backend(o.backend, attached=o.attach_pid is not None)
     plan = dataclasses.replace(plan, settings=dataclasses.replace(settings, backend=backend),

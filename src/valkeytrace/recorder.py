@@ -149,6 +149,7 @@ class Recorder:
         self.offload: Any = None   # tracers.offload.OffloadStats under record --emulate-offload
         self.replicas: Any = None  # server.replicas.ReplicaSet under record --replicas
         self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
+        self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -197,10 +198,13 @@ class Recorder:
             if self.prober is not None:
                 self.prober.begin()
             loop["begin"] = view.eventloop()
+            loop["memory"] = self._memory_sampler()
 
         def end():
             gone = self.target.gone()  # the server ended inside the window: it closes where it did
             loop["end"] = None if gone else view.eventloop()
+            if loop.get("memory") is not None:
+                run["memory"] = loop["memory"].stop()
             if self.prober is not None:
                 run["replication"] = self.prober.end()
             run["window_end"] = max(gone["time"], run["window_start"]) if gone else time.time()
@@ -228,6 +232,16 @@ class Recorder:
                 run["server_view"] = view.end()
         return begin, end
 
+    def _memory_sampler(self):
+        """The window's memory sampler (tracers/memory.py), started; None without a server process to read."""
+        from valkeytrace.tracers.memory import MemorySampler
+
+        if not self.target.pid:
+            return None
+        sampler = MemorySampler(self.target.pid, self.target.client, self.offload)
+        sampler.start()
+        return sampler
+
     @staticmethod
     def _host_cpu(run: dict, client: dict):
         snaps = run.pop("_cpu", None)
@@ -243,7 +257,7 @@ class Recorder:
                                              keyspace_state=self.keyspace_state,
                                              keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
-                                             arrival=s.arrival, set_rate=s.set_rate, pool=s.pool)
+                                             arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit

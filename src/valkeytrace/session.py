@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any]:
         tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
     offload = None
     if e.offload:
-        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns)
+        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending, overflow=e.overflow)
         if run_as:
             offload.chown(*run_as)
         env.update(offload.env())
@@ -142,7 +143,8 @@ def _emulation(plan: RecordPlan) -> dict | None:
     out["description"] = "; ".join(x for x in described if x)
     if e.offload:
         out["offload"] = {"mode": e.offload, "gather_ns": e.gather_ns,
-                          **({"gather_source": e.gather_source} if e.gather_source else {})}
+                          **({"gather_source": e.gather_source} if e.gather_source else {}),
+                          **({"max_pending": e.max_pending, "overflow": e.overflow} if e.max_pending else {})}
     return out
 
 
@@ -231,6 +233,26 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
     estimate.remember(backend, launch_s, doc["runs"])
 
 
+def _verify(target: Target, server: dict, recorder: Recorder, echo) -> None:
+    """--verify-durability: the server killed, its AOF reloaded by a plain server, every acknowledged SET looked
+    up; the result on the launch's last run (it covers every run's writes)."""
+    from valkeytrace.workload.durability_check import verify
+
+    runs = recorder.doc["runs"]
+    if not runs:
+        return
+    target.kill()
+    cfg = server.get("config") or {}
+    binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
+    check = verify(binary, cfg.get("dir") or "", cfg.get("appenddirname") or "appendonlydir", recorder.acked)
+    runs[-1]["durability_check"] = check
+    if check.get("error"):
+        echo(f"warning: --verify-durability: {check['error']}")
+    else:
+        echo(f"note: --verify-durability: {check['acked_missing']} of {check['acked']} acknowledged keys missing "
+             "from the reloaded AOF")
+
+
 def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str], None] = print) -> Outcome:
     """Record plan; progress(recorder, measure_overhead) runs the matrix (a progress display),
     echo gets the notes and warnings for the user (one line each)."""
@@ -255,7 +277,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     old_term = signal.signal(signal.SIGTERM, stopping.on_signal)
     old_int = signal.signal(signal.SIGINT, stopping.on_signal)
     target: Target | None = None
-    offload = replicas = None
+    offload = replicas = acked = None
     t_start, began = time.monotonic(), time.time()
     try:
         run_as = None if s.as_root else srv.invoking_user()
@@ -275,7 +297,13 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         doc = recorder.doc
         doc["timing"] = timing
         recorder.checkpoint()
+        if plan.verify_durability:
+            from valkeytrace.workload.durability_check import AckedWrites
+
+            recorder.acked = acked = AckedWrites(settings.keyspace)
         interrupted = _measure(plan, recorder, progress)
+        if acked is not None and not interrupted:
+            _verify(target, server, recorder, echo)
         # the server ends before the recording is written
         if replicas is not None:
             replicas.stop()
@@ -294,6 +322,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
         if offload is not None:
             offload.close()
+        if acked is not None:
+            acked.close()
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
     return Outcome(doc, output, interrupted)

@@ -17,16 +17,18 @@
 #include <poll.h>
 #include <unistd.h>
 
-static size_t largest_q;   /* the largest realloc of a pending-request queue (its element is 24 B) */
+#define PENDING_B 48    /* sizeof(struct pending) in vt_load.c */
+static size_t largest_q;   /* the largest realloc of a pending-request queue */
 static void *track_realloc(void *p, size_t n)
 {
-    if (n % 24 == 0 && n > largest_q && n < ((size_t)1 << 34))
+    if (n % PENDING_B == 0 && n > largest_q && n < ((size_t)1 << 34))
         largest_q = n;
     return realloc(p, n);
 }
 #define realloc track_realloc
 #include "../../csrc/vt_load.c"
 #undef realloc
+#include "../../csrc/vt_arrivals.c"
 
 static int listen_fd, pause_us;
 
@@ -64,9 +66,11 @@ static void *acceptor(void *arg)
     }
 }
 
+static uint64_t *acked; /* NULL, or keyspace (1000) entries: SETs' sequences kept */
+
 static int run(int port, double rate, double seconds, int conns, int max_conns, int hold, struct vt_load_result *r)
 {
-    struct vt_load_config c = {.host = "127.0.0.1", .port = port, .op = VT_LOAD_SET, .keyspace = 1000,
+    struct vt_load_config c = {.acked = acked, .host = "127.0.0.1", .port = port, .op = VT_LOAD_SET, .keyspace = 1000,
                                .value_size = 16, .rate = rate, .arrival = VT_LOAD_POISSON, .conns = conns,
                                .max_conns = max_conns, .hold = hold, .warmup_ns = 100000000ull,
                                .duration_ns = (uint64_t)(seconds * 1e9), .grace_ns = 2000000000ull,
@@ -105,13 +109,30 @@ int main(void)
                (unsigned long long)r.answered);
         return 1;
     }
-    size_t ever = (size_t)(r.sent / 2) * 24; /* a connection's share of every request sent, as the old queue kept */
+    size_t ever = (size_t)(r.sent / 2) * PENDING_B; /* a connection's share of every request sent, as the old queue kept */
     if (largest_q * 4 > ever) {
         printf("the request queue grew to %zu B for %llu requests sent (%zu B if it kept each)\n", largest_q,
                (unsigned long long)r.sent, ever);
         return 1;
     }
-    /* 3. nobody listening: a clear error, no crash */
+    /* 3. acknowledged SETs kept (--verify-durability): every +OK counted, each key's latest sequence kept */
+    uint64_t keys[1000] = {0};
+    acked = keys;
+    pause_us = 0;
+    if (run(port, 5000, 0.5, 4, 4, 1, &r) || r.acked < r.answered || r.rejected) {
+        printf("acked: error %d (%s), answered %llu acked %llu\n", r.error, r.message, (unsigned long long)r.answered,
+               (unsigned long long)r.acked);
+        return 1;
+    }
+    int kept = 0;
+    for (int i = 0; i < 1000; i++)
+        kept += keys[i] > 1000000000000000000ull; /* a wall clock's ns: after 2001 */
+    if (kept < 500) {
+        printf("acked: only %d of 1000 keys have a sequence after %llu SETs\n", kept, (unsigned long long)r.acked);
+        return 1;
+    }
+    acked = NULL;
+    /* 4. nobody listening: a clear error, no crash */
     if (run(1, 1000, 0.2, 1, 1, 1, &r) == 0 || !r.error) {
         printf("no server: no error reported\n");
         return 1;

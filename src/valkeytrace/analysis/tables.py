@@ -45,7 +45,7 @@ OPS_BY_WORKLOAD = workloads.OPS
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 # an open-loop op's figures beside them (record --rate): the rates, the service time (from the send)
 OPEN_METRICS = ("offered_rate", "achieved_rate", "service_p50_us", "service_p99_us", "late", "unanswered",
-                "client_us_per_request")
+                "rejected", "client_us_per_request")
 SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats
@@ -78,6 +78,7 @@ class Figures:
     service_p99_us: float | None = None
     late: float | None = None
     unanswered: float | None = None
+    rejected: float | None = None  # error replies a server refusing the request gave (--offload-overflow reject)
     client_us_per_request: float | None = None
 
     def __getitem__(self, metric: str) -> float | None:

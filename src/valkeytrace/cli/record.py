@@ -40,6 +40,16 @@ from valkeytrace.recorder import Recorder
               help="With --emulate-offload durable: a job starts only when the previous one has ended and this "
                    "long has passed since the first write it will carry (default 0: at once). A window as long as "
                    "the clients' arrival spread lets one job carry every client's write (one cohort).")
+@click.option("--offload-max-pending", "offload_max_pending", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --emulate-offload durable: the bound on what the offload keeps in the server (replies held "
+                   "plus commands read and not yet answered); over it, --offload-overflow acts.")
+@click.option("--offload-overflow", "offload_overflow", type=click.Choice(["pause", "reject"]), default=None,
+              help="What the durable offload does over --offload-max-pending: pause (stop reading from clients: their "
+                   "requests wait in the kernel's socket buffers) or reject (answer writes with an error, run nothing). "
+                   "The server's client-output-buffer-limit (disconnect) applies either way.")
+@click.option("--verify-durability", is_flag=True,
+              help="After the last window, kill the server (SIGKILL), load its AOF into a plain server and look up "
+                   "every SET the clients saw acknowledged (--workload write-only with --rate): runs[].durability_check.")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
@@ -53,7 +63,7 @@ from valkeytrace.recorder import Recorder
 @click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
-           sensitivity_spec,
+           offload_max_pending, offload_overflow, verify_durability, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -72,7 +82,8 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
             common["workload"] = "none"  # attaching observes: the user's server gets no key of ours
         plan = planning.build(planning.RecordOptions(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
                               label=label, output=output, force=force, offload_mode=offload_mode,
-                              offload_gather=offload_gather,
+                              offload_gather=offload_gather, offload_max_pending=offload_max_pending or 0,
+                              offload_overflow=offload_overflow or "none", verify_durability=verify_durability,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given,
                                                               **build_kwargs(common)))
@@ -137,6 +148,7 @@ def describe_plan(plan, launches: int = 1) -> list[str]:
                          f"a {e.fsync_delay['stall_ns'] / 1e9:g} s stall every {e.fsync_delay['stall_period_ns'] / 1e9:g} s"
                          if e.fsync_delay and e.fsync_delay.get("stall_ns") else "",
                          f"virtual offload {e.offload}" if e.offload else "",
+                         f"over {e.max_pending} held: {e.overflow}" if e.max_pending else "",
                          f"gather {e.gather_ns / 1e6:g} ms" if e.gather_ns else "") if x]
     est = estimate.estimate(plan.tracer.backend, matrix, st.duration_s, launches)
     return [f"server: {server}" + (f" ({'; '.join(extra)})" if extra else ""),

@@ -155,6 +155,8 @@ class Op(Record):
     unanswered: NonNegInt | None = None  # open loop: never answered
     pipelined: NonNegInt | None = None  # open loop: sent on a connection with one in flight
     errors: NonNegInt | None = None  # open loop: error replies
+    rejected: NonNegInt | None = None  # open loop: error replies from a server refusing the request (of errors)
+    acked: NonNegInt | None = None  # open loop, --verify-durability: SETs acknowledged whose value was kept
     client_us_per_request: NonNeg | None = None  # open loop: the client's CPU per request sent
     corrected_hist: dict | None = None  # open loop: latency from the due moment, the whole distribution
     service_hist: dict | None = None  # open loop: latency from the send, the whole distribution
@@ -224,6 +226,23 @@ class Load(Record):
     connections: NonNegInt | None = None  # the fixed pool's connections
 
 
+class MemorySeries(Record):
+    hz: NonNegInt | None = None  # samples a second asked for
+    columns: list[str] = _l()    # what each sample holds (tracers/memory.py COLUMNS)
+    samples: list[list[float | None]] = _l()  # one row per sample; null: no source gave the figure then
+    aof_delayed_fsync: NonNegInt | None = None  # INFO's aof_delayed_fsync over the window (everysec's postponed writes)
+    sources: dict = _d()         # where each figure comes from
+
+
+class DurabilityCheck(Record):
+    acked: NonNegInt = 0         # keys with an acknowledged SET the client kept (its latest value each)
+    acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks that value or a later one
+    writes_acked: NonNegInt | None = None  # acknowledged SETs in all (several per key)
+    examples: list[dict] = _l()  # a few missing: key, the acknowledged sequence, what the reload holds
+    method: str | None = None    # how it was checked
+    error: str | None = None     # why it could not be (then nothing is claimed)
+
+
 class Run(Record):
     workload: str                # read-heavy, write-only or none
     value_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 31)]  # bytes per value
@@ -246,6 +265,8 @@ class Run(Record):
     replication: Replication | None = None  # record --replicas: the durability probe's timings
     server_exit: ServerExit | None = None  # the server ended during the run
     load: Load | None = None     # record --rate: the open loop's rate (null: a closed loop)
+    memory: MemorySeries | None = None  # what the server held over the window, sampled (tracers/memory.py)
+    durability_check: DurabilityCheck | None = None  # --verify-durability (the launch's last run): acked writes reloaded
 
 
 class ServerInfo(Record):

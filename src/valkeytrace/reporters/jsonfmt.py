@@ -41,7 +41,8 @@ def build(inp: ReportInput) -> dict:
                   **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
-                  **({"server_view": gap_json(r.server_views[c.key])} if c.key in r.server_views else {})}
+                  **({"server_view": gap_json(r.server_views[c.key])} if c.key in r.server_views else {}),
+                  **({"memory": r.memory[c.key].to_json()} if c.key in r.memory else {})}
                  for c in r.cells]
         # the report's own keys (docs/report-json.md), not the recording's
         runs.append(dict(
@@ -52,6 +53,7 @@ def build(inp: ReportInput) -> dict:
             emulation=r.emulation_spec, overhead=msgspec.to_builtins(r.overhead),
             **({"nodes": msgspec.to_builtins(r.nodes)} if r.nodes else {}),
             server_exits=[e.to_json() for e in r.server_exits],
+            **({"durability_check": msgspec.to_builtins(r.durability_check)} if r.durability_check is not None else {}),
             cells=cells, explanation=[entry_json(e) for e in r.explanation], sensitivity=[x.to_json() for x in r.sensitivity]))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs,
            **({"curves": [c.to_json() for c in inp.curves]} if inp.curves else {})}

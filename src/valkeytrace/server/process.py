@@ -153,6 +153,10 @@ class Target:
     def stop(self) -> None:
         pass
 
+    def kill(self) -> None:
+        """A crash, for --verify-durability: only a server valkeytrace launched is killed."""
+        raise ServerError("valkeytrace kills only a server it launched")
+
     def __enter__(self):
         return self
 
@@ -299,6 +303,18 @@ class LaunchedServer(Target):
         if getattr(self, "_own_workdir", False) and self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """SIGKILL now, as a crash would end it (nothing drained, nothing flushed); its directory stays
+        until stop()."""
+        proc = getattr(self, "proc", None)
+        if proc is None or proc.poll() is not None:
+            return
+        self.stopping = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
     def _wait_drain(self, proc) -> None:
         """While the virtual offload drains (its jobs still progressing), the server is not killed:

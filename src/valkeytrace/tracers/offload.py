@@ -20,7 +20,7 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 4, 8
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 5, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
 COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
@@ -28,17 +28,21 @@ COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_
             "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
             "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum",
             "replica_links", "stream_bytes", "stream_held_bytes", "obuf_closed", "exit_held_replies",
-            "shutdown_drains", "signals")
+            "shutdown_drains", "signals", "rejected_writes", "paused_reads", "paused_ns")
+# what the server holds right now (read at any moment: the memory sampler's; never differenced)
+GAUGES = ("held_now", "behind_now", "held_bytes_now", "dirty_keys_now", "pending_now")
+OVERFLOW = {"none": 0, "pause": 1, "reject": 2}  # VT_OVERFLOW_* (csrc/offload_layout.h)
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
-                       + [(c, "<u8") for c in COUNTERS] + [("last_signal", "<u4"), ("pad2", "<u4")]
+                       + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("pad2", "<u4")]
                        + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE),
                           ("hold_read_ns", HIST_DTYPE)])
 CMD_NAME, CMD_MAX = 40, 2048
 CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first", "<u2"), ("step", "<u2"),
                             ("last_plus", "<u4"), ("pad", "<u4")])
 OBUF_DTYPE = np.dtype([("hard_bytes", "<u8"), ("soft_bytes", "<u8"), ("soft_seconds", "<u8")])
-CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_ns", "<u8"), ("logfile", "S256"),
+CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_ns", "<u8"), ("max_pending", "<u8"),
+                          ("overflow", "<u4"), ("pad", "<u4"), ("logfile", "S256"),
                           ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
 SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
@@ -121,7 +125,7 @@ class OffloadStats:
     """The file the shim maps ($VALKEYTRACE_OFFLOAD_STATS): statistics it counts, control we
     write; made 0600 and exclusive in /dev/shm, removed on close."""
 
-    def __init__(self, mode: str, gather_ns: int = 0):
+    def __init__(self, mode: str, gather_ns: int = 0, max_pending: int = 0, overflow: str = "none"):
         if mode not in MODES:
             raise VTUsageError(f"--emulate-offload {mode!r}: expected durable or early-ack")
         self.mode = mode
@@ -134,6 +138,8 @@ class OffloadStats:
             os.close(fd)
         self.shared = np.frombuffer(self.mm, dtype=SHARED_DTYPE, count=1)
         self.shared[0]["control"]["gather_ns"] = gather_ns
+        self.shared[0]["control"]["max_pending"] = max_pending
+        self.shared[0]["control"]["overflow"] = OVERFLOW[overflow] if max_pending else 0
 
     def chown(self, uid: int, gid: int):
         os.chown(self.path, uid, gid)
@@ -172,6 +178,16 @@ class OffloadStats:
         if int(s["magic"]) != MAGIC or int(s["version"]) != VERSION or int(s["hist_buckets"]) != HIST_BUCKETS:
             return None
         return s
+
+    def gauges(self) -> dict[str, int] | None:
+        """What the emulation holds in the server right now (GAUGES, and the AOF bytes it has queued and not
+        yet written), or None before the shim set the file up."""
+        s = self.shared[0]["stats"]
+        if int(s["magic"]) != MAGIC or int(s["version"]) != VERSION:
+            return None
+        out = {g: int(s[g]) for g in GAUGES}
+        out["aof_queued_bytes"] = max(0, int(s["queued_bytes"]) - int(s["job_bytes"]))
+        return out
 
     def state(self) -> tuple[int, int]:
         """(state, jobs): valkeytrace waits on a draining offload before it would kill the server."""

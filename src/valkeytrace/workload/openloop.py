@@ -66,13 +66,16 @@ class Spec:
     arrival: str = "poisson"
     seed: int = 1
     connections: int | None = None
+    acked_path: str | None = None  # SET, --verify-durability: each key's latest acknowledged sequence, written here
+
 
     def argv(self) -> list[str]:
         """This run as the module's command line (main() below)."""
         return ["--host", self.host, "--port", str(self.port), "--op", self.op, "--rate", repr(self.rate),
                 "--duration", repr(self.duration_s), "--keyspace", str(self.keyspace), "--value-size",
                 str(self.value_size), "--arrival", self.arrival, "--seed", str(self.seed)] + (
-                    ["--connections", str(self.connections)] if self.connections else [])
+                    ["--connections", str(self.connections)] if self.connections else []) + (
+                    ["--acked-file", self.acked_path] if self.acked_path else [])
 
 
 def run(spec: Spec, marker_fd: int = -1) -> dict:
@@ -95,6 +98,10 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
+    acked = None
+    if spec.acked_path and spec.op == "SET":
+        acked = ffi.new("uint64_t[]", max(1, spec.keyspace))
+        cfg.acked = acked
     res = ffi.new("struct vt_load_result *")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < pool + 64:
@@ -104,6 +111,10 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     cpu_s = time.process_time() - cpu0
     if res.error:
         raise OpenLoopError(f"the open-loop client: {ffi.string(res.message).decode()}")
+    if acked is not None and spec.acked_path:
+        import numpy as np
+
+        np.frombuffer(ffi.buffer(acked), dtype=np.uint64).tofile(spec.acked_path)
     window_s = (res.window_end_ns - res.window_start_ns) / 1e9
     corrected = LatencyHistogram()
     corrected._h[0] = res.corrected
@@ -114,6 +125,7 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
             "answered_drained": int(res.answered_drained),
             "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
             "late": int(res.late), "errors": int(res.errors), "unanswered": int(res.unanswered),
+            "rejected": int(res.rejected), "acked": int(res.acked),
             "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
             "pool": "fixed" if spec.connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
             "corrected": corrected.to_dict(), "service": service.to_dict()}
@@ -143,7 +155,8 @@ def op_record(result: dict) -> dict:
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
             "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
             "pool": result["pool"], "held": result["held"], "held_max": result["held_max"],
-            "errors": result["errors"], "client_cpu_s": round(result["cpu_s"], 4),
+            "errors": result["errors"], "rejected": result.get("rejected", 0), "client_cpu_s": round(result["cpu_s"], 4),
+            **({"acked": result["acked"]} if result.get("acked") else {}),
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
             "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
             "corrected_hist": result["corrected"], "service_hist": result["service"],
@@ -156,7 +169,8 @@ def op_record(result: dict) -> dict:
 class OpenLoopClient:
     """The open-loop client process: started, placed on cpus, its window markers turned into calls."""
 
-    def __init__(self, spec: Spec, cpus=None):
+    def __init__(self, spec: Spec, cpus=None, acked=None):
+        self.spec, self.acked = spec, acked  # acked: durability_check.AckedWrites, merged into at the end
         argv = [sys.executable, "-m", "valkeytrace.workload.openloop"] + spec.argv()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      **system.own_process_group())
@@ -205,6 +219,8 @@ class OpenLoopClient:
         if result is None:
             last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
             raise OpenLoopError(f"the open-loop client failed: {last}")
+        if self.acked is not None and self.spec.acked_path:
+            self.acked.merge(self.spec.acked_path, result.get("acked", 0))
         return result
 
 
@@ -220,11 +236,12 @@ def main(argv=None) -> int:
     ap.add_argument("--arrival", choices=("poisson", "uniform"), default="poisson")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--connections", type=int, default=None)
+    ap.add_argument("--acked-file", default=None)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections), marker_fd=sys.stdout.fileno())
+                       a.connections, a.acked_file), marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -57,11 +57,13 @@ class Load:
     # the launch's keyspace: {"size": S} while every key holds a value of S bytes (a fill of S, then
     # SETs of S only): a read-heavy run of S needs no fill then
     keyspace_state: dict | None = field(default=None, compare=False)
+    acked: Any = field(default=None, compare=False)  # --verify-durability: durability_check.AckedWrites
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int) -> "OpenLoopClient":
+        path = self.acked.next_path() if self.acked is not None and op == "SET" else None
         spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
-                    connections=clients if self.pool == "clients" else None)
-        return OpenLoopClient(spec, cpus=self.client.cpus)
+                    connections=clients if self.pool == "clients" else None, acked_path=path)
+        return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
     def for_server(cls, server, client, **counts) -> "Load":

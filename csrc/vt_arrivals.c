@@ -1,0 +1,52 @@
+/*
+ * vt_arrivals.c: the open-loop client's clocks, random numbers and schedule (vt_arrivals.h).
+ */
+#define _GNU_SOURCE
+#include "vt_arrivals.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t vt_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+uint64_t vt_real_ns(void) { return clock_ns(CLOCK_REALTIME); }
+
+uint64_t vt_rand(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, uint64_t n)
+{
+    uint64_t *t = malloc((n ? n : 1) * sizeof(uint64_t));
+    double *g = malloc((n + 1) * sizeof(double)), sum = 0;
+    if (!t || !g) {
+        free(t);
+        free(g);
+        return NULL;
+    }
+    for (uint64_t i = 0; i <= n; i++) {
+        double u = (double)((vt_rand(rng) >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
+        g[i] = uniform ? 1.0 : -log(u);
+        sum += g[i];
+    }
+    double acc = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        acc += g[i];
+        t[i] = from + (uint64_t)((double)span * acc / sum);
+    }
+    free(g);
+    return t;
+}

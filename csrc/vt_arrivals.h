@@ -1,0 +1,18 @@
+/*
+ * vt_arrivals.h: the open-loop client's clocks, random numbers and schedule (csrc/vt_arrivals.c),
+ * apart from its connections (vt_load.c).
+ */
+#ifndef VT_ARRIVALS_H
+#define VT_ARRIVALS_H
+
+#include <stdint.h>
+
+uint64_t vt_mono_ns(void); /* CLOCK_MONOTONIC */
+uint64_t vt_real_ns(void); /* CLOCK_REALTIME: rises across processes (a SET's sequence) */
+uint64_t vt_rand(uint64_t *state); /* xorshift64*: state never 0 */
+/* n due moments over [from, from + span): evenly spaced (uniform), or Poisson spacings scaled so that
+ * the n-th falls inside the span (a Poisson process given its count: the count is the rate's);
+ * malloc'd, NULL without memory */
+uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, uint64_t n);
+
+#endif

@@ -1,0 +1,105 @@
+"""What the server holds in memory over a window, sampled at SAMPLE_HZ: runs[].memory.
+
+Three sources, each read where it can answer while the server's main thread cannot:
+- the kernel: the server's resident set (/proc/PID/statm), whatever the server is doing;
+- the virtual offload's shared file (tracers/offload.py, under --emulate-offload): the replies it holds
+  (count and bytes), the keys written and not yet durable, the AOF bytes queued in the shim;
+- the server's INFO (memory, persistence): used_memory, valkey's own AOF buffer (`aof_buffer_length`,
+  what it has not written yet: under everysec with the fsync stalled it postpones the write up to 2 s),
+  the normal clients' output buffers, `aof_delayed_fsync`. INFO is answered by the main thread, so it is
+  asked on a thread of its own: a main thread stalled in fdatasync (appendfsync always) answers late, and
+  the samples of that time carry the last answer with its age (`info_age_s`), never a made-up figure.
+
+Each sample: [t_s, held_replies, held_bytes, dirty_keys, aof_buffer_bytes, rss_kb, used_memory,
+clients_normal_bytes, info_age_s, behind_replies] (COLUMNS); a figure no source gives is None. held_replies
+wait for their AOF bytes to be durable; behind_replies (a rejected write's error, a PING) wait only behind
+them on their connection, since replies leave in order; held_bytes is both, as the client's output buffer
+would hold them.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+SAMPLE_HZ = 20
+INFO_STALE_S = 0.5  # an INFO answer older than this is not a figure of the sample's moment
+COLUMNS = ("t_s", "held_replies", "held_bytes", "dirty_keys", "aof_buffer_bytes", "rss_kb", "used_memory",
+           "clients_normal_bytes", "info_age_s", "behind_replies")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def rss_kb(pid: int) -> int | None:
+    """The process's resident set in kB (statm's second field), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemorySampler:
+    """Samples one window; start() at its begin, stop() at its end returns runs[].memory."""
+
+    def __init__(self, pid: int, connect, offload=None, hz: int = SAMPLE_HZ):
+        self.pid, self.connect, self.offload, self.period = pid, connect, offload, 1.0 / hz
+        self.samples: list[list] = []
+        self.info: tuple[float, dict] | None = None  # (monotonic time of the answer, its fields)
+        self.delayed_fsync: list[int] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.t0 = 0.0
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        for fn, name in ((self._sample, "vt-memory"), (self._ask_info, "vt-memory-info")):
+            t = threading.Thread(target=fn, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _ask_info(self) -> None:
+        client = None
+        while not self._stop.is_set():
+            try:
+                client = client or self.connect()
+                info = {**client.info("memory"), **client.info("persistence")}
+                self.info = (time.monotonic(), info)
+                self.delayed_fsync.append(int(info.get("aof_delayed_fsync") or 0))
+            except Exception:  # a server busy past the socket timeout, or gone: the samples say how old
+                client = None
+            self._stop.wait(self.period)
+
+    def _row(self) -> list:
+        now = time.monotonic()
+        g = self.offload.gauges() if self.offload is not None else None
+        info_t, info = self.info if self.info else (None, {})
+        age = round(now - info_t, 3) if info_t is not None else None
+        fresh = age is not None and age <= INFO_STALE_S
+        valkey_aof = int(info.get("aof_buffer_length") or 0) if fresh else None
+        shim_aof = g["aof_queued_bytes"] if g else 0
+        return [round(now - self.t0, 3),
+                g["held_now"] if g else None, g["held_bytes_now"] if g else None, g["dirty_keys_now"] if g else None,
+                None if valkey_aof is None else valkey_aof + shim_aof, rss_kb(self.pid),
+                int(info["used_memory"]) if fresh and "used_memory" in info else None,
+                int(info["mem_clients_normal"]) if fresh and "mem_clients_normal" in info else None, age,
+                g["behind_now"] if g else None]
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self._row())
+            self._stop.wait(self.period)
+
+    def stop(self) -> dict:
+        """runs[].memory: the samples, their columns and sources, and how many fsyncs valkey delayed."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(3)
+        self.samples.append(self._row())
+        d = self.delayed_fsync
+        return {"hz": round(1 / self.period), "columns": list(COLUMNS), "samples": self.samples,
+                "aof_delayed_fsync": (d[-1] - d[0]) if len(d) > 1 else None,
+                "sources": {"rss_kb": "/proc/PID/statm", "held_replies": "the virtual offload's shared file"
+                            if self.offload is not None else None,
+                            "aof_buffer_bytes": "INFO persistence aof_buffer_length"
+                            + (" + the shim's AOF queue" if self.offload is not None else ""),
+                            "used_memory": "INFO memory"}}
