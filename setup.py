@@ -23,7 +23,7 @@ class build_py_with_header(build_py):
 # build and found by path next to the _native module (as memray does with its _inject library).
 shim = Extension(
     "valkeytrace._shim",
-    sources=["csrc/shim.c", "csrc/shim_io.c", "csrc/offload.c", "csrc/offload_state.c", "csrc/offload_conn.c",
+    sources=["csrc/shim.c", "csrc/shim_io.c", "csrc/shim_stall.c", "csrc/offload.c", "csrc/offload_state.c", "csrc/offload_conn.c",
              "csrc/offload_req.c", "csrc/offload_exit.c", "csrc/offload_bound.c", "csrc/vt_cmds.c", "csrc/vt_resp.c"],
     include_dirs=["csrc"],
     libraries=["m", "dl", "pthread"],

@@ -204,6 +204,7 @@ struct vt_load_config {
     uint64_t seed;
     int marker_fd;
     uint64_t *acked;
+    const void *stalls;
 };
 
 struct vt_load_result {
@@ -218,6 +219,8 @@ struct vt_load_result {
     uint64_t acked;
     struct vt_hist corrected;
     struct vt_hist service;
+    struct vt_hist in_stall;
+    struct vt_hist outside;
     int error;
     char message[160];
 };

@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "shim_io.h"
+#include "shim_stall.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -55,8 +56,6 @@ static pid_t main_pid;
 static int delay_kind; /* 0 none, 1 constant, 2 lognormal */
 static uint64_t delay_ns;
 static double delay_sigma;
-static uint64_t stall_ns, stall_period_ns; /* ";stall:S/P": once in every P of wall time, one sync S longer */
-static uint64_t stall_next;                /* atomic: the monotonic time the next stall is due from */
 #define MAX_DELAY_NS 60000000000ull /* an injected delay is clamped to a minute */
 #define MAX_Z 8.0                   /* and a log-normal draw to 8 sigmas either side */
 
@@ -145,13 +144,6 @@ void vt_io_after_fork_child(void)
 
 int vt_io_recording(void) { return region != NULL; }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* "const:4000000" or "lognormal:4000000,0.3" (nanoseconds), either (or "none") followed by
  * ";stall:1000000000/2500000000": once in every 2.5 s of wall time, one sync 1 s longer (a disk that
  * stalls). Anything else: no injection. */
@@ -167,11 +159,8 @@ static void parse_delay(const char *env)
         unsigned long long s = strtoull(stall + 7, &end, 10), p = 0;
         if (end != stall + 7 && *end == '/')
             p = strtoull(end + 1, &end, 10);
-        if (*end == '\0' && s > 0 && p > 0) {
-            stall_ns = s < MAX_DELAY_NS ? s : MAX_DELAY_NS;
-            stall_period_ns = p;
-            __atomic_store_n(&stall_next, mono_ns() + p, __ATOMIC_RELAXED);
-        }
+        if (*end == '\0' && s > 0 && p > 0)
+            vt_stall_setup(s, p, MAX_DELAY_NS); /* shim_stall.c: once in every p of wall time, a sync s longer */
     }
     if (strncmp(spec, "const:", 6) == 0) {
         unsigned long long v = strtoull(spec + 6, &end, 10);
@@ -315,19 +304,10 @@ static inline double uniform01(void)
     return ((x * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* the stall, when one is due: taken by the first sync at or after its time (one thread wins it) */
-static uint64_t stall_due(void)
-{
-    uint64_t due = __atomic_load_n(&stall_next, __ATOMIC_RELAXED), now;
-    if (!stall_period_ns || (now = mono_ns()) < due)
-        return 0;
-    uint64_t next = due + stall_period_ns * (1 + (now - due) / stall_period_ns);
-    return __atomic_compare_exchange_n(&stall_next, &due, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED) ? stall_ns : 0;
-}
-
 static void inject_delay(void)
 {
-    uint64_t ns = 0, extra = extra_delay() + stall_due();
+    long stall;
+    uint64_t ns = 0, extra = extra_delay() + vt_stall_take(&stall);
     struct timespec req, rem;
     if (!delay_kind && !extra)
         return;
@@ -347,6 +327,7 @@ static void inject_delay(void)
     req.tv_nsec = (long)(ns % 1000000000ull);
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem) == EINTR)
         req = rem;
+    vt_stall_done(stall);
     if (recording()) {
         struct vt_shim_thread *s = slot();
         if (s)
@@ -377,7 +358,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 {
     uint64_t t0;
     int ret, saved;
-    if (!delay_kind && !stall_period_ns && !timed(kind) && !extra_delay() && !error_at)
+    if (!delay_kind && !vt_stall_configured() && !timed(kind) && !extra_delay() && !error_at)
         return fn(fd);
     t0 = now_ns();
     if (error_at && __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELAXED) == error_at) {

@@ -1,10 +1,11 @@
 /*
- * vt_arrivals.h: the open-loop client's clocks, random numbers and schedule (csrc/vt_arrivals.c),
+ * vt_arrivals.h: the open-loop client's clocks, random numbers, schedule and growing arrays (csrc/vt_arrivals.c),
  * apart from its connections (vt_load.c).
  */
 #ifndef VT_ARRIVALS_H
 #define VT_ARRIVALS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 uint64_t vt_mono_ns(void); /* CLOCK_MONOTONIC */
@@ -14,5 +15,8 @@ uint64_t vt_rand(uint64_t *state); /* xorshift64*: state never 0 */
  * the n-th falls inside the span (a Poisson process given its count: the count is the rate's);
  * malloc'd, NULL without memory */
 uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, uint64_t n);
+
+/* *p (of *cap elements of size bytes) holds at least need: 0, or -1 without memory (*p kept) */
+int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need);
 
 #endif

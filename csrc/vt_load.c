@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "hist.h"
+#include "stall_log.h"
 #include "vt_arrivals.h"
 
 #define MAX_EVENTS 256
@@ -76,26 +77,11 @@ struct loader {
 
 static uint64_t mono_ns(void) { return vt_mono_ns(); }
 
-static int grow(void **p, uint32_t *cap, size_t size, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    uint32_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, (size_t)n * size);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 static int push_idle(struct loader *l, struct lconn *c)
 {
     if (c->idle)
         return 0;
-    if (grow((void **)&l->idle, &l->idle_cap, sizeof(uint32_t), l->idle_n + 1))
+    if (vt_grow((void **)&l->idle, &l->idle_cap, sizeof(uint32_t), l->idle_n + 1))
         return ENOMEM;
     l->idle[l->idle_n++] = (uint32_t)(c - l->c);
     c->idle = 1;
@@ -108,7 +94,7 @@ static int open_conn(struct loader *l)
     int one = 1;
     if (inet_pton(AF_INET, l->cfg->host, &a.sin_addr) != 1)
         return EINVAL;
-    if (grow((void **)&l->c, &l->cap, sizeof(struct lconn), l->n + 1))
+    if (vt_grow((void **)&l->c, &l->cap, sizeof(struct lconn), l->n + 1))
         return ENOMEM;
     /* non-blocking from the start: a connect the server's backlog holds does not stop the schedule; a
      * request queued meanwhile goes out when the socket is writable (flush's EAGAIN path), a refused
@@ -212,8 +198,8 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
         c->unstamped -= c->unstamped >= c->qh ? c->qh : c->unstamped;
         c->qh = 0;
     }
-    if (grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
-        grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
+    if (vt_grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
+        vt_grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
         return -1;
     memcpy(c->out + c->out_len, l->req, l->req_len);
     c->out_len += l->req_len;
@@ -298,6 +284,8 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
     if (p.sent && p.sent - p.due > l->cfg->late_ns)
         r->late++;
     vt_hist_record(&r->corrected, now - p.due);
+    if (l->cfg->stalls) /* due during an injected stall, or outside every one */
+        vt_hist_record(vt_stall_covers(l->cfg->stalls, p.due) ? &r->in_stall : &r->outside, now - p.due);
     vt_hist_record(&r->service, now - (p.sent ? p.sent : p.due));
 }
 
@@ -377,6 +365,8 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     memset(res, 0, sizeof(*res));
     vt_hist_reset(&res->corrected);
     vt_hist_reset(&res->service);
+    vt_hist_reset(&res->in_stall);
+    vt_hist_reset(&res->outside);
     int bad = cfg->rate <= 0 || build_request(&l);
     if (!bad && l.val_at) {
         size_t n = cfg->keyspace ? cfg->keyspace : 1;

@@ -42,6 +42,7 @@ struct vt_load_config {
     int marker_fd;          /* "B\n" written when the window begins, "E\n" when its last request is due (-1: none) */
     uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
                              * 16 hex digits) of the key's latest acknowledged SET, raised as replies come; NULL: none */
+    const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
 };
 
 struct vt_load_result {
@@ -57,6 +58,8 @@ struct vt_load_result {
     uint64_t acked;               /* SETs acknowledged (+OK) whose sequence was kept (cfg->acked) */
     struct vt_hist corrected;     /* due -> its reply read */
     struct vt_hist service;       /* sent -> its reply read */
+    struct vt_hist in_stall;      /* corrected, of the requests due during an injected stall (cfg->stalls) */
+    struct vt_hist outside;       /* corrected, of those due outside every stall */
     int error;                    /* 0, or an errno: could not connect */
     char message[160];
 };

@@ -150,6 +150,7 @@ class Recorder:
         self.replicas: Any = None  # server.replicas.ReplicaSet under record --replicas
         self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
         self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
+        self.stalls: Any = None    # tracers.stalls.StallLog under --inject-fsync-delay ...,stall:S/P
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -238,7 +239,7 @@ class Recorder:
 
         if not self.target.pid:
             return None
-        sampler = MemorySampler(self.target.pid, self.target.client, self.offload)
+        sampler = MemorySampler(self.target.pid, self.target.client, self.offload, self.stalls)
         sampler.start()
         return sampler
 
@@ -257,7 +258,8 @@ class Recorder:
                                              keyspace_state=self.keyspace_state,
                                              keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
-                                             arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked)
+                                             arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked,
+                                             stall_log=self.stalls.path if self.stalls is not None else None)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit

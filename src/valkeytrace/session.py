@@ -63,15 +63,22 @@ def _preload(env: dict) -> None:
         env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD"), shim_library()) if x)
 
 
-def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any]:
-    """(the server's environment, the virtual offload's stats or None): the shim preloaded for what the
-    emulation asks."""
+def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any, Any]:
+    """(the server's environment, the virtual offload's stats or None, the stall log or None): the shim
+    preloaded for what the emulation asks."""
     from valkeytrace.tracers import offload as voff
+    from valkeytrace.tracers.stalls import StallLog
 
     e = plan.emulation
     env = {**os.environ, **tracer.launch_env()}
     if run_as:
         tracer.chown_region(*run_as)  # the server (as the invoking user) maps the shim's region
+    stalls = None
+    if e.fsync_delay and e.fsync_delay.get("stall_ns") and plan.server.launched:
+        stalls = StallLog()
+        if run_as:
+            stalls.chown(*run_as)
+        env.update(stalls.env())
     offload = None
     if e.offload:
         offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending, overflow=e.overflow)
@@ -82,7 +89,7 @@ def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any]:
     if e.fsync_error:
         env["VALKEYTRACE_FSYNC_ERROR"] = e.fsync_error
         _preload(env)
-    return env, offload
+    return env, offload, stalls
 
 
 def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
@@ -277,11 +284,11 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     old_term = signal.signal(signal.SIGTERM, stopping.on_signal)
     old_int = signal.signal(signal.SIGINT, stopping.on_signal)
     target: Target | None = None
-    offload = replicas = acked = None
+    offload = replicas = acked = stalls = None
     t_start, began = time.monotonic(), time.time()
     try:
         run_as = None if s.as_root else srv.invoking_user()
-        env, offload = _environment(plan, tracer, run_as)
+        env, offload, stalls = _environment(plan, tracer, run_as)
         target = _launch(plan, env, run_as)
         server = target.describe()
         if s.replicas:
@@ -294,6 +301,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         label = _label(plan, server)
         output = plan.output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         recorder = _recorder(plan, (target, client, tracer, offload, replicas), server, output, echo)
+        recorder.stalls = stalls
         doc = recorder.doc
         doc["timing"] = timing
         recorder.checkpoint()
@@ -324,6 +332,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             offload.close()
         if acked is not None:
             acked.close()
+        if stalls is not None:
+            stalls.close()
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
     return Outcome(doc, output, interrupted)

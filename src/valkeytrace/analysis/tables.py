@@ -45,7 +45,8 @@ OPS_BY_WORKLOAD = workloads.OPS
 METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 # an open-loop op's figures beside them (record --rate): the rates, the service time (from the send)
 OPEN_METRICS = ("offered_rate", "achieved_rate", "service_p50_us", "service_p99_us", "late", "unanswered",
-                "rejected", "client_us_per_request")
+                "rejected", "client_us_per_request", "stall_p50_us", "stall_p99_us", "outside_p50_us",
+                "outside_p99_us")
 SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats
@@ -79,6 +80,10 @@ class Figures:
     late: float | None = None
     unanswered: float | None = None
     rejected: float | None = None  # error replies a server refusing the request gave (--offload-overflow reject)
+    stall_p50_us: float | None = None  # open loop, injected stalls: requests due during one
+    stall_p99_us: float | None = None
+    outside_p50_us: float | None = None  # and those due outside every one
+    outside_p99_us: float | None = None
     client_us_per_request: float | None = None
 
     def __getitem__(self, metric: str) -> float | None:

@@ -16,25 +16,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from valkeytrace.layout import HIST_BUCKETS
-
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNeg = Annotated[float, msgspec.Meta(ge=0)]
-U64 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # msgspec bounds fit an int64
-Cpu = Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
-Bucket = tuple[Annotated[int, msgspec.Meta(ge=0, le=HIST_BUCKETS - 1)], Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]]
-
-
-class Record(msgspec.Struct, kw_only=True):
-    """A declared record: fields by keyword, defaults left out when encoded."""
-
-
-def _d() -> Any:
-    return msgspec.field(default_factory=dict)
-
-
-def _l() -> Any:
-    return msgspec.field(default_factory=list)
+from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l  # noqa: F401
 
 
 class WarningNote(Record):
@@ -157,6 +139,12 @@ class Op(Record):
     errors: NonNegInt | None = None  # open loop: error replies
     rejected: NonNegInt | None = None  # open loop: error replies from a server refusing the request (of errors)
     acked: NonNegInt | None = None  # open loop, --verify-durability: SETs acknowledged whose value was kept
+    stall_requests: NonNegInt | None = None  # open loop, injected stalls: requests due during one
+    stall_p50_us: NonNeg | None = None  # their latency (from the due moment)
+    stall_p99_us: NonNeg | None = None
+    outside_requests: NonNegInt | None = None  # requests due outside every stall
+    outside_p50_us: NonNeg | None = None
+    outside_p99_us: NonNeg | None = None
     client_us_per_request: NonNeg | None = None  # open loop: the client's CPU per request sent
     corrected_hist: dict | None = None  # open loop: latency from the due moment, the whole distribution
     service_hist: dict | None = None  # open loop: latency from the send, the whole distribution
@@ -231,6 +219,7 @@ class MemorySeries(Record):
     columns: list[str] = _l()    # what each sample holds (tracers/memory.py COLUMNS)
     samples: list[list[float | None]] = _l()  # one row per sample; null: no source gave the figure then
     aof_delayed_fsync: NonNegInt | None = None  # INFO's aof_delayed_fsync over the window (everysec's postponed writes)
+    stalls: list[list[float | None]] | None = None  # the injected stalls in the window: [start, end] s from its start
     sources: dict = _d()         # where each figure comes from
 
 

@@ -41,8 +41,9 @@ def rss_kb(pid: int) -> int | None:
 class MemorySampler:
     """Samples one window; start() at its begin, stop() at its end returns runs[].memory."""
 
-    def __init__(self, pid: int, connect, offload=None, hz: int = SAMPLE_HZ):
+    def __init__(self, pid: int, connect, offload=None, stalls=None, hz: int = SAMPLE_HZ):
         self.pid, self.connect, self.offload, self.period = pid, connect, offload, 1.0 / hz
+        self.stalls = stalls  # tracers.stalls.StallLog: the window's injected stalls kept beside the samples
         self.samples: list[list] = []
         self.info: tuple[float, dict] | None = None  # (monotonic time of the answer, its fields)
         self.delayed_fsync: list[int] = []
@@ -96,7 +97,8 @@ class MemorySampler:
             t.join(3)
         self.samples.append(self._row())
         d = self.delayed_fsync
-        return {"hz": round(1 / self.period), "columns": list(COLUMNS), "samples": self.samples,
+        stalls = self.stalls.between(self.t0, time.monotonic()) if self.stalls is not None else None
+        return {"hz": round(1 / self.period), "columns": list(COLUMNS), "samples": self.samples, "stalls": stalls,
                 "aof_delayed_fsync": (d[-1] - d[0]) if len(d) > 1 else None,
                 "sources": {"rss_kb": "/proc/PID/statm", "held_replies": "the virtual offload's shared file"
                             if self.offload is not None else None,

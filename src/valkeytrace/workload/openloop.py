@@ -67,6 +67,7 @@ class Spec:
     seed: int = 1
     connections: int | None = None
     acked_path: str | None = None  # SET, --verify-durability: each key's latest acknowledged sequence, written here
+    stall_log: str | None = None   # the shim's stall log (tracers/stalls.py): latencies split by stall
 
 
     def argv(self) -> list[str]:
@@ -75,7 +76,8 @@ class Spec:
                 "--duration", repr(self.duration_s), "--keyspace", str(self.keyspace), "--value-size",
                 str(self.value_size), "--arrival", self.arrival, "--seed", str(self.seed)] + (
                     ["--connections", str(self.connections)] if self.connections else []) + (
-                    ["--acked-file", self.acked_path] if self.acked_path else [])
+                    ["--acked-file", self.acked_path] if self.acked_path else []) + (
+                    ["--stall-log", self.stall_log] if self.stall_log else [])
 
 
 def run(spec: Spec, marker_fd: int = -1) -> dict:
@@ -102,6 +104,13 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     if spec.acked_path and spec.op == "SET":
         acked = ffi.new("uint64_t[]", max(1, spec.keyspace))
         cfg.acked = acked
+    stall_map = None
+    if spec.stall_log:
+        from valkeytrace.tracers.stalls import map_readonly
+
+        stall_map, buf = map_readonly(spec.stall_log)
+        if buf is not None:
+            cfg.stalls = ffi.from_buffer(buf)
     res = ffi.new("struct vt_load_result *")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < pool + 64:
@@ -120,6 +129,12 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     corrected._h[0] = res.corrected
     service = LatencyHistogram()
     service._h[0] = res.service
+    split = {}
+    if stall_map is not None:
+        for name in ("in_stall", "outside"):
+            h = LatencyHistogram()
+            h._h[0] = getattr(res, name)
+            split[name] = h.to_dict()
     return {"op": spec.op, "rate": spec.rate, "arrival": spec.arrival, "window_s": window_s, "due": int(res.due),
             "sent": int(res.sent), "answered": int(res.answered), "answered_in_window": int(res.answered_in_window),
             "answered_drained": int(res.answered_drained),
@@ -128,7 +143,7 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
             "rejected": int(res.rejected), "acked": int(res.acked),
             "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
             "pool": "fixed" if spec.connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
-            "corrected": corrected.to_dict(), "service": service.to_dict()}
+            "corrected": corrected.to_dict(), "service": service.to_dict(), **split}
 
 
 def op_record(result: dict) -> dict:
@@ -159,11 +174,27 @@ def op_record(result: dict) -> dict:
             **({"acked": result["acked"]} if result.get("acked") else {}),
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
             "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
-            "corrected_hist": result["corrected"], "service_hist": result["service"],
+            "corrected_hist": result["corrected"], "service_hist": result["service"], **_by_stall(result),
             "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
                     + (f"{result['conns']} connections, one request in flight each"
                        if result["pool"] == "fixed" else "a pool that grows, then pipelines")
                     + ", latency from each one's due moment (corrected); service time from its send"}
+
+
+def _by_stall(result: dict) -> dict:
+    """The corrected latency of the requests due during an injected stall and of those due outside every
+    one (the shim's stall log), when the run had one."""
+    from valkeytrace.histogram import LatencyHistogram
+
+    if "in_stall" not in result:
+        return {}
+    out: dict = {}
+    for name, key in (("in_stall", "stall"), ("outside", "outside")):
+        h = LatencyHistogram.from_dict(result[name])
+        out[f"{key}_requests"] = h.count
+        out[f"{key}_p50_us"] = round(h.percentile(50) / 1e3, 1) if h.count else None
+        out[f"{key}_p99_us"] = round(h.percentile(99) / 1e3, 1) if h.count else None
+    return out
 
 
 class OpenLoopClient:
@@ -237,11 +268,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--connections", type=int, default=None)
     ap.add_argument("--acked-file", default=None)
+    ap.add_argument("--stall-log", default=None)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections, a.acked_file), marker_fd=sys.stdout.fileno())
+                       a.connections, a.acked_file, a.stall_log), marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1

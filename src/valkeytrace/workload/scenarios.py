@@ -58,11 +58,13 @@ class Load:
     # SETs of S only): a read-heavy run of S needs no fill then
     keyspace_state: dict | None = field(default=None, compare=False)
     acked: Any = field(default=None, compare=False)  # --verify-durability: durability_check.AckedWrites
+    stall_log: str | None = None  # the shim's stall log (tracers/stalls.py): open-loop latencies split by stall
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int) -> "OpenLoopClient":
         path = self.acked.next_path() if self.acked is not None and op == "SET" else None
         spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
-                    connections=clients if self.pool == "clients" else None, acked_path=path)
+                    connections=clients if self.pool == "clients" else None, acked_path=path,
+                    stall_log=self.stall_log)
         return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
