@@ -25,6 +25,7 @@ class CellMemory:
     windows: int
     hz: int | None
     behind_replies_peak: int | None = None  # replies (a rejected write's error) held only behind those, in order
+    stalls: list | None = None       # the injected stalls of the timeline's window: [start, end] s
     timeline: list = field(default_factory=list)  # [t_s, *TIMELINE] of the window with the largest held peak
 
     def to_json(self) -> dict:
@@ -33,7 +34,7 @@ class CellMemory:
                 "server_rss_kb_peak": self.server_rss_kb_peak, "used_memory_peak": self.used_memory_peak,
                 "clients_normal_peak": self.clients_normal_peak, "server_rss_kb_start": self.server_rss_kb_start,
                 "aof_delayed_fsync": self.aof_delayed_fsync, "windows": self.windows, "hz": self.hz,
-                "behind_replies_peak": self.behind_replies_peak,
+                "behind_replies_peak": self.behind_replies_peak, "stalls": self.stalls,
                 "timeline_columns": ["t_s", *TIMELINE], "timeline": self.timeline}
 
 
@@ -63,7 +64,7 @@ def cell_memory(runs: list[Run]) -> CellMemory | None:
                       _peak(series, "aof_buffer_bytes"), _peak(series, "rss_kb"), _peak(series, "used_memory"),
                       _peak(series, "clients_normal_bytes"), int(rss0[0]) if rss0 else None,
                       sum(delayed) if delayed else None, len(series), top.hz, _peak(series, "behind_replies"),
-                      timeline)
+                      top.stalls, timeline)
 
 
 def durability_check(runs: list[Run]) -> DurabilityCheck | None:

@@ -30,7 +30,7 @@ class RunTimeline:
     name: str
     threads: list = field(default_factory=list)    # [(tid, track name, sort index)]
     slices: list = field(default_factory=list)     # [Slice], parents before children per track
-    counters: list = field(default_factory=list)   # [(counter name, ts µs, rps)]
+    counters: list = field(default_factory=list)   # [(counter name, ts µs, value, unit)]
 
 
 def slice_name(cause: str, state: str) -> str:
@@ -69,8 +69,30 @@ def run_timelines(doc, t_from_s: float | None = None, t_to_s: float | None = Non
             for sec, rps, _mean in res.progress:
                 ts = ((started or 0) - (run.window_start or 0) + sec) * 1e6
                 if lo <= ts <= hi:
-                    tl.counters.append((f"client {op} rps ({res.role or ''})", round(ts, 3), rps))
+                    tl.counters.append((f"client {op} rps ({res.role or ''})", round(ts, 3), rps, "rps"))
+        _memory_counters(tl, run, lo, hi)
     return out
+
+
+# runs[].memory's columns as counter tracks (tracers/memory.py): (column, track, unit)
+MEMORY_TRACKS = (("held_replies", "server held replies", "replies"), ("held_bytes", "server held reply bytes", "bytes"),
+                 ("dirty_keys", "server dirty keys", "keys"), ("aof_buffer_bytes", "server AOF buffer", "bytes"),
+                 ("rss_kb", "server RSS", "kB"))
+
+
+def _memory_counters(tl: RunTimeline, run, lo: float, hi: float) -> None:
+    """What the server held over the window, sampled (null samples left out: no source then)."""
+    m = run.memory
+    if m is None:
+        return
+    for col, track, unit in MEMORY_TRACKS:
+        if col not in m.columns:
+            continue
+        i, t = m.columns.index(col), m.columns.index("t_s")
+        for row in m.samples:
+            ts = (row[t] or 0.0) * 1e6
+            if row[i] is not None and lo <= ts <= hi:
+                tl.counters.append((track, round(ts, 3), row[i], unit))
 
 
 def _threads_and_slices(tl: RunTimeline, server: ServerWindow, lo: float, hi: float, shift_us: float) -> None:

@@ -37,8 +37,15 @@ def _renderer(fmt: str):
                    "label are told apart by their file names).")
 @click.option("--detail", is_flag=True, help="Text: add the per-thread tables, the full accounting of each change, "
               "the intervention and the what-if (markdown and HTML keep them in an appendix).")
-def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
+@click.option("--overload", is_flag=True,
+              help="One table of RECORDING... (open-loop SETs under a stalling disk, one per side: always, everysec, "
+                   "the offload with and without a bound): latency during and outside the stalls, what the server "
+                   "held in memory, rejected writes, acknowledged writes lost. Text, markdown or JSON.")
+def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, overload):
     """Render the #4029 tables from RECORDING, or compare two recordings."""
+    if overload:
+        _overload(list(recordings), compare_paths, fmt, output)
+        return
     if compare_paths and recordings:
         raise VTUsageError("give RECORDING or --compare BASELINE CANDIDATE, not both")
     paths = list(compare_paths) if compare_paths else list(recordings)
@@ -48,16 +55,7 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
         raise VTUsageError("several recordings given: use --compare BASELINE CANDIDATE to compare two")
     if compare_paths and all(os.path.exists(p) for p in paths) and os.path.samefile(*paths):
         raise VTUsageError(f"--compare {paths[0]} {paths[1]}: a recording compared with itself has nothing to show")
-    if output:
-        recfmt.refuse_overwrite(output, paths)
-        ext = os.path.splitext(output)[1].lower()
-        if ext and ext not in BY_EXTENSION:
-            raise VTUsageError(f"-o {output}: a report is written as text, markdown, JSON, CSV or HTML "
-                               f"({', '.join(sorted(BY_EXTENSION))}), not {ext}")
-        if ext and fmt and BY_EXTENSION[ext] != fmt:
-            raise VTUsageError(f"-o {output} names {BY_EXTENSION[ext]} but --format is {fmt}: give one or make them agree")
-    if fmt is None:
-        fmt = BY_EXTENSION.get(os.path.splitext(output or "")[1].lower(), "text")
+    fmt = _format(output, fmt, paths)
     from valkeytrace.analysis import report as analysis
 
     docs = [(p, recfmt.read(p)) for p in paths]
@@ -81,11 +79,29 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
         except OSError as exc:
             raise VTError(f"--plot {plot_dir}: {exc.strerror or exc}")
         click.echo(f"wrote {len(written)} plot(s) to {plot_dir}", err=True)
+    _emit(lambda out: _renderer(fmt)(inp, out), fmt, output)
+
+
+def _format(output: str | None, fmt: str | None, paths: list) -> str:
+    """The report's format (from -o's extension, else text); -o never names an input or disagrees with it."""
+    if output:
+        recfmt.refuse_overwrite(output, paths)
+        ext = os.path.splitext(output)[1].lower()
+        if ext and ext not in BY_EXTENSION:
+            raise VTUsageError(f"-o {output}: a report is written as text, markdown, JSON, CSV or HTML "
+                               f"({', '.join(sorted(BY_EXTENSION))}), not {ext}")
+        if ext and fmt and BY_EXTENSION[ext] != fmt:
+            raise VTUsageError(f"-o {output} names {BY_EXTENSION[ext]} but --format is {fmt}: give one or make them agree")
+    return fmt or BY_EXTENSION.get(os.path.splitext(output or "")[1].lower(), "text")
+
+
+def _emit(render, fmt: str, output: str | None) -> None:
+    """render(out) to the terminal (text: rich may colour it) or, whole, to -o's file."""
     if not output and fmt == "text":
-        _renderer(fmt)(inp, sys.stdout)  # straight to the terminal: rich may colour it
+        render(sys.stdout)
         return
     buf = io.StringIO()
-    _renderer(fmt)(inp, buf)
+    render(buf)
     if output:
         outdir = os.path.dirname(os.path.abspath(output))
         if not os.path.isdir(outdir):
@@ -98,6 +114,27 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail):
         click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(buf.getvalue())
+
+
+def _overload(paths: list, compare_paths, fmt: str | None, output: str | None) -> None:
+    """report --overload REC...: one row per recording's open-loop SET cell (analysis/overload.py)."""
+    from valkeytrace.analysis.overload import rows
+    from valkeytrace.analysis.tables import summarize
+    from valkeytrace.recording.model import decode
+    from valkeytrace.reporters.overload import RENDER
+
+    if compare_paths or not paths:
+        raise VTUsageError("--overload takes the recordings themselves: valkeytrace report --overload REC...")
+    fmt = _format(output, fmt, paths)
+    if fmt not in RENDER:
+        raise VTUsageError(f"--overload renders text, markdown or JSON, not {fmt}")
+    table = []
+    for p in paths:
+        d = decode(recfmt.read(p))
+        table += rows(d, summarize(d))
+    if not table:
+        raise VTError("none of these recordings has an open-loop SET cell (record --workload write-only --rate R)")
+    _emit(lambda out: RENDER[fmt](table, out), fmt, output)
 
 
 def name_sides(docs: list, labels) -> None:

@@ -332,6 +332,8 @@ class EmulationOffload(Record):
     mode: str | None = None      # durable or early-ack
     gather_ns: NonNeg | None = None  # --offload-gather
     gather_source: str | None = None  # how the gather window was chosen (compare --candidate-offload-gather auto)
+    max_pending: NonNegInt | None = None  # --offload-max-pending: the bound (replies held + commands pending)
+    overflow: str | None = None  # --offload-overflow over it: pause or reject
     at_exit: AtExit = msgspec.field(default_factory=AtExit)  # what the emulation did as the server ended
 
 

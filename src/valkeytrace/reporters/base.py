@@ -17,6 +17,7 @@ from valkeytrace.reporters.sections import seed_note
 from valkeytrace.reporters.sentences import share_tag
 from valkeytrace.reporters.claims import caveat_words, claim, say
 from valkeytrace.reporters.facts_words import fmt_time
+from valkeytrace.reporters.memory_words import memory_note, stall_note
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 
@@ -96,9 +97,10 @@ def _open_note(o) -> str:
     if not m.offered_rate:
         return ""
     sat = "SATURATED: " if o.saturated else ""
-    cost = m.client_us_per_request
+    cost, stalls = m.client_us_per_request, stall_note(o)
     return (f"{sat}offered {m.offered_rate / 1000:.1f}K/s, achieved {(m.achieved_rate or 0) / 1000:.1f}K/s, service p50 "
-            f"{fmt_us(m.service_p50_us)} µs" + (f", client {cost:.1f} µs CPU/request" if cost else ""))
+            f"{fmt_us(m.service_p50_us)} µs" + (f", client {cost:.1f} µs CPU/request" if cost else "")
+            + (f"; {stalls}" if stalls else ""))
 
 
 class _Settings(dict):
@@ -137,7 +139,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
                 o = c.ops[MEASURED_OP[workload]]
                 note = _workload_note(run, workload) if i == 0 else ""
                 size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
-                extra = _open_note(o)
+                extra = "; ".join(x for x in (_open_note(o), memory_note(run.memory.get(c.key))) if x)
                 if note and c.rate:
                     note += "; open loop: latency from each request's due moment"
                 rows.append((_row(run.label, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
@@ -157,7 +159,9 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
             size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
             if note and r.rate:
                 note += "; open loop: latency from each request's due moment"
-            bo, co = _open_note(r.base), _open_note(r.cand)
+            key = (r.workload, r.value_size, r.rate)
+            bo, co = ("; ".join(x for x in (_open_note(o), memory_note(side.memory.get(key))) if x)
+                      for o, side in ((r.base, base), (r.cand, cand)))
             table.append((_row(base.label, size, r.op, r.base.median,
                                 "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}") if x)), "baseline"))
             table.append((_row(cand.label, size, r.op, r.cand.median, co and f"{cand.label} {size}: {co}"), "candidate"))

@@ -13,6 +13,7 @@ from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warnin
 from valkeytrace.reporters.base import (DELTA_CONVENTION, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
 from valkeytrace.reporters.claims import gap_text, say
+from valkeytrace.reporters.memory_words import durability_sentence
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}
@@ -36,6 +37,8 @@ CAPTIONS = {
     "blocked_timeline": "The main thread's blocked intervals (and fsync calls) over the first seconds of a run.",
     "latency_throughput": "Open loop: p50 (solid) and p99 (dashed) from each request's due moment against the rate "
                           "achieved, per side; a hollow point is a rate the side did not keep up with.",
+    "memory": "What the server held over a window, sampled at 20 Hz: replies held until durable (the virtual "
+              "offload's), valkey's AOF buffer with the offload's queue, the server's RSS; injected stalls shaded.",
 }
 
 
@@ -168,6 +171,9 @@ def render(inp: ReportInput, out) -> None:
     for run in inp.runs:  # before anything: a server that ended under the recording
         for e in run.server_exits:
             head.append(_p(exit_sentence(run.label, e), "emu"))
+        lost = durability_sentence(run.label, run.durability_check)
+        if lost:
+            head.append(_p(lost, "emu" if run.durability_check.acked_missing else ""))
     if inp.comparison is None:
         run = inp.baseline
         head.append(f"<h1>valkeytrace: {escape(run.label)}</h1>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
+from valkeytrace.reporters.memory_words import durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
@@ -16,6 +17,9 @@ def render(inp: ReportInput, out) -> None:
     for run in inp.runs:  # before anything: a server that ended under the recording
         for e in run.server_exits:
             w(f"**{exit_sentence(run.label, e)}**\n\n")
+        lost = durability_sentence(run.label, run.durability_check)
+        if lost:
+            w(f"**{lost}**\n\n" if run.durability_check.acked_missing else f"{lost}\n\n")
     if inp.comparison is None:
         run = inp.baseline
         w(f"# valkeytrace: {run.label}\n\n")

@@ -5,6 +5,7 @@
   fsync_hist       fdatasync/fsync latency histograms, a panel per cell, both systems' thread roles
   blocked_timeline main-thread blocked intervals (and fsync calls) over the first seconds
   latency_throughput open loop at two rates or more: p50/p99 against the achieved rate, per side
+  memory           what the server held over a window (held replies, AOF buffer, RSS), the stalls shaded
 """
 from __future__ import annotations
 
@@ -171,8 +172,38 @@ def latency_throughput(inp: ReportInput):
     return fig
 
 
+def memory(inp: ReportInput):
+    """A panel per side and cell with a sampled window: held replies (left axis), the AOF buffer and the
+    RSS in MB (right axis), over the window with the largest held peak; its injected stalls shaded."""
+    panels = [(run.label, key, m) for run in inp.runs for key, m in run.memory.items() if m.timeline]
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels))
+    for ax, (label, (workload, size, rate), m) in zip(axes, panels):
+        cols = m.to_json()["timeline_columns"]
+        rows = np.array([[np.nan if v is None else v for v in r] for r in m.timeline], dtype=float)
+        t = rows[:, cols.index("t_s")]
+        if m.stalls:
+            for a, b in m.stalls:
+                ax.axvspan(a, b if b is not None else t[-1], color="#c44e52", alpha=0.12, lw=0)
+        ax.plot(t, rows[:, cols.index("held_replies")], color="#4c72b0", label="held replies")
+        ax.set_xlabel("seconds into the window" + ("; stalls shaded" if m.stalls else ""))
+        ax.set_ylabel("replies held")
+        right = ax.twinx()
+        right.plot(t, rows[:, cols.index("aof_buffer_bytes")] / 1e6, color="#dd8452", label="AOF buffer (MB)")
+        right.plot(t, rows[:, cols.index("rss_kb")] / 1024, color="#55a868", label="RSS (MB)")
+        right.set_ylabel("MB")
+        ax.set_title(f"{label}: {workload} {size} B" + (f" @ {rate:,.0f}/s" if rate else ""), fontsize=9)
+        ax.grid(alpha=0.3)
+        lines = ax.get_lines() + right.get_lines()
+        ax.legend(lines, [x.get_label() for x in lines], fontsize=7)
+    fig.suptitle(f"What the server held: {_title(inp)}")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
 PLOTS = {"latency_cdf": latency_cdf, "budget": budget, "fsync_hist": fsync_hist,
-         "blocked_timeline": blocked_timeline, "latency_throughput": latency_throughput}
+         "blocked_timeline": blocked_timeline, "latency_throughput": latency_throughput, "memory": memory}
 
 
 def make_all(inp: ReportInput) -> dict:

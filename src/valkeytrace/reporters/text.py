@@ -15,6 +15,7 @@ from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis.tables import METRICS
+from valkeytrace.reporters.memory_words import durability_sentence, memory_note
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
@@ -63,6 +64,9 @@ def _header(console, inp: ReportInput) -> None:
     for run in inp.runs:  # before anything: a server that ended under the recording
         for e in run.server_exits:
             console.print(f"[bold red]{escape(exit_sentence(run.label, e))}[/bold red]")
+        lost = durability_sentence(run.label, run.durability_check)
+        if lost:
+            console.print(f"[bold red]{escape(lost)}[/bold red]" if run.durability_check.acked_missing else escape(lost))
     if inp.comparison is not None:
         console.print(f"[bold]{escape(inp.candidate.label)} vs {escape(inp.baseline.label)}[/bold] "
                       "(candidate vs baseline; each figure the median of its repeats)")
@@ -166,6 +170,9 @@ def _single(console, inp: ReportInput) -> None:
             t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=True)
             if o.median.offered_rate:
                 notes.append(f"{cell.workload} {size} {op}: {_open_note(o)}")
+        mem = memory_note(run.memory.get(cell.key))
+        if mem:
+            notes.append(f"{cell.workload} {cell.value_size} B: {mem}")
     console.print(t)
     for n in notes:
         console.print("  " + escape(n))

@@ -1,0 +1,61 @@
+"""The words for what a cell's server held in memory (analysis/memory.py) and for an open-loop op under
+injected stalls, shared by every report format; and the durability check's sentence."""
+from __future__ import annotations
+
+from valkeytrace.analysis.memory import CellMemory
+
+
+def _b(v: int | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v / 1e6:,.1f} MB" if v >= 1e6 else f"{v / 1e3:,.1f} kB" if v >= 1e3 else f"{v} B"
+
+
+def _ms(us: float | None) -> str:
+    return "–" if us is None else f"{us / 1000:,.1f} ms" if us < 1e6 else f"{us / 1e6:,.2f} s"
+
+
+def stall_note(o) -> str:
+    """An open-loop op under injected stalls: its latency for requests due during one and outside; and the
+    writes a server refused (--offload-overflow reject)."""
+    m = o.median
+    parts = []
+    if m.stall_p50_us is not None or m.outside_p50_us is not None:
+        parts.append(f"due during a stall p50 {_ms(m.stall_p50_us)} / p99 {_ms(m.stall_p99_us)}, outside p50 "
+                     f"{_ms(m.outside_p50_us)} / p99 {_ms(m.outside_p99_us)}")
+    if m.rejected:
+        parts.append(f"{m.rejected:,.0f} rejected")
+    return "; ".join(parts)
+
+
+def memory_note(m: CellMemory | None) -> str:
+    """The cell's peaks: what the server held at most, and its resident set."""
+    if m is None:
+        return ""
+    parts = []
+    if m.held_replies_peak is not None:
+        parts.append(f"held replies peak {m.held_replies_peak:,}"
+                     + (f" (+{m.behind_replies_peak:,} behind them)" if m.behind_replies_peak else "")
+                     + f", {_b(m.held_bytes_peak)}; dirty keys peak {m.dirty_keys_peak or 0:,}")
+    if m.aof_buffer_bytes_peak is not None:
+        parts.append(f"AOF buffer peak {_b(m.aof_buffer_bytes_peak)}")
+    if m.server_rss_kb_peak is not None:
+        parts.append(f"RSS peak {_b(m.server_rss_kb_peak * 1024)}"
+                     + (f" (from {_b(m.server_rss_kb_start * 1024)})" if m.server_rss_kb_start else ""))
+    if m.aof_delayed_fsync:
+        parts.append(f"{m.aof_delayed_fsync:,} AOF write(s) past valkey's 2 s wait (aof_delayed_fsync)")
+    return "memory: " + "; ".join(parts) if parts else ""
+
+
+def durability_sentence(label: str, check) -> str | None:
+    """--verify-durability's result in one sentence (a loss first in every report), or None."""
+    if check is None:
+        return None
+    if check.error:
+        return f"{label}: the durability check could not run: {check.error}"
+    if check.acked_missing:
+        ex = check.examples[0] if check.examples else {}
+        return (f"{label}: {check.acked_missing:,} of {check.acked:,} acknowledged writes missing from the AOF after "
+                f"the server was killed" + (f" (e.g. {ex.get('key')}: {ex.get('reloaded') or 'absent'})" if ex else ""))
+    return (f"{label}: none of {check.acked:,} acknowledged keys missing from the AOF after the server was killed "
+            "(SIGKILL: what the kernel had written survives a process crash; a power loss is not tested)")

@@ -1,0 +1,77 @@
+"""report --overload REC...: the overload table (analysis/overload.py), one row per side, as text,
+markdown or JSON."""
+from __future__ import annotations
+
+import json
+
+from valkeytrace.analysis.overload import OverloadRow
+
+HEAD = ("side", "SET/s offered → achieved", "p50 / p99", "due in a stall p50 / p99", "outside p50 / p99",
+        "held replies (+ behind)", "held bytes", "dirty keys", "AOF buffer", "RSS growth", "rejected", "closed",
+        "acked lost")
+NOTE = ("held replies wait for their AOF bytes to be durable (the virtual offload's count, as #3381 keeps them in "
+        "the client's output buffer); behind: replies (a rejected write's error) that wait only behind them, "
+        "replies leaving in order; AOF buffer: valkey's aof_buffer_length plus the offload's queue; RSS growth: "
+        "the server's resident set at its peak over its first sample; acked lost: --verify-durability's count.")
+
+
+def _ms(us: float | None) -> str:
+    if us is None:
+        return "–"
+    return f"{us / 1000:,.1f} ms" if us < 1e6 else f"{us / 1e6:,.2f} s"
+
+
+def _n(v: float | int | None, unit: str = "") -> str:
+    return "–" if v is None else f"{v:,.0f}{unit}"
+
+
+def _bytes(v: int | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v / 1e6:,.1f} MB" if v >= 1e6 else f"{v / 1e3:,.1f} kB" if v >= 1e3 else f"{v} B"
+
+
+def cells(r: OverloadRow) -> list[str]:
+    return [r.side + (f" ({r.label})" if r.label and r.label not in r.side else ""),
+            f"{_n(r.offered)} → {_n(r.achieved)}", f"{_ms(r.p50_us)} / {_ms(r.p99_us)}",
+            f"{_ms(r.stall_p50_us)} / {_ms(r.stall_p99_us)}", f"{_ms(r.outside_p50_us)} / {_ms(r.outside_p99_us)}",
+            _n(r.held_replies_peak) + (f" (+{r.behind_replies_peak:,})" if r.behind_replies_peak else ""),
+            _bytes(r.held_bytes_peak), _n(r.dirty_keys_peak), _bytes(r.aof_buffer_bytes_peak),
+            _bytes(r.rss_kb_growth * 1024 if r.rss_kb_growth is not None else None), _n(r.rejected), _n(r.closed),
+            "–" if r.acked_lost is None else f"{r.acked_lost:,} of {r.acked or 0:,}"]
+
+
+def _title(rows: list[OverloadRow]) -> str:
+    stalls = sorted({r.stall for r in rows if r.stall})
+    sizes = sorted({r.value_size for r in rows})
+    return (f"Overload: open-loop SETs of {', '.join(f'{s} B' for s in sizes)}"
+            + (f", the disk stalling {', '.join(stalls)}" if stalls else ""))
+
+
+def render_text(rows: list[OverloadRow], out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=200, force_terminal=False, soft_wrap=False, color_system=None)
+    t = Table(title=_title(rows), show_edge=False, pad_edge=False)
+    for h in HEAD:
+        t.add_column(h, justify="left" if h == "side" else "right", overflow="fold")
+    for r in rows:
+        t.add_row(*cells(r))
+    console.print(t)
+    console.print(NOTE)
+
+
+def render_markdown(rows: list[OverloadRow], out) -> None:
+    out.write(f"### {_title(rows)}\n\n| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD) + "\n")
+    for r in rows:
+        out.write("| " + " | ".join(cells(r)) + " |\n")
+    out.write(f"\n{NOTE}\n")
+
+
+def render_json(rows: list[OverloadRow], out) -> None:
+    json.dump({"format": "valkeytrace-overload", "version": 1, "rows": [r.to_json() for r in rows]}, out, indent=2)
+    out.write("\n")
+
+
+RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}
