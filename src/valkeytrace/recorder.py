@@ -180,7 +180,7 @@ class Recorder:
         """Callbacks marking the measured window for the tracer, the server's own view and the
         host's CPU accounting (run["_cpu"]: snapshots; _host_cpu() turns them into cores)."""
         view = ServerView(self.target)
-        loop = {}
+        loop: dict[str, Any] = {}
 
         # the server's own event-loop count is read inside the tracer's window (after its begin,
         # before its end: a tracer's begin and end take tens of ms, thousands of iterations)

@@ -66,7 +66,7 @@ def _sequence(value: bytes | None) -> int | None:
 def _compare(client, latest: np.ndarray) -> tuple[int, int, list[dict]]:
     """(keys checked, missing, examples) against a server that loaded the AOF."""
     keys = np.flatnonzero(latest)
-    missing, examples = 0, []
+    missing, examples = 0, []  # type: int, list[dict]
     for i in range(0, keys.size, BATCH):
         chunk = keys[i:i + BATCH]
         values = client.mget([f"key:{int(k):012d}" for k in chunk])
