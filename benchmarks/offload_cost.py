@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_exit.c", "offload_bound.c", "offload_state.c", "offload_conn.c", "offload_req.c", "vt_cmds.c",
+SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_state.c", "offload_conn.c", "offload_req.c", "vt_cmds.c",
            "vt_resp.c"]
 
 LOOP_C = r"""

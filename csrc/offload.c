@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "offload_conn.h"
+#include "offload_fds.h"
 #include "offload_state.h"
 #include "shim_io.h"
 #include "vt_cmds.h"
@@ -175,6 +176,8 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     for (size_t off = 0, i = 0; i < (size_t)iovcnt; off += iov[i].iov_len, i++)
         memcpy(c->data + off, iov[i].iov_base, iov[i].iov_len);
     pthread_mutex_lock(&vt_off.mu);
+    int mine = vt_aof_own(fd); /* the offload writes through its own duplicate: the server may close fd */
+    c->fd = mine >= 0 ? mine : fd;
     uint64_t end = vt_off.queued + len;
     if (aof_tail)
         aof_tail->next = c;
@@ -257,11 +260,14 @@ void vt_offload_close(int fd)
     if (!vt_off.mode || fd < 0 || fd >= MAX_FD)
         return;
     if (!vt_conn_close(fd) && __atomic_load_n(&fd_class[fd], __ATOMIC_RELAXED) == CLASS_AOF) {
-        pthread_mutex_lock(&vt_off.mu); /* its bytes reach the file before the number can be reused */
+        pthread_mutex_lock(&vt_off.mu);
         uint64_t target = vt_off.queued;
         vt_off.sync_wanted = target;
         vt_off_kick_locked();
-        while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
+        /* its queued bytes go through the offload's duplicate, closed once durable; without one (none could
+         * be made) they reach the file through fd before its number can be reused */
+        while (!vt_aof_release(fd, target) && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE)
+               && vt_off_durable() < target)
             vt_off_wait_done_locked(50);
         pthread_mutex_unlock(&vt_off.mu);
     }
@@ -354,6 +360,7 @@ static void *offload_main(void *arg)
             if (rc == 0) {
                 __atomic_store_n(&vt_off.durable, end, __ATOMIC_RELEASE);
                 vt_keys_settle(end);
+                vt_aof_retire(end);
                 vt_stat_add(&vt_off.stats->jobs, 1);
                 vt_stat_add(&vt_off.stats->job_bytes, end - vt_off.stats->durable_bytes);
                 __atomic_store_n(&vt_off.stats->durable_bytes, end, __ATOMIC_RELAXED);
@@ -372,7 +379,8 @@ static void *offload_main(void *arg)
         vt_off.held = NULL;
         /* sockets that would block and nothing else to do: sleep until one takes bytes or a job or a
          * release is asked for (the eventfd: vt_off_kick_locked), not on a timer */
-        int idle = nb > 0 && !nready && !job && !vt_off.stopping;
+        int idle = nb > 0 && !nready && !job && (!vt_off.stopping || (!aof_head && vt_off_durable() >= vt_off.queued));
+        int wait_ms = !idle ? 0 : vt_off.stopping ? 10 : 1000; /* stopping: the 1 s a slow reader gets, not spun */
         vt_off.polling = idle;
         pthread_mutex_unlock(&vt_off.mu); /* replies are written outside the lock */
         if (nb > 0 && nb <= BLOCKED_MAX) {
@@ -382,7 +390,7 @@ static void *offload_main(void *arg)
             for (int i = 0; i < nb; i++)
                 p[i] = (struct pollfd){blocked[i].fd, POLLOUT, 0};
             p[nb] = (struct pollfd){vt_off.wake_fd, POLLIN, 0};
-            if (poll(p, (nfds_t)nb + (vt_off.wake_fd >= 0), idle ? 1000 : 0) > 0 && p[nb].revents) {
+            if (poll(p, (nfds_t)nb + (vt_off.wake_fd >= 0), wait_ms) > 0 && p[nb].revents) {
                 uint64_t n;
                 if (read(vt_off.wake_fd, &n, sizeof(n)) < 0)
                     n = 0;

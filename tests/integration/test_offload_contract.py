@@ -330,6 +330,29 @@ def test_a_client_closed_with_replies_held_does_not_stop_the_main_thread():
         stats.close()
 
 
+def test_closing_the_aof_while_its_bytes_wait_does_not_stop_the_main_thread():
+    """CONFIG SET appendonly no closes the server's AOF fd on the main thread while a 600 ms fdatasync has
+    bytes queued behind it: the close must not wait for them (it did, with no deadline). Measured: the
+    command answers within 200 ms and PINGs keep coming back; then every acknowledged SET is in the file
+    (the offload wrote it through its own duplicate of the fd, closed once durable)."""
+    target, stats = launch("durable", delay_ms=600)
+    try:
+        a = Conn(target.port)
+        a.timed("SET", "first", "v")  # answered once durable: the next job has the one below queued
+        a.s.sendall(cmd("SET", "queued", "w"))
+        time.sleep(0.05)  # read and executed: its AOF bytes wait for the job in flight
+        _, ms = Conn(target.port).timed("CONFIG", "SET", "appendonly", "no")
+        pings = _pings_during(target.port, 0.2)
+        assert ms < 200, f"CONFIG SET appendonly no took {ms:.0f} ms: the close waited for the disk"
+        assert max(pings) < 100, f"the main thread stalled: PING max {max(pings):.0f} ms"
+        assert a.reply() == b"+OK"  # the held reply, once its bytes were durable
+        assert b"queued" in aof_bytes(target)
+        assert stats.snapshot()["early_replies"] == 0
+    finally:
+        target.stop()
+        stats.close()
+
+
 def test_an_aborted_shutdown_leaves_the_fsync_off_the_main_thread():
     """SIGTERM while a replica lags: valkey waits for it (shutdown-timeout), and SHUTDOWN ABORT calls the
     shutdown off. The offload must go on taking the fdatasync off the main thread (the signal's mark made
