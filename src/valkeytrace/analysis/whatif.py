@@ -32,6 +32,8 @@ from valkeytrace.recording.model import Document, FsyncDelay, decode
 
 TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}
 METRICS = tuple(TOLERANCE_PCT)
+# a durable offload's memory: the replies it holds at most (a point: no range yet; Little's law's own spread)
+HELD_TOLERANCE_PCT = 40.0
 
 
 def _offload(doc: Document) -> tuple[str, float | None]:
@@ -133,9 +135,26 @@ def check(base_doc, cand_doc, cand_cells: list[CellSummary]) -> list[Check]:
     key = _cache_key(base_doc, cells, change)
     cached = _cached(key)
     if cached is not None:
-        return cached
+        return _judge_memory(cached, decode(cand_doc))
     out = _checks(base_doc, cells, change, scenario)
     _keep(key, out)
+    return _judge_memory(out, decode(cand_doc))
+
+
+def _judge_memory(checks: list[Check], cand: Document) -> list[Check]:
+    """The predicted held-replies peak against the candidate's measured one (runs[].memory)."""
+    from valkeytrace.analysis.memory import cell_memory
+
+    out = []
+    for c in checks:
+        if c.metric == "held_replies_peak":
+            runs = [r for r in cand.runs if r.workload == c.workload and r.value_size == c.value_size
+                    and (r.load.rate if r.load else None) == c.rate and r.status == "ok"]
+            m = cell_memory(runs)
+            got = m.held_replies_peak if m else None
+            err = round(100.0 * (c.predicted - got) / got, 1) if got else None
+            c = replace(c, measured=got, error_pct=err, within_tolerance=None if err is None else abs(err) <= c.tolerance_pct)
+        out.append(c)
     return out
 
 
@@ -232,6 +251,10 @@ def _check_cell(base_doc, cell: CellSummary, change: Change, scenario: str) -> l
         verdict = None if measured is None or iv is None else ("inside" if iv[0] <= measured <= iv[1] else "outside")
         out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, metric, predicted, measured, err,
                          tol, verdict, inputs, iv, LEVEL, None if err is None else abs(err) <= tol))
+    held = pc.memory.get("held_replies_peak")
+    if held:  # measured from the candidate's recording by check()
+        out.append(Check(scenario, cell.workload, op, cell.value_size, cell.rate, "held_replies_peak", held, None, None,
+                         HELD_TOLERANCE_PCT, None, inputs, None, LEVEL))
     return out
 
 
@@ -250,6 +273,8 @@ def predicted_ops(checked: list[Check]) -> dict:
     """{(workload, value_size, op, rate): PredictedRow}."""
     out: dict = {}
     for w in checked:
+        if w.metric not in METRICS:
+            continue  # memory: not a column of the tables
         row = out.setdefault((w.workload, w.value_size, w.op, w.rate), PredictedRow(Figures(), {}))
         setattr(row.figures, w.metric, w.predicted)
         if w.error_pct is not None:

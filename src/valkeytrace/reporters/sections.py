@@ -74,7 +74,7 @@ def describe_curve(cv: Curve) -> str:
 def describe_check(checked: list[Check]) -> list[str]:
     """One line per cell: each metric predicted from the baseline alone, with its interval, against the
     measurement: inside or outside the interval, the point's error."""
-    names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99"}
+    names = {"tps": "TPS", "p50_us": "p50", "p95_us": "p95", "p99_us": "p99", "held_replies_peak": "held replies peak"}
     groups: dict = {}
     for w in checked:
         groups.setdefault((w.workload, w.value_size, w.op, w.rate), []).append(w)
@@ -84,9 +84,12 @@ def describe_check(checked: list[Check]) -> list[str]:
         for w in ws:
             if w.measured is None:
                 continue
-            fmt = (lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else fmt_time
+            fmt = ((lambda v: f"{v / 1000:.1f}K/s") if w.metric == "tps" else (lambda v: f"{v:,.0f}")
+                   if w.metric == "held_replies_peak" else fmt_time)
             rng = f" [{fmt(w.interval[0])}, {fmt(w.interval[1])}]" if w.interval else ""
-            where = (f"{w.verdict} the {w.level:.0%} range" if w.verdict else "no range")
+            where = (f"{w.verdict} the {w.level:.0%} range" if w.verdict else
+                     f"a point, within {w.tolerance_pct:.0f}%: {'yes' if w.within_tolerance else 'no'}"
+                     if w.within_tolerance is not None else "no range")
             parts.append(f"{names[w.metric]} predicted {fmt(w.predicted)}{rng}, measured {fmt(w.measured)} "
                          f"({where}; {w.error_pct:+.0f}%)")
         if parts:
