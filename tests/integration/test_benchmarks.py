@@ -33,6 +33,8 @@ QUICKEST = [
     ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
     ("host_speed.py", "--samples", "3", "--loops", "20000", "--gap", "0"),
     ("predict_matrix.py", "--only", "1", "--duration", "0.5", "--repeat", "1"),
+    ("overload.py", "--rate", "2000", "--duration", "1", "--stall", "0.3s", "--period", "0.8s", "--max-pending", "200",
+     "--keyspace", "1000"),
 ]
 
 
