@@ -98,6 +98,7 @@ struct vt_offload_stats {
     uint64_t exit_held_replies;
     uint64_t shutdown_drains;
     uint64_t signals;
+    uint64_t stream_dirty_bytes;
     uint64_t rejected_writes;
     uint64_t paused_reads;
     uint64_t paused_ns;
@@ -135,7 +136,7 @@ struct vt_offload_control {
     uint64_t gather_ns;
     uint64_t max_pending;
     uint32_t overflow;
-    uint32_t pad;
+    uint32_t replicas;
     char logfile[...];
     struct vt_obuf_limit obuf_normal;
     struct vt_obuf_limit obuf_replica;

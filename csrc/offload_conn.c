@@ -254,8 +254,11 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             hold_from = 0; /* behind what it holds already */
         } else if (vt_off.mode != VT_OFFLOAD_DURABLE) {
             hold_from = NONE; /* early-ack: nothing is held, the witness still looks */
-        } else if (c->unsynced) {
-            hold_from = queued > durable ? 0 : NONE;
+        } else if (c->unsynced) { /* a replica's link: its stream held only when told (committed) */
+            int committed = !c->replica || (vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED);
+            hold_from = queued > durable && committed ? 0 : NONE;
+            if (c->replica && queued > durable && !committed)
+                vt_stat_add(&vt_off.stats->stream_dirty_bytes, total);
         } else {
             struct scan s = {0, c, c->qh, c->hh, queued, durable, NONE};
             struct vt_reply_framer f = c->fr;

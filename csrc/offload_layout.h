@@ -83,11 +83,12 @@ struct vt_offload_stats {
     vt_u64 replica_links;        /* connections that asked SYNC/PSYNC: a replica's link (#3381's cap: what the
                                     server writes to it waits for every AOF byte queued before) */
     vt_u64 stream_bytes;         /* bytes the server wrote to replica links */
-    vt_u64 stream_held_bytes;    /* of which held until what came before was durable */
+    vt_u64 stream_held_bytes;    /* of which held until what came before was durable (committed) */
     vt_u64 obuf_closed;          /* clients closed over their client-output-buffer-limit (held replies counted) */
     vt_u64 exit_held_replies;    /* replies still held when the server ended (dropped with their connections) */
     vt_u64 shutdown_drains;      /* drains made on the server's own shutdown path (its final fsync) */
     vt_u64 signals;              /* SIGTERM/SIGINT the server received */
+    vt_u64 stream_dirty_bytes;   /* of stream_bytes, sent while AOF bytes queued before them were not durable */
     vt_u64 rejected_writes;      /* writes answered with an error over the bound (--offload-overflow reject) */
     vt_u64 paused_reads;         /* client reads refused over the bound (--offload-overflow pause) */
     vt_u64 paused_ns;            /* time with at least one client's reads stopped */
@@ -118,13 +119,17 @@ struct vt_obuf_limit {
 #define VT_OVERFLOW_PAUSE 1  /* stop reading from clients (their requests wait in the kernel's socket buffers) */
 #define VT_OVERFLOW_REJECT 2 /* answer writes with an error, execute nothing */
 
+/* replicas: the stream to a replica's link (record --offload-replicas) */
+#define VT_REPLICAS_IMMEDIATE 0 /* #3381 as reviewed: it leaves at once (replicas may serve writes not durable here) */
+#define VT_REPLICAS_COMMITTED 1 /* only what is durable here: every byte waits for the AOF bytes queued before it */
+
 struct vt_offload_control {
     vt_u32 table_ready; /* set last, after the entries (release) */
     vt_u32 nentries;
     vt_u64 gather_ns;   /* record --offload-gather: a job waits this long after its first write */
     vt_u64 max_pending; /* record --offload-max-pending (0: no bound) */
     vt_u32 overflow;    /* VT_OVERFLOW_* */
-    vt_u32 pad;
+    vt_u32 replicas;    /* VT_REPLICAS_*: what a replica's link gets before it is durable here */
     char logfile[256];  /* the server's logfile ("" = stdout) */
     struct vt_obuf_limit obuf_normal;  /* held replies count against these, as valkey counts its own buffer */
     struct vt_obuf_limit obuf_replica;

@@ -59,6 +59,7 @@ class EmulationPlan:
     replica_fsync_delay: dict | None = None  # --replica-fsync-delay: the replicas' ({}: none); None: the primary's
     max_pending: int = 0               # --offload-max-pending: replies held + commands pending before the overflow
     overflow: str = "none"             # --offload-overflow: pause (stop reading clients) or reject (error to writes)
+    offload_replicas: str = "immediate"  # --offload-replicas: the stream to replicas at once, or held until durable
 
     @property
     def replicas_delay(self) -> dict | None:
@@ -86,7 +87,8 @@ class RecordPlan:
         return self.settings.sensitivity
 
     def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None, gather_ns=None,
-                 sensitivity_ns=None, sensitivity_runs=None, gather_source=None) -> "RecordPlan":
+                 sensitivity_ns=None, sensitivity_runs=None, gather_source=None,
+                 offload_replicas=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
         one), label and emulation; None leaves the common value."""
         server = dataclasses.replace(self.server, binary=binary or self.server.binary,
@@ -95,7 +97,8 @@ class RecordPlan:
                                         fsync_delay=fsync_delay if fsync_delay is not None else self.emulation.fsync_delay,
                                         offload=offload or self.emulation.offload,
                                         gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns,
-                                        gather_source=gather_source or self.emulation.gather_source)
+                                        gather_source=gather_source or self.emulation.gather_source,
+                                        offload_replicas=offload_replicas or self.emulation.offload_replicas)
         settings = dataclasses.replace(self.settings,
                                        sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)
@@ -304,6 +307,7 @@ class RecordOptions:
     pool: str = "clients"
     offload_max_pending: int = 0
     offload_overflow: str = "none"
+    offload_replicas: str = "immediate"
     verify_durability: bool = False
 
 
@@ -342,7 +346,7 @@ def build(o: RecordOptions) -> RecordPlan:
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
                               gather_ns=parse_gather(o.offload_gather) if o.offload_gather else 0,
                               replica_fsync_delay=replica_delay, max_pending=o.offload_max_pending,
-                              overflow=o.offload_overflow,
+                              overflow=o.offload_overflow, offload_replicas=o.offload_replicas,
                               fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
     if (o.rates or o.set_rate) and not any(w in ("read-heavy", "write-only") for w in o.workloads):
         raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "

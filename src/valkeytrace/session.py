@@ -81,7 +81,8 @@ def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any, Any]:
         env.update(stalls.env())
     offload = None
     if e.offload:
-        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending, overflow=e.overflow)
+        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending, overflow=e.overflow,
+                                    replicas=e.offload_replicas)
         if run_as:
             offload.chown(*run_as)
         env.update(offload.env())
@@ -142,7 +143,9 @@ def _emulation(plan: RecordPlan) -> dict | None:
     e = plan.emulation
     if not (e.fsync_delay or plan.sensitivity_ns or e.offload or e.fsync_error):
         return None
-    described = (voff.DESCRIPTION.get(e.offload or ""), describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
+    described = (voff.DESCRIPTION.get(e.offload or ""),
+                 voff.REPLICAS_DESCRIPTION[e.offload_replicas] if e.offload == "durable" and plan.server.replicas else "",
+                 describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
                  describe_fsync_error(e.fsync_error) if e.fsync_error else "")
     out: dict = {"fsync_delay": e.fsync_delay, "fsync_sensitivity_ns": list(plan.sensitivity_ns)}
     if e.fsync_error:
@@ -151,7 +154,8 @@ def _emulation(plan: RecordPlan) -> dict | None:
     if e.offload:
         out["offload"] = {"mode": e.offload, "gather_ns": e.gather_ns,
                           **({"gather_source": e.gather_source} if e.gather_source else {}),
-                          **({"max_pending": e.max_pending, "overflow": e.overflow} if e.max_pending else {})}
+                          **({"max_pending": e.max_pending, "overflow": e.overflow} if e.max_pending else {}),
+                          **({"replicas": e.offload_replicas} if plan.server.replicas else {})}
     return out
 
 

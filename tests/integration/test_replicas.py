@@ -97,11 +97,17 @@ def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(bot
         assert 0.9 * primary <= part <= 2.5 * primary + 1000, (part, primary)
 
 
-def test_the_cap_witness_counts_early_ack_and_the_durable_offload_keeps_it_at_zero(tmp_path):
+def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_at_zero(tmp_path):
     early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "early-ack",
                     duration=1)["replication"]
     assert early["early_checked"] >= 100 and early["early_propagated"] >= 0.5 * early["early_checked"], early
-    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", duration=1.5)
+    # the durable offload as #3381 was reviewed (the default): its replies wait, its stream does not
+    imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", duration=1)
+    assert imm["replication"]["early_propagated"] >= 0.5 * imm["replication"]["early_checked"], imm["replication"]
+    off = report_json(tmp_path / "i.vtrace")["runs"][0]["emulation"]["offload"]
+    assert off["stream_dirty_bytes"] >= 0.5 * off["stream_bytes"] > 0 and off["stream_held_bytes"] == 0, off
+    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
+                      "--offload-replicas", "committed", duration=1.5)
     r = durable["replication"]
     assert r["early_propagated"] == 0 and r["early_checked"] >= 100, r
     assert r["lag_p50_us"] >= 1900, r  # held until its job (>= 2 ms) ended

@@ -152,6 +152,8 @@ def _judge_memory(checks: list[Check], cand: Document) -> list[Check]:
                     and (r.load.rate if r.load else None) == c.rate and r.status == "ok"]
             m = cell_memory(runs)
             got = m.held_replies_peak if m else None
+            if got is None:
+                continue  # the candidate recorded no memory (older recordings): nothing to judge
             err = round(100.0 * (c.predicted - got) / got, 1) if got else None
             c = replace(c, measured=got, error_pct=err, within_tolerance=None if err is None else abs(err) <= c.tolerance_pct)
         out.append(c)

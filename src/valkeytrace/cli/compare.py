@@ -68,6 +68,10 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The candidate's --offload-gather (record); auto: the smallest window under which one job carries "
                    "every write client's write, as the pipeline model finds it from the first baseline launch "
                    "(valkeytrace predict --offload-gather auto).")
+@click.option("--baseline-offload-replicas", type=click.Choice(["immediate", "committed"]),
+              help="The baseline's stream to replicas under the durable offload (record --offload-replicas).")
+@click.option("--candidate-offload-replicas", type=click.Choice(["immediate", "committed"]),
+              help="The candidate's stream to replicas under the durable offload (record --offload-replicas).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
@@ -76,7 +80,8 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
             baseline_emulate_offload, candidate_emulate_offload, dry_run, baseline_offload_gather,
-            candidate_offload_gather, baseline_fsync_sensitivity, **common):
+            candidate_offload_gather, baseline_offload_replicas, candidate_offload_replicas, baseline_fsync_sensitivity,
+            **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     The options below the per-side ones are `record`'s (--workload, --sizes, --repeat, --duration,
@@ -85,9 +90,11 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
     sides = {"baseline": SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
-                                     baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity),
+                                     baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity,
+                                     baseline_offload_replicas),
              "candidate": SideOptions(candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
-                                      candidate_emulate_offload, candidate_offload_gather)}
+                                      candidate_emulate_offload, candidate_offload_gather,
+                                      offload_replicas=candidate_offload_replicas)}
     auto_gather = (sides["candidate"].offload_gather or "").strip().lower() == "auto"
     if auto_gather:
         sides["candidate"] = dataclasses.replace(sides["candidate"], offload_gather=None)
@@ -144,6 +151,7 @@ class SideOptions:
     emulate_offload: str | None = None
     offload_gather: str | None = None
     fsync_sensitivity: str | None = None  # the baseline's only
+    offload_replicas: str | None = None   # --offload-replicas of this side (None: the common one)
 
 
 def side_plans(common: dict, sides: dict, launches: int) -> dict:
@@ -158,7 +166,8 @@ def side_plans(common: dict, sides: dict, launches: int) -> dict:
         plans[side] = common_plan.for_side(
             binary=o.binary, config=o.config, label=o.label,
             fsync_delay=parse_fsync_delay(o.inject_fsync_delay) if o.inject_fsync_delay else None,
-            offload=o.emulate_offload, gather_ns=parse_gather(o.offload_gather) if o.offload_gather else None)
+            offload=o.emulate_offload, gather_ns=parse_gather(o.offload_gather) if o.offload_gather else None,
+            offload_replicas=o.offload_replicas)
         if o.fsync_sensitivity:
             plans[side] = plans[side].for_side(sensitivity_ns=parse_sensitivity(o.fsync_sensitivity),
                                                sensitivity_runs=-(-3 // launches))

@@ -47,6 +47,11 @@ from valkeytrace.recorder import Recorder
               help="What the durable offload does over --offload-max-pending: pause (stop reading from clients: their "
                    "requests wait in the kernel's socket buffers) or reject (answer writes with an error, run nothing). "
                    "The server's client-output-buffer-limit (disconnect) applies either way.")
+@click.option("--offload-replicas", "offload_replicas", type=click.Choice(["immediate", "committed"]),
+              default="immediate", show_default=True,
+              help="With --emulate-offload durable and --replicas: the stream to replicas. immediate: it leaves at once, "
+                   "as #3381 was reviewed (a replica may serve writes not yet durable on the primary); committed: every "
+                   "byte waits until the AOF bytes before it are durable (a full sync's end too).")
 @click.option("--verify-durability", is_flag=True,
               help="After the last window, kill the server (SIGKILL), load its AOF into a plain server and look up "
                    "every SET the clients saw acknowledged (--workload write-only with --rate): runs[].durability_check.")
@@ -63,7 +68,7 @@ from valkeytrace.recorder import Recorder
 @click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
-           offload_max_pending, offload_overflow, verify_durability, sensitivity_spec,
+           offload_max_pending, offload_overflow, offload_replicas, verify_durability, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -84,6 +89,7 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
                               label=label, output=output, force=force, offload_mode=offload_mode,
                               offload_gather=offload_gather, offload_max_pending=offload_max_pending or 0,
                               offload_overflow=offload_overflow or "none", verify_durability=verify_durability,
+                              offload_replicas=offload_replicas,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given,
                                                               **build_kwargs(common)))

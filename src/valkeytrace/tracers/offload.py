@@ -28,10 +28,11 @@ COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_
             "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
             "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum",
             "replica_links", "stream_bytes", "stream_held_bytes", "obuf_closed", "exit_held_replies",
-            "shutdown_drains", "signals", "rejected_writes", "paused_reads", "paused_ns")
+            "shutdown_drains", "signals", "stream_dirty_bytes", "rejected_writes", "paused_reads", "paused_ns")
 # what the server holds right now (read at any moment: the memory sampler's; never differenced)
 GAUGES = ("held_now", "behind_now", "held_bytes_now", "dirty_keys_now", "pending_now")
 OVERFLOW = {"none": 0, "pause": 1, "reject": 2}  # VT_OVERFLOW_* (csrc/offload_layout.h)
+REPLICAS = {"immediate": 0, "committed": 1}  # VT_REPLICAS_*: the stream to a replica's link
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
                        + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("pad2", "<u4")]
@@ -42,7 +43,7 @@ CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first"
                             ("last_plus", "<u4"), ("pad", "<u4")])
 OBUF_DTYPE = np.dtype([("hard_bytes", "<u8"), ("soft_bytes", "<u8"), ("soft_seconds", "<u8")])
 CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_ns", "<u8"), ("max_pending", "<u8"),
-                          ("overflow", "<u4"), ("pad", "<u4"), ("logfile", "S256"),
+                          ("overflow", "<u4"), ("replicas", "<u4"), ("logfile", "S256"),
                           ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
 SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
@@ -54,6 +55,12 @@ F_WRITE, F_READONLY, F_WIDE_READ, F_BLOCKING, F_MOVABLE, F_CONTAINER, F_NOKEYS, 
 DURABILITY_COMMANDS = ("wait", "waitaof")
 WRITING_KEY_FLAGS = {b"RW", b"OW", b"RM"}  # key-spec flags of a key the command may change
 
+# what a report's header adds when the recording has replicas
+REPLICAS_DESCRIPTION = {"immediate": "the stream to replicas leaves at once, as #3381 was reviewed (--offload-replicas "
+                                     "immediate): a replica may serve writes not yet durable on the primary",
+                        "committed": "the stream to replicas holds every byte until the AOF bytes queued before it are "
+                                     "durable (--offload-replicas committed: the committed part of the backlog; a full "
+                                     "sync's payload and its end wait alike)"}
 DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's AOF write and fdatasync run on "
                           "the shim's vt_offload thread, replies to writes and reads of keys not yet durable held "
                           "until their batch is durable",
@@ -125,7 +132,8 @@ class OffloadStats:
     """The file the shim maps ($VALKEYTRACE_OFFLOAD_STATS): statistics it counts, control we
     write; made 0600 and exclusive in /dev/shm, removed on close."""
 
-    def __init__(self, mode: str, gather_ns: int = 0, max_pending: int = 0, overflow: str = "none"):
+    def __init__(self, mode: str, gather_ns: int = 0, max_pending: int = 0, overflow: str = "none",
+                 replicas: str = "immediate"):
         if mode not in MODES:
             raise VTUsageError(f"--emulate-offload {mode!r}: expected durable or early-ack")
         self.mode = mode
@@ -140,6 +148,7 @@ class OffloadStats:
         self.shared[0]["control"]["gather_ns"] = gather_ns
         self.shared[0]["control"]["max_pending"] = max_pending
         self.shared[0]["control"]["overflow"] = OVERFLOW[overflow] if max_pending else 0
+        self.shared[0]["control"]["replicas"] = REPLICAS[replicas]
 
     def chown(self, uid: int, gid: int):
         os.chown(self.path, uid, gid)
