@@ -69,6 +69,11 @@ class NodeEvents:
         totals = np.bincount(self.conn[m], weights=self.nbytes[m])
         return int(np.argmax(totals)) if totals.max() > 0 else None
 
+    def totals(self, ev: int) -> np.ndarray:
+        """Bytes of kind ev by connection."""
+        m = self.ev == ev
+        return np.bincount(self.conn[m], weights=self.nbytes[m]) if m.any() else np.zeros(0)
+
     def within(self, lo: int, hi: int) -> "NodeEvents":
         """Its events and calls in [lo, hi): where two windows overlap (a merged replica's window
         may span several of the primary's)."""
@@ -179,10 +184,25 @@ class Exchange:
         return Exchange(lo, hi, self.pairs + other.pairs) if lo <= hi else None
 
 
+def link_pair(primary: NodeEvents, replica: NodeEvents) -> tuple[int | None, int | None]:
+    """(the primary's connection, the replica's) of the link: on the replica, the one it reads the most
+    from (its clients send it little); on the primary, the one whose bytes sent come nearest what the replica
+    read over its link, not the one it sends the most to: a client reading large replies (INFO from a
+    monitor, valkeytrace's own memory sampler) may take more than a light stream."""
+    rl = replica.link(RECV)
+    sent = primary.totals(SEND)
+    if rl is None or not sent.size or sent.max() <= 0:
+        return primary.link(SEND), rl
+    want = replica.totals(RECV)[rl]
+    cand = np.flatnonzero(sent > 0)
+    gap = np.abs(np.log(sent[cand] / want)) if want > 0 else -sent[cand]
+    return int(cand[np.argmin(gap)]), rl
+
+
 def exchange(primary: NodeEvents, replica: NodeEvents, guess_ns: int = 0) -> Exchange | None:
     """The replica's clock offset from the replication exchange (module docstring); guess_ns (the
     hosts' realtime clocks) only picks which writes came before which reads to anchor the offsets."""
-    pl, rl = primary.link(SEND), replica.link(RECV)
+    pl, rl = link_pair(primary, replica)
     if pl is None or rl is None:
         return None
     st, sn = primary.moved(pl, SEND)
@@ -245,7 +265,7 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     in flight), its first arrival after its return, before the read. Where most arrivals come
     after the write's return (two hosts, or two clocks aligned only within an error), the first
     after it."""
-    pl, rl = primary.link(SEND), replica.link(RECV)
+    pl, rl = link_pair(primary, replica)
     if pl is None or rl is None:
         return None
     st, sn = primary.moved(pl, SEND)
