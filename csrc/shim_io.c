@@ -43,7 +43,7 @@
 
 #include "valkeytrace.h"
 
-#define FD_CACHE 65536
+#define FD_CACHE VT_MAX_FD
 #define FD_UNKNOWN 0
 #define FD_REGULAR 1
 #define FD_OTHER 2

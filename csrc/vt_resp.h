@@ -19,7 +19,7 @@
 
 #define VT_ARG_PREFIX 48
 #define VT_RESP_MAX_DEPTH 32
-#define VT_INLINE_MAX 65536      /* valkey's PROTO_INLINE_MAX_SIZE */
+#define VT_INLINE_MAX (64 * 1024) /* valkey's PROTO_INLINE_MAX_SIZE */
 #define VT_BULK_MAX (1ll << 40)  /* beyond any proto-max-bulk-len a server accepts */
 #define VT_MULTIBULK_MAX (1ll << 31)
 

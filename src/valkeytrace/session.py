@@ -264,6 +264,39 @@ def _verify(target: Target, server: dict, recorder: Recorder, echo) -> None:
              "from the reloaded AOF")
 
 
+def _announce(plan: RecordPlan, echo) -> None:
+    """The plan's notes, and before anything goes into a live server, what will."""
+    s, settings = plan.server, plan.settings
+    for note in plan.notes:
+        echo(f"note: {note}")
+    if s.attach_pid and settings.workloads != ("none",):
+        mb = max(settings.sizes) * settings.keyspace / 1e6
+        echo(f"note: --attach {s.attach_pid} with --workload: this writes into that server: keys key:000000000000 to "
+             f"key:{settings.keyspace - 1:012d} in database 0 (up to {mb:,.1f} MB of values at {max(settings.sizes)} B, "
+             "replacing any of those keys), and every SET goes to its AOF")
+
+
+@dataclass
+class _Parts:
+    """What a launch started, stopped and removed in one place whatever happened."""
+    tracer: Any
+    target: Target | None = None
+    offload: Any = None
+    replicas: Any = None
+    stalls: Any = None
+    acked: Any = None
+
+    def close(self) -> None:
+        if self.replicas is not None:
+            self.replicas.stop()
+        if self.target is not None:
+            self.target.stop()
+        self.tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
+        for x in (self.offload, self.acked, self.stalls):
+            if x is not None:
+                x.close()
+
+
 def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str], None] = print) -> Outcome:
     """Record plan; progress(recorder, measure_overhead) runs the matrix (a progress display),
     echo gets the notes and warnings for the user (one line each)."""
@@ -273,71 +306,48 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     from valkeytrace.workload.clients import find_client
 
     s, e, t, settings = plan.server, plan.emulation, plan.tracer, plan.settings
-    loads = settings.workloads != ("none",)
-    client = find_client(plan.benchmark_path) if loads else None
-    for note in plan.notes:
-        echo(f"note: {note}")
-    if s.attach_pid and loads:  # the user's live server: say what goes in before anything does
-        mb = max(settings.sizes) * settings.keyspace / 1e6
-        echo(f"note: --attach {s.attach_pid} with --workload: this writes into that server: keys key:000000000000 to "
-             f"key:{settings.keyspace - 1:012d} in database 0 (up to {mb:,.1f} MB of values at {max(settings.sizes)} B, "
-             "replacing any of those keys), and every SET goes to its AOF")
-    tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
-                         t.socket_writes, delay_control=bool(plan.sensitivity_ns))
-
+    client = find_client(plan.benchmark_path) if settings.workloads != ("none",) else None
+    _announce(plan, echo)
+    p = _Parts(make_tracer(t.backend, t.block_threshold_us, e.fsync_delay, t.aof_flush_probe, t.loop_sample,
+                           t.socket_writes, delay_control=bool(plan.sensitivity_ns)))
     old_term = signal.signal(signal.SIGTERM, stopping.on_signal)
     old_int = signal.signal(signal.SIGINT, stopping.on_signal)
-    target: Target | None = None
-    offload = replicas = acked = stalls = None
     t_start, began = time.monotonic(), time.time()
     try:
         run_as = None if s.as_root else srv.invoking_user()
-        env, offload, stalls = _environment(plan, tracer, run_as)
-        target = _launch(plan, env, run_as)
+        env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
+        p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         if s.replicas:
-            replicas = _replicas(plan, target, run_as)
+            p.replicas = _replicas(plan, target, run_as)
         timing = {"began": began, "server_ready": time.time()}
-        if offload is not None:
-            target.drain_state = offload.state
-            offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
+        if p.offload is not None:
+            target.drain_state = p.offload.state
+            p.offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
             voff.check_engaged(target.pid or 0)
-        label = _label(plan, server)
-        output = plan.output or f"valkeytrace-{label}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
-        recorder = _recorder(plan, (target, client, tracer, offload, replicas), server, output, echo)
-        recorder.stalls = stalls
-        doc = recorder.doc
+        output = plan.output or f"valkeytrace-{_label(plan, server)}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
+        recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, output, echo)
+        recorder.stalls, doc = p.stalls, recorder.doc
         doc["timing"] = timing
         recorder.checkpoint()
         if plan.verify_durability:
             from valkeytrace.workload.durability_check import AckedWrites
 
-            recorder.acked = acked = AckedWrites(settings.keyspace)
+            recorder.acked = p.acked = AckedWrites(settings.keyspace)
         interrupted = _measure(plan, recorder, progress)
-        if acked is not None and not interrupted:
+        if p.acked is not None and not interrupted:
             _verify(target, server, recorder, echo)
-        # the server ends before the recording is written
-        if replicas is not None:
-            replicas.stop()
+        if p.replicas is not None:  # the server ends before the recording is written
+            p.replicas.stop()
         target.stop()
         timing["ended"] = time.time()
-        _ended(doc, offload, tracer, interrupted, t_start, t.backend)
+        _ended(doc, p.offload, p.tracer, interrupted, t_start, t.backend)
         try:
             recorder.finish()
         except VTError as exc:
             raise VTError(f"{exc}; what was measured is in {recorder.partial_path}") from exc
     finally:
-        if replicas is not None:
-            replicas.stop()
-        if target is not None:
-            target.stop()
-        tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
-        if offload is not None:
-            offload.close()
-        if acked is not None:
-            acked.close()
-        if stalls is not None:
-            stalls.close()
+        p.close()
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
     return Outcome(doc, output, interrupted)

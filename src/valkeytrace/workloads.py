@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SATURATED_SHARE = 0.99  # an open-loop op answered below this share of what was offered: saturated
+
 
 @dataclass(frozen=True)
 class Workload:

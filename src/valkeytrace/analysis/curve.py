@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from valkeytrace.analysis.tables import MEASURED_OP, SATURATED_SHARE, CellSummary
+from valkeytrace.analysis.tables import MEASURED_OP, CellSummary
+from valkeytrace.workloads import SATURATED_SHARE
 
 BOUNDED_P99_SHARE = 0.25  # a p99 longer than this share of the window is the queue, not a latency
 

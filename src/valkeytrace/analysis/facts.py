@@ -289,13 +289,13 @@ def server_view_gap(runs: list, cell: CellSummary) -> ServerViewGap | None:
     if not op or op not in cell.ops:
         return None
     views = [decode_as(r, Run).server_view.latencystats.get(op.lower()) for r in runs]
-    p50s = sorted(v[P50] for v in views if v and P50 in v)
+    p50s = sorted(v[LATENCYSTATS_P50] for v in views if v and LATENCYSTATS_P50 in v)
     if not p50s:
         return None
     return ServerViewGap(op, p50s[len(p50s) // 2], cell.ops[op].median.p50_us)
 
 
-P50 = "p50"  # INFO latencystats' percentile key
+LATENCYSTATS_P50 = "p50"  # INFO latencystats' percentile key
 
 
 @dataclass

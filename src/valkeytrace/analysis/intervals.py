@@ -17,6 +17,7 @@ import numpy as np
 from scipy.stats import norm, t
 
 LEVEL = 0.9
+ALPHA = 0.01  # the rank tests' significance level (a change between two sides' samples)
 DRAWS = 4000             # recordings drawn per interval
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_LAUNCHES = 3
-LEVEL = 0.95
+LAUNCH_CI = 0.95
 
 
 def launch_figures(rows: list[tuple], metric: str = "") -> list[float]:
@@ -54,7 +54,7 @@ def interval(base: list[float], cand: list[float]) -> Interval | None:
     else:
         with warnings.catch_warnings():  # launches alike to the last digits: scipy warns of precision
             warnings.simplefilter("ignore", RuntimeWarning)
-            ci = ttest_ind(lc, lb, equal_var=False).confidence_interval(LEVEL)
+            ci = ttest_ind(lc, lb, equal_var=False).confidence_interval(LAUNCH_CI)
         lo, hi = float(ci.low), float(ci.high)
     pct = lambda x: round(100.0 * (float(np.exp(x)) - 1.0), 2)  # noqa: E731
     return Interval(pct(diff), [pct(lo), pct(hi)], bool(lo > 0 or hi < 0), [len(lb), len(lc)])

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from valkeytrace.analysis import replink
+from valkeytrace.analysis.intervals import ALPHA
 from valkeytrace.analysis.server import summarize_server
 from valkeytrace.recording.model import Replication as ReplicationProbe
 from valkeytrace.recording.model import Run, decode_as
@@ -195,7 +196,6 @@ def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None
 
 
 METRICS = ("waitaof_p50_us", "waitaof_p99_us", "lag_p50_us")
-ALPHA = 0.01
 
 
 def significance(a: Replication, b: Replication, metric: str, min_effect: float) -> tuple[bool | None, Rule]:

@@ -34,6 +34,8 @@ import numpy as np
 
 from valkeytrace import workloads
 from valkeytrace.analysis import launches
+from valkeytrace.analysis.intervals import ALPHA
+from valkeytrace.workloads import SATURATED_SHARE
 from valkeytrace.analysis.replication import Replication, replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import Durability, ServerSummary
@@ -47,7 +49,6 @@ METRICS = ("tps", "mb_s", "p50_us", "p95_us", "p99_us")
 OPEN_METRICS = ("offered_rate", "achieved_rate", "service_p50_us", "service_p99_us", "late", "unanswered",
                 "rejected", "client_us_per_request", "stall_p50_us", "stall_p99_us", "outside_p50_us",
                 "outside_p99_us")
-SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
 HIGHER_IS_BETTER = {"tps": True, "mb_s": True, "p50_us": False, "p95_us": False, "p99_us": False}
 # smallest relative change called significant: a recording is one server launch, and its repeats
 # share it, so no test on them sees the launch-to-launch spread: A/A pairs of recordings moved GET
@@ -60,7 +61,6 @@ MIN_SAMPLES = 6    # interval samples a side for the rank test
 PATH_SPLIT = 0.5   # fsync cycles between two repeats' p50s that put them on different paths
 PATH_CHANGE = 0.1  # fsync cycles between the two sides' median p50s that make the change one of path
 PATH_REACH = (1.0, 2.0)  # fsync cycles a request's p50 spans on the paths seen (one cycle, or two)
-ALPHA = 0.01
 
 
 @dataclass

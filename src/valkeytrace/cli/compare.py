@@ -120,8 +120,20 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         click.echo(f"{outdir} holds this comparison already, complete: its report", err=True)
         _report(ctx, tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES))
         return
+    written, interrupted = _run_launches(outdir, work, fingerprint, Launches(work, plans, order, per, resuming,
+                                                                            auto_gather))
+    if len(written) == 2:
+        _report(ctx, tuple(written))
+    if interrupted:
+        sys.exit(130)
+    if len(written) < 2:
+        raise VTError("one side has no launch measured: nothing to compare")
+
+
+def _run_launches(outdir: str, work: str, fingerprint: str, todo) -> tuple[list, bool]:
+    """The launches, run (or resumed); (the side recordings written, whether interrupted)."""
     started = time.monotonic()
-    done, interrupted = _launch_all(Launches(work, plans, order, per, resuming, auto_gather))
+    done, interrupted = _launch_all(todo)
     written = _write_sides(outdir, done)
     if interrupted:
         click.echo(f"interrupted: the launches measured so far stay in {work}; the same command resumes", err=True)
@@ -130,15 +142,9 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
         if len(written) == 2:
             with open(os.path.join(outdir, ".compare.json"), "w") as f:
                 f.write(fingerprint)
-    took = time.monotonic() - started
     click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done['baseline'])} + {len(done['candidate'])} launches "
-               f"in {took:.0f} s", err=True)
-    if len(written) == 2:
-        _report(ctx, tuple(written))
-    if interrupted:
-        sys.exit(130)
-    if len(written) < 2:
-        raise VTError("one side has no launch measured: nothing to compare")
+               f"in {time.monotonic() - started:.0f} s", err=True)
+    return written, interrupted
 
 
 @dataclass(frozen=True)

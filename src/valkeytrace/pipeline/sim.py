@@ -22,10 +22,10 @@ from collections import deque
 
 import numpy as np
 
+from valkeytrace.workloads import SATURATED_SHARE
 from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient
 from valkeytrace.pipeline.params import OpenFigures, OpResult, Params, SimResult
 
-SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated (the recording's rule)
 
 class _Offload:
     """The thread that writes and fdatasyncs the queued AOF bytes in jobs, and delivers held replies."""

@@ -29,7 +29,7 @@ from valkeytrace.recording.document import VERSION as FORMAT_VERSION
 MAGIC = b"VALKEYTRACE\n"
 MAX_FILE_BYTES = 1 << 30          # refuse absurd files before reading them
 MAX_DOCUMENT_BYTES = 4 << 30      # bound on the decompressed JSON (zip-bomb guard)
-LEVEL = 6             # zlib level of a finished recording
+ZLIB_LEVEL = 6        # zlib level of a finished recording
 CHECKPOINT_LEVEL = 1  # and of the checkpoints written between windows, while the server is traced:
                       # ~3x faster than 6 on a window's blocked timeline, ~15% larger
 
@@ -55,7 +55,7 @@ def encode(doc: dict) -> bytes:
     """The recording's bytes: its runs encoded and compressed one by one (the whole document's JSON
     never held at once: the tracer's peak memory as it writes), then the other keys."""
     runs = doc.get("runs") or []
-    z = zlib.compressobj(LEVEL)
+    z = zlib.compressobj(ZLIB_LEVEL)
     out = [_preamble(), z.compress(b'{"runs":[')]
     for i, run in enumerate(runs):
         out.append(z.compress((b"," if i else b"") + _json(run)))

@@ -124,6 +124,11 @@ class ClientTable:
     seed: str | None = None
 
 
+def _side_note(o, run, key) -> str:
+    """An op's open-loop note and its cell's memory peaks."""
+    return "; ".join(x for x in (_open_note(o), memory_note(run.memory.get(key))) if x)
+
+
 def client_tables(inp: ReportInput) -> list[ClientTable]:
     """The #4029 tables (the seed's columns and delta convention)."""
     out = []
@@ -139,7 +144,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
                 o = c.ops[MEASURED_OP[workload]]
                 note = _workload_note(run, workload) if i == 0 else ""
                 size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
-                extra = "; ".join(x for x in (_open_note(o), memory_note(run.memory.get(c.key))) if x)
+                extra = _side_note(o, run, c.key)
                 if note and c.rate:
                     note += "; open loop: latency from each request's due moment"
                 rows.append((_row(run.label, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
@@ -159,9 +164,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
             size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
             if note and r.rate:
                 note += "; open loop: latency from each request's due moment"
-            key = (r.workload, r.value_size, r.rate)
-            bo, co = ("; ".join(x for x in (_open_note(o), memory_note(side.memory.get(key))) if x)
-                      for o, side in ((r.base, base), (r.cand, cand)))
+            bo, co = (_side_note(o, side, (r.workload, r.value_size, r.rate)) for o, side in ((r.base, base), (r.cand, cand)))
             table.append((_row(base.label, size, r.op, r.base.median,
                                 "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}") if x)), "baseline"))
             table.append((_row(cand.label, size, r.op, r.cand.median, co and f"{cand.label} {size}: {co}"), "candidate"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
+from valkeytrace.workloads import SATURATED_SHARE
 from valkeytrace.workload import placement
 
 WARMUP_S = 0.3          # requests due before the window: sent, not counted
@@ -35,7 +36,6 @@ LATE_NS = 1_000_000     # sent this long after it was due: late (the client coul
 # 511 by default, drops the SYNs beyond it and connect() waits a second for its retransmit: a client
 # that kept opening connections through a 1 s pause sent late and read p99 1.2 s for 0.95 s)
 MAX_CONNS = 256
-SATURATED_SHARE = 0.99  # achieved below this share of offered: saturated
 
 
 class OpenLoopError(VTError):
@@ -80,14 +80,11 @@ class Spec:
                     ["--stall-log", self.stall_log] if self.stall_log else [])
 
 
-def run(spec: Spec, marker_fd: int = -1) -> dict:
-    """One open-loop run in this process (the C loop); the result as the recording keeps it."""
-    from valkeytrace._native import ffi, lib
-    from valkeytrace.histogram import LatencyHistogram
-
+def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
+    """The C loop's config for spec (what it points to kept alive in keep)."""
     cfg = ffi.new("struct vt_load_config *")
-    host_c = ffi.new("char[]", spec.host.encode())
-    cfg.host, cfg.port = host_c, spec.port
+    keep.append(ffi.new("char[]", spec.host.encode()))
+    cfg.host, cfg.port = keep[-1], spec.port
     cfg.op = lib.VT_LOAD_SET if spec.op == "SET" else lib.VT_LOAD_GET
     cfg.keyspace, cfg.value_size, cfg.rate = spec.keyspace, spec.value_size, spec.rate
     cfg.arrival = lib.VT_LOAD_UNIFORM if spec.arrival == "uniform" else lib.VT_LOAD_POISSON
@@ -96,13 +93,28 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
         cfg.hold = 1
     else:
         cfg.conns, cfg.max_conns, cfg.hold = initial_conns(spec.rate), MAX_CONNS, 0
-    pool = max(cfg.max_conns, MAX_CONNS)
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
-    acked = None
-    if spec.acked_path and spec.op == "SET":
-        acked = ffi.new("uint64_t[]", max(1, spec.keyspace))
+    return cfg
+
+
+def _hist(raw) -> dict:
+    from valkeytrace.histogram import LatencyHistogram
+
+    h = LatencyHistogram()
+    h._h[0] = raw
+    return h.to_dict()
+
+
+def run(spec: Spec, marker_fd: int = -1) -> dict:
+    """One open-loop run in this process (the C loop); the result as the recording keeps it."""
+    from valkeytrace._native import ffi, lib
+
+    keep: list = []
+    cfg = _config(ffi, lib, spec, marker_fd, keep)
+    acked = ffi.new("uint64_t[]", max(1, spec.keyspace)) if spec.acked_path and spec.op == "SET" else None
+    if acked is not None:
         cfg.acked = acked
     stall_map = None
     if spec.stall_log:
@@ -112,6 +124,7 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
         if buf is not None:
             cfg.stalls = ffi.from_buffer(buf)
     res = ffi.new("struct vt_load_result *")
+    pool = max(cfg.max_conns, MAX_CONNS)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < pool + 64:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, pool + 256), hard))
@@ -124,26 +137,15 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
         import numpy as np
 
         np.frombuffer(ffi.buffer(acked), dtype=np.uint64).tofile(spec.acked_path)
-    window_s = (res.window_end_ns - res.window_start_ns) / 1e9
-    corrected = LatencyHistogram()
-    corrected._h[0] = res.corrected
-    service = LatencyHistogram()
-    service._h[0] = res.service
-    split = {}
-    if stall_map is not None:
-        for name in ("in_stall", "outside"):
-            h = LatencyHistogram()
-            h._h[0] = getattr(res, name)
-            split[name] = h.to_dict()
-    return {"op": spec.op, "rate": spec.rate, "arrival": spec.arrival, "window_s": window_s, "due": int(res.due),
-            "sent": int(res.sent), "answered": int(res.answered), "answered_in_window": int(res.answered_in_window),
-            "answered_drained": int(res.answered_drained),
+    split = {name: _hist(getattr(res, name)) for name in ("in_stall", "outside")} if stall_map is not None else {}
+    counts = {k: int(getattr(res, k)) for k in ("due", "sent", "answered", "answered_in_window", "answered_drained",
+                                                 "late", "errors", "unanswered", "rejected", "acked", "conns",
+                                                 "pipelined", "held", "held_max")}
+    return {"op": spec.op, "rate": spec.rate, "arrival": spec.arrival,
+            "window_s": (res.window_end_ns - res.window_start_ns) / 1e9, **counts,
             "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
-            "late": int(res.late), "errors": int(res.errors), "unanswered": int(res.unanswered),
-            "rejected": int(res.rejected), "acked": int(res.acked),
-            "conns": int(res.conns), "pipelined": int(res.pipelined), "cpu_s": cpu_s,
-            "pool": "fixed" if spec.connections else "grow", "held": int(res.held), "held_max": int(res.held_max),
-            "corrected": corrected.to_dict(), "service": service.to_dict(), **split}
+            "cpu_s": cpu_s, "pool": "fixed" if spec.connections else "grow",
+            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}
 
 
 def op_record(result: dict) -> dict:
