@@ -7,9 +7,7 @@ figures from them (analysis/offload.py).
 """
 from __future__ import annotations
 
-import mmap
 import os
-import secrets
 import signal
 import time
 
@@ -137,13 +135,9 @@ class OffloadStats:
         if mode not in MODES:
             raise VTUsageError(f"--emulate-offload {mode!r}: expected durable or early-ack")
         self.mode = mode
-        self.path = os.path.join("/dev/shm", f"valkeytrace-offload-{os.getpid()}-{secrets.token_hex(4)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, SHARED_DTYPE.itemsize)
-            self.mm = mmap.mmap(fd, SHARED_DTYPE.itemsize, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        from valkeytrace.tracers.region import make_shared
+
+        self.path, self.mm = make_shared("valkeytrace-offload", SHARED_DTYPE.itemsize)
         self.shared = np.frombuffer(self.mm, dtype=SHARED_DTYPE, count=1)
         self.shared[0]["control"]["gather_ns"] = gather_ns
         self.shared[0]["control"]["max_pending"] = max_pending

@@ -22,16 +22,7 @@ class ShimRegion:
 
     def __init__(self, inject_delay_ns: int = 0):
         self.size = lib.vt_shim_region_size()
-        self.path = os.path.join(SHM_DIR, f"valkeytrace-{os.getpid()}-{secrets.token_hex(4)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, self.size)
-            self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError:
-            os.close(fd)
-            os.unlink(self.path)
-            raise
-        os.close(fd)
+        self.path, self.mm = make_shared("valkeytrace", self.size)
         self.base = ffi.from_buffer(self.mm)
         if lib.vt_shim_region_init(self.base, self.size, inject_delay_ns) != 0:
             raise VTError("cannot initialise the shim's shared memory")
@@ -90,6 +81,21 @@ class ShimRegion:
     def close(self):
         self.base = self.header = None
         close_shared(self.mm, self.path)
+
+
+def make_shared(prefix: str, size: int) -> tuple[str, mmap.mmap]:
+    """(path, mapping) of a new file shared with the server: in /dev/shm, 0600 and exclusive (its name
+    prefix-PID-random), size bytes of zeros, mapped read-write; nothing left behind when it fails."""
+    path = os.path.join(SHM_DIR, f"{prefix}-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return path, mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
 
 
 def close_shared(mm: mmap.mmap, path: str) -> None:

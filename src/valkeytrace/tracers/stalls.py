@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 
 import numpy as np
 
@@ -19,13 +18,9 @@ class StallLog:
     """The file ($VALKEYTRACE_STALL_LOG), 0600 and exclusive in /dev/shm, removed on close."""
 
     def __init__(self):
-        self.path = os.path.join("/dev/shm", f"valkeytrace-stalls-{os.getpid()}-{secrets.token_hex(4)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, LOG_DTYPE.itemsize)
-            self.mm = mmap.mmap(fd, LOG_DTYPE.itemsize, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        from valkeytrace.tracers.region import make_shared
+
+        self.path, self.mm = make_shared("valkeytrace-stalls", LOG_DTYPE.itemsize)
         self.log = np.frombuffer(self.mm, dtype=LOG_DTYPE, count=1)
 
     def chown(self, uid: int, gid: int) -> None:
