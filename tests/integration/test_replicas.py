@@ -104,12 +104,18 @@ def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_a
     # the durable offload as #3381 was reviewed (the default): its replies wait, its stream does not
     imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", duration=1)
     assert imm["replication"]["early_propagated"] >= 0.5 * imm["replication"]["early_checked"], imm["replication"]
+    # per SET, from the kernel: its bytes reached the replica before the primary's sync that made it durable
+    # ended, by most of that sync (+2 ms each)
+    dirty = imm["replication"]["dirty"]
+    assert dirty["writes"] >= 100 and dirty["writes_seen_dirty"] >= 0.5 * dirty["writes"], dirty
+    assert dirty["window_p50_us"] >= 1000, dirty
     off = report_json(tmp_path / "i.vtrace")["runs"][0]["emulation"]["offload"]
     assert off["stream_dirty_bytes"] >= 0.5 * off["stream_bytes"] > 0 and off["stream_held_bytes"] == 0, off
     durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
                       "--offload-replicas", "committed", duration=1.5)
     r = durable["replication"]
     assert r["early_propagated"] == 0 and r["early_checked"] >= 100, r
+    assert r["dirty"]["writes"] >= 100 and r["dirty"]["writes_seen_dirty"] == 0, r["dirty"]
     assert r["lag_p50_us"] >= 1900, r  # held until its job (>= 2 ms) ended
     doc = report_json(tmp_path / "d.vtrace")
     off = doc["runs"][0]["emulation"]["offload"]

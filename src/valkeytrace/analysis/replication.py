@@ -56,6 +56,10 @@ class Replication:
     lag_writes: int = 0                 # writes the lag is measured over
     early_propagated: int | None = None  # None: no link events to witness with
     early_checked: int = 0
+    # what a replica held that the primary had not made durable (the kernel's timestamps): {writes (checked),
+    # writes_seen_dirty (their bytes reached the replica before the primary's sync ended), window_p50_us,
+    # window_p99_us (that sync's end - the arrival), reads, reads_dirty (no replica reader yet: null)}
+    dirty: dict | None = None
     components_us: dict = field(default_factory=dict)
     decomposed: int = 0                 # probes decomposed (of `probes`)
     undecomposed: int = 0               # probes whose chain was out of order or incomplete
@@ -177,6 +181,9 @@ def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None
     rec.samples["lag_p50_us"] = lag
     rec.early_propagated = sum(lk.early for _, ls in links for lk in ls)
     rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
+    window = np.concatenate([lk.dirty_window_ns for _, ls in links for lk in ls]) / 1e3
+    rec.dirty = {"writes": sum(lk.dirty_checked for _, ls in links for lk in ls), "writes_seen_dirty": int(len(window)),
+                 "window_p50_us": _p(window, 50), "window_p99_us": _p(window, 99), "reads": None, "reads_dirty": None}
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
     rec.unjoined_windows = sum(not lk.joined for _, ls in links for lk in ls)
     rec.lost_events = sum(int((r.server.lost_events if r.server else 0) or 0)

@@ -32,7 +32,7 @@ their AOF write and fdatasync calls (blocked_timeline's calls).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -255,6 +255,8 @@ class Link:
     chains: list                   # per probe: (set arrival, [P0..P8])
     undecomposed: int              # probes whose chain was out of order or incomplete
     joined: bool                   # the offsets joined (else the witness looked at the writes' times)
+    dirty_window_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per write seen dirty
+    dirty_checked: int = 0         # writes whose carrying link write was found
 
 
 def _carried(primary: NodeEvents, replica: NodeEvents):
@@ -287,12 +289,9 @@ def _carried(primary: NodeEvents, replica: NodeEvents):
     return st, sn, arrival, read, pl, rl
 
 
-def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
-    carried = _carried(primary, replica)
-    if carried is None:
-        return None
-    st, _sn, arrival, read, pl, rl = carried
-    # the witness
+def _early(primary: NodeEvents, st: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    """The witness, per link write: an AOF write ended before it and no sync that began after that write had
+    ended by its arrival on the replica (or, not joined, by the primary's write)."""
     last_write = _last_at_or_before(np.sort(primary.write_end), st)
     never = np.iinfo(np.int64).max
     if len(primary.sync_start):  # the first end among the syncs that began after that write
@@ -301,13 +300,21 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
         durable_at = np.where(i < len(soonest), soonest[np.minimum(i, len(soonest) - 1)], never)
     else:
         durable_at = np.full(len(st), never)
-    seen = np.where(arrival >= 0, arrival, st)
-    early = int(np.sum((last_write >= 0) & (durable_at > seen)))
+    return (last_write >= 0) & (durable_at > np.where(arrival >= 0, arrival, st))
+
+
+def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
+    carried = _carried(primary, replica)
+    if carried is None:
+        return None
+    st, _sn, arrival, read, pl, rl = carried
+    early_w = _early(primary, st, arrival)
+    early = int(np.sum(early_w))
     # writes and probes
     sync_end = np.sort(primary.sync_end)
     rows = [r for r in durability.answered(primary.t.tolist(), primary.conn.tolist(), primary.ev.tolist(),
                                            primary.nbytes.tolist()) if r[0] != pl]
-    lag, lag_d, chains, bad = [], [], [], 0
+    lag, lag_d, chains, bad, dirty, checked = [], [], [], 0, [], 0
     r_ws, r_se_by_start = replica.write_start, replica.sync_start
     r_acks_t, _ = replica.moved(rl, SEND)
     p_acks_t, _ = primary.moved(pl, RECV)
@@ -322,6 +329,13 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     for conn, arrive, rd, reply, nb in rows:
         if nb == OK_REPLY:
             p1, j = carried_by(arrive, rd, reply)
+            # dirty on the replica: the first link write after the primary read it carries it when the stream
+            # leaves at once; it is early (the witness) and arrived before the sync that made the write durable
+            j0 = int(np.searchsorted(st, rd, side="left"))
+            if j0 < len(st) and arrival[j0] >= 0 and p1 >= arrive:
+                checked += 1
+                if early_w[j0] and arrival[j0] < p1:
+                    dirty.append(p1 - int(arrival[j0]))
             if j is not None:
                 lag.append(int(arrival[j]) - rd)
                 if p1 >= arrive:
@@ -348,7 +362,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
             continue
         chains.append((p0, points))
     return Link(np.asarray(lag, dtype=np.int64), np.asarray(lag_d, dtype=np.int64), early, int(len(st)), chains, bad,
-                bool((read >= 0).any()))
+                bool((read >= 0).any()), np.asarray(dirty, dtype=np.int64), checked)
 
 
 COMPONENTS = ("primary_durability_us", "link_us", "replica_apply_us", "replica_aof_us", "replica_ack_us",
