@@ -235,11 +235,12 @@ class Recorder:
 
     def _memory_sampler(self):
         """The window's memory sampler (tracers/memory.py), started; None without a server process to read."""
-        from valkeytrace.tracers.memory import MemorySampler
+        from valkeytrace.tracers.memory import MemorySampler, connector
 
-        if not self.target.pid:
+        if not self.target.pid or not self.target.port:
             return None
-        sampler = MemorySampler(self.target.pid, self.target.client, self.offload, self.stalls)
+        sampler = MemorySampler(self.target.pid, connector(self.target.host, self.target.port), self.offload,
+                                self.stalls)
         sampler.start()
         return sampler
 
