@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--long-stall", default=None, help="also everysec under this stall (e.g. 3s), every --long-period")
     ap.add_argument("--long-period", default="5s")
     ap.add_argument("--out", default=None, help="keep the recordings here (default: a temporary directory)")
+    ap.add_argument("--sides", default=",".join(SIDES), help=f"which of {', '.join(SIDES)} (the first is the model's "
+                    "baseline: always, for the model's figure)")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="valkeytrace-overload-")
     os.makedirs(out, exist_ok=True)
@@ -59,7 +61,9 @@ def main() -> None:
               "1", "--keyspace", a.keyspace, "--rate", a.rate, "--connections", "grow", "--verify-durability",
               "--force"]
     paths = []
-    sides = dict(SIDES)
+    sides = {name: SIDES[name] for name in a.sides.split(",") if name in SIDES}
+    if not sides:
+        sys.exit(f"--sides {a.sides}: none of {', '.join(SIDES)}")
     if a.long_stall:
         sides["everysec-long-stall"] = ["--appendfsync", "everysec"]
     for name, extra in sides.items():

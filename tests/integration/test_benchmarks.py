@@ -34,7 +34,7 @@ QUICKEST = [
     ("host_speed.py", "--samples", "3", "--loops", "20000", "--gap", "0"),
     ("predict_matrix.py", "--only", "1", "--duration", "0.5", "--repeat", "1"),
     ("overload.py", "--rate", "2000", "--duration", "1", "--stall", "0.3s", "--period", "0.8s", "--max-pending", "200",
-     "--keyspace", "1000"),
+     "--keyspace", "1000", "--sides", "always,offload-reject"),
 ]
 
 
