@@ -235,12 +235,13 @@ class Recorder:
 
     def _memory_sampler(self):
         """The window's memory sampler (tracers/memory.py), started; None without a server process to read."""
-        from valkeytrace.tracers.memory import MemorySampler, connector
+        from valkeytrace.tracers import memory
 
         if not self.target.pid or not self.target.port:
             return None
-        sampler = MemorySampler(self.target.pid, connector(self.target.host, self.target.port), self.offload,
-                                self.stalls)
+        hz = memory.ATTACHED_HZ if getattr(self.target, "mode", "") == "attach" else (memory.SAMPLE_HZ, memory.INFO_HZ)
+        sampler = memory.MemorySampler(self.target.pid, memory.connector(self.target.host, self.target.port),
+                                       self.offload, self.stalls, *hz)
         sampler.start()
         return sampler
 

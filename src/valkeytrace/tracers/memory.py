@@ -9,7 +9,7 @@ Three sources, each read where it can answer while the server's main thread cann
   the normal clients' output buffers, `aof_delayed_fsync`. INFO is answered by the main thread, so it is
   asked on a thread of its own: a main thread stalled in fdatasync (appendfsync always) answers late, and
   the samples of that time carry the last answer with its age (`info_age_s`), never a made-up figure.
-INFO is asked INFO_HZ times a second, the other sources SAMPLE_HZ.
+INFO is asked INFO_HZ times a second, the other sources SAMPLE_HZ (attached: ATTACHED_HZ).
 
 Each sample: [t_s, held_replies, held_bytes, dirty_keys, aof_buffer_bytes, rss_kb, used_memory,
 clients_normal_bytes, info_age_s, behind_replies] (COLUMNS); a figure no source gives is None. held_replies
@@ -25,7 +25,8 @@ import time
 
 SAMPLE_HZ = 20
 INFO_HZ = 10        # INFO asks the main thread (two sections, ~2.5 kB of reply): half the samples' rate
-INFO_STALE_S = 0.5  # an INFO answer older than this is not a figure of the sample's moment
+ATTACHED_HZ = (10, 2)  # a server someone else runs (record --attach): half the samples, a fifth of the INFO
+INFO_STALE_S = 0.5  # an INFO answer older than this (or 1.5 of its periods) is not a figure of the sample's moment
 COLUMNS = ("t_s", "held_replies", "held_bytes", "dirty_keys", "aof_buffer_bytes", "rss_kb", "used_memory",
            "clients_normal_bytes", "info_age_s", "behind_replies")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -93,9 +94,11 @@ def ask_info(sock) -> dict[str, int]:
 class MemorySampler:
     """Samples one window; start() at its begin, stop() at its end returns runs[].memory."""
 
-    def __init__(self, pid: int, connect, offload=None, stalls=None, hz: int = SAMPLE_HZ):
+    def __init__(self, pid: int, connect, offload=None, stalls=None, hz: int = SAMPLE_HZ, info_hz: int = INFO_HZ):
         """connect: opens a socket to the server (connector())."""
         self.pid, self.connect, self.offload, self.period = pid, connect, offload, 1.0 / hz
+        self.info_period = 1.0 / info_hz
+        self.stale_s = max(INFO_STALE_S, 1.5 * self.info_period)  # an answer older is not the sample's moment's
         self.stalls = stalls  # tracers.stalls.StallLog: the window's injected stalls kept beside the samples
         self.samples: list[list] = []
         self.info: tuple[float, dict] | None = None  # (monotonic time of the answer, its fields)
@@ -123,7 +126,7 @@ class MemorySampler:
                 if sock is not None:
                     sock.close()
                 sock = None
-            self._stop.wait(1.0 / INFO_HZ)
+            self._stop.wait(self.info_period)
         if sock is not None:
             sock.close()
 
@@ -132,7 +135,7 @@ class MemorySampler:
         g = self.offload.gauges() if self.offload is not None else None
         info_t, info = self.info if self.info else (None, {})
         age = round(now - info_t, 3) if info_t is not None else None
-        fresh = age is not None and age <= INFO_STALE_S
+        fresh = age is not None and age <= self.stale_s
         valkey_aof = int(info.get("aof_buffer_length") or 0) if fresh else None
         shim_aof = g["aof_queued_bytes"] if g else 0
         return [round(now - self.t0, 3),
