@@ -204,8 +204,6 @@ class Recorder:
         def end():
             gone = self.target.gone()  # the server ended inside the window: it closes where it did
             loop["end"] = None if gone else view.eventloop()
-            if loop.get("memory") is not None:
-                run["memory"] = loop["memory"].stop()
             if self.prober is not None:
                 run["replication"] = self.prober.end()
             run["window_end"] = max(gone["time"], run["window_start"]) if gone else time.time()
@@ -231,6 +229,8 @@ class Recorder:
                 run["server_exit"] = exit_record(gone, run)
             else:
                 run["server_view"] = view.end()
+            if loop.get("memory") is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
+                run["memory"] = loop["memory"].stop()
         return begin, end
 
     def _memory_sampler(self):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from valkeytrace.analysis.memory import CellMemory
 
 
-def _b(v: int | None) -> str:
+def fmt_bytes(v: int | None) -> str:
     if v is None:
         return "–"
     return f"{v / 1e6:,.1f} MB" if v >= 1e6 else f"{v / 1e3:,.1f} kB" if v >= 1e3 else f"{v} B"
 
 
-def _ms(us: float | None) -> str:
+def fmt_ms(us: float | None) -> str:
     return "–" if us is None else f"{us / 1000:,.1f} ms" if us < 1e6 else f"{us / 1e6:,.2f} s"
 
 
@@ -21,8 +21,8 @@ def stall_note(o) -> str:
     m = o.median
     parts = []
     if m.stall_p50_us is not None or m.outside_p50_us is not None:
-        parts.append(f"due during a stall p50 {_ms(m.stall_p50_us)} / p99 {_ms(m.stall_p99_us)}, outside p50 "
-                     f"{_ms(m.outside_p50_us)} / p99 {_ms(m.outside_p99_us)}")
+        parts.append(f"due during a stall p50 {fmt_ms(m.stall_p50_us)} / p99 {fmt_ms(m.stall_p99_us)}, outside p50 "
+                     f"{fmt_ms(m.outside_p50_us)} / p99 {fmt_ms(m.outside_p99_us)}")
     if m.rejected:
         parts.append(f"{m.rejected:,.0f} rejected")
     return "; ".join(parts)
@@ -36,12 +36,12 @@ def memory_note(m: CellMemory | None) -> str:
     if m.held_replies_peak is not None:
         parts.append(f"held replies peak {m.held_replies_peak:,}"
                      + (f" (+{m.behind_replies_peak:,} behind them)" if m.behind_replies_peak else "")
-                     + f", {_b(m.held_bytes_peak)}; dirty keys peak {m.dirty_keys_peak or 0:,}")
+                     + f", {fmt_bytes(m.held_bytes_peak)}; dirty keys peak {m.dirty_keys_peak or 0:,}")
     if m.aof_buffer_bytes_peak is not None:
-        parts.append(f"AOF buffer peak {_b(m.aof_buffer_bytes_peak)}")
+        parts.append(f"AOF buffer peak {fmt_bytes(m.aof_buffer_bytes_peak)}")
     if m.server_rss_kb_peak is not None:
-        parts.append(f"RSS peak {_b(m.server_rss_kb_peak * 1024)}"
-                     + (f" (from {_b(m.server_rss_kb_start * 1024)})" if m.server_rss_kb_start else ""))
+        parts.append(f"RSS peak {fmt_bytes(m.server_rss_kb_peak * 1024)}"
+                     + (f" (from {fmt_bytes(m.server_rss_kb_start * 1024)})" if m.server_rss_kb_start else ""))
     if m.aof_delayed_fsync:
         parts.append(f"{m.aof_delayed_fsync:,} AOF write(s) past valkey's 2 s wait (aof_delayed_fsync)")
     return "memory: " + "; ".join(parts) if parts else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from valkeytrace.analysis.overload import OverloadRow
+from valkeytrace.reporters.memory_words import fmt_bytes, fmt_ms
 
 HEAD = ("side", "SET/s offered → achieved", "p50 / p99", "due in a stall p50 / p99", "outside p50 / p99",
         "held replies (+ behind)", "held bytes", "dirty keys", "AOF buffer", "RSS growth", "rejected", "closed",
@@ -15,29 +16,17 @@ NOTE = ("held replies wait for their AOF bytes to be durable (the virtual offloa
         "the server's resident set at its peak over its first sample; acked lost: --verify-durability's count.")
 
 
-def _ms(us: float | None) -> str:
-    if us is None:
-        return "–"
-    return f"{us / 1000:,.1f} ms" if us < 1e6 else f"{us / 1e6:,.2f} s"
-
-
 def _n(v: float | int | None, unit: str = "") -> str:
     return "–" if v is None else f"{v:,.0f}{unit}"
 
 
-def _bytes(v: int | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v / 1e6:,.1f} MB" if v >= 1e6 else f"{v / 1e3:,.1f} kB" if v >= 1e3 else f"{v} B"
-
-
 def cells(r: OverloadRow) -> list[str]:
     return [r.side + (f" ({r.label})" if r.label and r.label not in r.side else ""),
-            f"{_n(r.offered)} → {_n(r.achieved)}", f"{_ms(r.p50_us)} / {_ms(r.p99_us)}",
-            f"{_ms(r.stall_p50_us)} / {_ms(r.stall_p99_us)}", f"{_ms(r.outside_p50_us)} / {_ms(r.outside_p99_us)}",
+            f"{_n(r.offered)} → {_n(r.achieved)}", f"{fmt_ms(r.p50_us)} / {fmt_ms(r.p99_us)}",
+            f"{fmt_ms(r.stall_p50_us)} / {fmt_ms(r.stall_p99_us)}", f"{fmt_ms(r.outside_p50_us)} / {fmt_ms(r.outside_p99_us)}",
             _n(r.held_replies_peak) + (f" (+{r.behind_replies_peak:,})" if r.behind_replies_peak else ""),
-            _bytes(r.held_bytes_peak), _n(r.dirty_keys_peak), _bytes(r.aof_buffer_bytes_peak),
-            _bytes(r.rss_kb_growth * 1024 if r.rss_kb_growth is not None else None), _n(r.rejected), _n(r.closed),
+            fmt_bytes(r.held_bytes_peak), _n(r.dirty_keys_peak), fmt_bytes(r.aof_buffer_bytes_peak),
+            fmt_bytes(r.rss_kb_growth * 1024 if r.rss_kb_growth is not None else None), _n(r.rejected), _n(r.closed),
             "–" if r.acked_lost is None else f"{r.acked_lost:,} of {r.acked or 0:,}"]
 
 

@@ -56,15 +56,15 @@ def intervals(log, t0_s: float, t1_s: float) -> list[list[float | None]]:
 
 
 def map_readonly(path: str):
-    """(mmap, buffer) of a log made by another process (the open-loop client's), or (None, None)."""
+    """The read-only mapping of a log made by another process (the open-loop client's), or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None, None
+        return None
     try:
         mm = mmap.mmap(fd, LOG_DTYPE.itemsize, mmap.MAP_SHARED, mmap.PROT_READ)
     except (OSError, ValueError):
-        return None, None
+        return None
     finally:
         os.close(fd)
-    return mm, mm
+    return mm

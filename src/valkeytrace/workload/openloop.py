@@ -120,9 +120,9 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     if spec.stall_log:
         from valkeytrace.tracers.stalls import map_readonly
 
-        stall_map, buf = map_readonly(spec.stall_log)
-        if buf is not None:
-            cfg.stalls = ffi.from_buffer(buf)
+        stall_map = map_readonly(spec.stall_log)
+        if stall_map is not None:
+            cfg.stalls = ffi.from_buffer(stall_map)
     res = ffi.new("struct vt_load_result *")
     pool = max(cfg.max_conns, MAX_CONNS)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
