@@ -24,7 +24,7 @@ class build_py_with_header(build_py):
 shim = Extension(
     "valkeytrace._shim",
     sources=["csrc/shim.c", "csrc/shim_io.c", "csrc/shim_stall.c", "csrc/offload.c", "csrc/offload_state.c", "csrc/offload_conn.c",
-             "csrc/offload_req.c", "csrc/offload_exit.c", "csrc/offload_bound.c", "csrc/offload_fds.c", "csrc/vt_cmds.c", "csrc/vt_resp.c"],
+             "csrc/offload_req.c", "csrc/offload_exit.c", "csrc/offload_bound.c", "csrc/offload_fds.c", "csrc/offload_links.c", "csrc/replica_hold.c", "csrc/vt_cmds.c", "csrc/vt_resp.c"],
     include_dirs=["csrc"],
     libraries=["m", "dl", "pthread"],
     extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",

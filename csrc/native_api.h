@@ -143,9 +143,17 @@ struct vt_offload_control {
     struct vt_cmd_entry entries[...];
 };
 
+struct vt_replica_link {
+    uint32_t port;
+    uint32_t pad;
+    uint64_t sent;
+    uint64_t committed;
+};
+
 struct vt_offload_shared {
     struct vt_offload_stats stats;
     struct vt_offload_control control;
+    struct vt_replica_link links[...];
 };
 
 struct vt_event_sink {
@@ -206,6 +214,19 @@ struct vt_load_config {
     int marker_fd;
     uint64_t *acked;
     const void *stalls;
+    const char *replica_host;
+    int replica_port;
+    int readers;
+    uint64_t *seen;
+    uint64_t *reads;
+    uint64_t reads_cap;
+};
+
+struct vt_reader_stats {
+    uint64_t reads, misses, logged;
+    uint64_t log_stride;
+    uint64_t with_seq;
+    struct vt_hist latency;
 };
 
 struct vt_load_result {
@@ -222,6 +243,7 @@ struct vt_load_result {
     struct vt_hist service;
     struct vt_hist in_stall;
     struct vt_hist outside;
+    struct vt_reader_stats replica;
     int error;
     char message[160];
 };

@@ -36,6 +36,7 @@
 
 #include "offload_conn.h"
 #include "offload_fds.h"
+#include "offload_links.h"
 #include "offload_state.h"
 #include "shim_io.h"
 #include "vt_cmds.h"
@@ -360,6 +361,7 @@ static void *offload_main(void *arg)
             if (rc == 0) {
                 __atomic_store_n(&vt_off.durable, end, __ATOMIC_RELEASE);
                 vt_keys_settle(end);
+                vt_links_settle(end);
                 vt_aof_retire(end);
                 vt_stat_add(&vt_off.stats->jobs, 1);
                 vt_stat_add(&vt_off.stats->job_bytes, end - vt_off.stats->durable_bytes);
@@ -442,6 +444,7 @@ int vt_offload_init(void)
     if (shm) {
         vt_off.stats = &shm->stats;
         vt_off.control = &shm->control;
+        vt_links_attach(shm->links);
     } /* else: no table ever (every command unknown, so held), counters kept locally */
     struct vt_offload_stats *st = vt_off.stats;
     st->magic = VT_OFFLOAD_MAGIC;

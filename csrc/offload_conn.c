@@ -23,6 +23,7 @@
 
 #include "offload.h"
 #include "offload_conn_int.h"
+#include "offload_links.h"
 
 #define NONE ((size_t)-1)
 
@@ -241,8 +242,8 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
     if (!total)
         return 0;
     pthread_mutex_lock(&c->mu);
-    if (c->replica)
-        vt_stat_add(&vt_off.stats->stream_bytes, total);
+    if (c->replica) /* its committed offset: the AOF bytes queued before these (as the server wrote them) */
+        vt_stat_add(&vt_off.stats->stream_bytes, total), vt_links_wrote(fd, total, vt_off_queued(), vt_off_durable());
     for (;;) {
         uint64_t durable = vt_off_durable(), queued = vt_off_queued();
         size_t hold_from = NONE, sent = 0;
@@ -479,6 +480,8 @@ int vt_conn_close(int fd)
      * main thread never waits here for a job (a stalled disk would stall it; drop_locked counts them in
      * dropped_replies); the offload thread writes a
      * held reply only under c->mu, so it meets an empty list, never the fd number's next owner */
+    if (c->replica)
+        vt_links_closed(fd);
     reset_locked(c);
     __atomic_store_n(&c->active, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->mu);

@@ -10,7 +10,7 @@
 #include "valkeytrace.h"
 
 #define VT_OFFLOAD_MAGIC 0x4f465456u /* "VTFO" little-endian */
-#define VT_OFFLOAD_VERSION 5
+#define VT_OFFLOAD_VERSION 6
 #define VT_OFFLOAD_DURABLE 1
 #define VT_OFFLOAD_EARLY_ACK 2
 #define VT_OFFLOAD_WAITED_MAX 8 /* replies that waited 0, 1, ..., 7 or more jobs */
@@ -122,6 +122,7 @@ struct vt_obuf_limit {
 /* replicas: the stream to a replica's link (record --offload-replicas) */
 #define VT_REPLICAS_IMMEDIATE 0 /* #3381 as reviewed: it leaves at once (replicas may serve writes not durable here) */
 #define VT_REPLICAS_COMMITTED 1 /* only what is durable here: every byte waits for the AOF bytes queued before it */
+#define VT_REPLICAS_BLOCKING 2  /* it leaves at once; the replica holds reads past the committed offset (links[]) */
 
 struct vt_offload_control {
     vt_u32 table_ready; /* set last, after the entries (release) */
@@ -136,9 +137,21 @@ struct vt_offload_control {
     struct vt_cmd_entry entries[VT_CMD_MAX];
 };
 
+/* Each replica's link, for the replica's own shim (--offload-replicas replica-blocking): what the stream
+ * carried and how much of it is committed, the way the sync-replication design would send a committed
+ * offset beside the stream (REPLCONF COMMIT, valkey #4035); on one host the replica reads it here. */
+#define VT_REPLICA_LINKS 8
+struct vt_replica_link {
+    vt_u32 port;      /* the replica's end of the link (its local port); 0: a free entry */
+    vt_u32 pad;
+    vt_u64 sent;      /* stream bytes the server wrote to it since the replica's PSYNC */
+    vt_u64 committed; /* of which every AOF byte queued before them is durable here */
+};
+
 struct vt_offload_shared {
     struct vt_offload_stats stats;
     struct vt_offload_control control;
+    struct vt_replica_link links[VT_REPLICA_LINKS];
 };
 
 #endif

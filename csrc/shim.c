@@ -31,11 +31,13 @@
 
 #include "offload.h"
 #include "offload_bound.h"
+#include "replica_hold.h"
 #include "shim_io.h"
 
 static void child_after_fork(void)
 {
     vt_offload_after_fork_child();
+    vt_replica_after_fork_child();
     vt_io_after_fork_child();
 }
 
@@ -43,7 +45,7 @@ __attribute__((constructor)) static void shim_init(void)
 {
     vt_io_resolve();
     vt_io_init();
-    if (vt_offload_init() || vt_io_recording())
+    if (vt_offload_init() + vt_replica_init() || vt_io_recording())
         pthread_atfork(NULL, NULL, child_after_fork);
 }
 
@@ -69,8 +71,15 @@ EXPORT ssize_t read(int fd, void *buf, size_t count)
     ssize_t ret;
     int saved;
     VT_ENSURE(vt_real.read);
-    if (__builtin_expect(!vt_offload_enabled(), 1))
-        return vt_real.read(fd, buf, count);
+    if (__builtin_expect(!vt_offload_enabled(), 1)) {
+        if (__builtin_expect(!vt_replica_enabled(), 1))
+            return vt_real.read(fd, buf, count);
+        ret = vt_real.read(fd, buf, count); /* a replica under replica-blocking: its link and its clients followed */
+        saved = errno;
+        vt_replica_read(fd, buf, ret);
+        errno = saved;
+        return ret;
+    }
     if (vt_offload_client(fd)) { /* --offload-overflow pause: over the bound, the client is not read */
         size_t budget = vt_bound_read_budget(fd, count);
         if (!budget) {
@@ -91,6 +100,11 @@ EXPORT ssize_t write(int fd, const void *buf, size_t count)
     ssize_t ret;
     if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_write(fd, buf, count, &ret))
         return ret;
+    if (__builtin_expect(vt_replica_enabled(), 0)) {
+        struct iovec one = {(void *)buf, count};
+        if (vt_replica_writev(fd, &one, 1, &ret))
+            return ret;
+    }
     return vt_io_write(fd, buf, count);
 }
 
@@ -98,6 +112,8 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
     ssize_t ret;
     if (__builtin_expect(vt_offload_enabled(), 0) && vt_offload_writev(fd, iov, iovcnt, &ret))
+        return ret;
+    if (__builtin_expect(vt_replica_enabled(), 0) && vt_replica_writev(fd, iov, iovcnt, &ret))
         return ret;
     return vt_io_writev(fd, iov, iovcnt);
 }
@@ -144,6 +160,8 @@ static void release_fd(int fd)
         vt_offload_close(fd);
         vt_bound_forget(fd);
     }
+    if (__builtin_expect(vt_replica_enabled(), 0))
+        vt_replica_close(fd);
     vt_io_forget_fd(fd);
 }
 
@@ -232,6 +250,8 @@ EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
         vt_io_forget_fd(ret);
         if (__builtin_expect(vt_offload_enabled(), 0))
             vt_offload_accepted(ret);
+        if (__builtin_expect(vt_replica_enabled(), 0))
+            vt_replica_accepted(ret);
         errno = saved;
     }
     return ret;

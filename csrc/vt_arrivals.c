@@ -66,3 +66,19 @@ int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need)
     *cap = n;
     return 0;
 }
+
+int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t v)
+{
+    if (*n == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 1024;
+        uint64_t *r = malloc((size_t)c * sizeof(uint64_t));
+        if (!r)
+            return -1;
+        for (uint32_t i = 0; i < *n; i++)
+            r[i] = (*q)[(*h + i) % *cap];
+        free(*q);
+        *q = r, *cap = c, *h = 0;
+    }
+    (*q)[(*h + (*n)++) % *cap] = v;
+    return 0;
+}

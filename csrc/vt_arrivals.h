@@ -18,5 +18,7 @@ uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, 
 
 /* *p (of *cap elements of size bytes) holds at least need: 0, or -1 without memory (*p kept) */
 int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need);
+/* v added at the tail of the ring *q (head *h, *n held, *cap room; doubled when full): 0, or -1 without memory */
+int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t v);
 
 #endif

@@ -73,6 +73,8 @@ struct loader {
      * one is answered: never above the truth), the latest acknowledged sequence */
     uint32_t *inflight;
     uint64_t *inflight_min, *latest;
+    struct vt_reader rd; /* readers on a replica (cfg->readers), GETs of the key sent last */
+    uint32_t last_key;
 };
 
 static uint64_t mono_ns(void) { return vt_mono_ns(); }
@@ -183,6 +185,7 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
     uint64_t seq = 0, floor = 0;
     snprintf(key, sizeof(key), "%012u", (unsigned)k);
     memcpy(l->req + l->key_at, key, 12);
+    l->last_key = k;
     if (l->val_at) { /* a later value always has a larger sequence: the wall clock's ns, strictly rising */
         seq = vt_real_ns();
         seq = l->last_seq = seq > l->last_seq ? seq : l->last_seq + 1;
@@ -213,19 +216,8 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
 /* a due request waits for a free connection (hold): the ring doubles when full */
 static int hold_one(struct loader *l, uint64_t due)
 {
-    if (l->held_n == l->held_cap) {
-        uint32_t cap = l->held_cap ? l->held_cap * 2 : 1024;
-        uint64_t *q = malloc((size_t)cap * sizeof(uint64_t));
-        if (!q)
-            return -1;
-        for (uint32_t i = 0; i < l->held_n; i++)
-            q[i] = l->held[(l->held_h + i) % l->held_cap];
-        free(l->held);
-        l->held = q;
-        l->held_cap = cap;
-        l->held_h = 0;
-    }
-    l->held[(l->held_h + l->held_n++) % l->held_cap] = due;
+    if (vt_ring_push(&l->held, &l->held_h, &l->held_n, &l->held_cap, due))
+        return -1;
     l->res->held++;
     if (l->held_n > l->res->held_max)
         l->res->held_max = l->held_n;
@@ -367,7 +359,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     vt_hist_reset(&res->service);
     vt_hist_reset(&res->in_stall);
     vt_hist_reset(&res->outside);
-    int bad = cfg->rate <= 0 || build_request(&l);
+    int closed = cfg->rate == 0, bad = cfg->rate < 0 || build_request(&l);
     if (!bad && l.val_at) {
         size_t n = cfg->keyspace ? cfg->keyspace : 1;
         l.inflight = calloc(n, sizeof(uint32_t)), l.inflight_min = calloc(n, 8), l.latest = calloc(n, 8);
@@ -375,7 +367,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     }
     if (bad || (cfg->acked && cfg->op == VT_LOAD_SET && !l.val_at)) {
         res->error = EINVAL;
-        snprintf(res->message, sizeof(res->message), "a rate above 0 is needed (and values of 16 B or more to keep acknowledged SETs)");
+        snprintf(res->message, sizeof(res->message), "a rate of 0 or more is needed (and values of 16 B or more to keep acknowledged SETs)");
         free(l.inflight), free(l.inflight_min), free(l.latest), free(l.req);
         return -1;
     }
@@ -398,15 +390,22 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     uint64_t start = mono_ns();
     l.ws = start + cfg->warmup_ns;
     l.we = l.ws + cfg->duration_ns;
+    l.rd = (struct vt_reader){.ws = l.ws, .we = l.we, .seen = cfg->seen, .keyspace = cfg->keyspace, .log = cfg->reads,
+                              .log_cap = cfg->reads_cap, .st = &res->replica};
+    vt_hist_reset(&res->replica.latency);
+    int e = !res->error && cfg->readers ? vt_reader_open(&l.rd, l.ep, cfg->replica_host, cfg->replica_port, cfg->readers) : 0;
+    if (e)
+        res->error = e, snprintf(res->message, sizeof(res->message), "cannot connect to the replica %s:%d: %s",
+                                 cfg->replica_host, cfg->replica_port, strerror(e));
     res->window_start_ns = l.ws;
     res->window_end_ns = l.we;
     uint64_t nw = (uint64_t)(cfg->rate * (double)cfg->warmup_ns / 1e9 + 0.5);
     uint64_t nm = (uint64_t)(cfg->rate * (double)cfg->duration_ns / 1e9 + 0.5);
     int uniform = cfg->arrival == VT_LOAD_UNIFORM;
-    uint64_t *warm = vt_arrivals(&l.rng, uniform, start, cfg->warmup_ns, nw);
-    uint64_t *due = vt_arrivals(&l.rng, uniform, l.ws, cfg->duration_ns, nm);
+    uint64_t *warm = closed ? NULL : vt_arrivals(&l.rng, uniform, start, cfg->warmup_ns, nw);
+    uint64_t *due = closed ? NULL : vt_arrivals(&l.rng, uniform, l.ws, cfg->duration_ns, nm);
     uint64_t iw = 0, im = 0;
-    if (!warm || !due) {
+    if (!closed && (!warm || !due)) {
         res->error = ENOMEM;
         snprintf(res->message, sizeof(res->message), "out of memory for %llu requests", (unsigned long long)(nw + nm));
     }
@@ -427,6 +426,13 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
             else
                 im++, res->due++;
         }
+        for (int p; closed && now < l.we && l.idle_n;) { /* closed loop: the next request as soon as one is free */
+            struct lconn *c = pick(&l, &p);
+            if (!c || send_on(&l, c, now, now, 0))
+                break;
+            res->due += now >= l.ws;
+        }
+        vt_reader_kick(&l.rd, l.last_key, now);
         if (!ended && now >= l.we)
             ended = 1, marker(cfg, "E\n");
         if (ended && (res->answered >= res->due || now >= l.we + cfg->grace_ns))
@@ -445,6 +451,14 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
         int k = epoll_pwait2(l.ep, evs, MAX_EVENTS, &ts, NULL);
         now = mono_ns();
         for (int i = 0; i < k; i++) {
+            if (evs[i].data.u32 & VT_READER_TAG) {
+                ssize_t r = recv(l.rd.c[evs[i].data.u32 & ~VT_READER_TAG].fd, buf, sizeof(buf), 0);
+                if (r > 0)
+                    vt_reader_input(&l.rd, evs[i].data.u32 & ~VT_READER_TAG, buf, r, now);
+                else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                    res->error = r == 0 ? ECONNRESET : errno, snprintf(res->message, sizeof(res->message), "the replica closed a reader");
+                continue;
+            }
             struct lconn *c = &l.c[evs[i].data.u32];
             if (evs[i].events & EPOLLOUT)
                 flush(&l, c, now);
@@ -473,6 +487,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
         res->late += d >= l.ws && d < l.we;
     }
     res->unanswered = res->due > res->answered ? res->due - res->answered : 0;
+    vt_reader_close(&l.rd);
     close(l.ep);
     free(l.c);
     free(l.idle);

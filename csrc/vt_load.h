@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "valkeytrace.h"
+#include "vt_reader.h"
 
 #define VT_LOAD_GET 0
 #define VT_LOAD_SET 1
@@ -27,7 +28,8 @@ struct vt_load_config {
     int op;                 /* VT_LOAD_GET / VT_LOAD_SET */
     uint32_t keyspace;      /* keys key:000000000000 .. keyspace - 1, drawn at random */
     uint32_t value_size;    /* SET's value */
-    double rate;            /* requests due per second */
+    double rate;            /* requests due per second; 0: closed loop (each connection sends its next request
+                             * as its reply comes, latency from the send: the benchmark's model) */
     int arrival;            /* VT_LOAD_POISSON / VT_LOAD_UNIFORM */
     int conns;              /* connections opened first */
     int max_conns;          /* the pool grows to this while requests are due and every connection waits */
@@ -43,6 +45,12 @@ struct vt_load_config {
     uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
                              * 16 hex digits) of the key's latest acknowledged SET, raised as replies come; NULL: none */
     const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
+    const char *replica_host; /* record --replica-get-clients: readers on this replica (vt_reader.h) */
+    int replica_port;
+    int readers;            /* 0: none */
+    uint64_t *seen;         /* keyspace entries: per key the largest sequence a reader saw (NULL: not kept) */
+    uint64_t *reads;        /* 3 x reads_cap: per read in the window, its value's sequence, send, receive */
+    uint64_t reads_cap;
 };
 
 struct vt_load_result {
@@ -60,6 +68,7 @@ struct vt_load_result {
     struct vt_hist service;       /* sent -> its reply read */
     struct vt_hist in_stall;      /* corrected, of the requests due during an injected stall (cfg->stalls) */
     struct vt_hist outside;       /* corrected, of those due outside every stall */
+    struct vt_reader_stats replica; /* the replica readers' GETs (cfg->readers) */
     int error;                    /* 0, or an errno: could not connect */
     char message[160];
 };

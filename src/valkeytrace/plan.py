@@ -158,9 +158,9 @@ class RecordPlan:
         if not self.server.launched:
             raise VTUsageError("--verify-durability kills the server after the last window: it needs a server "
                                "valkeytrace launches, not --attach")
-        if tuple(st.workloads) != ("write-only",) or not st.rates:
-            raise VTUsageError("--verify-durability checks the open-loop client's acknowledged SETs (each value carries "
-                               "its sequence): it needs --workload write-only with --rate")
+        if tuple(st.workloads) != ("write-only",):
+            raise VTUsageError("--verify-durability checks valkeytrace's own client's acknowledged SETs (each value "
+                               "carries its sequence): it needs --workload write-only")
         if min(st.sizes) < 16:
             raise VTUsageError("--verify-durability writes a 16-digit sequence into each value: it needs --sizes of "
                                "16 B or more")
@@ -300,6 +300,7 @@ class RecordOptions:
     embedded_only_given: tuple | list = ()
     replicas: int = 0
     replica_delay_spec: str | None = None
+    replica_get_clients: int = 0
     fsync_error_spec: str | None = None
     rates: tuple = ()
     arrival: str = "poisson"
@@ -339,6 +340,9 @@ def build(o: RecordOptions) -> RecordPlan:
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=o.server_binary, command=tuple(o.server_command), attach_pid=o.attach_pid,
                         as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas)
+    if o.replica_get_clients and (not o.replicas or "write-only" not in o.workloads):
+        raise VTUsageError("--replica-get-clients reads from a replica while the writers write: it needs --replicas N "
+                           "and --workload write-only (or all)")
     if o.replica_delay_spec is not None and not o.replicas:
         raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
     replica_delay = None if o.replica_delay_spec is None else (
@@ -358,7 +362,7 @@ def build(o: RecordOptions) -> RecordPlan:
                         write_clients=o.write_clients, backend=o.backend,
                         sensitivity=tuple(parse_sensitivity(o.sensitivity_spec)) if o.sensitivity_spec else (),
                         sensitivity_runs=o.sensitivity_runs, rates=tuple(o.rates), arrival=o.arrival, set_rate=o.set_rate,
-                        pool=o.pool, demand_pass=o.demand_pass)
+                        pool=o.pool, demand_pass=o.demand_pass, replica_get_clients=o.replica_get_clients)
     plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
                       client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead,
                       verify_durability=o.verify_durability)

@@ -64,6 +64,7 @@ class Settings:
     set_rate: float | None = None  # --set-rate: read-heavy's background SETs open-loop too (else closed loop)
     pool: str = "clients"    # --connections: the open loop's connections (clients: fixed, one in flight; grow)
     demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
+    replica_get_clients: int = 0  # --replica-get-clients: readers on the first replica during write-only
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
@@ -261,7 +262,9 @@ class Recorder:
                                              keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,
                                              arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked,
-                                             stall_log=self.stalls.path if self.stalls is not None else None)
+                                             stall_log=self.stalls.path if self.stalls is not None else None,
+                                             replica_port=self.replicas.targets[0].port if self.replicas else None,
+                                             replica_readers=s.replica_get_clients)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit

@@ -105,16 +105,21 @@ def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
                               binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
 
 
-def _replicas(plan: RecordPlan, target: Target, run_as):
+def _replicas(plan: RecordPlan, target: Target, run_as, offload):
+    """The replicas, synced; under --offload-replicas replica-blocking each preloads the shim, which reads the
+    primary's committed offsets from its offload file."""
     from valkeytrace.server.replicas import ReplicaSet
+    from valkeytrace.tracers.emulation import shim_library
     from valkeytrace.tracers.factory import make_tracer
 
     s, e, t = plan.server, plan.emulation, plan.tracer
+    blocking = offload is not None and e.offload == "durable" and e.offload_replicas == "replica-blocking"
+    extra = {"VALKEYTRACE_REPLICA_COMMIT": offload.path, "LD_PRELOAD": shim_library()} if blocking else None
     replicas = ReplicaSet(target, s.replicas,
                           lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
                                               t.loop_sample, t.socket_writes),
                           appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s)
+                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra)
     replicas.wait_synced()
     return replicas
 
@@ -319,7 +324,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         if s.replicas:
-            p.replicas = _replicas(plan, target, run_as)
+            p.replicas = _replicas(plan, target, run_as, p.offload)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
             target.drain_state = p.offload.state

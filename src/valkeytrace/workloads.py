@@ -21,7 +21,7 @@ class Workload:
 WORKLOADS = (
     Workload("read-heavy", "GET", ("GET", "SET"), "Read-heavy (GET + SET)",
              "GET c={get_clients} + c={set_clients} background SET"),
-    Workload("write-only", "SET", ("SET",), "Write-only (SET)", "isolated SET c={write_clients}"),
+    Workload("write-only", "SET", ("SET", "REPLICA_GET"), "Write-only (SET)", "isolated SET c={write_clients}"),
     Workload("none", None),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}

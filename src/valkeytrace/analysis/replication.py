@@ -58,7 +58,8 @@ class Replication:
     early_checked: int = 0
     # what a replica held that the primary had not made durable (the kernel's timestamps): {writes (checked),
     # writes_seen_dirty (their bytes reached the replica before the primary's sync ended), window_p50_us,
-    # window_p99_us (that sync's end - the arrival), reads, reads_dirty (no replica reader yet: null)}
+    # window_p99_us (that sync's end - the arrival; 0 for a clean write), reads, reads_checked, reads_dirty
+    # (--replica-get-clients: _reads below; null without readers)}
     dirty: dict | None = None
     components_us: dict = field(default_factory=dict)
     decomposed: int = 0                 # probes decomposed (of `probes`)
@@ -154,6 +155,24 @@ def _middle(parts: list[tuple[float, dict]]) -> dict:
     return {k: round(float(np.mean([p[k] for p in mid])), 1) for k in mid[0]}
 
 
+def _reads(runs: list[Run]) -> dict:
+    """replication.dirty's reads: the replica readers' GETs (--replica-get-clients), and of those the kernel shows
+    answered before the primary could have made their value durable (replink.dirty_reads), over the logged sample
+    (every log_stride-th read) scaled back to the reads."""
+    rr = [(r, r.replica_reads) for r in runs if r.replica_reads is not None and r.server is not None]
+    if not rr:
+        return {"reads": None, "reads_dirty": None}
+    checked = dirty = 0
+    for r, x in rr:
+        primary = replink.node_events(r.server)
+        if primary is None:
+            continue
+        c, d = replink.dirty_reads(primary, np.asarray(x.log.get("write_ns", []), dtype=np.int64),
+                                   np.asarray(x.log.get("recv_ns", []), dtype=np.int64))
+        checked, dirty = checked + c * x.log_stride, dirty + d * x.log_stride
+    return {"reads": sum(x.reads for _, x in rr), "reads_checked": checked, "reads_dirty": dirty}
+
+
 def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None:
     runs = [decode_as(r, Run) for r in runs]
     probes = [r.replication for r in runs if r.replication]
@@ -182,8 +201,11 @@ def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None
     rec.early_propagated = sum(lk.early for _, ls in links for lk in ls)
     rec.early_checked = sum(lk.checked for _, ls in links for lk in ls)
     window = np.concatenate([lk.dirty_window_ns for _, ls in links for lk in ls]) / 1e3
-    rec.dirty = {"writes": sum(lk.dirty_checked for _, ls in links for lk in ls), "writes_seen_dirty": int(len(window)),
-                 "window_p50_us": _p(window, 50), "window_p99_us": _p(window, 99), "reads": None, "reads_dirty": None}
+    checked = sum(lk.dirty_checked for _, ls in links for lk in ls)
+    # the exposure over every write checked: 0 for one whose bytes arrived after it was durable
+    exposure = np.concatenate([window, np.zeros(max(0, checked - len(window)))])
+    rec.dirty = {"writes": checked, "writes_seen_dirty": int(len(window)),
+                 "window_p50_us": _p(exposure, 50), "window_p99_us": _p(exposure, 99), **_reads(runs)}
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)
     rec.unjoined_windows = sum(not lk.joined for _, ls in links for lk in ls)
     rec.lost_events = sum(int((r.server.lost_events if r.server else 0) or 0)

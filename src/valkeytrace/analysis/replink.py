@@ -320,9 +320,13 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     p_acks_t, _ = primary.moved(pl, RECV)
 
     def carried_by(arrive, rd, reply):
-        """(the primary's sync that made it durable, the link write that carried it) of a write"""
+        """(the primary's sync that made it durable, the link write that carried it) of a write: the first link
+        write after the primary read it when that one left before the sync (the stream leaves at once), else the
+        first after the sync (the stream held until durable)"""
         p1 = int(_last_at_or_before(sync_end, reply))
-        j = int(np.searchsorted(st, max(rd, p1) if p1 >= arrive else rd, side="left"))
+        j = int(np.searchsorted(st, rd, side="left"))
+        if p1 >= arrive and not (j < len(st) and early_w[j] and 0 <= arrival[j] < p1):
+            j = int(np.searchsorted(st, max(rd, p1), side="left"))
         return p1, (j if j < len(st) and arrival[j] >= 0 and read[j] >= 0 else None)
 
     prev = {}
@@ -363,6 +367,22 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
         chains.append((p0, points))
     return Link(np.asarray(lag, dtype=np.int64), np.asarray(lag_d, dtype=np.int64), early, int(len(st)), chains, bad,
                 bool((read >= 0).any()), np.asarray(dirty, dtype=np.int64), checked)
+
+
+def dirty_reads(primary: NodeEvents, write_ns: np.ndarray, recv_ns: np.ndarray) -> tuple[int, int]:
+    """(reads checked, of which dirty) of replica reads, each a value's SET send and the read's reply (CLOCK_MONOTONIC).
+    The value cannot be durable on the primary before the first sync that began after that send has ended (its AOF
+    write came after the send, its sync after the write): a read answered before that is certainly of a value not yet
+    durable. A read is checked when the window holds the syncs that could make it durable (its value sent after the
+    window's first sync began, its reply read before the last one ended)."""
+    ss, se = primary.sync_start, primary.sync_end
+    if not len(ss) or not len(write_ns):
+        return 0, 0
+    soonest = np.minimum.accumulate(se[::-1])[::-1]
+    i = np.searchsorted(ss, write_ns, side="left")
+    checked = (i < len(ss)) & (write_ns >= ss[0]) & (recv_ns <= se.max())
+    durable_not_before = soonest[np.minimum(i, len(ss) - 1)]
+    return int(checked.sum()), int((checked & (recv_ns < durable_not_before)).sum())
 
 
 COMPONENTS = ("primary_durability_us", "link_us", "replica_apply_us", "replica_aof_us", "replica_ack_us",

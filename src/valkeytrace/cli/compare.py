@@ -68,9 +68,9 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The candidate's --offload-gather (record); auto: the smallest window under which one job carries "
                    "every write client's write, as the pipeline model finds it from the first baseline launch "
                    "(valkeytrace predict --offload-gather auto).")
-@click.option("--baseline-offload-replicas", type=click.Choice(["immediate", "committed"]),
+@click.option("--baseline-offload-replicas", type=click.Choice(["immediate", "committed", "replica-blocking"]),
               help="The baseline's stream to replicas under the durable offload (record --offload-replicas).")
-@click.option("--candidate-offload-replicas", type=click.Choice(["immediate", "committed"]),
+@click.option("--candidate-offload-replicas", type=click.Choice(["immediate", "committed", "replica-blocking"]),
               help="The candidate's stream to replicas under the durable offload (record --offload-replicas).")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "

@@ -140,6 +140,10 @@ COMMON = [
                  help="Emulate a failing disk: the Nth fsync/fdatasync the server makes fails with EIO (or ENOSPC), "
                       "nothing synced, as a disk's would (valkey under appendfsync always then exits). Launched "
                       "servers only."),
+    click.option("--replica-get-clients", "replica_get_clients", type=click.IntRange(min=0), default=0, metavar="N",
+                 help="With --replicas and --workload write-only: N readers on the first replica, each GET of the key the "
+                      "writers sent last (the SETs then come from valkeytrace's own client, each value carrying its "
+                      "sequence): ops.REPLICA_GET, and the reads checked against the primary's durability."),
     click.option("--replica-fsync-delay", "replica_delay_spec", metavar="DURATION|none",
                  help="With --replicas: the replicas' own emulated fsync delay (as --inject-fsync-delay; none: "
                       "no delay) [default: the primary's]."),

@@ -47,14 +47,17 @@ from valkeytrace.recorder import Recorder
               help="What the durable offload does over --offload-max-pending: pause (stop reading from clients: their "
                    "requests wait in the kernel's socket buffers) or reject (answer writes with an error, run nothing). "
                    "The server's client-output-buffer-limit (disconnect) applies either way.")
-@click.option("--offload-replicas", "offload_replicas", type=click.Choice(["immediate", "committed"]),
+@click.option("--offload-replicas", "offload_replicas", type=click.Choice(["immediate", "committed", "replica-blocking"]),
               default="immediate", show_default=True,
               help="With --emulate-offload durable and --replicas: the stream to replicas. immediate: it leaves at once, "
                    "as #3381 was reviewed (a replica may serve writes not yet durable on the primary); committed: every "
-                   "byte waits until the AOF bytes before it are durable (a full sync's end too).")
+                   "byte waits until the AOF bytes before it are durable (a full sync's end too); replica-blocking: it "
+                   "leaves at once, and each replica holds replies to reads of keys written past the primary's "
+                   "committed offset.")
 @click.option("--verify-durability", is_flag=True,
               help="After the last window, kill the server (SIGKILL), load its AOF into a plain server and look up "
-                   "every SET the clients saw acknowledged (--workload write-only with --rate): runs[].durability_check.")
+                   "every SET the clients saw acknowledged (--workload write-only; its SETs from valkeytrace's own client, closed "
+                   "loop or --rate): runs[].durability_check; with --replica-get-clients, phantom reads too.")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "

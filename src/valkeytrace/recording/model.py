@@ -230,6 +230,18 @@ class DurabilityCheck(Record):
     examples: list[dict] = _l()  # a few missing: key, the acknowledged sequence, what the reload holds
     method: str | None = None    # how it was checked
     error: str | None = None     # why it could not be (then nothing is claimed)
+    replica_reads_checked: NonNegInt | None = None  # keys a replica reader read a sequenced value of
+    phantom_reads: NonNegInt | None = None  # of which the reload lacks the latest value read and every later one
+    phantom_examples: list[dict] = _l()  # a few of them
+
+
+class ReplicaReads(Record):
+    readers: NonNegInt = 0       # connections reading from the replica
+    reads: NonNegInt = 0         # GETs answered whose send was in the window (REPLICA_GET's requests)
+    misses: NonNegInt = 0        # of which nil
+    with_sequence: NonNegInt = 0  # of which a value carrying its SET's sequence
+    log_stride: NonNegInt = 1    # the log keeps every log_stride-th of those (a uniform sample)
+    log: dict[str, list[int]] = _d()  # write_ns (the value's SET sent), send_ns, recv_ns: CLOCK_MONOTONIC
 
 
 class Run(Record):
@@ -256,6 +268,7 @@ class Run(Record):
     load: Load | None = None     # record --rate: the open loop's rate (null: a closed loop)
     memory: MemorySeries | None = None  # what the server held over the window, sampled (tracers/memory.py)
     durability_check: DurabilityCheck | None = None  # --verify-durability (the launch's last run): acked writes reloaded
+    replica_reads: ReplicaReads | None = None  # --replica-get-clients: the replica readers' reads
 
 
 class ServerInfo(Record):

@@ -19,8 +19,10 @@ def _replication(client) -> dict:
 
 class ReplicaSet:
     def __init__(self, primary, n: int, make_tracer, *, appendfsync: str, io_threads: int | None,
-                 server_config: dict | None, binary: str | None, run_as=None, ready_timeout_s: float = 15.0):
-        """primary: the launched server; make_tracer(): a new tracer like the primary's."""
+                 server_config: dict | None, binary: str | None, run_as=None, ready_timeout_s: float = 15.0,
+                 env_extra: dict | None = None):
+        """primary: the launched server; make_tracer(): a new tracer like the primary's; env_extra: more of the
+        replicas' environment (LD_PRELOAD joins what the tracer preloads)."""
         from valkeytrace.server import process as srv
 
         self.primary = primary
@@ -32,6 +34,9 @@ class ReplicaSet:
                 tracer = make_tracer()
                 self.tracers.append(tracer)
                 env = {**os.environ, **tracer.launch_env()}
+                for k, v in (env_extra or {}).items():
+                    have = env.get(k) if k == "LD_PRELOAD" else None
+                    env[k] = v if not have else have if v in have.split() else f"{have} {v}"
                 if run_as:
                     tracer.chown_region(*run_as)
                 self.targets.append(srv.EmbeddedServer(appendfsync=appendfsync, io_threads=io_threads,

@@ -18,7 +18,7 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 5, 8
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 6, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
 COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
@@ -30,7 +30,7 @@ COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_
 # what the server holds right now (read at any moment: the memory sampler's; never differenced)
 GAUGES = ("held_now", "behind_now", "held_bytes_now", "dirty_keys_now", "pending_now")
 OVERFLOW = {"none": 0, "pause": 1, "reject": 2}  # VT_OVERFLOW_* (csrc/offload_layout.h)
-REPLICAS = {"immediate": 0, "committed": 1}  # VT_REPLICAS_*: the stream to a replica's link
+REPLICAS = {"immediate": 0, "committed": 1, "replica-blocking": 2}  # VT_REPLICAS_*: the stream to a replica's link
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
                        + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("pad2", "<u4")]
@@ -44,7 +44,9 @@ CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_
                           ("overflow", "<u4"), ("replicas", "<u4"), ("logfile", "S256"),
                           ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
-SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE)])
+LINK_DTYPE = np.dtype([("port", "<u4"), ("pad", "<u4"), ("sent", "<u8"), ("committed", "<u8")])
+REPLICA_LINKS = 8
+SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE), ("links", LINK_DTYPE, (REPLICA_LINKS,))])
 # VT_CMD_F_* (csrc/offload_layout.h)
 F_WRITE, F_READONLY, F_WIDE_READ, F_BLOCKING, F_MOVABLE, F_CONTAINER, F_NOKEYS, F_DURABILITY = (
     0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80)
@@ -58,7 +60,12 @@ REPLICAS_DESCRIPTION = {"immediate": "the stream to replicas leaves at once, as 
                                      "immediate): a replica may serve writes not yet durable on the primary",
                         "committed": "the stream to replicas holds every byte until the AOF bytes queued before it are "
                                      "durable (--offload-replicas committed: the committed part of the backlog; a full "
-                                     "sync's payload and its end wait alike)"}
+                                     "sync's payload and its end wait alike)",
+                        "replica-blocking": "the stream to replicas leaves at once and each replica holds replies to "
+                                            "reads of keys written past the primary's committed offset (--offload-replicas "
+                                            "replica-blocking: the offset read from the primary's shared file, where the "
+                                            "sync-replication design would send REPLCONF COMMIT)"}
+REPLICA_MODES = tuple(REPLICAS_DESCRIPTION)
 DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's AOF write and fdatasync run on "
                           "the shim's vt_offload thread, replies to writes and reads of keys not yet durable held "
                           "until their batch is durable",

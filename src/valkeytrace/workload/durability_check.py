@@ -34,6 +34,7 @@ class AckedWrites:
     def __init__(self, keyspace: int):
         self.keyspace = keyspace
         self.latest = np.zeros(keyspace, dtype=np.uint64)
+        self.seen = np.zeros(keyspace, dtype=np.uint64)  # replica readers (--replica-get-clients): the latest read
         self.writes = 0
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-acked-")
         self._n = 0
@@ -42,13 +43,14 @@ class AckedWrites:
         self._n += 1
         return os.path.join(self.dir, f"run-{self._n}.u64")
 
-    def merge(self, path: str, writes: int) -> None:
+    def merge(self, path: str, writes: int, into: str = "latest") -> None:
+        """A run's file folded into `latest` (acknowledged) or `seen` (what replica readers read)."""
         try:
             got = np.fromfile(path, dtype=np.uint64)
         except OSError:
             return
         if got.size == self.keyspace:
-            np.maximum(self.latest, got, out=self.latest)
+            np.maximum(getattr(self, into), got, out=getattr(self, into))
             self.writes += writes
         os.unlink(path)
 
@@ -64,7 +66,8 @@ def _sequence(value: bytes | None) -> int | None:
 
 
 def _compare(client, latest: np.ndarray) -> tuple[int, int, list[dict]]:
-    """(keys checked, missing, examples) against a server that loaded the AOF."""
+    """(keys checked, missing, examples) against a server that loaded the AOF: a key is missing when the
+    reload lacks latest[k] and every later value of it."""
     keys = np.flatnonzero(latest)
     missing, examples = 0, []  # type: int, list[dict]
     for i in range(0, keys.size, BATCH):
@@ -103,13 +106,16 @@ def verify(binary: str, aof_dir: str, appenddirname: str, acked: AckedWrites) ->
             while int(client.info("persistence").get("loading", 0)) and time.monotonic() < deadline:
                 time.sleep(0.05)
             checked, missing, examples = _compare(client, acked.latest)
+            seen, phantoms, phantom_examples = _compare(client, acked.seen) if acked.seen.any() else (0, 0, [])
         finally:
             server.stop()
     except (OSError, VTError) as exc:
         return {**out, "error": f"the reload failed: {exc}"}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {**out, "acked": checked, "acked_missing": missing, "examples": examples}
+    return {**out, "acked": checked, "acked_missing": missing, "examples": examples,
+            **({"replica_reads_checked": seen, "phantom_reads": phantoms, "phantom_examples": phantom_examples}
+               if acked.seen.any() else {})}
 
 
 def _plain_env() -> dict:

@@ -36,6 +36,7 @@ LATE_NS = 1_000_000     # sent this long after it was due: late (the client coul
 # 511 by default, drops the SYNs beyond it and connect() waits a second for its retransmit: a client
 # that kept opening connections through a 1 s pause sent late and read p99 1.2 s for 0.95 s)
 MAX_CONNS = 256
+READS_LOGGED = 16384  # replica reads logged per run (a uniform sample past that: every log_stride-th)
 
 
 class OpenLoopError(VTError):
@@ -68,6 +69,9 @@ class Spec:
     connections: int | None = None
     acked_path: str | None = None  # SET, --verify-durability: each key's latest acknowledged sequence, written here
     stall_log: str | None = None   # the shim's stall log (tracers/stalls.py): latencies split by stall
+    replica_port: int | None = None  # --replica-get-clients: readers on this replica (csrc/vt_reader.c)
+    readers: int = 0
+    seen_path: str | None = None   # and each key's largest sequence they read, written here
 
 
     def argv(self) -> list[str]:
@@ -77,7 +81,9 @@ class Spec:
                 str(self.value_size), "--arrival", self.arrival, "--seed", str(self.seed)] + (
                     ["--connections", str(self.connections)] if self.connections else []) + (
                     ["--acked-file", self.acked_path] if self.acked_path else []) + (
-                    ["--stall-log", self.stall_log] if self.stall_log else [])
+                    ["--stall-log", self.stall_log] if self.stall_log else []) + (
+                    ["--replica-port", str(self.replica_port), "--readers", str(self.readers)]
+                    if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else [])
 
 
 def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
@@ -96,6 +102,14 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
+    if spec.rate == 0:  # closed loop: one request in flight on each connection, the next sent as it is answered
+        cfg.conns = cfg.max_conns = spec.connections or 50
+        cfg.hold = 1
+    if spec.readers and spec.replica_port:
+        keep.append(ffi.new("char[]", spec.host.encode()))
+        cfg.replica_host, cfg.replica_port, cfg.readers = keep[-1], spec.replica_port, spec.readers
+        keep.append(ffi.new("uint64_t[]", 3 * READS_LOGGED))
+        cfg.reads, cfg.reads_cap = keep[-1], READS_LOGGED
     return cfg
 
 
@@ -123,12 +137,16 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
         stall_map = map_readonly(spec.stall_log)
         if stall_map is not None:
             cfg.stalls = ffi.from_buffer(stall_map)
+    seen = ffi.new("uint64_t[]", max(1, spec.keyspace)) if spec.seen_path and spec.readers else None
+    if seen is not None:
+        cfg.seen = seen
     res = ffi.new("struct vt_load_result *")
     pool = max(cfg.max_conns, MAX_CONNS)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < pool + 64:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, pool + 256), hard))
     cpu0 = time.process_time()
+    clock_offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()  # a sequence -> CLOCK_MONOTONIC
     lib.vt_load_run(cfg, res)
     cpu_s = time.process_time() - cpu0
     if res.error:
@@ -137,6 +155,10 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
         import numpy as np
 
         np.frombuffer(ffi.buffer(acked), dtype=np.uint64).tofile(spec.acked_path)
+    if seen is not None and spec.seen_path:
+        import numpy as np
+
+        np.frombuffer(ffi.buffer(seen), dtype=np.uint64).tofile(spec.seen_path)
     split = {name: _hist(getattr(res, name)) for name in ("in_stall", "outside")} if stall_map is not None else {}
     counts = {k: int(getattr(res, k)) for k in ("due", "sent", "answered", "answered_in_window", "answered_drained",
                                                  "late", "errors", "unanswered", "rejected", "acked", "conns",
@@ -145,7 +167,20 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
             "window_s": (res.window_end_ns - res.window_start_ns) / 1e9, **counts,
             "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
             "cpu_s": cpu_s, "pool": "fixed" if spec.connections else "grow",
-            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}
+            "corrected": _hist(res.corrected), "service": _hist(res.service), **split,
+            **({"replica": _replica(ffi, cfg, res.replica, clock_offset)} if spec.readers else {})}
+
+
+def _replica(ffi, cfg, st, clock_offset: int) -> dict:
+    """The replica readers' counts, latency and their reads' log (every log_stride-th read with a sequence):
+    the value's SET sent, the GET sent, its reply read, all CLOCK_MONOTONIC ns."""
+    import numpy as np
+
+    log = np.frombuffer(ffi.buffer(cfg.reads, 3 * 8 * int(st.logged)), dtype=np.uint64).reshape(-1, 3).astype(np.int64)
+    return {"reads": int(st.reads), "misses": int(st.misses), "with_sequence": int(st.with_seq),
+            "log_stride": int(st.log_stride or 1), "latency": _hist(st.latency),
+            "log": {"write_ns": (log[:, 0] - clock_offset).tolist(), "send_ns": log[:, 1].tolist(),
+                    "recv_ns": log[:, 2].tolist()}}
 
 
 def op_record(result: dict) -> dict:
@@ -162,13 +197,14 @@ def op_record(result: dict) -> dict:
     # server's pace, not the window's
     achieved = result["answered_drained"] / max(w, result["answered_span_s"])
     pct = (lambda h, q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
-    return {"role": "measured", "mode": "open", "clients": result["conns"], "tps": round(achieved, 2),
+    closed = not result["rate"]
+    return {"role": "measured", "mode": "closed" if closed else "open", "clients": result["conns"], "tps": round(achieved, 2),
             "requests": result["answered"], "seconds": round(w, 3),
             "mean_us": round(corrected.mean_ns / 1e3, 1) if corrected.count else None,
             "p50_us": pct(corrected, 50), "p95_us": pct(corrected, 95), "p99_us": pct(corrected, 99),
             "max_us": round(corrected.max_ns / 1e3, 1) if corrected.count else None,
-            "offered_rate": round(offered, 2), "achieved_rate": round(achieved, 2),
-            "saturated": achieved < SATURATED_SHARE * offered,
+            "offered_rate": None if closed else round(offered, 2), "achieved_rate": None if closed else round(achieved, 2),
+            "saturated": None if closed else achieved < SATURATED_SHARE * offered,
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
             "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
             "pool": result["pool"], "held": result["held"], "held_max": result["held_max"],
@@ -177,10 +213,33 @@ def op_record(result: dict) -> dict:
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
             "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
             "corrected_hist": result["corrected"], "service_hist": result["service"], **_by_stall(result),
-            "note": f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
-                    + (f"{result['conns']} connections, one request in flight each"
-                       if result["pool"] == "fixed" else "a pool that grows, then pipelines")
-                    + ", latency from each one's due moment (corrected); service time from its send"}
+            "note": (f"closed loop (valkeytrace's client): {result['conns']} connections, one request in flight each, "
+                     "the next sent as it is answered; latency from its send" if closed else
+                     f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
+                     + (f"{result['conns']} connections, one request in flight each"
+                        if result["pool"] == "fixed" else "a pool that grows, then pipelines")
+                     + ", latency from each one's due moment (corrected); service time from its send")}
+
+
+def replica_op_record(result: dict, readers: int) -> dict:
+    """`ops.REPLICA_GET`: the replica readers' GETs (each of the key the writers sent last), closed loop."""
+    from valkeytrace.histogram import LatencyHistogram
+
+    r = result["replica"]
+    h = LatencyHistogram.from_dict(r["latency"])
+    w = result["window_s"] or 1.0
+    pct = (lambda q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
+    return {"role": "replica-reader", "mode": "closed", "clients": readers, "tps": round(r["reads"] / w, 2),
+            "requests": r["reads"], "seconds": round(w, 3), "mean_us": round(h.mean_ns / 1e3, 1) if h.count else None,
+            "p50_us": pct(50), "p95_us": pct(95), "p99_us": pct(99), "max_us": round(h.max_ns / 1e3, 1) if h.count else None,
+            "service_hist": r["latency"],
+            "note": f"{readers} readers on the replica, one GET in flight each, each of the key the writers sent last"}
+
+
+def replica_reads(result: dict, readers: int) -> dict:
+    """runs[].replica_reads: the counts and the reads' log (recording/model.ReplicaReads)."""
+    r = result["replica"]
+    return {"readers": readers, **{k: r[k] for k in ("reads", "misses", "with_sequence", "log_stride", "log")}}
 
 
 def _by_stall(result: dict) -> dict:
@@ -254,6 +313,8 @@ class OpenLoopClient:
             raise OpenLoopError(f"the open-loop client failed: {last}")
         if self.acked is not None and self.spec.acked_path:
             self.acked.merge(self.spec.acked_path, result.get("acked", 0))
+        if self.acked is not None and self.spec.seen_path:
+            self.acked.merge(self.spec.seen_path, 0, into="seen")
         return result
 
 
@@ -271,11 +332,15 @@ def main(argv=None) -> int:
     ap.add_argument("--connections", type=int, default=None)
     ap.add_argument("--acked-file", default=None)
     ap.add_argument("--stall-log", default=None)
+    ap.add_argument("--replica-port", type=int, default=None)
+    ap.add_argument("--readers", type=int, default=0)
+    ap.add_argument("--seen-file", default=None)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections, a.acked_file, a.stall_log), marker_fd=sys.stdout.fileno())
+                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file),
+                   marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1

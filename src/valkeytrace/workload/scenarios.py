@@ -25,7 +25,7 @@ from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
-from valkeytrace.workload.openloop import OpenLoopClient, Spec, op_record
+from valkeytrace.workload.openloop import OpenLoopClient, Spec, op_record, replica_op_record, replica_reads
 from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, calibrate,
                                             client_argv, measured_client, run_measured, run_requests)
 
@@ -59,12 +59,19 @@ class Load:
     keyspace_state: dict | None = field(default=None, compare=False)
     acked: Any = field(default=None, compare=False)  # --verify-durability: durability_check.AckedWrites
     stall_log: str | None = None  # the shim's stall log (tracers/stalls.py): open-loop latencies split by stall
+    replica_port: int | None = None  # --replica-get-clients: readers on this replica during write-only
+    replica_readers: int = 0
 
-    def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int) -> "OpenLoopClient":
+    def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
+                  readers: bool = False) -> "OpenLoopClient":
+        """rate 0: a closed loop over `clients` connections; readers: the replica readers beside it."""
         path = self.acked.next_path() if self.acked is not None and op == "SET" else None
+        readers = readers and bool(self.replica_readers and self.replica_port)
+        seen = self.acked.next_path() if readers and self.acked is not None else None
         spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
-                    connections=clients if self.pool == "clients" else None, acked_path=path,
-                    stall_log=self.stall_log)
+                    connections=clients if self.pool == "clients" or not rate else None, acked_path=path,
+                    stall_log=self.stall_log, replica_port=self.replica_port if readers else None,
+                    readers=self.replica_readers if readers else 0, seen_path=seen)
         return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
@@ -263,9 +270,14 @@ class WriteOnly:
         if ld.keyspace_state is not None and ld.keyspace_state.get("size") != size:
             ld.keyspace_state.clear()  # its SETs leave values of another size among the keys
         begin, end = window(())
-        if ld.rate:  # open loop (record --rate): latency from each SET's due moment
-            result = ld.open_loop("SET", ld.rate, size, duration_s, ld.write_clients).run(begin, end)
+        # open loop (record --rate): latency from each SET's due moment; or valkeytrace's client in a closed loop
+        # when values must carry their sequence (--verify-durability) or readers follow the writers on a replica
+        if ld.rate or ld.acked is not None or ld.replica_readers:
+            result = ld.open_loop("SET", ld.rate or 0.0, size, duration_s, ld.write_clients, readers=True).run(begin, end)
             run["ops"]["SET"] = op_record(result)
+            if "replica" in result:
+                run["ops"]["REPLICA_GET"] = replica_op_record(result, ld.replica_readers)
+                run["replica_reads"] = replica_reads(result, ld.replica_readers)
             return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
         report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
                               on_start=begin, on_end=end, memo=ld.memo(run, "SET", size))
