@@ -257,7 +257,7 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
         l->inflight[p.key]--;
     /* acknowledged: the latest of this key's kept, as the oldest write the reload may hold instead (one in
      * flight beside it on another connection may have run after it: the server orders connections) */
-    if (c->kind == '+' && p.seq) {
+    if (c->kind == '+' && p.seq && l->cfg->acked) {
         l->res->acked++;
         if (p.seq > l->latest[p.key])
             l->latest[p.key] = p.seq, l->cfg->acked[p.key] = p.floor;
@@ -341,7 +341,7 @@ static int build_request(struct loader *l)
     if (cfg->op == VT_LOAD_SET) {
         len += (size_t)snprintf(l->req + len, cap - len, "$%u\r\n", vs);
         memset(l->req + len, 'x', vs);
-        l->val_at = cfg->acked && vs >= 16 ? (uint32_t)len : 0;
+        l->val_at = (cfg->acked || cfg->readers) && vs >= 16 ? (uint32_t)len : 0;
         len += vs;
         len += (size_t)snprintf(l->req + len, cap - len, "\r\n");
     }

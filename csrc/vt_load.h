@@ -47,7 +47,7 @@ struct vt_load_config {
     const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
     const char *replica_host; /* record --replica-get-clients: readers on this replica (vt_reader.h) */
     int replica_port;
-    int readers;            /* 0: none */
+    int readers;            /* 0: none (with readers, SET values carry their sequence, as with acked) */
     uint64_t *seen;         /* keyspace entries: per key the largest sequence a reader saw (NULL: not kept) */
     uint64_t *reads;        /* 3 x reads_cap: per read in the window, its value's sequence, send, receive */
     uint64_t reads_cap;

@@ -343,6 +343,8 @@ def build(o: RecordOptions) -> RecordPlan:
     if o.replica_get_clients and (not o.replicas or "write-only" not in o.workloads):
         raise VTUsageError("--replica-get-clients reads from a replica while the writers write: it needs --replicas N "
                            "and --workload write-only (or all)")
+    if o.replica_get_clients and min(o.sizes) < 16:
+        raise VTUsageError("--replica-get-clients reads each value's 16-digit sequence: it needs --sizes of 16 B or more")
     if o.replica_delay_spec is not None and not o.replicas:
         raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
     replica_delay = None if o.replica_delay_spec is None else (

@@ -26,6 +26,7 @@ static void *track_realloc(void *p, size_t n)
     return realloc(p, n);
 }
 #include "../../csrc/vt_load.c"
+#include "../../csrc/vt_reader.c"
 #define realloc track_realloc /* the queues grow in vt_grow */
 #include "../../csrc/vt_arrivals.c"
 #undef realloc

@@ -73,11 +73,15 @@ def test_reject_counts_rejected_writes_and_loses_no_acknowledged_one(tmp_path):
 
 def test_the_durability_check_finds_what_early_ack_loses(tmp_path):
     """The witness can fail: early-ack answers SETs before their fdatasync; killed with its queue full (the
-    launch's last window ends inside a stall or just after it), acknowledged writes are missing."""
-    side = _record(tmp_path, "early", "--emulate-offload", "early-ack", "--verify-durability", stall="2s/2.4s")
+    launch's last window ends inside a stall or just after it), acknowledged writes are missing; and a reader on
+    a replica (whose stream leaves at once) read values the reloaded primary lacks: phantom reads."""
+    side = _record(tmp_path, "early", "--emulate-offload", "early-ack", "--verify-durability", "--replicas", "1",
+                   "--replica-get-clients", "4", "--replica-fsync-delay", "none", stall="2s/2.4s")
     dc = side["durability_check"]
     assert dc["acked"] > 1000 and dc["acked_missing"] > 0, dc
     assert dc["examples"] and dc["examples"][0]["key"].startswith("key:")
+    assert dc["replica_reads_checked"] > 100 and dc["phantom_reads"] > 0, dc
+    assert dc["phantom_examples"][0]["key"].startswith("key:")
 
 
 def test_everysec_buffers_while_its_fsync_stalls(tmp_path):

@@ -25,6 +25,9 @@ COMMON = ("--replicas", "1", "--workload", "write-only", "--sizes", "64", "--io-
           "--backend", "ebpf")
 
 
+READERS = ("--replica-get-clients", "4", "--replica-fsync-delay", "none")
+
+
 def _record(path, *args, duration=2, repeat=1):
     res = vt("record", *COMMON, "--duration", duration, "--repeat", repeat, *args, "-o", path, timeout=400)
     skip_unless_recorded(res)
@@ -101,8 +104,10 @@ def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_a
     early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "early-ack",
                     duration=1)["replication"]
     assert early["early_checked"] >= 100 and early["early_propagated"] >= 0.5 * early["early_checked"], early
-    # the durable offload as #3381 was reviewed (the default): its replies wait, its stream does not
-    imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", duration=1)
+    # the durable offload as #3381 was reviewed (the default): its replies wait, its stream does not; readers on
+    # the replica (whose own fsync is not delayed) follow the writers
+    imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", *READERS,
+                  duration=1)
     assert imm["replication"]["early_propagated"] >= 0.5 * imm["replication"]["early_checked"], imm["replication"]
     # per SET, from the kernel: its bytes reached the replica before the primary's sync that made it durable
     # ended, by most of that sync (+2 ms each)
@@ -111,12 +116,24 @@ def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_a
     assert dirty["window_p50_us"] >= 1000, dirty
     off = report_json(tmp_path / "i.vtrace")["runs"][0]["emulation"]["offload"]
     assert off["stream_dirty_bytes"] >= 0.5 * off["stream_bytes"] > 0 and off["stream_held_bytes"] == 0, off
+    # its readers read values the primary had not made durable: answered before the first sync that began
+    # after the value's SET was sent had ended (the kernel's syncs)
+    assert dirty["reads"] >= 100 and dirty["reads_dirty"] > 0, dirty
+    imm_get = imm["ops"]["REPLICA_GET"]["p50_us"]
     durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
-                      "--offload-replicas", "committed", duration=1.5)
+                      "--offload-replicas", "committed", *READERS, duration=1.5)
     r = durable["replication"]
     assert r["early_propagated"] == 0 and r["early_checked"] >= 100, r
     assert r["dirty"]["writes"] >= 100 and r["dirty"]["writes_seen_dirty"] == 0, r["dirty"]
+    assert r["dirty"]["reads_checked"] >= 100 and r["dirty"]["reads_dirty"] == 0, r["dirty"]
     assert r["lag_p50_us"] >= 1900, r  # held until its job (>= 2 ms) ended
+    # replica-blocking: the stream leaves at once, the replica holds reads of keys written past the committed
+    # offset: no dirty read, and the readers pay (their keys were just written: each waits for a job of >= 2 ms)
+    rb = _record(tmp_path / "b.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
+                 "--offload-replicas", "replica-blocking", *READERS, duration=1)
+    d = rb["replication"]["dirty"]
+    assert d["writes_seen_dirty"] >= 0.5 * d["writes"] and d["reads_checked"] >= 100 and d["reads_dirty"] == 0, d
+    assert rb["ops"]["REPLICA_GET"]["p50_us"] > max(1000, 3 * imm_get), (imm_get, rb["ops"]["REPLICA_GET"])
     doc = report_json(tmp_path / "d.vtrace")
     off = doc["runs"][0]["emulation"]["offload"]
     assert off["stream_bytes"] > 0 and off["stream_held_bytes"] >= 0.5 * off["stream_bytes"], off

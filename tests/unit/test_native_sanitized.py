@@ -22,6 +22,7 @@ def test_region_reader_and_histogram_under_sanitizers(tmp_path, gcc):
 
 
 OFFLOAD_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_state.c", "offload_conn.c", "offload_req.c",
+                   "offload_links.c", "replica_hold.c",
                    "vt_cmds.c", "vt_resp.c"]
 
 
