@@ -169,7 +169,8 @@ def _label(plan: RecordPlan, server: dict) -> str:
     if plan.label:
         return plan.label
     if e.offload:
-        return f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
+        return (f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
+                + (f"-replicas-{e.offload_replicas}" if plan.server.replicas and e.offload == "durable" else ""))
     return default_label(server, other_binary=plan.server.binary is not None)
 
 

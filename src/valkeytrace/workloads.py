@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SATURATED_SHARE = 0.99  # an open-loop op answered below this share of what was offered: saturated
+REPLICA_OP = "REPLICA_GET"  # record --replica-get-clients: the replica readers' GETs, an op of write-only runs
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Workload:
 WORKLOADS = (
     Workload("read-heavy", "GET", ("GET", "SET"), "Read-heavy (GET + SET)",
              "GET c={get_clients} + c={set_clients} background SET"),
-    Workload("write-only", "SET", ("SET", "REPLICA_GET"), "Write-only (SET)", "isolated SET c={write_clients}"),
+    Workload("write-only", "SET", ("SET", REPLICA_OP), "Write-only (SET)", "isolated SET c={write_clients}"),
     Workload("none", None),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
-from valkeytrace.analysis import (curve, distributions, explain, facts, memory, offload, seed, sensitivity, verdict,
+from valkeytrace.analysis import (curve, distributions, explain, facts, memory, offload, seed, sensitivity, trade, verdict,
                                   whatif)
 from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
@@ -146,6 +146,7 @@ class ReportInput:
     verdict: list | None = None      # verdict.Verdict records (with --compare): what every report prints first
     seed_notes: dict | None = None   # workload -> seed.SeedNote: the seed's table and this host's row of it (compare)
     curves: list | None = None       # curve.Curve per side, op and size: open-loop recordings at two rates or more
+    trades: list | None = None       # trade.ReplicaTrade per cell both sides replicated (compare)
     detail: bool = False             # report --detail: the per-thread tables and the full accounting too
 
     @property
@@ -191,5 +192,6 @@ def analyse(paths_and_docs: list[tuple]) -> ReportInput:
         checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells)
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
         notes = seed.table_notes(comparison, explanation, runs[0].cells, runs[1].cells)
-        return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes, curves=_curves(runs))
+        return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes, curves=_curves(runs),
+                           trades=trade.trades(runs[0], runs[1], comparison))
     return ReportInput(runs, comparison, explanation, checked, verdicts, curves=_curves(runs))

@@ -13,6 +13,7 @@ from valkeytrace.analysis import launches as ln
 from valkeytrace.analysis import replication
 from valkeytrace.analysis.note import Clause, Rule
 from valkeytrace.analysis.tables import MEASURED_OP, MIN_EFFECT, delta_pct, path_bound
+from valkeytrace.workloads import REPLICA_OP
 
 # the mean beside the percentiles: a p50 can lie on another path of the server from launch to
 # launch (one fsync cycle per request or two), the mean cannot (Little's law: the clients'
@@ -121,7 +122,7 @@ def build(comparison, explanation: list, base_sensitivity: list, whatif_checked:
     checks = {w.key: w for w in whatif_checked or []}
     out = []
     for row in comparison.rows:
-        if row.op != MEASURED_OP.get(row.workload):
+        if row.op not in (MEASURED_OP.get(row.workload), REPLICA_OP):
             continue
         for metric in VERDICT_METRICS:
             check_key = (row.workload, row.op, row.value_size, row.rate, metric)

@@ -347,7 +347,7 @@ class EmulationOffload(Record):
     gather_source: str | None = None  # how the gather window was chosen (compare --candidate-offload-gather auto)
     max_pending: NonNegInt | None = None  # --offload-max-pending: the bound (replies held + commands pending)
     overflow: str | None = None  # --offload-overflow over it: pause or reject
-    replicas: str | None = None  # --offload-replicas (with --replicas): immediate or committed
+    replicas: str | None = None  # --offload-replicas (with --replicas): immediate, committed or replica-blocking
     at_exit: AtExit = msgspec.field(default_factory=AtExit)  # what the emulation did as the server ended
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import msgspec
 
 from valkeytrace import workloads
+from valkeytrace.workloads import REPLICA_OP
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import AnalysedRun, ReportInput
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
@@ -18,6 +19,7 @@ from valkeytrace.reporters.sentences import share_tag
 from valkeytrace.reporters.claims import caveat_words, claim, say
 from valkeytrace.reporters.facts_words import fmt_time
 from valkeytrace.reporters.memory_words import memory_note, stall_note
+from valkeytrace.reporters.trade_words import trade_line
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
 
@@ -155,7 +157,7 @@ def client_tables(inp: ReportInput) -> list[ClientTable]:
     predicted = predicted_ops(inp.whatif or [])
     for w in workloads.TABLED:
         workload = w.name
-        cmp_rows = [r for r in cmp.rows if r.workload == workload and r.op == MEASURED_OP[workload]]
+        cmp_rows = [r for r in cmp.rows if r.workload == workload and r.op in (MEASURED_OP[workload], REPLICA_OP)]
         if not cmp_rows:
             continue
         table = []
@@ -335,6 +337,7 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
     for (workload, op, size, rate), by in cells.items():
         if op == vd.REPLICATION_OP:
             out.append(_replication_line(workload, size, by))
+            out += [trade_line(t) for t in inp.trades or [] if (t.workload, t.value_size) == (workload, size)]
             continue
         shown = [by[m] for m in vd.VERDICT_METRICS if m in by and by[m].change_pct is not None]
         same = len({v.significant for v in shown}) == 1

@@ -9,6 +9,7 @@ from valkeytrace.analysis.tables import METRICS, OPEN_METRICS
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sentences import warning_text
 from valkeytrace.reporters.claims import entry_json, gap_json, say
+from valkeytrace.reporters.trade_words import trade_line
 
 REPORT_VERSION = 2  # 2: runs[].warnings are {code, figures, text}
 
@@ -71,6 +72,7 @@ def build(inp: ReportInput) -> dict:
             "missing": inp.comparison.missing,
             "explanation": [entry_json(e) for e in inp.explanation or []],
             "whatif": [w.to_json() for w in inp.whatif or []],
+            "trades": [{**t.to_json(), "line": trade_line(t)[0][1]} for t in inp.trades or []],
         }
     return out
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from valkeytrace import system
+from valkeytrace.workloads import REPLICA_OP
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.workload import keyspace as ks
@@ -276,7 +277,7 @@ class WriteOnly:
             result = ld.open_loop("SET", ld.rate or 0.0, size, duration_s, ld.write_clients, readers=True).run(begin, end)
             run["ops"]["SET"] = op_record(result)
             if "replica" in result:
-                run["ops"]["REPLICA_GET"] = replica_op_record(result, ld.replica_readers)
+                run["ops"][REPLICA_OP] = replica_op_record(result, ld.replica_readers)
                 run["replica_reads"] = replica_reads(result, ld.replica_readers)
             return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
         report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
