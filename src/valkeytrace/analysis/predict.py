@@ -107,10 +107,11 @@ class Prediction:
     change: Change
     label: str
     errors: list = field(default_factory=list)   # cells that could not be calibrated: one line each
+    replicas: list = field(default_factory=list)  # predict --offload-replicas committed: ReplicaLag per cell
 
     def to_json(self) -> dict:
         return {"label": self.label, "change": self.change.describe(), "interval_level": LEVEL,
-                "cells": [c.to_json() for c in self.cells],
+                "cells": [c.to_json() for c in self.cells], "replicas": [asdict(r) for r in self.replicas],
                 "model": {"kind": "discrete-event simulation (valkeytrace.pipeline)", "simulated_windows": SIM_RUNS,
                           "interval_level": LEVEL,
                           "cells": {f"{c.workload} {c.value_size}": {
@@ -336,6 +337,30 @@ def predict(doc: dict | Document, change: Change, cells: list | None = None, rat
         own = self_check(cal)
         for rate in rates or [change.rate]:
             out.cells.append(predict_cell(cal, replace(change, rate=rate), src, own))
+    return out
+
+
+@dataclass
+class ReplicaLag:
+    """The replica lag of a recording whose stream left at once, were it held until durable (committed)."""
+    workload: str
+    value_size: int
+    lag_p50_us: float | None            # as recorded
+    predicted_lag_p50_us: float | None  # committed: each write's durability wait plus its link transit
+
+
+def replica_lag(doc: dict | Document, cells: list) -> list[ReplicaLag]:
+    """predict --offload-replicas committed: from the kernel's view of each replicated cell (replication)."""
+    from valkeytrace.analysis.replication import replication
+
+    rec = decode(doc)
+    out = []
+    for workload, size in cells:
+        runs = [r for r in rec.runs if r.status == "ok" and r.workload == workload and r.value_size == size
+                and r.replicas and (r.load is None or r.load.rate is None)]
+        r = replication(runs, []) if runs else None
+        if r is not None and r.lag_p50_us is not None:
+            out.append(ReplicaLag(workload, size, r.lag_p50_us, r.committed_lag_p50_us))
     return out
 
 

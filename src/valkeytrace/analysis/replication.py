@@ -61,6 +61,9 @@ class Replication:
     # window_p99_us (that sync's end - the arrival; 0 for a clean write), reads, reads_checked, reads_dirty
     # (--replica-get-clients: _reads below; null without readers)}
     dirty: dict | None = None
+    # a stream that leaves at once (writes seen dirty): the lag p50 it would have if it waited for durability
+    # (--offload-replicas committed), per write its primary's sync plus its link transit (replink.committed_lag_ns)
+    committed_lag_p50_us: float | None = None
     components_us: dict = field(default_factory=dict)
     decomposed: int = 0                 # probes decomposed (of `probes`)
     undecomposed: int = 0               # probes whose chain was out of order or incomplete
@@ -204,6 +207,8 @@ def replication(runs: list, replicas: list[ServerSummary]) -> Replication | None
     checked = sum(lk.dirty_checked for _, ls in links for lk in ls)
     # the exposure over every write checked: 0 for one whose bytes arrived after it was durable
     exposure = np.concatenate([window, np.zeros(max(0, checked - len(window)))])
+    committed = np.concatenate([lk.committed_lag_ns for _, ls in links for lk in ls]) / 1e3
+    rec.committed_lag_p50_us = _p(committed, 50) if len(committed) >= 0.5 * max(checked, 1) else None
     rec.dirty = {"writes": checked, "writes_seen_dirty": int(len(window)),
                  "window_p50_us": _p(exposure, 50), "window_p99_us": _p(exposure, 99), **_reads(runs)}
     rec.undecomposed = sum(lk.undecomposed for _, ls in links for lk in ls)

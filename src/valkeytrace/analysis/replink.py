@@ -257,6 +257,9 @@ class Link:
     joined: bool                   # the offsets joined (else the witness looked at the writes' times)
     dirty_window_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per write seen dirty
     dirty_checked: int = 0         # writes whose carrying link write was found
+    # per write seen dirty: the lag it would have had had the stream waited for its durability (committed): the
+    # primary's sync that made it durable, plus its link write's own transit, from its read by the primary
+    committed_lag_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _carried(primary: NodeEvents, replica: NodeEvents):
@@ -314,7 +317,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     sync_end = np.sort(primary.sync_end)
     rows = [r for r in durability.answered(primary.t.tolist(), primary.conn.tolist(), primary.ev.tolist(),
                                            primary.nbytes.tolist()) if r[0] != pl]
-    lag, lag_d, chains, bad, dirty, checked = [], [], [], 0, [], 0
+    lag, lag_d, chains, bad, dirty, checked, committed = [], [], [], 0, [], 0, []
     r_ws, r_se_by_start = replica.write_start, replica.sync_start
     r_acks_t, _ = replica.moved(rl, SEND)
     p_acks_t, _ = primary.moved(pl, RECV)
@@ -340,6 +343,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
                 checked += 1
                 if early_w[j0] and arrival[j0] < p1:
                     dirty.append(p1 - int(arrival[j0]))
+                    committed.append(p1 - rd + max(0, int(arrival[j0]) - int(st[j0])))
             if j is not None:
                 lag.append(int(arrival[j]) - rd)
                 if p1 >= arrive:
@@ -366,7 +370,7 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
             continue
         chains.append((p0, points))
     return Link(np.asarray(lag, dtype=np.int64), np.asarray(lag_d, dtype=np.int64), early, int(len(st)), chains, bad,
-                bool((read >= 0).any()), np.asarray(dirty, dtype=np.int64), checked)
+                bool((read >= 0).any()), np.asarray(dirty, dtype=np.int64), checked, np.asarray(committed, dtype=np.int64))
 
 
 def dirty_reads(primary: NodeEvents, write_ns: np.ndarray, recv_ns: np.ndarray) -> tuple[int, int]:

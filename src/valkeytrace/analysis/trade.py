@@ -26,6 +26,10 @@ class ReplicaTrade:
     reads: list                  # the replica readers' GETs each side (the dirty reads' denominator)
     gains: list = field(default_factory=list)  # names of the figures the candidate improved
     costs: list = field(default_factory=list)  # and of those it made worse
+    # committed candidate, a baseline whose stream left at once: its lag as the baseline predicts it (each of its
+    # writes' wait for its durability plus its link transit: replication.committed_lag_p50_us), and the error
+    predicted_lag_p50_us: float | None = None
+    predicted_error_pct: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -74,6 +78,9 @@ def trades(base_run, cand_run, comparison) -> list[ReplicaTrade]:
                    "set_p50_us": op(st, "p50_us"), "set_tps": op(st, "tps")}
         t = ReplicaTrade(row.workload, row.value_size, [_mode(base_run), _mode(cand_run)], figures,
                          [d.get("reads") for d in dirty])
+        if t.modes[1] == "committed" and row.base.committed_lag_p50_us and row.cand.lag_p50_us:
+            t.predicted_lag_p50_us = row.base.committed_lag_p50_us
+            t.predicted_error_pct = round(100 * (t.predicted_lag_p50_us / row.cand.lag_p50_us - 1), 1)
         for name, lower in FIGURES:
             m = _moved(name, lower, *figures[name])
             (t.gains if m > 0 else t.costs if m < 0 else []).append(name)

@@ -25,6 +25,9 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--inject-fsync-delay", "inject", metavar="DURATION|none",
               help="A new emulated delay per fdatasync instead of the recording's (e.g. 6ms, lognormal:4ms,0.3, "
                    "2ms,stall:1s/2.5s; none: the disk's own).")
+@click.option("--offload-replicas", "offload_replicas", type=click.Choice(["immediate", "committed"]),
+              help="A replicated recording whose stream left at once: committed predicts its replica lag had the "
+                   "stream waited for durability (each write's wait for its sync, from the kernel's timestamps).")
 @click.option("--get-clients", type=click.IntRange(min=1), help="GET clients (read-heavy).")
 @click.option("--set-clients", type=click.IntRange(min=0), help="Background SET clients (read-heavy).")
 @click.option("--write-clients", type=click.IntRange(min=1), help="SET clients (write-only).")
@@ -36,8 +39,8 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default=None,
               help="text, markdown or json (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
-def predict(recording, offload, gather, inject, get_clients, set_clients, write_clients, rates, workload, sizes, fmt,
-            output):
+def predict(recording, offload, gather, inject, offload_replicas, get_clients, set_clients, write_clients, rates,
+            workload, sizes, fmt, output):
     """Predict the #4029 tables of a configuration from one recording of another.
 
     The model (a discrete-event simulation of the clients, the main thread and the durability work)
@@ -80,6 +83,11 @@ def predict(recording, offload, gather, inject, get_clients, set_clients, write_
     if auto:
         change = _auto_gather(doc, cells, change)
     pred = model.predict(doc, change, cells, rates=list(parse_rates(rates)) if rates else None)
+    if offload_replicas == "committed":
+        pred.replicas = model.replica_lag(doc, cells)
+        if not pred.replicas:
+            raise VTUsageError("--offload-replicas committed predicts a replica's lag: the recording has no replica "
+                               "(record --replicas N)")
     if not pred.cells:
         raise VTError(f"nothing predicted: {'; '.join(pred.errors)}")
     buf = io.StringIO()

@@ -10,6 +10,7 @@ from valkeytrace.analysis.calibration import Measured
 from valkeytrace.analysis.predict import LEVEL, Prediction
 from valkeytrace.recording.model import FsyncDelay, decode_as
 from valkeytrace.reporters.base import fmt_ktps, fmt_mbs, fmt_pct, fmt_us
+from valkeytrace.reporters.facts_words import fmt_time
 
 COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
 
@@ -120,12 +121,21 @@ def _md_table(t: PredictionTable) -> list[str]:
     return lines
 
 
+def _replica_lines(p: Prediction) -> list[str]:
+    return [f"{r.workload} {r.value_size} B: replica lag p50 {fmt_time(r.lag_p50_us)} as recorded -> "
+            + (f"{fmt_time(r.predicted_lag_p50_us)} with --offload-replicas committed (each write's wait for its "
+               "durability on the primary, plus its link transit: from the kernel's timestamps)"
+               if r.predicted_lag_p50_us else "not predicted: its stream did not leave before durability")
+            for r in p.replicas]
+
+
 def render_markdown(p: Prediction, out) -> None:
     out.write(f"**Predicted from {p.label}: {_change_words(p)}**\n\n")
     for t in tables(p):
         out.write("\n".join(_md_table(t)) + "\n\n")
     out.write("**What the model stands on** (each figure from the recording; `fitted` where it was fitted to it)\n\n")
     out.write("\n".join(f"- {line.strip()}" for line in _inputs_lines(p)) + "\n")
+    out.write("".join(f"\n{line}\n" for line in _replica_lines(p)))
     for e in p.errors:
         out.write(f"\nnot predicted: {e}\n")
 
@@ -140,6 +150,7 @@ def render_text(p: Prediction, out) -> None:
             out.write("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n")
         out.write("\n")
     out.write("What the model stands on:\n" + "\n".join(_inputs_lines(p)) + "\n")
+    out.write("".join(f"{line}\n" for line in _replica_lines(p)))
     for e in p.errors:
         out.write(f"not predicted: {e}\n")
 

@@ -37,5 +37,7 @@ def trade_line(t: ReplicaTrade) -> tuple[tuple[str, str], str]:
                       else f"worse {NAMES[n]}" for n in t.costs) or "nothing measured"
     line = f"{_mode(t.modes[1])} vs {_mode(t.modes[0])}: gives {gains}; costs {costs}"
     figs = "; ".join(f"{NAMES[n]} {_fig(n, b, t.reads[0])} -> {_fig(n, c, t.reads[1])}"
+                     + (f" (predicted from the baseline: {fmt_time(t.predicted_lag_p50_us)}, "
+                        f"{t.predicted_error_pct:+.0f}%)" if n == "lag_p50_us" and t.predicted_lag_p50_us else "")
                      for n, (b, c) in t.figures.items() if b is not None or c is not None)
     return (f"{t.workload} {t.value_size} B replicas", line), figs
