@@ -51,7 +51,7 @@ static void send_get(struct vt_reader *r, struct vt_reader_conn *c, uint32_t key
     int len = snprintf(req, sizeof(req), "*2\r\n$3\r\nGET\r\n$16\r\nkey:%012u\r\n", (unsigned)key);
     if (send(c->fd, req, (size_t)len, MSG_NOSIGNAL) != len)
         return; /* a GET is 38 bytes: a socket that takes none of them is closing; its read shows it */
-    c->sent = now;
+    c->sent = c->last = now;
     c->key = key;
 }
 
@@ -60,7 +60,7 @@ void vt_reader_kick(struct vt_reader *r, uint32_t key, uint64_t now)
     if (now >= r->we)
         return;
     for (int i = 0; i < r->n; i++)
-        if (!r->c[i].sent)
+        if (!r->c[i].sent && now >= r->c[i].last + VT_READER_GAP_NS)
             send_get(r, &r->c[i], key, now);
 }
 

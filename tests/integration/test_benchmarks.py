@@ -35,6 +35,7 @@ QUICKEST = [
     ("predict_matrix.py", "--only", "1", "--duration", "0.5", "--repeat", "1"),
     ("overload.py", "--rate", "2000", "--duration", "1", "--stall", "0.3s", "--period", "0.8s", "--max-pending", "200",
      "--keyspace", "1000", "--sides", "always,offload-reject"),
+    ("dirty_replicas.py", "--duration", "0.5", "--repeat", "1", "--readers", "2", "--modes", "replica-blocking"),
 ]
 
 

@@ -23,7 +23,7 @@ class ReplicaTrade:
     value_size: int
     modes: list                  # [baseline, candidate] --offload-replicas (None: no durable offload on that side)
     figures: dict                # name -> [baseline, candidate] (None: not measured)
-    reads: list                  # the replica readers' GETs each side (the dirty reads' denominator)
+    reads: list                  # the replica reads each side could judge (reads_checked: the dirty reads' denominator)
     gains: list = field(default_factory=list)  # names of the figures the candidate improved
     costs: list = field(default_factory=list)  # and of those it made worse
     # committed candidate, a baseline whose stream left at once: its lag as the baseline predicts it (each of its
@@ -40,9 +40,9 @@ def _mode(run) -> str | None:
     return off.replicas if off is not None and off.mode == "durable" else None
 
 
-def _moved(name: str, lower_better: bool, b, c) -> int:
-    """+1 the candidate is better, -1 worse, 0 the same (or unknown)."""
-    if b is None or c is None:
+def _moved(name: str, lower_better: bool, b, c, significant: bool | None = None) -> int:
+    """+1 the candidate is better, -1 worse, 0 the same (or unknown, or a move the compare found not significant)."""
+    if b is None or c is None or significant is False:
         return 0
     if name in COUNTS:
         if (b > 0) == (c > 0):
@@ -77,12 +77,15 @@ def trades(base_run, cand_run, comparison) -> list[ReplicaTrade]:
                    "replica_get_p50_us": op(get, "p50_us"), "replica_get_p99_us": op(get, "p99_us"),
                    "set_p50_us": op(st, "p50_us"), "set_tps": op(st, "tps")}
         t = ReplicaTrade(row.workload, row.value_size, [_mode(base_run), _mode(cand_run)], figures,
-                         [d.get("reads") for d in dirty])
+                         [d.get("reads_checked") for d in dirty])
+        sig = {**{m: row.significant.get(m) for m in ("lag_p50_us", "waitaof_p50_us", "waitaof_p99_us")},
+               **{f"{p}_{m}": r.significant.get(m) for p, r in (("replica_get", get), ("set", st)) if r is not None
+                  for m in ("p50_us", "p99_us")}, "set_tps": st.significant.get("tps") if st is not None else None}
         if t.modes[1] == "committed" and row.base.committed_lag_p50_us and row.cand.lag_p50_us:
             t.predicted_lag_p50_us = row.base.committed_lag_p50_us
             t.predicted_error_pct = round(100 * (t.predicted_lag_p50_us / row.cand.lag_p50_us - 1), 1)
         for name, lower in FIGURES:
-            m = _moved(name, lower, *figures[name])
+            m = _moved(name, lower, *figures[name], sig.get(name))
             (t.gains if m > 0 else t.costs if m < 0 else []).append(name)
         out.append(t)
     return out

@@ -19,7 +19,7 @@ def _fig(name: str, v, reads) -> str:
     if v is None:
         return "–"
     if name == "reads_dirty":
-        return f"{v:,}" + (f" of {reads:,}" if reads else "")
+        return f"{v:,}" + (f" of {reads:,} checked" if reads else "")
     if name == "phantom_reads":
         return f"{v:,}"
     if name == "writes_seen_dirty_share":

@@ -233,7 +233,8 @@ def replica_op_record(result: dict, readers: int) -> dict:
             "requests": r["reads"], "seconds": round(w, 3), "mean_us": round(h.mean_ns / 1e3, 1) if h.count else None,
             "p50_us": pct(50), "p95_us": pct(95), "p99_us": pct(99), "max_us": round(h.max_ns / 1e3, 1) if h.count else None,
             "service_hist": r["latency"],
-            "note": f"{readers} readers on the replica, one GET in flight each, each of the key the writers sent last"}
+            "note": f"{readers} readers on the replica, one GET in flight each and at most one a millisecond "
+                    "(csrc/vt_reader.h), each of the key the writers sent last"}
 
 
 def replica_reads(result: dict, readers: int) -> dict:
