@@ -85,7 +85,8 @@ def trades(base_run, cand_run, comparison) -> list[ReplicaTrade]:
             t.predicted_lag_p50_us = row.base.committed_lag_p50_us
             t.predicted_error_pct = round(100 * (t.predicted_lag_p50_us / row.cand.lag_p50_us - 1), 1)
         for name, lower in FIGURES:
-            m = _moved(name, lower, *figures[name], sig.get(name))
+            b, c = figures[name]
+            m = _moved(name, lower, b, c, sig.get(name))
             (t.gains if m > 0 else t.costs if m < 0 else []).append(name)
         out.append(t)
     return out
