@@ -21,10 +21,13 @@ class build_py_with_header(build_py):
 
 # The LD_PRELOAD shim: a plain shared library with no Python entry point, built by the package
 # build and found by path next to the _native module (as memray does with its _inject library).
+# the shim's sources, named once (benchmarks/offload_cost.py and the sanitizer tests read this list)
+SHIM_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_state.c", "offload_conn.c", "offload_req.c",
+                "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_links.c", "replica_hold.c", "vt_cmds.c",
+                "vt_resp.c"]
 shim = Extension(
     "valkeytrace._shim",
-    sources=["csrc/shim.c", "csrc/shim_io.c", "csrc/shim_stall.c", "csrc/offload.c", "csrc/offload_state.c", "csrc/offload_conn.c",
-             "csrc/offload_req.c", "csrc/offload_exit.c", "csrc/offload_bound.c", "csrc/offload_fds.c", "csrc/offload_links.c", "csrc/replica_hold.c", "csrc/vt_cmds.c", "csrc/vt_resp.c"],
+    sources=[f"csrc/{s}" for s in SHIM_SOURCES],
     include_dirs=["csrc"],
     libraries=["m", "dl", "pthread"],
     extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",

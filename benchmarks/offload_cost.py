@@ -25,8 +25,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_state.c", "offload_conn.c", "offload_req.c", "vt_cmds.c",
-           "vt_resp.c"]
+
+def _shim_sources() -> list[str]:
+    """setup.py's SHIM_SOURCES (read, not run: setup.py builds when run)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", "") == "SHIM_SOURCES")
+
+
+SOURCES = _shim_sources()
 
 LOOP_C = r"""
 #define _GNU_SOURCE

@@ -312,6 +312,22 @@ class RecordOptions:
     verify_durability: bool = False
 
 
+def _check_load_options(o: RecordOptions) -> None:
+    """The options that shape the load and the replicas, against each other (VTUsageError)."""
+    if o.replica_get_clients and (not o.replicas or "write-only" not in o.workloads):
+        raise VTUsageError("--replica-get-clients reads from a replica while the writers write: it needs --replicas N "
+                           "and --workload write-only (or all)")
+    if o.replica_get_clients and min(o.sizes) < 16:
+        raise VTUsageError("--replica-get-clients reads each value's 16-digit sequence: it needs --sizes of 16 B or more")
+    if o.replica_delay_spec is not None and not o.replicas:
+        raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
+    if (o.rates or o.set_rate) and not any(w in ("read-heavy", "write-only") for w in o.workloads):
+        raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "
+                           "write-only or all")
+    if o.set_rate and "read-heavy" not in o.workloads:
+        raise VTUsageError("--set-rate paces read-heavy's background SETs: it needs --workload read-heavy or all")
+
+
 def build(o: RecordOptions) -> RecordPlan:
     """The plan from record's options. Raises VTUsageError."""
     from valkeytrace.recording.format import check_recording_output
@@ -340,13 +356,7 @@ def build(o: RecordOptions) -> RecordPlan:
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=o.server_binary, command=tuple(o.server_command), attach_pid=o.attach_pid,
                         as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas)
-    if o.replica_get_clients and (not o.replicas or "write-only" not in o.workloads):
-        raise VTUsageError("--replica-get-clients reads from a replica while the writers write: it needs --replicas N "
-                           "and --workload write-only (or all)")
-    if o.replica_get_clients and min(o.sizes) < 16:
-        raise VTUsageError("--replica-get-clients reads each value's 16-digit sequence: it needs --sizes of 16 B or more")
-    if o.replica_delay_spec is not None and not o.replicas:
-        raise VTUsageError("--replica-fsync-delay sets the replicas' fsync delay: it needs --replicas N")
+    _check_load_options(o)
     replica_delay = None if o.replica_delay_spec is None else (
         {} if o.replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(o.replica_delay_spec))
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
@@ -354,11 +364,6 @@ def build(o: RecordOptions) -> RecordPlan:
                               replica_fsync_delay=replica_delay, max_pending=o.offload_max_pending,
                               overflow=o.offload_overflow, offload_replicas=o.offload_replicas,
                               fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
-    if (o.rates or o.set_rate) and not any(w in ("read-heavy", "write-only") for w in o.workloads):
-        raise VTUsageError("--rate/--rates/--set-rate drive a load open-loop: they need --workload read-heavy, "
-                           "write-only or all")
-    if o.set_rate and "read-heavy" not in o.workloads:
-        raise VTUsageError("--set-rate paces read-heavy's background SETs: it needs --workload read-heavy or all")
     settings = Settings(workloads=tuple(o.workloads), sizes=tuple(o.sizes), repeat=o.repeat, duration_s=o.duration,
                         keyspace=o.keyspace, get_clients=o.get_clients, set_clients=o.set_clients,
                         write_clients=o.write_clients, backend=o.backend,

@@ -21,9 +21,16 @@ def test_region_reader_and_histogram_under_sanitizers(tmp_path, gcc):
     assert run.stdout.startswith("ok ")
 
 
-OFFLOAD_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_state.c", "offload_conn.c", "offload_req.c",
-                   "offload_links.c", "replica_hold.c",
-                   "vt_cmds.c", "vt_resp.c"]
+def _shim_sources() -> list[str]:
+    """setup.py's SHIM_SOURCES (read, not run)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", "") == "SHIM_SOURCES")
+
+
+OFFLOAD_SOURCES = _shim_sources()
 
 
 def _build(tmp_path, name, sources, sanitize):

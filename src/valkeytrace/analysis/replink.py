@@ -306,6 +306,23 @@ def _early(primary: NodeEvents, st: np.ndarray, arrival: np.ndarray) -> np.ndarr
     return (last_write >= 0) & (durable_at > np.where(arrival >= 0, arrival, st))
 
 
+def _chain(first: tuple, reply: int, carried: tuple, replica: NodeEvents, acks: tuple) -> list | None:
+    """A WAITAOF probe's points P0..P8 (its SET's arrival, the primary's sync, the stream's arrival and read on
+    the replica, the replica's AOF write and sync, its ack, the ack read, the reply), or None when one is
+    missing or they are out of order. first: (P0, P1, the carrying link write) of its SET."""
+    (p0, p1, j), (arrival, read), (r_acks_t, p_acks_t) = first, carried, acks
+    if j is None or p1 < p0:
+        return None
+    p2, p3 = int(arrival[j]), int(read[j])
+    p4 = int(_first_at_or_after(replica.write_start, p3))
+    k = np.searchsorted(replica.sync_start, p4, side="left") if p4 >= 0 else len(replica.sync_start)
+    p5 = int(replica.sync_end[k]) if k < len(replica.sync_start) else -1
+    p7 = int(_last_at_or_before(p_acks_t, reply))
+    p6 = int(_last_at_or_before(r_acks_t, p7)) if p7 >= 0 else -1
+    points = [p0, p1, p2, p3, p4, p5, p6, p7, reply]
+    return None if min(points) < 0 or any(b < a for a, b in zip(points, points[1:])) else points
+
+
 def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     carried = _carried(primary, replica)
     if carried is None:
@@ -318,7 +335,6 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
     rows = [r for r in durability.answered(primary.t.tolist(), primary.conn.tolist(), primary.ev.tolist(),
                                            primary.nbytes.tolist()) if r[0] != pl]
     lag, lag_d, chains, bad, dirty, checked, committed = [], [], [], 0, [], 0, []
-    r_ws, r_se_by_start = replica.write_start, replica.sync_start
     r_acks_t, _ = replica.moved(rl, SEND)
     p_acks_t, _ = primary.moved(pl, RECV)
 
@@ -353,22 +369,11 @@ def link(primary: NodeEvents, replica: NodeEvents) -> Link | None:
         first = prev.pop(conn, None)
         if nb != WAITAOF_REPLY or first is None:
             continue
-        p0, p1, j = first
-        if j is None or p1 < p0:
+        points = _chain(first, reply, (arrival, read), replica, (r_acks_t, p_acks_t))
+        if points is None:
             bad += 1
-            continue
-        p2, p3 = int(arrival[j]), int(read[j])
-        p4 = int(_first_at_or_after(r_ws, p3))
-        k = np.searchsorted(r_se_by_start, p4, side="left") if p4 >= 0 else len(r_se_by_start)
-        p5 = int(replica.sync_end[k]) if k < len(r_se_by_start) else -1
-        p8 = reply
-        p7 = int(_last_at_or_before(p_acks_t, p8))
-        p6 = int(_last_at_or_before(r_acks_t, p7)) if p7 >= 0 else -1
-        points = [p0, p1, p2, p3, p4, p5, p6, p7, p8]
-        if min(points) < 0 or any(b < a for a, b in zip(points, points[1:])):
-            bad += 1
-            continue
-        chains.append((p0, points))
+        else:
+            chains.append((points[0], points))
     return Link(np.asarray(lag, dtype=np.int64), np.asarray(lag_d, dtype=np.int64), early, int(len(st)), chains, bad,
                 bool((read >= 0).any()), np.asarray(dirty, dtype=np.int64), checked, np.asarray(committed, dtype=np.int64))
 
