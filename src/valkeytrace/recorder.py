@@ -111,6 +111,16 @@ def describe_exit(gone: dict) -> str:
     return how_ended_why(gone)
 
 
+def tracer_cost(cost: dict, server_view: dict | None) -> dict:
+    """runs[].tracer.cost: the programs' cost (tracers/bpf_cost.py) over the requests the server counted in the
+    window (INFO commandstats, reset as it began)."""
+    stats = (server_view or {}).get("commandstats") or {}
+    requests = sum(int(v.get("calls") or 0) for v in stats.values()) if stats else None
+    run_ns = sum(p["run_ns"] for p in cost["programs"])
+    return {**cost, "requests": requests,
+            "bpf_ns_per_request": round(run_ns / requests, 1) if requests and cost["counted"] else None}
+
+
 def exit_record(gone: dict, run: dict) -> dict:
     """runs[].server_exit: when (at_s: seconds into the run's window, or into the run before it opened)
     and how (signal or status) the server ended."""
@@ -230,6 +240,9 @@ class Recorder:
                 run["server_exit"] = exit_record(gone, run)
             else:
                 run["server_view"] = view.end()
+            cost = metrics.pop("tracer_cost", None) if metrics is not None else None
+            if cost is not None:
+                run["tracer"] = {"cost": tracer_cost(cost, run.get("server_view"))}
             if loop.get("memory") is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
                 run["memory"] = loop["memory"].stop()
         return begin, end

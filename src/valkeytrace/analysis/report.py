@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
-from valkeytrace.analysis import (curve, distributions, explain, facts, memory, offload, seed, sensitivity, trade, verdict,
-                                  whatif)
+from valkeytrace.analysis import (curve, distributions, explain, facts, memory, offload, seed, sensitivity, trade,
+                                  tracer_cost, verdict, whatif)
 from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.server import backend_disagreements, missed_fsyncs, schedstat_disagreements, stalls
 from valkeytrace.analysis.tables import CellSummary, Comparison, compare, summarize
@@ -59,6 +59,7 @@ class AnalysedRun:
     server_views: dict = field(default_factory=dict)  # cell key -> facts.ServerViewGap
     sensitivity: list = field(default_factory=list)  # sensitivity.sensitivity entries
     memory: dict = field(default_factory=dict)  # cell key -> memory.CellMemory
+    tracer_cost: dict = field(default_factory=dict)  # cell key -> tracer_cost.CellCost
 
     @property
     def label(self) -> str:
@@ -170,18 +171,20 @@ def analyse(paths_and_docs: list[tuple]) -> ReportInput:
     for p, raw_doc in paths_and_docs:
         d = decode(raw_doc)
         cells = summarize(d)
-        views, mem = {}, {}
+        views, mem, costs = {}, {}, {}
         for c in cells:
             raw = [r for r in d.runs if r.workload == c.workload and r.value_size == c.value_size
                    and (r.load.rate if r.load else None) == c.rate and r.status == "ok"]
             gap = facts.server_view_gap(raw, c)
             if gap:
                 views[c.key] = gap
-            held = memory.cell_memory(raw)
+            held, cost = memory.cell_memory(raw), tracer_cost.cell_cost(raw)
             if held is not None:
                 mem[c.key] = held
+            if cost is not None:
+                costs[c.key] = cost
         sens = sensitivity.sensitivity(d)
-        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views, sens, mem))
+        runs.append(AnalysedRun(p, d, cells, explain.explain_run(cells, d, sens), views, sens, mem, costs))
     comparison = explanation = checked = verdicts = None
     if len(runs) == 2:
         comparison = compare(runs[0].cells, runs[1].cells, runs[0].label, runs[1].label)

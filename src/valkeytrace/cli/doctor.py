@@ -29,7 +29,7 @@ class Check:
 
 def run_checks() -> list[Check]:
     checks: list[Check] = []
-    for section in (_check_bpf, _check_tracepoints, _check_probes, _check_parts, _check_speed):
+    for section in (_check_bpf, _check_bpf_stats, _check_tracepoints, _check_probes, _check_parts, _check_speed):
         section(checks.append)
     return checks
 
@@ -87,6 +87,22 @@ def _check_bpf(add) -> None:
                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                       "install matching linux-headers, or run doctor --fix to link the nearest ones"))
 
+
+
+def _check_bpf_stats(add) -> None:
+    """kernel.bpf_stats_enabled: the tracer's own cost per program (runs[].tracer.cost)."""
+    from valkeytrace.tracers import bpf_cost
+
+    state = bpf_cost.stats_state()
+    if state is None:
+        add(Check("BPF statistics", WARN, f"{bpf_cost.STATS} cannot be read: recordings do not say what their BPF "
+                  "programs cost", needed_for_ebpf=False))
+    elif state == 1 or os.access(bpf_cost.STATS, os.W_OK):
+        add(Check("BPF statistics", OK, f"kernel.bpf_stats_enabled={state}" + ("" if state else ": turned on for each "
+                  "window and put back as found") + " (runs[].tracer.cost: each program's runs and run time)"))
+    else:
+        add(Check("BPF statistics", WARN, "kernel.bpf_stats_enabled=0 and not writable here: recordings list no "
+                  "program cost", "run as root, or sysctl kernel.bpf_stats_enabled=1", needed_for_ebpf=False))
 
 
 def _check_tracepoints(add) -> None:

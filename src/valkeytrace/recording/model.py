@@ -14,9 +14,8 @@ import functools
 from typing import Annotated, Any
 
 import msgspec
-import numpy as np
 
-from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l  # noqa: F401
+from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l, plain  # noqa: F401
 
 
 class WarningNote(Record):
@@ -244,6 +243,27 @@ class ReplicaReads(Record):
     log: dict[str, list[int]] = _d()  # write_ns (the value's SET sent), send_ns, recv_ns: CLOCK_MONOTONIC
 
 
+class BpfProgram(Record):
+    name: str                    # the program (bcc's function name)
+    attach: str | None = None    # what it is attached to: tracepoint:cat:event, raw_tracepoint:event, uprobe:symbols
+    runs: NonNegInt = 0          # times it ran in the window (the kernel's run_cnt)
+    run_ns: NonNegInt = 0        # the time those runs took (the kernel's run_time_ns)
+
+
+class TracerCost(Record):
+    programs: list[BpfProgram] = _l()  # every program loaded (empty when the kernel's statistics could not be read)
+    stats_enabled: int | None = None  # kernel.bpf_stats_enabled as found (turned on for the window, put back after)
+    counted: bool | None = None  # whether the statistics were on in the window
+    requests: NonNegInt | None = None  # GET + SET the server counted in the window (INFO commandstats)
+    bpf_ns_per_request: NonNeg | None = None  # the programs' run time over them
+    tracer_cpu_pct_of_core: NonNeg | None = None  # valkeytrace's process CPU over the window
+    peak_rss_mb: NonNeg | None = None  # its peak resident memory so far
+
+
+class RunTracer(Record):
+    cost: TracerCost | None = None  # the eBPF tracer's (tracers/bpf_cost.py)
+
+
 class Run(Record):
     workload: str                # read-heavy, write-only or none
     value_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 31)]  # bytes per value
@@ -269,6 +289,7 @@ class Run(Record):
     memory: MemorySeries | None = None  # what the server held over the window, sampled (tracers/memory.py)
     durability_check: DurabilityCheck | None = None  # --verify-durability (the launch's last run): acked writes reloaded
     replica_reads: ReplicaReads | None = None  # --replica-get-clients: the replica readers' reads
+    tracer: RunTracer | None = None  # what the tracer itself cost over the window
 
 
 class ServerInfo(Record):
@@ -431,7 +452,8 @@ class Document(Record):
 
 TYPES = (Document, WarningNote, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
          ServerView, CommandStat, Replication, Node, ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop,
-         Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing)
+         Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing, ReplicaReads, TracerCost,
+         BpfProgram, RunTracer)
 
 
 def fields(t: type) -> tuple[str, ...]:
@@ -440,41 +462,8 @@ def fields(t: type) -> tuple[str, ...]:
 
 
 def _plain(x: Any, ti: Any = None) -> Any:
-    """The document with a null or an empty object in a record's field read as absent (its default);
-    entries of a mapping (a cell's ops, a thread's calls) are kept as they are, null included."""
-    import msgspec.inspect as mi
-
-    if isinstance(x, np.generic):  # a figure computed in memory (the recorder's, a test's): a plain number
-        return x.item()
-    if isinstance(x, msgspec.Raw):  # a part the recorder keeps encoded (a window's blocked timeline)
-        x = msgspec.json.decode(x)
-    if ti is None:
-        ti = _info(Document)
-    if isinstance(ti, mi.UnionType):
-        for t in ti.types:
-            if isinstance(x, dict) and isinstance(t, (mi.StructType, mi.DictType)):
-                return _plain(x, t)
-            if isinstance(x, list) and isinstance(t, mi.ListType):
-                return _plain(x, t)
-        return x
-    if isinstance(ti, mi.StructType) and isinstance(x, dict):
-        types = {f.encode_name: f for f in ti.fields}
-        out = {}
-        for k, v in x.items():
-            f = types.get(k)
-            if f is None:
-                continue  # not declared: not read
-            if (v is None or v == {}) and not f.required:
-                continue
-            out[k] = _plain(v, f.type)
-        return out
-    if isinstance(ti, mi.DictType) and isinstance(x, dict) and isinstance(ti.value_type, (mi.StructType, mi.UnionType)):
-        return {k: v if v is None else _plain(v, ti.value_type) for k, v in x.items()}
-    if isinstance(ti, mi.ListType) and isinstance(x, list) and isinstance(ti.item_type, (mi.StructType, mi.UnionType)):
-        return [_plain(v, ti.item_type) for v in x]
-    if isinstance(x, list) and x and isinstance(x[0], np.generic):
-        return [v.item() if isinstance(v, np.generic) else v for v in x]
-    return x
+    """recording/fields.plain over the whole document unless told which part."""
+    return plain(x, _info(Document) if ti is None else ti)
 
 
 @functools.cache

@@ -19,6 +19,7 @@ from valkeytrace.reporters.sentences import share_tag
 from valkeytrace.reporters.claims import caveat_words, claim, say
 from valkeytrace.reporters.facts_words import fmt_time
 from valkeytrace.reporters.memory_words import memory_note, stall_note
+from valkeytrace.reporters.cost_words import cost_line
 from valkeytrace.reporters.trade_words import trade_line
 
 MINUS = "\u2212"  # the seed table writes negative deltas with a real minus sign
@@ -239,11 +240,11 @@ def server_tables(inp: ReportInput) -> list[ServerTable]:
     for run in inp.runs:
         for cell in run.cells:
             if cell.server:
-                out.append(server_table(run.label, cell))
+                out.append(server_table(run.label, cell, run.tracer_cost.get(cell.key)))
     return out
 
 
-def server_table(label: str, cell) -> ServerTable:
+def server_table(label: str, cell, cost=None) -> ServerTable:
     srv = cell.server
     m = srv.main_thread
     wall_ms = m.wall_ms or 0
@@ -292,6 +293,9 @@ def server_table(label: str, cell) -> ServerTable:
     lost = srv.lost_events
     notes.append((f"main-thread blocked intervals recorded: {srv.blocked_events:,}; lost events: {lost}"
                   + (" (events were lost: the timeline is incomplete)" if lost else ""), bool(lost)))
+    said = cost_line(cost)
+    if said:
+        notes.append((said, False))
     return ServerTable(f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
                        f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)", SERVER_COLUMNS, rows,
                        "socket writes not timed (record --socket-writes)" if "socket_write" in (srv.untimed or []) else None,

@@ -43,7 +43,8 @@ def build(inp: ReportInput) -> dict:
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
                   **({"server_view": gap_json(r.server_views[c.key])} if c.key in r.server_views else {}),
-                  **({"memory": r.memory[c.key].to_json()} if c.key in r.memory else {})}
+                  **({"memory": r.memory[c.key].to_json()} if c.key in r.memory else {}),
+                  **({"tracer_cost": r.tracer_cost[c.key].to_json()} if c.key in r.tracer_cost else {})}
                  for c in r.cells]
         # the report's own keys (docs/report-json.md), not the recording's
         runs.append(dict(

@@ -201,7 +201,7 @@ def _detail(console, inp: ReportInput) -> None:
             console.print(f"{run.label}: {overhead_line(run)}")
         for cell in run.cells:
             if cell.server:
-                server_tables(console, run.label, cell)
+                server_tables(console, run.label, cell, run.tracer_cost.get(cell.key))
             gap = run.server_views.get((cell.workload, cell.value_size)) if run.server_views else None
             if gap:
                 console.print(f"[dim]server's view ({run.label}, {cell.workload} {cell.value_size} B):[/dim] "
@@ -232,10 +232,10 @@ def _plain_table(console, st: ServerTable | ReplicationTable) -> None:
         console.print(f"[yellow]{escape(text)}[/yellow]" if warn else escape(text))
 
 
-def server_tables(console, label: str, cell) -> None:
+def server_tables(console, label: str, cell, cost=None) -> None:
     """Per cell: thread role | call | count | p50 | p99 | max | total ms | % of wall; the main-thread
     budget and what its figures are (reporters.base.server_table)."""
-    st = server_table(label, cell)
+    st = server_table(label, cell, cost)
     t = Table(title=st.title, caption=st.caption, show_edge=False, pad_edge=False)
     for col in ("Thread role", *st.columns):
         t.add_column(col, justify="left" if col in ("Thread role", "Call") else "right", overflow="fold")

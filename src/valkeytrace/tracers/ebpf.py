@@ -29,10 +29,10 @@ from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
 from valkeytrace.layout import BLOCK_EVENT_DTYPE
 from valkeytrace.server import threads as thr
-from valkeytrace.tracers import ebpf_pool, probe_source, sites
+from valkeytrace.tracers import bpf_cost, ebpf_pool, probe_source, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
-from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, call_source, cflags,
+from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, aof_dir_of, call_source, cflags,
                                            extra_groups, plan, printable_program, sysnr_cache, sysnr_known, uprobes)
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
@@ -85,6 +85,7 @@ class EbpfTracer(Tracer):
         self.aof_dir: Any = None
         self._defines: dict = {}
         self._uprobes: list = []
+        self._cost = bpf_cost.Cost()  # runs[].tracer.cost: the kernel's BPF statistics over each window
         self._attached = True
         self._tps: list = []
         self._raw_tps: list = []
@@ -125,7 +126,7 @@ class EbpfTracer(Tracer):
     def start(self, target):
         import_bcc()  # a VTError before anything starts when bcc is missing
         self.pid = target.pid
-        self.aof_dir = self._aof_dir(target)
+        self.aof_dir = aof_dir_of(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
         p = self.plan(binary, self.aof_dir)
         key = (binary, p.fstype, tuple(sorted(p.groups)), p.loop_addr, p.flush_probe, p.block_threshold_ns,
@@ -347,6 +348,7 @@ class EbpfTracer(Tracer):
             self._attach_uprobes()
 
     def stop(self):
+        self._cost.restore()  # kernel.bpf_stats_enabled as found
         if self.delay_control:
             self.delay_control.close()
         self._stop.set()
@@ -374,14 +376,6 @@ class EbpfTracer(Tracer):
                     lib.vt_event_sink_free(sink)
 
     # -- background work ----------------------------------------------------------------------
-    @staticmethod
-    def _aof_dir(target) -> str:
-        cfg = target.describe()["config"]
-        base = cfg.get("dir") or "."
-        if not os.path.isabs(base):
-            base = os.path.join(os.path.realpath(f"/proc/{target.pid}/cwd"), base)
-        return os.path.join(base, cfg.get("appenddirname") or "")
-
     def _refresh(self):
         """Thread names, slots and AOF fds, refreshed as threads appear and files rotate (from the
         poller and at window edges: one at a time)."""
@@ -485,6 +479,7 @@ class EbpfTracer(Tracer):
         with self._events_lock:
             self._events.clear()
         self._begin = ebpf_pool.read_snapshot(self)
+        self._cost.begin(self.bpf)
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
@@ -495,4 +490,5 @@ class EbpfTracer(Tracer):
         self._refresh()
         with self._events_lock:
             events, self._events = self._events, []
-        return window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info)
+        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info),
+                "tracer_cost": self._cost.end(self.bpf, self._uprobes)}

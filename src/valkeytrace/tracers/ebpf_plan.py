@@ -279,3 +279,12 @@ def uprobes(binary: str, p: Plan, call_sites: list, shim_library: str | None, lo
             always += [Uprobe(str(shim_library), fn, sym=sym),
                        Uprobe(str(shim_library), "on_shim_sync_return", sym=sym, ret=True)]
     return sampled, always, shim_probes
+
+
+def aof_dir_of(target) -> str:
+    """The server's AOF directory (its `dir`, relative to its cwd, and `appenddirname`)."""
+    cfg = target.describe()["config"]
+    base = cfg.get("dir") or "."
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.realpath(f"/proc/{target.pid}/cwd"), base)
+    return os.path.join(base, cfg.get("appenddirname") or "")

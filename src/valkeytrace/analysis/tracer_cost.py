@@ -1,0 +1,48 @@
+"""What the tracer cost over a cell's windows (runs[].tracer.cost, tracers/bpf_cost.py): the BPF programs'
+run time per request the server served, the tracer process's CPU and its peak memory, per program summed."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class CellCost:
+    windows: int
+    bpf_ns_per_request: float | None      # median over the windows
+    bpf_ms_per_s: float | None            # the programs' run time a second of window (median)
+    tracer_cpu_pct_of_core: float | None  # median
+    peak_rss_mb: float | None             # the largest
+    programs: list = field(default_factory=list)  # [{name, attach, runs_per_s, ns_per_run, ns_per_request}]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _med(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def cell_cost(runs: list) -> CellCost | None:
+    """The cell's cost from its ok runs (recording.model.Run), or None when no window has one."""
+    costs = [(r, r.tracer.cost) for r in runs if r.tracer is not None and r.tracer.cost is not None]
+    if not costs:
+        return None
+    seconds = sum((r.server.window_ns if r.server else 0) for r, _ in costs) / 1e9
+    requests = sum(c.requests or 0 for _, c in costs)
+    progs: dict = {}
+    for _, c in costs:
+        for p in c.programs:
+            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
+            acc["runs"] += p.runs
+            acc["run_ns"] += p.run_ns
+    rows = [{"name": p["name"], "attach": p["attach"], "runs_per_s": round(p["runs"] / seconds, 1) if seconds else None,
+             "ns_per_run": round(p["run_ns"] / p["runs"], 1) if p["runs"] else None,
+             "ns_per_request": round(p["run_ns"] / requests, 1) if requests else None}
+            for p in sorted(progs.values(), key=lambda p: -p["run_ns"])]
+    per_s = [sum(p.run_ns for p in c.programs) / (r.server.window_ns / 1e3) for r, c in costs
+             if r.server and r.server.window_ns and c.counted]
+    return CellCost(len(costs), _med([c.bpf_ns_per_request for _, c in costs]), _med(per_s),
+                    _med([c.tracer_cpu_pct_of_core for _, c in costs]),
+                    max((c.peak_rss_mb for _, c in costs if c.peak_rss_mb is not None), default=None), rows)

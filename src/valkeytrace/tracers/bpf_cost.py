@@ -1,0 +1,109 @@
+"""What the tracer's BPF programs cost, from the kernel's own statistics (runs[].tracer.cost).
+
+With kernel.bpf_stats_enabled=1 the kernel counts, per loaded program, its runs and the time they took
+(/proc/PID/fdinfo/FD of the program's fd: run_cnt, run_time_ns), as ebpf_exporter publishes them. The
+statistics are turned on for a window when they are off and put back as found when the tracer stops (the
+count costs ~20 ns a run while on). Beside them, the tracer process's own CPU and peak memory. Figures only:
+reporters say them."""
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+STATS = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def stats_state() -> int | None:
+    """kernel.bpf_stats_enabled now (0 or 1), or None where it cannot be read."""
+    try:
+        with open(STATS) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+
+
+def _set(on: int) -> bool:
+    try:
+        with open(STATS, "w") as f:
+            f.write(str(on))
+        return True
+    except OSError:
+        return False
+
+
+def _fdinfo(fd: int) -> tuple[int, int] | None:
+    """(runs, run ns) of a program fd of this process, or None."""
+    runs = ns = None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("run_cnt:"):
+                    runs = int(line.split()[1])
+                elif line.startswith("run_time_ns:"):
+                    ns = int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None if runs is None or ns is None else (runs, ns)
+
+
+def attach_point(name: str, bpf, uprobes) -> str:
+    """What a program of the tracer is attached to, from bcc's names: tracepoint__cat__event,
+    raw_tracepoint__event, the request probes' raw tracepoints, else the uprobes that run it."""
+    raw = {k.decode() if isinstance(k, bytes) else str(k) for k in getattr(bpf, "raw_tracepoint_fds", {})}
+    if name.startswith("tracepoint__"):
+        return "tracepoint:" + name[len("tracepoint__"):].replace("__", ":", 1)
+    if name.startswith("raw_tracepoint__"):
+        return "raw_tracepoint:" + name[len("raw_tracepoint__"):]
+    sites = sorted({(u.sym or hex(u.addr or 0)) + (" (return)" if u.ret else "") for u in uprobes if u.fn == name})
+    if sites:
+        return "uprobe:" + ", ".join(sites[:4]) + (f" +{len(sites) - 4} more" if len(sites) > 4 else "")
+    return "raw_tracepoint:" + ", ".join(sorted(raw)) if name.startswith("on_sock") else "?"
+
+
+class Cost:
+    """One window's BPF cost: begin() before it, end() after; restore() when the tracer stops."""
+
+    def __init__(self):
+        self.found = stats_state()
+        self.turned_on = False
+        self._begin: dict = {}
+        self._cpu0 = self._t0 = 0.0
+
+    def _programs(self, bpf) -> dict:
+        out = {}
+        for raw_name, fn in dict(getattr(bpf, "funcs", {}) or {}).items():
+            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            got = _fdinfo(fn.fd) if getattr(fn, "fd", None) is not None else None
+            if got is not None:
+                out[name] = got
+        return out
+
+    def begin(self, bpf) -> None:
+        if self.found == 0 and not self.turned_on:
+            self.turned_on = _set(1)
+        self._begin = self._programs(bpf)
+        t = os.times()
+        self._cpu0, self._t0 = t.user + t.system, time.monotonic()
+
+    def end(self, bpf, uprobes=()) -> dict:
+        """{programs: [{name, attach, runs, run_ns}], stats_enabled (as found), tracer_cpu_pct_of_core,
+        peak_rss_mb}: the requests and ns per request are the recorder's (the server's own counters)."""
+        t = os.times()
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        now = self._programs(bpf)
+        programs = []
+        for name, (runs, ns) in sorted(now.items()):
+            r0, n0 = self._begin.get(name, (0, 0))
+            if runs - r0 > 0 or name in self._begin:
+                programs.append({"name": name, "attach": attach_point(name, bpf, uprobes), "runs": runs - r0,
+                                 "run_ns": ns - n0})
+        counted = self.found == 1 or self.turned_on
+        return {"programs": programs if counted else [], "stats_enabled": self.found,
+                "counted": counted, "tracer_cpu_pct_of_core": round(100 * (t.user + t.system - self._cpu0) / wall, 3),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+    def restore(self) -> None:
+        """kernel.bpf_stats_enabled as it was found."""
+        if self.turned_on and _set(0):
+            self.turned_on = False
