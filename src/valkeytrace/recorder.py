@@ -111,11 +111,13 @@ def describe_exit(gone: dict) -> str:
     return how_ended_why(gone)
 
 
-def tracer_cost(cost: dict, server_view: dict | None) -> dict:
+def tracer_cost(cost: dict, server_view: dict | None, loop: dict) -> dict:
     """runs[].tracer.cost: the programs' cost (tracers/bpf_cost.py) over the requests the server counted in the
-    window (INFO commandstats, reset as it began)."""
+    window (INFO stats total_commands_processed at its edges; else commandstats' GET + SET, reset as it began)."""
+    a, b = loop.get("begin") or {}, loop.get("end") or {}
     stats = (server_view or {}).get("commandstats") or {}
-    requests = sum(int(v.get("calls") or 0) for v in stats.values()) if stats else None
+    requests = (b["commands"] - a["commands"] if "commands" in a and "commands" in b else
+                sum(int(v.get("calls") or 0) for v in stats.values()) if stats else None)
     run_ns = sum(p["run_ns"] for p in cost["programs"])
     return {**cost, "requests": requests,
             "bpf_ns_per_request": round(run_ns / requests, 1) if requests and cost["counted"] else None}
@@ -242,7 +244,7 @@ class Recorder:
                 run["server_view"] = view.end()
             cost = metrics.pop("tracer_cost", None) if metrics is not None else None
             if cost is not None:
-                run["tracer"] = {"cost": tracer_cost(cost, run.get("server_view"))}
+                run["tracer"] = {"cost": tracer_cost(cost, run.get("server_view"), loop)}
             if loop.get("memory") is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
                 run["memory"] = loop["memory"].stop()
         return begin, end

@@ -66,6 +66,12 @@ class AnalysedRun:
         return self.doc.label
 
     @property
+    def tracer(self) -> dict | None:
+        """runs[].tracer of the report: the tracer's own cost over every window (analysis/tracer_cost.run_cost)."""
+        cost = tracer_cost.run_cost([r for r in self.doc.runs if r.status == "ok"])
+        return None if cost is None else {"cost": cost}
+
+    @property
     def durability_check(self):
         """--verify-durability's result (recording.model.DurabilityCheck), or None."""
         return memory.durability_check(self.doc.runs)

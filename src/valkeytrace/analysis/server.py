@@ -139,6 +139,8 @@ def summarize_server(raws: list) -> ServerSummary | None:
             if t.sched and not t.off_cpu_ns:  # no switch seen in the window (or the shim): the kernel's accounting
                 r.off_cpu_ns["runnable"] += t.sched.runqueue_ns
                 r.off_cpu_ns["blocked"] += max(0, w.window_ns - t.sched.on_cpu_ns - t.sched.runqueue_ns)
+                if role == "main" and "sched" not in w.probe.probe_groups:
+                    _from_schedstat(main_off, t, w.window_ns)
             r.windows += 1
             r.wall_ns += w.window_ns
             for cause, by_state in t.off_cpu_ns.items():
@@ -158,10 +160,25 @@ def summarize_server(raws: list) -> ServerSummary | None:
             cross = CrossCheck(shim.main_thread, shim.threads, cross_check(main, shim.main_thread))
     probe = ws[0].probe
     return ServerSummary(backend=ws[0].backend, windows=len(ws), main_thread=main, threads=threads,
+                         sched_traced=all("sched" in w.probe.probe_groups for w in ws),
                          lost_events=sum(w.lost_events or 0 for w in ws), blocked_events=events,
                          loop_source=probe.loop_source, call_source=probe.call_source,
                          untimed=probe.untimed, durability=durability(ws), cross_check=cross,
                          server_exits=sum(1 for w in ws if w.server_exit))
+
+
+def _from_schedstat(main_off: dict, t: ThreadRecord, window_ns: int) -> None:
+    """The main thread's off-CPU parts when no switch was traced (record --attach): its wait for a CPU is the
+    kernel's run-queue time; its blocked time goes to its timed fsync and AOF-write calls as far as they reach,
+    the rest to other (idle in epoll_wait and other blocking are not told apart without the switches)."""
+    blocked = max(0.0, window_ns - t.sched.on_cpu_ns - t.sched.runqueue_ns)
+    main_off["other"]["runnable"] += t.sched.runqueue_ns
+    for call in ("fdatasync", "fsync", "aof_write"):
+        rec = t.calls.get(call)
+        part = min(blocked, float(rec.sum_ns or 0)) if rec is not None else 0.0
+        main_off[call]["io"] += part
+        blocked -= part
+    main_off["other"]["sleeping"] += blocked
 
 
 def _main_thread(ws: list[ServerWindow], main_calls: dict, main_off: dict, wall_ns: int,

@@ -187,6 +187,7 @@ class ServerSummary:
     durability: Durability | None = None
     cross_check: CrossCheck | None = None
     server_exits: int = 0   # windows the server's end cut short (runs[].server_exit)
+    sched_traced: bool = True  # every context switch traced (else, record --attach: the kernel's schedstat)
 
     def role(self, name: str) -> ThreadRole | None:
         return next((t for t in self.threads if t.role == name), None)

@@ -24,6 +24,27 @@ def _med(xs: list) -> float | None:
     return round(statistics.median(xs), 3) if xs else None
 
 
+def run_cost(runs: list) -> dict | None:
+    """A recording's runs[].tracer.cost over all its windows: each program's runs and run ns summed, the
+    requests summed, ns per request over them, the process's CPU (median) and peak RSS (the largest)."""
+    costs = [r.tracer.cost for r in runs if r.tracer is not None and r.tracer.cost is not None]
+    if not costs:
+        return None
+    progs: dict = {}
+    for c in costs:
+        for p in c.programs:
+            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
+            acc["runs"], acc["run_ns"] = acc["runs"] + p.runs, acc["run_ns"] + p.run_ns
+    requests = sum(c.requests or 0 for c in costs) if all(c.requests is not None for c in costs) else None
+    counted = all(c.counted for c in costs)
+    run_ns = sum(p["run_ns"] for p in progs.values())
+    return {"windows": len(costs), "programs": sorted(progs.values(), key=lambda p: -p["run_ns"]), "requests": requests,
+            "counted": counted, "bpf_ns_per_request": round(run_ns / requests, 1) if requests and counted else None,
+            "tracer_cpu_pct_of_core": _med([c.tracer_cpu_pct_of_core for c in costs]),
+            "window_edges_cpu_ms": _med([c.window_edges_cpu_ms for c in costs]),
+            "peak_rss_mb": max((c.peak_rss_mb for c in costs if c.peak_rss_mb is not None), default=None)}
+
+
 def cell_cost(runs: list) -> CellCost | None:
     """The cell's cost from its ok runs (recording.model.Run), or None when no window has one."""
     costs = [(r, r.tracer.cost) for r in runs if r.tracer is not None and r.tracer.cost is not None]

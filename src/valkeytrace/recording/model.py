@@ -256,7 +256,8 @@ class TracerCost(Record):
     counted: bool | None = None  # whether the statistics were on in the window
     requests: NonNegInt | None = None  # GET + SET the server counted in the window (INFO commandstats)
     bpf_ns_per_request: NonNeg | None = None  # the programs' run time over them
-    tracer_cpu_pct_of_core: NonNeg | None = None  # valkeytrace's process CPU over the window
+    tracer_cpu_pct_of_core: NonNeg | None = None  # valkeytrace's process CPU while attached (between the edges)
+    window_edges_cpu_ms: NonNeg | None = None  # its CPU reading the maps at the window's begin and end
     peak_rss_mb: NonNeg | None = None  # its peak resident memory so far
 
 

@@ -293,6 +293,12 @@ def server_table(label: str, cell, cost=None) -> ServerTable:
     lost = srv.lost_events
     notes.append((f"main-thread blocked intervals recorded: {srv.blocked_events:,}; lost events: {lost}"
                   + (" (events were lost: the timeline is incomplete)" if lost else ""), bool(lost)))
+    if not srv.sched_traced and srv.backend == "ebpf":
+        notes.append(("attached: no program on every context switch (what it would cost: the tracer's own cost below, "
+                      "docs/performance.md); on-CPU time and the wait for a CPU are the kernel's schedstat, blocked time "
+                      "goes to the timed fsync and AOF-write calls, the rest is 'other blocked' (idle in epoll_wait "
+                      "included); no blocked timeline (VALKEYTRACE_PROBES=calls,fs,sched,requests traces the switches)",
+                      True))
     said = cost_line(cost)
     if said:
         notes.append((said, False))

@@ -56,6 +56,7 @@ def build(inp: ReportInput) -> dict:
             **({"nodes": msgspec.to_builtins(r.nodes)} if r.nodes else {}),
             server_exits=[e.to_json() for e in r.server_exits],
             **({"durability_check": msgspec.to_builtins(r.durability_check)} if r.durability_check is not None else {}),
+            **({"tracer": r.tracer} if r.tracer is not None else {}),
             cells=cells, explanation=[entry_json(e) for e in r.explanation], sensitivity=[x.to_json() for x in r.sensitivity]))
     out = {"format": "valkeytrace-report", "version": REPORT_VERSION, "runs": runs,
            **({"curves": [c.to_json() for c in inp.curves]} if inp.curves else {})}

@@ -27,7 +27,8 @@ class ServerView:
             return None
         if "eventloop_cycles" not in st:
             return None
-        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0))}
+        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0)),
+                "commands": int(st.get("total_commands_processed", 0))}
 
     def end(self) -> dict:
         """What the server itself believes: INFO latencystats (command execution time) and

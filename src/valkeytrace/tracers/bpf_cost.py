@@ -68,7 +68,7 @@ class Cost:
         self.found = stats_state()
         self.turned_on = False
         self._begin: dict = {}
-        self._cpu0 = self._t0 = 0.0
+        self._cpu0 = self._t0 = self._edge0 = self._cpu1 = self._t1 = 0.0
 
     def _programs(self, bpf) -> dict:
         out = {}
@@ -79,18 +79,32 @@ class Cost:
                 out[name] = got
         return out
 
+    @staticmethod
+    def _cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def edge(self) -> None:
+        """The start of a window edge's work (reading the maps at begin, or at end: stop())."""
+        self._edge0 = self._cpu()
+
     def begin(self, bpf) -> None:
         if self.found == 0 and not self.turned_on:
             self.turned_on = _set(1)
         self._begin = self._programs(bpf)
-        t = os.times()
-        self._cpu0, self._t0 = t.user + t.system, time.monotonic()
+        self._cpu0, self._t0 = self._cpu(), time.monotonic()
+        self._begin_edge = self._cpu0 - self._edge0
+
+    def stop(self) -> None:
+        """The window's steady part ends (called first thing in the tracer's window_end)."""
+        self._cpu1, self._t1 = self._cpu(), time.monotonic()
 
     def end(self, bpf, uprobes=()) -> dict:
-        """{programs: [{name, attach, runs, run_ns}], stats_enabled (as found), tracer_cpu_pct_of_core,
-        peak_rss_mb}: the requests and ns per request are the recorder's (the server's own counters)."""
-        t = os.times()
-        wall = max(time.monotonic() - self._t0, 1e-9)
+        """{programs: [{name, attach, runs, run_ns}], stats_enabled (as found), tracer_cpu_pct_of_core (the
+        process's CPU while attached, between the window's edges), window_edges_cpu_ms (the edges' own work:
+        reading the maps and the kernel's schedstat at begin and end), peak_rss_mb}: the requests and ns per
+        request are the recorder's (the server's own counters)."""
+        wall = max(self._t1 - self._t0, 1e-9)
         now = self._programs(bpf)
         programs = []
         for name, (runs, ns) in sorted(now.items()):
@@ -99,8 +113,10 @@ class Cost:
                 programs.append({"name": name, "attach": attach_point(name, bpf, uprobes), "runs": runs - r0,
                                  "run_ns": ns - n0})
         counted = self.found == 1 or self.turned_on
+        edges_ms = 1000 * (self._begin_edge + self._cpu() - self._cpu1)
         return {"programs": programs if counted else [], "stats_enabled": self.found,
-                "counted": counted, "tracer_cpu_pct_of_core": round(100 * (t.user + t.system - self._cpu0) / wall, 3),
+                "counted": counted, "tracer_cpu_pct_of_core": round(100 * (self._cpu1 - self._cpu0) / wall, 3),
+                "window_edges_cpu_ms": round(edges_ms, 1),
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
     def restore(self) -> None:

@@ -128,7 +128,7 @@ class EbpfTracer(Tracer):
         self.pid = target.pid
         self.aof_dir = aof_dir_of(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
-        p = self.plan(binary, self.aof_dir)
+        p = self.plan(binary, self.aof_dir, attached=getattr(target, "mode", "") == "attach")
         key = (binary, p.fstype, tuple(sorted(p.groups)), p.loop_addr, p.flush_probe, p.block_threshold_ns,
                self.shim_library)
         loaded = ebpf_pool.take(key)  # a program this process compiled for an earlier launch, or None
@@ -212,13 +212,14 @@ class EbpfTracer(Tracer):
             info["loop_sample_duty"] = self.loop_duty
         return info
 
-    def plan(self, binary: str | None, aof_dir: str | None) -> Plan:
+    def plan(self, binary: str | None, aof_dir: str | None, attached: bool = False) -> Plan:
         """The probe plan for this server binary and AOF directory (ebpf_plan.plan): what start()
         loads, and what record --print-probes prints."""
         return plan(extra_groups=self.extra_groups, block_threshold_ns=self.block_threshold_ns,
                     symbol=lambda sym: symbol_address(binary, sym) if binary else None,
                     fstype=system.storage_of(aof_dir).get("fstype") if aof_dir else None,
-                    fs_tracepoints_present=lambda fs, names: all(system.tracepoint_exists(fs, tp) for tp in names))
+                    fs_tracepoints_present=lambda fs, names: all(system.tracepoint_exists(fs, tp) for tp in names),
+                    attached=attached)
 
     def printable_program(self, pid: int, binary: str | None, aof_dir: str | None) -> str:
         """The program and flags start() would compile for this server (record --print-probes)."""
@@ -473,6 +474,7 @@ class EbpfTracer(Tracer):
         self._requests_on = on
 
     def window_begin(self, requests: bool = False):
+        self._cost.edge()
         self._requests(requests)
         self._refresh()
         self._consume()
@@ -482,6 +484,7 @@ class EbpfTracer(Tracer):
         self._cost.begin(self.bpf)
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
+        self._cost.stop()
         if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
             end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
         end = ebpf_pool.read_snapshot(self, end_mono_ns)

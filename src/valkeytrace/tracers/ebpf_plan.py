@@ -54,6 +54,7 @@ SHIM_SYMBOLS = {"vt_shim_fdatasync": "on_shim_fdatasync_enter", "vt_shim_fsync":
 # (benchmarks/overhead.py --probes; valkeytrace/environment.py).
 PROBE_GROUPS = ("calls", "fs", "sched", "requests", "loop", "flush", "syscalls")
 DEFAULT_GROUPS = ("calls", "fs", "sched", "requests")
+ATTACHED_WITHOUT = ("sched",)  # record --attach: the groups left out (plan())
 REQUEST_TRACEPOINTS = (("sock", "sock_recv_length"), ("sock", "sock_send_length"), ("sock", "sk_data_ready"))
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
 FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
@@ -234,11 +235,17 @@ class Plan:
                              loop_from_epoll=not self.loop_uprobe and "loop" in self.groups, groups=self.groups)
 
 
-def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None, fs_tracepoints_present) -> Plan:
+def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None, fs_tracepoints_present,
+         attached: bool = False) -> Plan:
     """The probe plan. symbol(name): the function's address in the server binary or None (asked
     only for the groups that need one); fs_tracepoints_present(fstype, names): whether the kernel
-    has those tracepoints."""
+    has those tracepoints. attached (record --attach): no program on every context switch and wake-up
+    of the machine (ATTACHED_WITHOUT: on a server someone else runs they were three quarters of the
+    tracer's BPF time, ~170 ns a request); the threads' on-CPU time and wait for a CPU come from the
+    kernel's own schedstat instead (VALKEYTRACE_PROBES puts them back)."""
     groups = probe_groups(tuple(extra_groups))
+    if attached and environment.probe_groups_override() is None:
+        groups -= set(ATTACHED_WITHOUT)
     loop_addr = symbol(LOOP_SYMBOL) if "loop" in groups else None
     if "loop" in groups and loop_addr is None:
         groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
