@@ -171,8 +171,11 @@ def _from_schedstat(main_off: dict, t: ThreadRecord, window_ns: int) -> None:
     """The main thread's off-CPU parts when no switch was traced (record --attach): its wait for a CPU is the
     kernel's run-queue time; its blocked time goes to its timed fsync and AOF-write calls as far as they reach,
     the rest to other (idle in epoll_wait and other blocking are not told apart without the switches)."""
-    blocked = max(0.0, window_ns - t.sched.on_cpu_ns - t.sched.runqueue_ns)
-    main_off["other"]["runnable"] += t.sched.runqueue_ns
+    s = t.sched
+    if s is None:
+        return
+    blocked = max(0.0, window_ns - s.on_cpu_ns - s.runqueue_ns)
+    main_off["other"]["runnable"] += s.runqueue_ns
     for call in ("fdatasync", "fsync", "aof_write"):
         rec = t.calls.get(call)
         part = min(blocked, float(rec.sum_ns or 0)) if rec is not None else 0.0
