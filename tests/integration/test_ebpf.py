@@ -355,3 +355,50 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
     off_b = sum(v for st in b["off_cpu_ns"].values() for v in st.values())
     # sleeping since it got the slot, and no more than it lived (A slept 2 s in the slot before it)
     assert 0.3e9 <= off_b <= lifetime_ns, (off_b, lifetime_ns)
+
+
+def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as_found(tmp_path, needs_bpf):
+    """record --attach on a busy server: runs[].tracer.cost lists every program with the kernel's counts, the
+    scheduler's programs ran for the start-up check only (0 runs in the window: nothing on every switch), the
+    main thread's on-CPU time is the kernel's schedstat (within what the test reads from /proc around the
+    recording), and kernel.bpf_stats_enabled is as it was found."""
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.tracers import bpf_cost
+    from valkeytrace.workload import keyspace
+    from valkeytrace.workload.benchmark import ENDLESS_REQUESTS, ClientProcess, client_argv
+    from valkeytrace.workload.clients import find_client
+
+    def on_cpu_ns(pid):
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+
+    srv = EmbeddedServer(appendfsync="always", io_threads=2)
+    loads = []
+    found = bpf_cost.stats_state()
+    try:
+        keyspace.fill(srv.client(), 2000, 64)
+        client = find_client()
+        loads = [ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 2000, ENDLESS_REQUESTS))
+                 for test, c in (("SET", 4), ("GET", 16))]
+        time.sleep(0.5)
+        cpu0 = on_cpu_ns(srv.pid)
+        p = tmp_path / "att.vtrace"
+        res = vt("record", "--attach", str(srv.pid), "--workload", "none", "--duration", "2", "--repeat", "1",
+                 "--backend", "ebpf", "-o", str(p))
+        cpu1 = on_cpu_ns(srv.pid)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert bpf_cost.stats_state() == found  # put back as found
+        doc = report_json(p)
+        cost = doc["runs"][0]["tracer"]["cost"]
+        progs = {x["name"]: x for x in cost["programs"]}
+        assert cost["counted"] and cost["requests"] > 1000 and cost["bpf_ns_per_request"] > 0, cost
+        assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] > 100, progs  # every fdatasync of the server
+        assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
+        cell = doc["runs"][0]["cells"][0]["server"]
+        assert cell["sched_traced"] is False
+        on_cpu_ms = cell["main_thread"]["on_cpu_pct"] / 100 * cell["main_thread"]["wall_ms"]
+        assert 0 < on_cpu_ms * 1e6 <= (cpu1 - cpu0) * 1.02, (on_cpu_ms, (cpu1 - cpu0) / 1e6)
+    finally:
+        for lp in loads:
+            lp.stop()
+        srv.stop()

@@ -32,8 +32,9 @@ from valkeytrace.server import threads as thr
 from valkeytrace.tracers import bpf_cost, ebpf_pool, probe_source, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
-from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SYSNR_CANDIDATES, Plan, aof_dir_of, call_source, cflags,
-                                           extra_groups, plan, printable_program, sysnr_cache, sysnr_known, uprobes)
+from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACEPOINTS, SYSNR_CANDIDATES, Plan, aof_dir_of,
+                                           call_source, cflags, extra_groups, plan, printable_program, sysnr_cache,
+                                           sysnr_known, uprobes)
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
@@ -143,6 +144,8 @@ class EbpfTracer(Tracer):
                 call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
                 system.release_free_memory()  # the compiler's heap goes before the ring buffer maps its 16 MB
                 self._open_events()
+                if not p.switches:  # record --attach: the start-up check done, no program on every switch
+                    ebpf_pool.detach_named(self.bpf, SWITCH_TRACEPOINTS)
             else:
                 p, call_sites, why_syscalls, idle = self._reuse(loaded)
             self._loop_probe, self._uprobes, shim_probes = uprobes(binary, p, call_sites, self.shim_library,
@@ -205,7 +208,7 @@ class EbpfTracer(Tracer):
                 "call_sites": [{"kind": c.kind, "function": c.function, "call": hex(c.call), "exit": hex(c.exit),
                                 "exit_emulated": c.exit_emulated} for c in call_sites],
                 "flush_probe": p.flush_probe, "shim_probes": shim_probes,
-                "probe_groups": sorted(p.groups), "idle_cause": idle,
+                "probe_groups": sorted(g for g in p.groups if g != "sched" or p.switches), "idle_cause": idle,
                 "untimed": [] if syscalls else ["socket_write"],
                 "block_threshold_ns": self.block_threshold_ns, "defines": self._defines}
         if self._loop_probe:

@@ -54,7 +54,7 @@ SHIM_SYMBOLS = {"vt_shim_fdatasync": "on_shim_fdatasync_enter", "vt_shim_fsync":
 # (benchmarks/overhead.py --probes; valkeytrace/environment.py).
 PROBE_GROUPS = ("calls", "fs", "sched", "requests", "loop", "flush", "syscalls")
 DEFAULT_GROUPS = ("calls", "fs", "sched", "requests")
-ATTACHED_WITHOUT = ("sched",)  # record --attach: the groups left out (plan())
+SWITCH_TRACEPOINTS = (b"sched_switch", b"sched_wakeup", b"sched_wakeup_new")  # detached when Plan.switches is off
 REQUEST_TRACEPOINTS = (("sock", "sock_recv_length"), ("sock", "sock_send_length"), ("sock", "sk_data_ready"))
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
 FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
@@ -216,6 +216,7 @@ class Plan:
     flush_probe: bool
     fstype: str | None
     block_threshold_ns: int
+    switches: bool = True  # the scheduler's programs stay attached (record --attach: detached after start-up)
 
     @property
     def loop_uprobe(self) -> bool:
@@ -239,13 +240,14 @@ def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None
          attached: bool = False) -> Plan:
     """The probe plan. symbol(name): the function's address in the server binary or None (asked
     only for the groups that need one); fs_tracepoints_present(fstype, names): whether the kernel
-    has those tracepoints. attached (record --attach): no program on every context switch and wake-up
-    of the machine (ATTACHED_WITHOUT: on a server someone else runs they were three quarters of the
-    tracer's BPF time, ~170 ns a request); the threads' on-CPU time and wait for a CPU come from the
-    kernel's own schedstat instead (VALKEYTRACE_PROBES puts them back)."""
+    has those tracepoints. attached (record --attach): the scheduler's programs are loaded and run for
+    the start-up check only (the syscall number's offset: ext4's tracepoints then begin AOF writes, no
+    uprobe), then detached: no program on every context switch and wake-up of the machine (on a server
+    someone else runs they were three quarters of the tracer's BPF time, ~170 ns a request); the threads'
+    on-CPU time and wait for a CPU come from the kernel's own schedstat instead (VALKEYTRACE_PROBES
+    keeps them)."""
     groups = probe_groups(tuple(extra_groups))
-    if attached and environment.probe_groups_override() is None:
-        groups -= set(ATTACHED_WITHOUT)
+    switches = not (attached and environment.probe_groups_override() is None)
     loop_addr = symbol(LOOP_SYMBOL) if "loop" in groups else None
     if "loop" in groups and loop_addr is None:
         groups.add("syscalls")  # iterations from epoll_wait; the syscalls time the calls too
@@ -254,7 +256,7 @@ def plan(*, extra_groups=(), block_threshold_ns: int, symbol, fstype: str | None
         groups.discard("fs")  # the fsyncs are timed at their call sites (or syscalls) instead
     return Plan(groups=groups, loop_addr=loop_addr,
                 flush_probe="flush" in groups and symbol(FLUSH_SYMBOL) is not None,
-                fstype=fstype, block_threshold_ns=block_threshold_ns)
+                fstype=fstype, block_threshold_ns=block_threshold_ns, switches=switches or "sched" not in groups)
 
 
 def extra_groups(aof_flush_probe: bool = False, loop_sample: bool = False, socket_writes: bool = False) -> tuple:

@@ -91,6 +91,20 @@ def detach(bpf) -> tuple[list, list]:
     return tps, raw
 
 
+def detach_named(bpf, names) -> None:
+    """The named scheduler events detached, raw (b"sched_switch") or formatted (b"sched:sched_switch")."""
+    for name in names:
+        if name in bpf.raw_tracepoint_fds:
+            bpf.detach_raw_tracepoint(name)
+        if b"sched:" + name in bpf.tracepoint_fds:
+            bpf.detach_tracepoint(b"sched:" + name)
+    for table in (b"offcpu_since", b"offcpu", b"run_states"):  # what they left open would never close
+        try:
+            bpf[table].clear()
+        except KeyError:
+            pass
+
+
 def attach(bpf, tps: list, raw: list) -> None:
     for tp in tps:
         bpf.attach_tracepoint(tp=tp, fn_name=b"tracepoint__" + tp.replace(b":", b"__"))
