@@ -89,6 +89,32 @@ def tree_cpu_s(pid: int) -> float | None:
         return None
 
 
+def bpf_stats(pid: int) -> tuple[int, int] | None:
+    """(runs, run ns) summed over the BPF programs process pid holds (their fds' fdinfo: the kernel's counts while
+    kernel.bpf_stats_enabled is 1), or None when it holds none."""
+    runs = ns = 0
+    found = False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if "prog_type" in info and "run_cnt" in info:
+            found = True
+            runs += int(info["run_cnt"])
+            ns += int(info.get("run_time_ns", "0"))
+    return (runs, ns) if found else None
+
+
+def commands(srv) -> int:
+    return int(srv.client().info("stats")["total_commands_processed"])
+
+
 def proc_cpu_s(pid: int) -> float:
     t = psutil.Process(pid).cpu_times()
     return t.user + t.system
@@ -300,6 +326,10 @@ class Bench:
         if traced:
             tool.slice_begin()
         cpu0 = proc_cpu_s(self.srv.pid)
+        # the process holding the tool's programs: its own, or this one (a tracer object in this process)
+        tool_pid = (getattr(getattr(tool, "proc", None), "pid", None) or
+                    (os.getpid() if isinstance(tool, InProcess) else None)) if traced else None
+        bpf0, cmd0 = (bpf_stats(tool_pid), commands(self.srv)) if tool_pid else (None, 0)
         proc = self.cell.foreground(self.size, self.requests)
         try:
             if proc.wait(timeout=self.slice_s * 10 + 30) is None:
@@ -307,10 +337,14 @@ class Bench:
         finally:
             proc.stop()
         cpu1 = proc_cpu_s(self.srv.pid)
+        bpf1, cmd1 = (bpf_stats(tool_pid), commands(self.srv)) if tool_pid else (None, 0)
         if traced:
             tool.slice_end()
         rep = parse_report(proc.output)
+        # the tool's BPF run time per request the server served in the slice (the kernel's statistics)
+        per = (bpf1[1] - bpf0[1]) / (cmd1 - cmd0) if bpf0 and bpf1 and cmd1 > cmd0 else None
         return {"traced": traced, "get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+                "bpf_ns_per_request": per,
                 "dist": [[p, ms] for p, ms, *_ in rep.get("percentile_distribution") or []],
                 "server_cpu_ms_per_kget": (cpu1 - cpu0) * 1000 / self.requests * 1000}
 
@@ -468,6 +502,10 @@ def main():
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.workload.clients import find_client
 
+    from valkeytrace.tracers.bpf_cost import Cost
+
+    stats = Cost()  # the kernel's BPF statistics on for the run (each tool's ns per request), put back after
+    stats.enable()
     rng = np.random.default_rng(args.seed)
     workdir = tempfile.mkdtemp(prefix="vt-peers-")
     client = find_client()
@@ -537,6 +575,8 @@ def main():
                 res[key + "_ratio"] = ratio(slices, key)
                 res[key + "_ci95"] = interval(slices, key, rng)
             res["untraced"] = {key: side_value(slices, key, False) for key in METRICS}
+            per = [s["bpf_ns_per_request"] for s in slices if s.get("bpf_ns_per_request") is not None]
+            res["bpf_ns_per_request"] = statistics.median(per) if per else None
             if isinstance(tool, ValkeytraceAttach) and tool.attach_ms:
                 res["attach_ms"] = statistics.median(tool.attach_ms)
             results[name] = res
@@ -569,6 +609,7 @@ def main():
         for s in (shim_srv, srv):
             if s is not None:
                 s.stop()
+        stats.restore()
     print_table(results, whole, skipped, time.monotonic() - t_start)
     print(json.dumps(summary_json(results, whole, skipped, args)))
 
@@ -583,6 +624,8 @@ def line(name: str, res: dict) -> str:
     if res.get("cpu_pct_of_core") is not None:
         extra = (f"; its CPU {res['cpu_pct_of_core']:.2f}% of a core after ready ({res['start_cpu_s']:.2f} CPU-s to "
                  f"start, ready in {res['ready_s']:.2f} s), peak RSS {res['peak_rss_mb']:.0f} MB")
+    if res.get("bpf_ns_per_request") is not None:
+        extra += f"; {res['bpf_ns_per_request']:.0f} ns of BPF per request"
     return (f"{name}: GET TPS {fmt_ratio(res, 'get_tps')}, GET p99 {fmt_ratio(res, 'get_p99_us')}, server CPU/GET "
             f"{fmt_ratio(res, 'server_cpu_ms_per_kget')} ({res['slices_per_side']} slices a side){extra}")
 
@@ -593,19 +636,20 @@ def print_table(results: dict, whole: dict, skipped: dict, elapsed: float):
 
     t = Table(title=f"Beside the peers: traced / nothing loaded, 95% intervals ({elapsed / 60:.1f} min)")
     for col in ("tool", "GET TPS", "GET p99", "server CPU per GET", "slices a side", "tool CPU, % of a core",
-                "ready", "peak RSS"):
+                "ready", "peak RSS", "BPF ns/request"):
         t.add_column(col, justify="left" if col == "tool" else "right")
     for name, r in results.items():
         t.add_row(name, fmt_ratio(r, "get_tps"), fmt_ratio(r, "get_p99_us"), fmt_ratio(r, "server_cpu_ms_per_kget"),
                   str(r["slices_per_side"]),
                   f"{r['cpu_pct_of_core']:.2f}" if r.get("cpu_pct_of_core") is not None else "-",
                   f"{r['ready_s']:.2f} s" if r.get("ready_s") is not None else "-",
-                  f"{r['peak_rss_mb']:.0f} MB" if r.get("peak_rss_mb") is not None else "-")
+                  f"{r['peak_rss_mb']:.0f} MB" if r.get("peak_rss_mb") is not None else "-",
+                  f"{r['bpf_ns_per_request']:.0f}" if r.get("bpf_ns_per_request") is not None else "-")
     if whole:
         t.add_row(f"valkeytrace-ebpf, a whole recording ({whole['windows']} x {whole['window_s']:g} s)", "", "", "", "",
-                  f"{whole['cpu_pct_of_core']:.2f}", f"{whole['ready_s']:.2f} s", f"{whole['peak_rss_mb']:.0f} MB")
+                  f"{whole['cpu_pct_of_core']:.2f}", f"{whole['ready_s']:.2f} s", f"{whole['peak_rss_mb']:.0f} MB", "")
     for name, why in skipped.items():
-        t.add_row(name, f"skipped: {why}", "", "", "", "", "", "")
+        t.add_row(name, f"skipped: {why}", "", "", "", "", "", "", "")
     Console(width=200).print(t)
 
 
@@ -620,7 +664,7 @@ def summary_json(results: dict, whole: dict, skipped: dict, args) -> dict:
         out[f"{key}_server_cpu_per_get_ratio"] = round(r["server_cpu_ms_per_kget_ratio"], 4)
         out[f"{key}_server_cpu_per_get_ci95"] = [round(x, 4) for x in r["server_cpu_ms_per_kget_ci95"]]
         out[f"{key}_slices_per_side"] = r["slices_per_side"]
-        for k in ("cpu_pct_of_core", "peak_rss_mb", "ready_s", "start_cpu_s"):
+        for k in ("cpu_pct_of_core", "peak_rss_mb", "ready_s", "start_cpu_s", "bpf_ns_per_request"):
             if r.get(k) is not None:
                 out[f"{key}_{k}"] = round(r[k], 3)
     # the tracer's own cost: over a whole recording (default window length, ended by itself)

@@ -88,9 +88,13 @@ class Cost:
         """The start of a window edge's work (reading the maps at begin, or at end: stop())."""
         self._edge0 = self._cpu()
 
-    def begin(self, bpf) -> None:
+    def enable(self) -> None:
+        """The kernel's statistics on (when they were found off: restore() puts them back)."""
         if self.found == 0 and not self.turned_on:
             self.turned_on = _set(1)
+
+    def begin(self, bpf) -> None:
+        self.enable()
         self._begin = self._programs(bpf)
         self._cpu0, self._t0 = self._cpu(), time.monotonic()
         self._begin_edge = self._cpu0 - self._edge0
