@@ -82,3 +82,42 @@ int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t
     (*q)[(*h + (*n)++) % *cap] = v;
     return 0;
 }
+
+int vt_reply_next(struct vt_reply *r, const char *buf, size_t n, size_t *at, void (*keep)(void *, const char *, size_t),
+                  void *ctx)
+{
+    for (size_t i = *at; i < n;) {
+        if (r->state == 2) {
+            size_t take = (size_t)r->bulk < n - i ? (size_t)r->bulk : n - i;
+            if (keep)
+                keep(ctx, buf + i, take);
+            r->bulk -= (int64_t)take;
+            i += take;
+            if (!r->bulk) {
+                r->state = 0;
+                *at = i;
+                return 1;
+            }
+            continue;
+        }
+        char ch = buf[i++];
+        if (r->state == 0) {
+            r->kind = ch, r->num = 0, r->state = 1;
+        } else if (ch == '\n') {
+            if (r->kind == '$' && r->num >= 0) {
+                r->bulk = r->num + 2;
+                r->state = 2;
+            } else {
+                r->state = 0;
+                *at = i;
+                return 1;
+            }
+        } else if (r->kind == '$' && ch == '-') {
+            r->num = -1;
+        } else if (r->kind == '$' && ch >= '0' && ch <= '9' && r->num >= 0) {
+            r->num = r->num * 10 + (ch - '0');
+        }
+    }
+    *at = n;
+    return 0;
+}

@@ -21,4 +21,15 @@ int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need);
 /* v added at the tail of the ring *q (head *h, *n held, *cap room; doubled when full): 0, or -1 without memory */
 int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t v);
 
+/* A RESP reply as it comes: a simple line (+, -, :), or a bulk ($N then N bytes and CRLF, or $-1): enough for
+ * GET and SET. vt_reply_next reads buf[*at..n) up to the end of a reply (1: kind and num say which; a bulk's
+ * data went to keep(ctx, bytes, len) as it came, when given) or to the buffer's end (0). */
+struct vt_reply {
+    int state; /* 0 a reply's start, 1 in its line, 2 in a bulk's data */
+    char kind;
+    int64_t num, bulk;
+};
+int vt_reply_next(struct vt_reply *r, const char *buf, size_t n, size_t *at, void (*keep)(void *, const char *, size_t),
+                  void *ctx);
+
 #endif

@@ -51,10 +51,7 @@ struct lconn {
     uint64_t written, queued;   /* bytes written / handed over since it opened */
     struct pending *q;          /* its requests outstanding, in order */
     uint32_t qh, qt, qcap, unstamped; /* unstamped: the first not yet sent whole */
-    int state;                  /* reply parser: 0 a reply's start, 1 in its line, 2 in a bulk's data */
-    char kind;
-    int64_t bulk;               /* bulk bytes (and CRLF) still to skip */
-    int64_t num;
+    struct vt_reply reply;      /* the reply being read (vt_arrivals.h) */
 };
 
 struct loader {
@@ -251,13 +248,13 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
             push_idle(l, c);
         }
     }
-    if (c->kind == '-')
+    if (c->reply.kind == '-')
         l->res->errors++, l->res->rejected++;
     if (p.seq)
         l->inflight[p.key]--;
     /* acknowledged: the latest of this key's kept, as the oldest write the reload may hold instead (one in
      * flight beside it on another connection may have run after it: the server orders connections) */
-    if (c->kind == '+' && p.seq && l->cfg->acked) {
+    if (c->reply.kind == '+' && p.seq && l->cfg->acked) {
         l->res->acked++;
         if (p.seq > l->latest[p.key])
             l->latest[p.key] = p.seq, l->cfg->acked[p.key] = p.floor;
@@ -281,42 +278,11 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
     vt_hist_record(&r->service, now - (p.sent ? p.sent : p.due));
 }
 
-/* RESP replies as they come: a simple line (+, -, :), a bulk ($N then N bytes and CRLF, or $-1);
- * enough for GET and SET */
+/* the replies in buf, each counted as it ends (vt_reply_next) */
 static void parse(struct loader *l, struct lconn *c, const char *buf, size_t n, uint64_t now)
 {
-    for (size_t i = 0; i < n;) {
-        if (c->state == 2) {
-            size_t take = (size_t)c->bulk < n - i ? (size_t)c->bulk : n - i;
-            c->bulk -= (int64_t)take;
-            i += take;
-            if (!c->bulk) {
-                c->state = 0;
-                answered(l, c, now);
-            }
-            continue;
-        }
-        char ch = buf[i++];
-        if (c->state == 0) {
-            c->kind = ch;
-            c->num = 0;
-            c->state = 1;
-            continue;
-        }
-        if (ch == '\n') {
-            if (c->kind == '$' && c->num >= 0) {
-                c->bulk = c->num + 2;
-                c->state = 2;
-            } else {
-                c->state = 0;
-                answered(l, c, now);
-            }
-        } else if (c->kind == '$' && ch == '-') {
-            c->num = -1;
-        } else if (c->kind == '$' && ch >= '0' && ch <= '9' && c->num >= 0) {
-            c->num = c->num * 10 + (ch - '0');
-        }
-    }
+    for (size_t i = 0; vt_reply_next(&c->reply, buf, n, &i, NULL, NULL);)
+        answered(l, c, now);
 }
 
 static void marker(const struct vt_load_config *cfg, const char *m)

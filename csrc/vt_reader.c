@@ -81,13 +81,13 @@ static uint64_t sequence(const char *h, uint32_t n)
 
 static void done(struct vt_reader *r, struct vt_reader_conn *c, uint64_t now)
 {
-    uint64_t seq = c->kind == '$' && c->num >= 0 ? sequence(c->head, c->head_n) : 0;
+    uint64_t seq = c->reply.kind == '$' && c->reply.num >= 0 ? sequence(c->head, c->head_n) : 0;
     if (seq && r->seen && c->key < r->keyspace && seq > r->seen[c->key])
         r->seen[c->key] = seq;
     if (c->sent >= r->ws && c->sent < r->we) {
         struct vt_reader_stats *st = r->st;
         st->reads++;
-        st->misses += c->kind == '$' && c->num < 0;
+        st->misses += c->reply.kind == '$' && c->reply.num < 0;
         vt_hist_record(&st->latency, now - c->sent);
         if (!st->log_stride)
             st->log_stride = 1;
@@ -103,41 +103,22 @@ static void done(struct vt_reader *r, struct vt_reader_conn *c, uint64_t now)
         }
     }
     c->sent = 0;
+    c->head_n = 0;
+}
+
+/* a bulk's data as it comes: its first 16 bytes kept (the value's sequence) */
+static void keep_head(void *ctx, const char *p, size_t n)
+{
+    struct vt_reader_conn *c = ctx;
+    for (size_t j = 0; j < n && c->head_n < sizeof(c->head); j++)
+        c->head[c->head_n++] = p[j];
 }
 
 int vt_reader_input(struct vt_reader *r, uint32_t i, const char *buf, long n, uint64_t now)
 {
     struct vt_reader_conn *c = &r->c[i];
-    for (long k = 0; k < n;) {
-        if (c->state == 2) { /* a bulk's data: its first 16 bytes kept */
-            long take = c->bulk < n - k ? (long)c->bulk : n - k;
-            for (long j = 0; j < take && c->head_n < sizeof(c->head); j++)
-                c->head[c->head_n++] = buf[k + j];
-            c->bulk -= take;
-            k += take;
-            if (!c->bulk) {
-                c->state = 0;
-                done(r, c, now);
-            }
-            continue;
-        }
-        char ch = buf[k++];
-        if (c->state == 0) {
-            c->kind = ch, c->num = 0, c->head_n = 0, c->state = 1;
-        } else if (ch == '\n') {
-            if (c->kind == '$' && c->num >= 0) {
-                c->bulk = c->num + 2;
-                c->state = 2;
-            } else {
-                c->state = 0;
-                done(r, c, now);
-            }
-        } else if (c->kind == '$' && ch == '-') {
-            c->num = -1;
-        } else if (c->kind == '$' && ch >= '0' && ch <= '9' && c->num >= 0) {
-            c->num = c->num * 10 + (ch - '0');
-        }
-    }
+    for (size_t k = 0; vt_reply_next(&c->reply, buf, (size_t)n, &k, keep_head, c);)
+        done(r, c, now);
     return 0;
 }
 

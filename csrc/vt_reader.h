@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "hist.h"
+#include "vt_arrivals.h"
 
 #define VT_READER_TAG 0x80000000u /* epoll data of a reader's connection: this bit and its index */
 /* a reader sends its next GET at least this long after its last: ~1,000 a second each (unpaced, 10 readers
@@ -19,9 +20,8 @@
 #define VT_READER_GAP_NS 1000000ull
 
 struct vt_reader_conn {
-    int fd, state;
-    char kind;
-    int64_t num, bulk;
+    int fd;
+    struct vt_reply reply; /* the reply being read (vt_arrivals.h) */
     uint64_t sent, last;
     uint32_t key, head_n;
     char head[16];
