@@ -261,8 +261,15 @@ static void drop_locked(struct rconn *c)
     c->tail = NULL;
 }
 
+#define PSYNC_MAX 256 /* a PSYNC or SYNC command is well under this: longer writes (the AOF's, replies) are not one */
+
 static int note_link(int fd, const struct iovec *iov, int iovcnt)
 {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (total > PSYNC_MAX)
+        return 0;
     for (int i = 0; i < iovcnt; i++) {
         if (!memmem(iov[i].iov_base, iov[i].iov_len, "PSYNC", 5) && !memmem(iov[i].iov_base, iov[i].iov_len, "SYNC\r\n", 6))
             continue;

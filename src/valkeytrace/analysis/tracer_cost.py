@@ -24,17 +24,24 @@ def _med(xs: list) -> float | None:
     return round(statistics.median(xs), 3) if xs else None
 
 
+def _summed(costs: list) -> dict:
+    """name -> {name, attach, runs, run_ns}: each program's counts summed over the windows' costs."""
+    progs: dict = {}
+    for c in costs:
+        for p in c.programs:
+            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
+            acc["runs"] += p.runs
+            acc["run_ns"] += p.run_ns
+    return progs
+
+
 def run_cost(runs: list) -> dict | None:
     """A recording's runs[].tracer.cost over all its windows: each program's runs and run ns summed, the
     requests summed, ns per request over them, the process's CPU (median) and peak RSS (the largest)."""
     costs = [r.tracer.cost for r in runs if r.tracer is not None and r.tracer.cost is not None]
     if not costs:
         return None
-    progs: dict = {}
-    for c in costs:
-        for p in c.programs:
-            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
-            acc["runs"], acc["run_ns"] = acc["runs"] + p.runs, acc["run_ns"] + p.run_ns
+    progs = _summed(costs)
     requests = sum(c.requests or 0 for c in costs) if all(c.requests is not None for c in costs) else None
     counted = all(c.counted for c in costs)
     run_ns = sum(p["run_ns"] for p in progs.values())
@@ -52,12 +59,7 @@ def cell_cost(runs: list) -> CellCost | None:
         return None
     seconds = sum((r.server.window_ns if r.server else 0) for r, _ in costs) / 1e9
     requests = sum(c.requests or 0 for _, c in costs)
-    progs: dict = {}
-    for _, c in costs:
-        for p in c.programs:
-            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
-            acc["runs"] += p.runs
-            acc["run_ns"] += p.run_ns
+    progs = _summed([c for _, c in costs])
     rows = [{"name": p["name"], "attach": p["attach"], "runs_per_s": round(p["runs"] / seconds, 1) if seconds else None,
              "ns_per_run": round(p["run_ns"] / p["runs"], 1) if p["runs"] else None,
              "ns_per_request": round(p["run_ns"] / requests, 1) if requests else None}
