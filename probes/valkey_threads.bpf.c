@@ -153,19 +153,23 @@ static __always_inline int slot_of(u32 tid)
 
 static __always_inline void emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
 {
-    struct vt_block_event ev = {};
-    ev.bytes = bytes;
-    ev.start_ns = start_ns;
-    ev.duration_ns = dur;
-    ev.tid = tid;
-    ev.cause = cause;
-    ev.state = state;
-    if (block_events.ringbuf_output(&ev, sizeof(ev), BPF_RB_NO_WAKEUP) != 0) {
+    /* written in place (reserve, then submit): no copy through the stack */
+    struct vt_block_event *ev = block_events.ringbuf_reserve(sizeof(struct vt_block_event));
+    if (!ev) {
         int zero = 0;
         u64 *l = lost.lookup(&zero);
         if (l)
             __sync_fetch_and_add(l, 1);
+        return;
     }
+    ev->start_ns = start_ns;
+    ev->duration_ns = dur;
+    ev->tid = tid;
+    ev->cause = cause;
+    ev->state = state;
+    ev->bytes = bytes;
+    ev->pad = 0;
+    block_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
@@ -191,14 +195,16 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
     asm volatile("" : "+r"(b)); /* keep the bounds check below visible to the verifier */
     if (b >= VT_HIST_BUCKETS)
         return;
+    /* plain adds, no locked instructions: a slot has one writer, its own thread (every caller
+     * accounts the current thread's call), and one thread's programs never run at once */
     struct vt_hist *h = &t->hist[kind];
-    __sync_fetch_and_add(&h->buckets[b], 1);
-    __sync_fetch_and_add(&h->sum_ns, dur);
-    __sync_fetch_and_add(&h->count, 1);
+    h->buckets[b] += 1;
+    h->sum_ns += dur;
+    h->count += 1;
     if (dur > h->max_ns)
-        h->max_ns = dur; /* racy max: a slot has one writer thread */
+        h->max_ns = dur;
     if (bytes)
-        __sync_fetch_and_add(&t->bytes[kind], bytes);
+        t->bytes[kind] += bytes;
 }
 
 /* The current thread's in-flight call (its slot and tid too), or NULL when the current task is
@@ -245,11 +251,8 @@ static __always_inline int write_enter(int fd)
 
 /* ret: the syscall's return value (bytes written) when known, else < 0 and the requested bytes
  * recorded at the call site count; wrapper: the end of a shim wrapper (begin_call) */
-static __always_inline int end_call(long ret, u32 wrapper)
+static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 tid, long ret, u32 wrapper)
 {
-    u32 tid = 0;
-    int slot;
-    struct inflight_call *in = current_inflight(&slot, &tid);
     u64 start, dur, now, bytes;
     u32 kind;
     if (!in || in->depth != wrapper || !in->start_ns)
@@ -278,6 +281,14 @@ static __always_inline int end_call(long ret, u32 wrapper)
     }
 #endif
     return 0;
+}
+
+static __always_inline int end_call(long ret, u32 wrapper)
+{
+    u32 tid = 0;
+    int slot;
+    struct inflight_call *in = current_inflight(&slot, &tid);
+    return end_call_of(in, slot, tid, ret, wrapper);
 }
 
 static __always_inline int call_exit(long ret) { return end_call(ret, 0); }
@@ -327,7 +338,7 @@ static __always_inline int write_copied(u64 copied)
         in->remaining -= copied;
         return 0;
     }
-    return call_exit(-1);
+    return end_call_of(in, slot, tid, -1, 0); /* the thread's call found once, not again */
 }
 
 RAW_TRACEPOINT_PROBE(ext4_da_write_end) { return write_copied(ctx->args[3]); }

@@ -177,13 +177,13 @@ def test_fdatasync_count_agrees_with_an_independent_counter(needs_bpf):
                                 stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)
-            c0_out = counter[b"fdatasync_calls"][0].value
+            c0_out = counter[b"fdatasync_calls"].value(0)
             tracer.window_begin()
-            c0_in = counter[b"fdatasync_calls"][0].value
+            c0_in = counter[b"fdatasync_calls"].value(0)
             time.sleep(2.0)
-            c1_in = counter[b"fdatasync_calls"][0].value
+            c1_in = counter[b"fdatasync_calls"].value(0)
             metrics = tracer.window_end()
-            c1_out = counter[b"fdatasync_calls"][0].value
+            c1_out = counter[b"fdatasync_calls"].value(0)
         finally:
             load.kill()
             load.wait()

@@ -25,6 +25,26 @@ def test_bcc_program_counts_this_process_fdatasync_calls_exactly(needs_bpf):
     assert counted == 23
 
 
+def test_the_compiler_stays_in_its_child_and_the_program_counts_in_the_tracer(needs_bpf):
+    """The tracer never maps bcc's compiler: GIVEN a fresh process that compiles the selftest probe
+    (tracers/bcc_child.py hands back its fds) and makes 11 fdatasync calls, THEN the program it holds
+    counts exactly those, no clang or LLVM library is in its memory map (/proc/self/maps, the kernel's
+    word), and its peak RSS is below the child's (the compiler's)."""
+    code = ("import os, resource, tempfile\n"
+            "from valkeytrace.tracers.bcc_load import compile_probe\n"
+            "bpf = compile_probe('selftest', TARGET_TGID=os.getpid())\n"
+            "f = tempfile.TemporaryFile()\n"
+            "for _ in range(11): os.fdatasync(f.fileno())\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print(bpf[b'fdatasync_calls'].value(0), int('LLVM' in maps or 'clang' in maps),\n"
+            "      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, int(bpf.compile_peak_rss_mb))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    counted, llvm, rss, child_rss = map(int, res.stdout.split())
+    assert counted == 11 and llvm == 0
+    assert rss < child_rss, f"the tracer's peak {rss} MB, the compiling child's {child_rss} MB"
+
+
 def test_doctor_passes_and_prints_every_check(needs_bpf):
     exe = Path(sys.executable).with_name("valkeytrace")
     res = subprocess.run([str(exe), "doctor"], capture_output=True, text=True, timeout=120)

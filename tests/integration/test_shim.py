@@ -312,12 +312,12 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
         bpf = compile_probe("selftest", TARGET_TGID=srv.pid)
         kernel = bpf[b"fdatasync_calls"]
         time.sleep(0.3)
-        k0, s0 = int(kernel[0].value), shim_fdatasyncs()
+        k0, s0 = kernel.value(0), shim_fdatasyncs()
         load = subprocess.Popen([find_client().path, "-p", str(srv.port), "-t", "SET", "-c", "8",
                                  "-n", "2000", "-r", "5000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert load.wait(timeout=60) == 0
         time.sleep(0.3)
-        k1, s1 = int(kernel[0].value), shim_fdatasyncs()
+        k1, s1 = kernel.value(0), shim_fdatasyncs()
     finally:
         if bpf is not None:
             bpf.cleanup()

@@ -75,6 +75,7 @@ class Probe(Record):
     idle_cause: str | None = None  # the call the main thread sleeps in
     attach_ms: NonNeg | None = None   # how long the launch waited for its probes (compile and attach)
     compile_ms: NonNeg | None = None  # of which compiling the program (0: reused)
+    compile_peak_rss_mb: NonNeg | None = None  # the compiling child process's peak memory (not the tracer's)
     binary: str | None = None    # the server binary the uprobes were placed on
 
 

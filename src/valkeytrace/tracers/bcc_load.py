@@ -1,14 +1,16 @@
-"""bcc itself: importing it (Debian's python3-bpfcc, never PyPI's unrelated "bcc"), whether an
-eBPF recording can run here, compiling a probe, and the selftest doctor runs. The only module,
-with tracers/ebpf.py, that touches bcc."""
+"""bcc itself: finding it (Debian's python3-bpfcc, never PyPI's unrelated "bcc"), whether an eBPF
+recording can run here, and the selftest doctor runs. A recording's tracer never imports bcc (its
+compiler would stay in the process's memory): tracers/bcc_child.py compiles in a child; this module
+and that child are the only ones that import it."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
-from valkeytrace.tracers import probe_source
+from valkeytrace.tracers import bcc_child, probe_source
 from valkeytrace.tracers.ebpf_plan import cflags
 
 
@@ -22,12 +24,19 @@ def import_bcc():
 
 
 def bcc_location() -> str | None:
-    """Where bcc's Python bindings are, or None when they cannot be imported."""
+    """Where bcc's Python bindings are, or None where there are none (found, not imported: importing
+    bcc loads LLVM into the process)."""
     try:
-        bcc = import_bcc()
-    except VTError:
+        spec = importlib.util.find_spec("bcc")
+    except (ImportError, ValueError):
         return None
-    return os.path.dirname(bcc.__file__)
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def require_bcc() -> None:
+    """A VTError where bcc cannot be found (before anything starts)."""
+    if bcc_location() is None:
+        import_bcc()
 
 
 def unusable_reason() -> str | None:
@@ -44,9 +53,10 @@ def unusable_reason() -> str | None:
 
 
 def compile_probe(name: str, **defines):
-    """Compile and load probes/<name>.bpf.c; tracepoint probes attach on load."""
-    bcc = import_bcc()
-    return bcc.BPF(text=probe_source(name).encode(), cflags=cflags(**defines))
+    """Compile and load probes/<name>.bpf.c in a child (tracers/bcc_child.py); its tracepoint probes
+    attached as bcc attaches them on load: a tracers/bpf_fd.Program."""
+    require_bcc()
+    return bcc_child.compile_program(probe_source(name).encode(), cflags(**defines))
 
 
 def selftest(calls: int = 7) -> int:
@@ -56,17 +66,6 @@ def selftest(calls: int = 7) -> int:
         with tempfile.TemporaryFile() as f:
             for _ in range(calls):
                 os.fdatasync(f.fileno())
-        return int(bpf[b"fdatasync_calls"][0].value)
+        return bpf[b"fdatasync_calls"].value(0)
     finally:
         bpf.cleanup()
-
-
-def symbol_address(binary: str, symbol: str) -> int | None:
-    """The symbol's virtual address in binary, or None. A uprobe attached by address skips bcc's
-    symbol-table walk of the binary (the loop sampler attaches twice a second)."""
-    try:
-        bcc = import_bcc()
-        found = bcc.BPF.get_user_functions_and_addresses(binary.encode(), f"^{symbol}$".encode())
-    except Exception:
-        return None
-    return int(found[0][1]) if found else None

@@ -47,18 +47,14 @@ def _fdinfo(fd: int) -> tuple[int, int] | None:
     return None if runs is None or ns is None else (runs, ns)
 
 
-def attach_point(name: str, bpf, uprobes) -> str:
-    """What a program of the tracer is attached to, from bcc's names: tracepoint__cat__event,
-    raw_tracepoint__event, the request probes' raw tracepoints, else the uprobes that run it."""
-    raw = {k.decode() if isinstance(k, bytes) else str(k) for k in getattr(bpf, "raw_tracepoint_fds", {})}
-    if name.startswith("tracepoint__"):
-        return "tracepoint:" + name[len("tracepoint__"):].replace("__", ":", 1)
-    if name.startswith("raw_tracepoint__"):
-        return "raw_tracepoint:" + name[len("raw_tracepoint__"):]
+def attach_point(name: str, bpf, uprobes) -> str | None:
+    """What a program of the tracer has been attached to since it was loaded (tracepoints by name, uprobes
+    by the symbols or addresses that run it), or None for one never attached."""
+    points = sorted(p for p in getattr(bpf, "attached", {}).get(name.encode(), ()) if p != "uprobe")
     sites = sorted({(u.sym or hex(u.addr or 0)) + (" (return)" if u.ret else "") for u in uprobes if u.fn == name})
     if sites:
-        return "uprobe:" + ", ".join(sites[:4]) + (f" +{len(sites) - 4} more" if len(sites) > 4 else "")
-    return "raw_tracepoint:" + ", ".join(sorted(raw)) if name.startswith("on_sock") else "?"
+        points.append("uprobe:" + ", ".join(sites[:4]) + (f" +{len(sites) - 4} more" if len(sites) > 4 else ""))
+    return ", ".join(points) or None
 
 
 class Cost:
@@ -113,9 +109,9 @@ class Cost:
         programs = []
         for name, (runs, ns) in sorted(now.items()):
             r0, n0 = self._begin.get(name, (0, 0))
-            if runs - r0 > 0 or name in self._begin:
-                programs.append({"name": name, "attach": attach_point(name, bpf, uprobes), "runs": runs - r0,
-                                 "run_ns": ns - n0})
+            where = attach_point(name, bpf, uprobes)
+            if runs - r0 > 0 or where:  # every program that ran or was attached; not those never used
+                programs.append({"name": name, "attach": where or "detached", "runs": runs - r0, "run_ns": ns - n0})
         counted = self.found == 1 or self.turned_on
         edges_ms = 1000 * (self._begin_edge + self._cpu() - self._cpu1)
         return {"programs": programs if counted else [], "stats_enabled": self.found,

@@ -1,7 +1,7 @@
 """The eBPF backend: loads probes/valkey_threads.bpf.c against one valkey-server and reads it.
 
-bcc (Debian's python3-bpfcc, never PyPI's "bcc") is imported here, in ebpf_pool.py (the program's
-maps, the program kept between launches) and bcc_load.py only. Only
+bcc (Debian's python3-bpfcc, never PyPI's "bcc") is never imported in this process: a child compiles
+(tracers/bcc_child.py) and hands back the programs' and maps' fds (tracers/bpf_fd.py). Only
 tracepoints and uprobes are used: the kernels we target may have no kprobes. Their headers may
 come from another kernel version, so no kernel struct layout comes from them: the two task_struct
 fields read (pid, stack) are at offsets taken from the running kernel's BTF.
@@ -18,7 +18,6 @@ drained by a C callback of the native core (csrc/events.c), never a Python call 
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -29,9 +28,9 @@ from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
 from valkeytrace.layout import BLOCK_EVENT_DTYPE
 from valkeytrace.server import threads as thr
-from valkeytrace.tracers import bpf_cost, ebpf_pool, probe_source, sites
+from valkeytrace.tracers import bcc_child, bpf_cost, ebpf_pool, elf, probe_source, sites
 from valkeytrace.tracers.base import Tracer
-from valkeytrace.tracers.bcc_load import import_bcc, symbol_address
+from valkeytrace.tracers.bcc_load import require_bcc
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACEPOINTS, SYSNR_CANDIDATES, Plan, aof_dir_of,
                                            call_source, cflags, extra_groups, plan, printable_program, sysnr_cache,
                                            sysnr_known, uprobes)
@@ -92,7 +91,6 @@ class EbpfTracer(Tracer):
         self._raw_tps: list = []
         self._sampler: threading.Thread | None = None
         self._sink: Any = None
-        self._sink_cb: Any = None
         self._begin: Any = None
         self._pool_key: tuple | None = None  # set once started: the program is parked under it when stopped
         self._settled: tuple = ()  # (plan, call sites, why syscalls, idle cause): what a reuse takes over
@@ -125,7 +123,7 @@ class EbpfTracer(Tracer):
         self.set_attached(False)
 
     def start(self, target):
-        import_bcc()  # a VTError before anything starts when bcc is missing
+        require_bcc()  # a VTError before anything starts when bcc is missing
         self.pid = target.pid
         self.aof_dir = aof_dir_of(target)
         binary = os.path.realpath(f"/proc/{self.pid}/exe")
@@ -142,7 +140,6 @@ class EbpfTracer(Tracer):
         try:
             if loaded is None:
                 call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
-                system.release_free_memory()  # the compiler's heap goes before the ring buffer maps its 16 MB
                 self._open_events()
                 if not p.switches:  # record --attach: the start-up check done, no program on every switch
                     ebpf_pool.detach_named(self.bpf, SWITCH_TRACEPOINTS)
@@ -162,11 +159,11 @@ class EbpfTracer(Tracer):
             finder is not None and finder.cancel()
         self.info = self._describe(p, binary, call_sites, shim_probes, idle, time.monotonic() - t0)
         self.info["compile_ms"] = round(self._compile_s * 1000, 1)  # 0: a program compiled for an earlier launch
+        self.info["compile_peak_rss_mb"] = self.bpf.compile_peak_rss_mb  # the child's, not ours
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
         self._pool_key, self._settled = key, (p, call_sites, why_syscalls, idle)
         self.target = target
-        system.release_free_memory()  # the compiler's free heap (docs/performance.md, tracer's cost)
         self._refresh()
         self._poller = threading.Thread(target=self._poll, name="valkeytrace-ringbuf", daemon=True)
         self._poller.start()
@@ -219,7 +216,7 @@ class EbpfTracer(Tracer):
         """The probe plan for this server binary and AOF directory (ebpf_plan.plan): what start()
         loads, and what record --print-probes prints."""
         return plan(extra_groups=self.extra_groups, block_threshold_ns=self.block_threshold_ns,
-                    symbol=lambda sym: symbol_address(binary, sym) if binary else None,
+                    symbol=lambda sym: elf.symbol_address(binary, sym) if binary else None,
                     fstype=system.storage_of(aof_dir).get("fstype") if aof_dir else None,
                     fs_tracepoints_present=lambda fs, names: all(system.tracepoint_exists(fs, tp) for tp in names),
                     attached=attached)
@@ -232,13 +229,14 @@ class EbpfTracer(Tracer):
     def _compile(self, p: Plan):
         t0 = time.monotonic()
         self._defines = p.defines()
-        self.bpf = import_bcc().BPF(text=probe_source(MAIN_PROBE).encode(), cflags=cflags(**self._defines))
+        self.bpf = bcc_child.compile_program(probe_source(MAIN_PROBE).encode(), cflags(**self._defines),
+                                             raw_functions=self.REQUEST_PROBES.values())
         self._compile_s += time.monotonic() - t0
         ebpf_pool.set_target(self.bpf, self.pid or 0)  # the tracepoints fire from the load on
 
     def _reuse(self, loaded: ebpf_pool.Loaded) -> tuple:
         """A parked program taken over: its maps zeroed, its tracepoints attached again."""
-        self.bpf, self._defines, self._sink, self._sink_cb = loaded.bpf, loaded.defines, loaded.sink, loaded.sink_cb
+        self.bpf, self._defines, self._sink = loaded.bpf, loaded.defines, loaded.sink
         ebpf_pool.reset(loaded)
         ebpf_pool.set_target(self.bpf, self.pid)
         ebpf_pool.attach(self.bpf, loaded.tracepoints, loaded.raw_tracepoints)
@@ -265,7 +263,7 @@ class EbpfTracer(Tracer):
             return False
         p, call_sites, why, idle = self._settled
         return ebpf_pool.park(self._pool_key, ebpf_pool.Loaded(self.bpf, p, call_sites, why, idle, self._defines,
-                                                               self._sink, self._sink_cb, tps, raw, set(self._aof_fds)))
+                                                               self._sink, tps, raw, set(self._aof_fds)))
 
     def _check_sysnr(self) -> str | None:
         """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in
@@ -279,20 +277,19 @@ class EbpfTracer(Tracer):
         rounds = 20
 
         def sleeper():
-            tid_table[tid_table.Key(0)] = tid_table.Leaf(threading.get_native_id())
+            tid_table.put(0, threading.get_native_id())
             for _ in range(rounds):
                 time.sleep(0.001)
-            tid_table[tid_table.Key(0)] = tid_table.Leaf(0)
+            tid_table.put(0, 0)
 
         t = threading.Thread(target=sleeper, name="valkeytrace-sysnr-check")
         t.start()
         t.join()
-        counts = [int(hits[hits.Key(i)].value) for i in range(len(SYSNR_CANDIDATES))]
+        counts = [hits.value(i) for i in range(len(SYSNR_CANDIDATES))]
         good = [i for i, c in enumerate(counts) if c >= rounds // 2]
         if len(good) != 1:
             return None
-        off = bpf[b"sysnr_offset"]
-        off[off.Key(0)] = off.Leaf(SYSNR_CANDIDATES[good[0]])
+        bpf[b"sysnr_offset"].put(0, SYSNR_CANDIDATES[good[0]])
         system.write_json_cache(sysnr_cache(), {"offset": SYSNR_CANDIDATES[good[0]]})
         return f"syscall number at task stack +{SYSNR_CANDIDATES[good[0]]}"
 
@@ -310,10 +307,6 @@ class EbpfTracer(Tracer):
             list(pool.map(fn, probes))
 
     def _attach_uprobes(self, probes=None):
-        probes = self._uprobes if probes is None else probes
-        kprobe = import_bcc().BPF.KPROBE
-        for fn in sorted({p.fn for p in probes}):
-            self.bpf.load_func(fn.encode(), kprobe)  # once, before the threads share it
         self._each_uprobe(lambda p: (self.bpf.attach_uretprobe if p.ret else self.bpf.attach_uprobe)(
             name=p.path.encode(), fn_name=p.fn.encode(), pid=self.pid, **p.where()), probes)
 
@@ -328,7 +321,7 @@ class EbpfTracer(Tracer):
         probe = [self._loop_probe]
         while not self._stop.is_set():
             if self._attached:
-                last[last.Key(0)] = last.Leaf(0)  # the first hit after attaching only starts an iteration
+                last.put(0, 0)  # the first hit after attaching only starts an iteration
                 try:
                     self._attach_uprobes(probe)
                     self._stop.wait(on_s)
@@ -392,24 +385,20 @@ class EbpfTracer(Tracer):
         fds = {fd for fd in thr.aof_fds(self.pid, self.aof_dir) if fd < 4096}
         table = self.bpf[b"aof_fds"]
         for fd in fds - self._aof_fds:
-            table[table.Key(fd)] = table.Leaf(1)
+            table.put(fd, 1)
         for fd in self._aof_fds - fds:
-            table[table.Key(fd)] = table.Leaf(0)
+            table.put(fd, 0)
         self._aof_fds = fds
         # a thread whose tid - pid falls outside the direct range gets one of the extra slots
         extra, self.untracked_threads = assign_extra_slots(live, self.pid, self._extra)
         table = self.bpf[b"extra_slots"]
         for tid in set(self._extra) - set(extra):
-            try:
-                del table[table.Key(tid)]
-            except KeyError:
-                pass
+            table.delete(tid)
         for tid, slot in extra.items():
             if self._extra.get(tid) != slot:
-                table[table.Key(tid)] = table.Leaf(slot)
+                table.put(tid, slot)
         if extra or self._extra:
-            counter = self.bpf[b"extra_count"]
-            counter[counter.Key(0)] = counter.Leaf(len(extra))
+            self.bpf[b"extra_count"].put(0, len(extra))
         self._extra = extra
 
     def slot_tids(self) -> dict:
@@ -419,13 +408,10 @@ class EbpfTracer(Tracer):
     def _open_events(self):
         """The ring buffer, consumed by the native core's C callback (csrc/events.c): a Python
         callback per record cost several µs each, ~3K records a second under `always`."""
-        from bcc.libbcc import _RINGBUF_CB_TYPE
-
         self._sink = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize,
                                                         "max_bytes": SINK_MAX_BYTES})
-        self._sink_cb = _RINGBUF_CB_TYPE(int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))))
-        table = self.bpf[b"block_events"]
-        self.bpf._open_ring_buffer(table.map_fd, self._sink_cb, ctypes.c_void_p(int(ffi.cast("uintptr_t", self._sink))))
+        self.bpf.open_ring_buffer(b"block_events", int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))),
+                                  int(ffi.cast("uintptr_t", self._sink)))
 
     def _consume(self):
         """Move what the ring buffer holds into self._events (one bytes object per drain)."""
@@ -464,8 +450,7 @@ class EbpfTracer(Tracer):
         window only (they fire for every socket I/O on the host), and requests_on gates them."""
         if self.bpf is None or not self.info.get("defines", {}).get("TRACE_REQUESTS") or on == self._requests_on:
             return
-        table = self.bpf[b"requests_on"]
-        table[table.Key(0)] = table.Leaf(int(on))
+        self.bpf[b"requests_on"].put(0, int(on))
         for tp, fn in self.REQUEST_PROBES.items():
             try:
                 if on:

@@ -12,7 +12,6 @@ when the process ends.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,7 +41,6 @@ class Loaded:
     idle: str | None
     defines: dict
     sink: Any
-    sink_cb: Any
     tracepoints: list = field(default_factory=list)      # detached while parked, attached on reuse
     raw_tracepoints: list = field(default_factory=list)
     aof_fds: set = field(default_factory=set)            # aof_fds entries the last launch set
@@ -77,8 +75,7 @@ def parked() -> int:
 
 def set_target(bpf, pid: int) -> None:
     """The server the program traces (0: none)."""
-    t = bpf[b"target"]
-    t[t.Key(0)] = t.Leaf(pid)
+    bpf[b"target"].put(0, pid)
 
 
 def detach(bpf) -> tuple[list, list]:
@@ -115,38 +112,21 @@ def attach(bpf, tps: list, raw: list) -> None:
 def reset(loaded: Loaded) -> None:
     """The maps as a fresh load leaves them, but for what holds for the kernel (the syscall number's
     offset): per-slot arrays zeroed (a few hundred elements), the hashes emptied, the AOF fds unset."""
-    from bcc import libbcc
-
     bpf = loaded.bpf
-    for name in ZEROED_ARRAYS:
-        try:
-            table = bpf[name]
-        except KeyError:
-            continue  # a group not compiled in
-        leaf = table.Leaf()
-        for i in range(table.max_entries):
-            key = ctypes.c_int(i)
-            libbcc.lib.bpf_update_elem(table.map_fd, ctypes.byref(key), ctypes.byref(leaf), 0)
-    for name in CLEARED_HASHES:
-        try:
+    for name in ZEROED_ARRAYS + CLEARED_HASHES:
+        if name in bpf.tables:  # else a group not compiled in
             bpf[name].clear()
-        except KeyError:
-            pass
-    fds = bpf[b"aof_fds"]
     for fd in loaded.aof_fds:
-        fds[fds.Key(fd)] = fds.Leaf(0)
+        bpf[b"aof_fds"].put(fd, 0)
     loaded.aof_fds = set()
 
 
 def _lookup(table, key: int, size: int) -> bytes:
     """One array element as raw bytes (bcc's Python map access is too slow for 140 KB values)."""
-    from bcc import libbcc
-
-    k = ctypes.c_int(key)
-    buf = ctypes.create_string_buffer(size)
-    if libbcc.lib.bpf_lookup_elem(table.map_fd, ctypes.byref(k), buf) < 0:
+    got = table.raw(key)
+    if got is None or len(got) < size:
         raise VTError(f"cannot read BPF map element {key}")
-    return buf.raw
+    return got[:size]
 
 
 def read_snapshot(tracer: Any, mono_ns: int | None = None) -> Snapshot:
@@ -163,5 +143,5 @@ def read_snapshot(tracer: Any, mono_ns: int | None = None) -> Snapshot:
         offcpu[slot] = offcpu_reading(_lookup(bpf[b"offcpu"], slot, OFFCPU_DTYPE.itemsize),
                                       _lookup(bpf[b"offcpu_since"], slot, SINCE_DTYPE.itemsize), mono_ns)
     sink = tracer._sink  # records the kernel kept but the sink could not
-    lost = bpf[b"lost"][0].value + (int(sink.dropped) if sink is not None else 0)
+    lost = bpf[b"lost"].value(0) + (int(sink.dropped) if sink is not None else 0)
     return Snapshot(mono_ns, threads, offcpu, lost, sched)

@@ -1,0 +1,109 @@
+"""The probes compiled in a short-lived child process, handed back as file descriptors.
+
+bcc's compiler is clang and LLVM in the process that imports it: ~60 MB resident to import, as much again to
+compile, and a process's peak resident memory never comes down. So the tracer never imports bcc: it starts
+`python -m valkeytrace.tracers.bcc_child`, sends it the program text and flags over a SOCK_SEQPACKET socket
+pair, and the child compiles with bcc, loads every function (the kernel's verifier runs there), and sends
+back the programs' and maps' fds (SCM_RIGHTS) with what each is; then it exits, and the programs live on
+through the tracer's fds (tracers/bpf_fd.py). What the child attached on load closes with it: the tracer
+attaches the same itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+MAX_MESSAGE = 1 << 20
+MAX_FDS = 250  # SCM_MAX_FD is 253 per message
+TIMEOUT_S = 120.0
+
+
+def compile_program(text: bytes, cflags: list[str], raw_functions=()):
+    """The program compiled and loaded by a child: a bpf_fd.Program (its tracepoints attached as bcc
+    attaches them on load). Raises Exception with the compiler's first error line when it fails."""
+    from valkeytrace.tracers import bpf_fd
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "valkeytrace.tracers.bcc_child", str(theirs.fileno())],
+                                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        theirs.close()
+        ours.settimeout(TIMEOUT_S)
+        try:
+            ours.send(json.dumps({"text": text.decode(), "cflags": list(cflags), "raw": list(raw_functions)}).encode())
+            data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, MAX_FDS)
+        except OSError as exc:
+            data, fds = b"", []
+            proc.kill()
+            err.write(f"\n{exc}".encode())
+        proc.wait()
+        reply = json.loads(data) if data else {}
+        if "funcs" not in reply:
+            for fd in fds:
+                os.close(fd)
+            err.seek(0)
+            lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+            why = reply.get("error") or next((ln for ln in lines if "error" in ln.lower()), None) \
+                or (lines[-1] if lines else f"the compiling child exited with {proc.returncode}")
+            raise Exception(why)
+    funcs = {name.encode(): fd for name, fd in zip(reply["funcs"], fds)}
+    maps = [bpf_fd.Map(t["name"], fd, t["key_size"], t["value_size"], t["max_entries"], t["type"])
+            for t, fd in zip(reply["tables"], fds[len(funcs):])]
+    program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply["autoload"]])
+    program.compile_peak_rss_mb = reply.get("peak_rss_mb")
+    return program
+
+
+def _compile(request: dict) -> tuple[dict, list[int]]:
+    import ctypes as ct
+    import resource
+
+    from bcc import BPF, libbcc
+
+    lib = libbcc.lib
+    for name, res, args in (("bpf_num_tables", ct.c_ulonglong, [ct.c_void_p]),
+                            ("bpf_table_name", ct.c_char_p, [ct.c_void_p, ct.c_ulonglong]),
+                            ("bpf_table_fd_id", ct.c_int, [ct.c_void_p, ct.c_ulonglong]),
+                            ("bpf_table_key_size_id", ct.c_size_t, [ct.c_void_p, ct.c_ulonglong]),
+                            ("bpf_table_leaf_size_id", ct.c_size_t, [ct.c_void_p, ct.c_ulonglong])):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = res, args
+    bpf = BPF(text=request["text"].encode(), cflags=request["cflags"])
+    raw = {name.encode() for name in request["raw"]}
+    for i in range(lib.bpf_num_functions(bpf.module)):
+        name = lib.bpf_function_name(bpf.module, i)
+        if name not in bpf.funcs:  # uprobes (kprobe-typed) and the raw tracepoints attached per window
+            bpf.load_func(name, BPF.RAW_TRACEPOINT if name in raw else BPF.KPROBE)
+    funcs = sorted(bpf.funcs.items())
+    tables = [{"name": lib.bpf_table_name(bpf.module, i).decode(), "fd": lib.bpf_table_fd_id(bpf.module, i),
+               "key_size": lib.bpf_table_key_size_id(bpf.module, i),
+               "value_size": lib.bpf_table_leaf_size_id(bpf.module, i),
+               "max_entries": lib.bpf_table_max_entries_id(bpf.module, i),
+               "type": lib.bpf_table_type_id(bpf.module, i)} for i in range(lib.bpf_num_tables(bpf.module))]
+    tables = [t for t in tables if t["fd"] >= 0]
+    reply = {"funcs": [n.decode() for n, _ in funcs], "tables": tables,
+             "autoload": [n.decode() for n, _ in funcs if n.startswith((b"tracepoint__", b"raw_tracepoint__"))],
+             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return reply, [fn.fd for _, fn in funcs] + [t["fd"] for t in tables]
+
+
+def main(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    try:
+        reply, fds = _compile(json.loads(sock.recv(MAX_MESSAGE)))
+        if len(fds) > MAX_FDS:
+            raise Exception(f"{len(fds)} programs and maps: more than one message carries")
+        socket.send_fds(sock, [json.dumps(reply).encode()], fds)
+    except Exception as exc:  # bcc raises bare Exception; the parent says the first line
+        text = str(exc).strip()
+        sock.send(json.dumps({"error": text.splitlines()[0] if text else type(exc).__name__}).encode())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main(int(sys.argv[1])))
