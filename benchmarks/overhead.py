@@ -137,8 +137,8 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                     window = tracer.window_end()
                     lost = (window or {}).get("lost_events", 0) if traced else 0
                     # the SET c=8 load's rate over the slice, from its progress lines (4 a second)
-                    sets = [rec["rps"] for t, rec in list(bg.progress) if t0 < t <= t1 and rec["rps"] == rec["rps"]]
-                    run.append({"traced": traced, "get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+                    sets = [rec.rps for t, rec in list(bg.progress) if t0 < t <= t1 and rec.rps == rec.rps]
+                    run.append({"traced": traced, "get_tps": rep.tps, "get_p99_us": rep.latency_ms.p99 * 1000,
                                 "set_tps": statistics.fmean(sets) if sets else None, "lost": lost})
                 slices = {side: [s for s in run if s["traced"] == side] for side in (False, True)}
                 abba = "".join("B" if t else "A" for t in order)

@@ -343,9 +343,9 @@ class Bench:
         rep = parse_report(proc.output)
         # the tool's BPF run time per request the server served in the slice (the kernel's statistics)
         per = (bpf1[1] - bpf0[1]) / (cmd1 - cmd0) if bpf0 and bpf1 and cmd1 > cmd0 else None
-        return {"traced": traced, "get_tps": rep["tps"], "get_p99_us": rep["latency_ms"]["p99"] * 1000,
+        return {"traced": traced, "get_tps": rep.tps, "get_p99_us": rep.latency_ms.p99 * 1000,
                 "bpf_ns_per_request": per,
-                "dist": [[p, ms] for p, ms, *_ in rep.get("percentile_distribution") or []],
+                "dist": [[p, ms] for p, ms, *_ in rep.percentile_distribution],
                 "server_cpu_ms_per_kget": (cpu1 - cpu0) * 1000 / self.requests * 1000}
 
     def stop(self):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from valkeytrace import system
+from valkeytrace.recording import document
 
 # seconds, measured here (2-CPU VM, 2026-12-02) before any cache exists
 DEFAULT_LAUNCH_S = {"ebpf": 7.0, "both": 8.0, "shim": 2.0, "none": 1.5}
@@ -31,6 +33,15 @@ def measured() -> dict:
         return {}
 
 
+@dataclass
+class Estimate:
+    seconds: float
+    per_launch_s: float
+    launches: int
+    runs: int
+    measured: bool  # whether the costs come from this host
+
+
 def remember(backend: str, launch_s: float | None, runs: list[dict]) -> None:
     """Fold one recording's costs into the cache (a launch, and each finished run's time beyond
     its window)."""
@@ -40,15 +51,14 @@ def remember(backend: str, launch_s: float | None, runs: list[dict]) -> None:
         d[key] = round(value if old is None else KEEP * old + (1 - KEEP) * value, 3)
     if launch_s is not None:
         fold(f"launch_s:{backend}", launch_s)
-    for r in runs:
-        if r.get("status") == "ok" and r.get("started_at") and r.get("ended_at") and r.get("window_start") \
-                and r.get("window_end"):
-            fold(f"overhead_s:{r['workload']}", (r["ended_at"] - r["started_at"]) - (r["window_end"] - r["window_start"]))
+    for r in document.outcomes({"runs": runs}):
+        if r.status == "ok" and r.started_at and r.ended_at and r.window_start and r.window_end:
+            fold(f"overhead_s:{r.workload}", (r.ended_at - r.started_at) - (r.window_end - r.window_start))
     system.write_json_cache(_path(), d)
 
 
-def estimate(backend: str, matrix: list, duration_s: float, launches: int = 1) -> dict:
-    """{"seconds", "launches", "runs", "measured": whether the costs come from this host}."""
+def estimate(backend: str, matrix: list, duration_s: float, launches: int = 1) -> Estimate:
+    """The plan's time, from this host's costs (else the project VM's)."""
     d = measured()
     launch = d.get(f"launch_s:{backend}", DEFAULT_LAUNCH_S.get(backend, 5.0))
     known = f"launch_s:{backend}" in d
@@ -57,14 +67,13 @@ def estimate(backend: str, matrix: list, duration_s: float, launches: int = 1) -
         over = d.get(f"overhead_s:{workload}")
         known = known and over is not None
         per_launch += duration_s + (over if over is not None else DEFAULT_OVERHEAD_S.get(workload, 2.0))
-    return {"seconds": per_launch * launches, "per_launch_s": per_launch, "launches": launches,
-            "runs": len(matrix) * launches, "measured": known}
+    return Estimate(per_launch * launches, per_launch, launches, len(matrix) * launches, known)
 
 
-def describe(e: dict) -> str:
-    m, s = divmod(int(round(e["seconds"])), 60)
+def describe(e: Estimate) -> str:
+    m, s = divmod(int(round(e.seconds)), 60)
     h, m = divmod(m, 60)
     took = f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s" if m else f"{s} s"
-    return (f"about {took} ({e['launches']} launch(es), {e['runs']} run(s); "
-            + ("costs measured on this host by earlier recordings)" if e["measured"]
+    return (f"about {took} ({e.launches} launch(es), {e.runs} run(s); "
+            + ("costs measured on this host by earlier recordings)" if e.measured
                else "costs of this project's VM: no recording here yet)"))

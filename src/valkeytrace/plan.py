@@ -172,16 +172,10 @@ class RecordPlan:
 
     @classmethod
     def from_json(cls, text: str) -> "RecordPlan":
-        d = json.loads(text)
-        st = d["settings"]
-        settings = Settings(**{**st, "workloads": tuple(st["workloads"]), "sizes": tuple(st["sizes"]),
-                               "sensitivity": tuple(st["sensitivity"]), "rates": tuple(st.get("rates") or ())})
-        return cls(server=ServerPlan(**{**d["server"], "command": tuple(d["server"]["command"])}),
-                   settings=settings, tracer=TracerPlan(**d["tracer"]),
-                   emulation=EmulationPlan(**d["emulation"]),
-                   **{k: d[k] for k in ("benchmark_path", "client_cpus", "label", "output", "measure_overhead")},
-                   verify_durability=bool(d.get("verify_durability")),
-                   notes=tuple(d.get("notes") or ()))
+        """The plan as_json wrote, decoded into its dataclasses by their declared types."""
+        import msgspec
+
+        return msgspec.json.decode(text.encode(), type=cls, strict=False)
 
 
 def _settle_config(config: dict, appendfsync: str, io_threads, port, given) -> tuple:

@@ -11,14 +11,17 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from valkeytrace import stopping, system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
-from valkeytrace.server.view import ServerView
+from valkeytrace.recording.model import ServerExit
+from valkeytrace.server.process import Exit
+from valkeytrace.server.view import LoopCount, ServerView
+from valkeytrace.tracers import offload as voff
 from valkeytrace.workload import scenarios
 
 
@@ -103,48 +106,54 @@ class Settings:
         return out
 
 
-def describe_exit(gone: dict) -> str:
+def describe_exit(gone: Exit | ServerExit) -> str:
     """'was killed by SIGKILL', 'shut down on SIGTERM (status 0)', 'exited with status 1: why', 'ended'
     (an attached server: how is unknown)."""
-    from valkeytrace.reporters.sentences import how_ended_why
+    from valkeytrace.reporters.sentences import Ended, how_ended_why
 
-    return how_ended_why(gone)
+    return how_ended_why(Ended(signal=gone.signal, status=gone.status, cause=gone.cause))
 
 
-def tracer_cost(cost: dict, server_view: dict | None, loop: dict) -> dict:
-    """runs[].tracer.cost: the programs' cost (tracers/bpf_cost.py) over the requests the server counted in the
-    window (INFO stats total_commands_processed at its edges; else commandstats' GET + SET, reset as it began)."""
-    a, b = loop.get("begin") or {}, loop.get("end") or {}
+def tracer_cost(cost, server_view: dict | None, begin: LoopCount | None, end: LoopCount | None) -> dict:
+    """runs[].tracer.cost: the programs' cost (tracers/bpf_cost.py, a model.TracerCost) over the requests the
+    server counted in the window (INFO stats total_commands_processed at its edges; else commandstats' GET +
+    SET, reset as it began)."""
     stats = (server_view or {}).get("commandstats") or {}
-    requests = (b["commands"] - a["commands"] if "commands" in a and "commands" in b else
-                sum(int(v.get("calls") or 0) for v in stats.values()) if stats else None)
-    run_ns = sum(p["run_ns"] for p in cost["programs"])
-    return {**cost, "requests": requests,
-            "bpf_ns_per_request": round(run_ns / requests, 1) if requests and cost["counted"] else None}
+    cost.requests = (end.commands - begin.commands if begin is not None and end is not None else
+                     sum(int(v.get("calls") or 0) for v in stats.values()) if stats else None)
+    run_ns = sum(p.run_ns for p in cost.programs)
+    cost.bpf_ns_per_request = round(run_ns / cost.requests, 1) if cost.requests and cost.counted else None
+    return document.plain(cost)
 
 
-def exit_record(gone: dict, run: dict) -> dict:
+def exit_record(gone: Exit, window_start: float | None, started_at: float | None) -> dict:
     """runs[].server_exit: when (at_s: seconds into the run's window, or into the run before it opened)
     and how (signal or status) the server ended."""
-    ws = run.get("window_start")
-    inside = bool(ws) and gone["time"] >= ws
-    start = ws if inside else run.get("started_at")
-    out = {"at_s": round(max(0.0, gone["time"] - start), 3) if start else None, "in_window": inside}
-    out.update({k: gone[k] for k in ("signal", "status", "cause") if gone.get(k) is not None})
-    if "signal" not in out and "status" not in out:
+    inside = bool(window_start) and gone.time >= (window_start or 0)
+    start = window_start if inside else started_at
+    out = {"at_s": round(max(0.0, gone.time - start), 3) if start else None, "in_window": inside,
+           **{k: v for k, v in (("signal", gone.signal), ("status", gone.status), ("cause", gone.cause)) if v is not None}}
+    if gone.signal is None and gone.status is None:
         out["status"] = None
     return out
 
 
+@dataclass
+class SideMemo:
+    """What a side of a compare keeps across its launches in one process (session.memo)."""
+    rates: dict = field(default_factory=dict)   # the rate each cell ran at: its runs need no calibration pass
+    demand: dict = field(default_factory=dict)  # (workload, size) -> the launch that measured its demand pass
+
+
 class Recorder:
     def __init__(self, target, client, settings: Settings, tracer, out_path: str, doc: dict,
-                 owner: tuple[int, int] | None = None, memo: dict | None = None):
+                 owner: tuple[int, int] | None = None, memo: SideMemo | None = None):
         self.target = target
         # what a side keeps across its launches in one process (session.memo): the rate each cell ran at
         # (its runs need no calibration pass), and which launch measured each cell's demand pass
-        self.memo = memo if memo is not None else {}
+        self.memo = memo if memo is not None else SideMemo()
         self.launch = next(LAUNCHES)
-        self._rates_before = dict(self.memo.get("rates", {}))  # the side's earlier launches' (RateMemo)
+        self._rates_before = dict(self.memo.rates)  # the side's earlier launches' (RateMemo)
         # this launch's keyspace (scenarios.Load.keyspace_state); an attached server's other clients may
         # write its keys between our runs: filled each time
         self.keyspace_state: dict | None = None if getattr(target, "mode", "") == "attach" else {}
@@ -164,6 +173,7 @@ class Recorder:
         self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
         self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
         self.stalls: Any = None    # tracers.stalls.StallLog under --inject-fsync-delay ...,stall:S/P
+        self._cpu: list[system.CpuSnapshot] = []  # the window's CPU snapshots, at its edges
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -175,8 +185,8 @@ class Recorder:
         """The recording so far, beside the output: a fast, larger encoding, not fsynced
         (recording.format.write)."""
         # the runs before the first running one are final: run_one() checkpoints when a run ends
-        runs = self.doc["runs"]
-        final = next((i for i, r in enumerate(runs) if r.get("status") == "running"), len(runs))
+        runs = document.outcomes(self.doc)
+        final = next((i for i, r in enumerate(runs) if r.status == "running"), len(runs))
         self._write(self.partial_path, self._encoder.encode(self.doc, final), durable=False)
 
     def finish(self):
@@ -191,62 +201,61 @@ class Recorder:
     # -- one run ---------------------------------------------------------------------------------
     def _window(self, run: dict, traced: bool = True, client_pids=()):
         """Callbacks marking the measured window for the tracer, the server's own view and the
-        host's CPU accounting (run["_cpu"]: snapshots; _host_cpu() turns them into cores)."""
+        host's CPU accounting (self._cpu: snapshots; _host_cpu() turns them into cores)."""
         view = ServerView(self.target)
-        loop: dict[str, Any] = {}
+        loop: list[Any] = [None, None, None, None]  # INFO stats at begin and end (LoopCount), memory sampler, offload
+        times: list[float] = [0.0]  # the window's start
+        started, workload = run.get("started_at"), run.get("workload")
+        self._cpu = []
 
         # the server's own event-loop count is read inside the tracer's window (after its begin,
         # before its end: a tracer's begin and end take tens of ms, thousands of iterations)
         def begin():
             view.begin()
-            run["window_start"] = time.time()
-            run["_cpu"] = [system.cpu_snapshot(self.target.pid, client_pids)]
-            if self.offload is not None:
-                run["_offload"] = self.offload.snapshot()
+            run["window_start"] = times[0] = time.time()
+            self._cpu.append(system.cpu_snapshot(self.target.pid, client_pids))
+            loop[3] = self.offload.snapshot() if self.offload is not None else None
             if traced:  # a write-only cell: its requests timed too, for its durability record
-                requests = run.get("workload") in REQUEST_WINDOWS or (
-                    run.get("workload") == "none" and replicating(self.doc.get("server") or {}))
+                requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))
                 self.tracer.window_begin(requests=requests)
                 if self.replicas is not None:
                     self.replicas.window_begin(requests=requests)
             if self.prober is not None:
                 self.prober.begin()
-            loop["begin"] = view.eventloop()
-            loop["memory"] = self._memory_sampler()
+            loop[0] = view.eventloop()
+            loop[2] = self._memory_sampler()
 
         def end():
             gone = self.target.gone()  # the server ended inside the window: it closes where it did
-            loop["end"] = None if gone else view.eventloop()
+            loop[1] = None if gone else view.eventloop()
             if self.prober is not None:
                 run["replication"] = self.prober.end()
-            run["window_end"] = max(gone["time"], run["window_start"]) if gone else time.time()
-            run["_cpu"].append(system.cpu_snapshot(self.target.pid, client_pids))
-            if self.offload is not None:
-                from valkeytrace.tracers import offload
-
-                figures = offload.window(run.pop("_offload", None), self.offload.snapshot())
-                if figures is not None:
-                    run["offload"] = figures
-            metrics = self.tracer.window_end(gone["mono_ns"] if gone else None) if traced else None
+            run["window_end"] = max(gone.time, times[0]) if gone else time.time()
+            self._cpu.append(system.cpu_snapshot(self.target.pid, client_pids))
+            figures = voff.window(loop[3], self.offload.snapshot()) if self.offload is not None else None
+            if figures is not None:
+                run["offload"] = figures
+            metrics = self.tracer.window_end(gone.mono_ns if gone else None) if traced else None
+            a, b = loop[0], loop[1]
             if metrics is not None:
-                a, b = loop.get("begin"), loop.get("end")
                 if "eventloop" not in metrics and a and b:  # the server's own count, whatever the tracer
-                    metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b["cycles"] - a["cycles"],
-                                            "duration_us": b["duration_us"] - a["duration_us"]}
+                    metrics["eventloop"] = {"source": "INFO stats eventloop_cycles", "cycles": b.cycles - a.cycles,
+                                            "duration_us": b.duration_us - a.duration_us}
                 if gone:
-                    metrics["server_exit"] = exit_record(gone, run)
+                    metrics["server_exit"] = exit_record(gone, times[0], started)
                 run["server"] = metrics
                 if self.replicas is not None:
                     run["replicas"] = self.replicas.window_end()
+            seen = None
             if gone:
-                run["server_exit"] = exit_record(gone, run)
+                run["server_exit"] = exit_record(gone, times[0], started)
             else:
-                run["server_view"] = view.end()
+                run["server_view"] = seen = view.end()
             cost = metrics.pop("tracer_cost", None) if metrics is not None else None
             if cost is not None:
-                run["tracer"] = {"cost": tracer_cost(cost, run.get("server_view"), loop)}
-            if loop.get("memory") is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
-                run["memory"] = loop["memory"].stop()
+                run["tracer"] = {"cost": tracer_cost(cost, seen, a, b)}
+            if loop[2] is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
+                run["memory"] = loop[2].stop()
         return begin, end
 
     def _memory_sampler(self):
@@ -261,17 +270,16 @@ class Recorder:
         sampler.start()
         return sampler
 
-    @staticmethod
-    def _host_cpu(run: dict, client: dict):
-        snaps = run.pop("_cpu", None)
-        if snaps and len(snaps) == 2:
-            run["host_cpu"] = system.cpu_window(snaps[0], snaps[1], client)
+    def _host_cpu(self, run: dict, client: system.MeasuredClient):
+        snaps, self._cpu = self._cpu, []
+        if len(snaps) == 2:
+            run["host_cpu"] = document.plain(system.cpu_window(snaps[0], snaps[1], client))
 
     def _scenario(self, workload: str, rate: float | None = None):
         s = self.settings
         load = None
         if self.client is not None:
-            load = scenarios.Load.for_server(self.target, self.client, rates=self.memo.setdefault("rates", {}),
+            load = scenarios.Load.for_server(self.target, self.client, rates=self.memo.rates,
                                              rates_known=self._rates_before,
                                              keyspace_state=self.keyspace_state,
                                              keyspace=s.keyspace, get_clients=s.get_clients,
@@ -289,14 +297,16 @@ class Recorder:
         """Whether this launch measures the cell's demand pass (the model's GET-only calibration): the
         first launch of a side that reaches the cell does, in each of its repeats; later ones keep it."""
         return self.settings.demand_pass and \
-            self.memo.setdefault("demand", {}).setdefault((workload, size), self.launch) == self.launch
+            self.memo.demand.setdefault((workload, size), self.launch) == self.launch
 
-    def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None):
-        """One cell by its scenario, inside this recorder's window."""
-        client = self._scenario(workload, (run.get("load") or {}).get("rate")).run(
+    def _measure(self, run: dict, workload: str, size: int, traced: bool = True, duration_s: float | None = None,
+                 rate: float | None = None, extra_delay_ns: int = 0):
+        """One cell by its scenario, inside this recorder's window (rate: open loop; extra_delay_ns: the
+        fsync sensitivity's added delay, no demand pass then)."""
+        client = self._scenario(workload, rate).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
-            with_demand=traced and not run.get("fsync_extra_delay_ns") and self._demand_here(workload, size))
+            with_demand=traced and not extra_delay_ns and self._demand_here(workload, size))
         self._host_cpu(run, client)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:
@@ -310,7 +320,8 @@ class Recorder:
         try:
             if self.settings.sensitivity:
                 self.tracer.set_extra_fsync_delay(extra_delay_ns)
-            self._measure(run, workload, size)
+            self._measure(run, workload, size, rate=rate or None,
+                          extra_delay_ns=extra_delay_ns if self.settings.sensitivity else 0)
             run["status"] = "ok"
         except KeyboardInterrupt:
             run["status"] = "interrupted"
@@ -325,14 +336,14 @@ class Recorder:
         finally:
             gone = self.target.gone()
             if gone and "server_exit" not in run:
-                run["server_exit"] = exit_record(gone, run)
+                o = document.outcomes({"runs": [run]})[0]
+                run["server_exit"] = exit_record(gone, o.window_start, o.started_at)
             if extra_delay_ns and not gone:
                 try:
                     self.tracer.set_extra_fsync_delay(0)
                 except Exception:
                     pass
-            run.pop("_cpu", None)  # snapshots of a window that did not end
-            run.pop("_offload", None)
+            self._cpu = []  # snapshots of a window that did not end
             run["ended_at"] = time.time()
             self.checkpoint()
         return run
@@ -365,26 +376,28 @@ class Recorder:
         if traced_first is None:
             traced_first = random.random() < 0.5
         order = (True, False) if traced_first else (False, True)
+        from valkeytrace.recording.model import Op, decode_as
+
         untraced = self.UNTRACED[self.tracer.name][traced_first]
-        passes = {}
+        passes: dict[bool, tuple[Op, Op]] = {}
         self.tracer.start_paused(self.target)
         for traced in order:
             if traced:
                 self.tracer.resume(self.target)
             elif traced_first:
                 self.tracer.pause(self.target)
-            run: dict = {"ops": {}}
-            self._measure(run, "read-heavy", size, traced=traced, duration_s=seconds)
-            get, bg = run["ops"]["GET"], run["ops"]["SET"]
-            passes["traced" if traced else "untraced"] = {"get_tps": get["tps"], "get_p99_us": get["p99_us"],
-                                                          "set_tps": bg["tps"]}
+            ops: dict = {}
+            self._measure({"ops": ops}, "read-heavy", size, traced=traced, duration_s=seconds)
+            passes[traced] = (decode_as(ops.pop("GET"), Op), decode_as(ops.pop("SET"), Op))
         if traced_first:
             self.tracer.resume(self.target)  # the matrix is traced
-        u, t = passes["untraced"], passes["traced"]
-        return {"backend": self.tracer.name, "cell": f"read-heavy {size} B", "duration_s": seconds, **passes,
+        (ug, us), (tg, ts) = passes[False], passes[True]
+        return {"backend": self.tracer.name, "cell": f"read-heavy {size} B", "duration_s": seconds,
+                **{side: {"get_tps": g.tps, "get_p99_us": g.p99_us, "set_tps": s.tps}
+                   for side, (g, s) in (("untraced", (ug, us)), ("traced", (tg, ts)))},
                 "order": "traced first" if traced_first else "untraced first", "untraced_side": untraced,
-                "get_tps_ratio": t["get_tps"] / u["get_tps"] if u["get_tps"] else None,
-                "get_p99_ratio": t["get_p99_us"] / u["get_p99_us"] if u["get_p99_us"] else None,
+                "get_tps_ratio": tg.tps / ug.tps if ug.tps and tg.tps is not None else None,
+                "get_p99_ratio": tg.p99_us / ug.p99_us if ug.p99_us and tg.p99_us is not None else None,
                 "note": "one pass each: a single pair on a noisy machine; benchmarks/overhead.py takes medians"}
 
     def run(self, on_progress=None, measure_overhead: bool = False):
@@ -400,20 +413,21 @@ class Recorder:
                 self.tracer.start(self.target)
             if self.replicas is not None:
                 self.replicas.start()
-            if isinstance(self.doc.get("timing"), dict):
-                self.doc["timing"]["tracer_ready"] = time.time()
+            timing = self.doc.get("timing")
+            if isinstance(timing, dict):
+                timing["tracer_ready"] = time.time()
             for i, (repeat, workload, size, extra, rate) in enumerate(matrix):
                 stopping.check()  # a signal whose exception was dropped (stopping.py): stop before the next run
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
                                 + (f" at {rate:,.0f}/s" if rate else "") + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
-                run = self.run_one(repeat, workload, size, extra, rate)
+                run = document.outcomes({"runs": [self.run_one(repeat, workload, size, extra, rate)]})[0]
                 gone = self.target.gone()
-                if gone or (run["status"] == "failed" and not self.target.alive()):
-                    how = {k: gone.get(k) for k in ("signal", "status", "cause")} if gone else {}
+                if gone or (run.status == "failed" and not self.target.alive()):
+                    how = {"signal": gone.signal, "status": gone.status, "cause": gone.cause} if gone else {}
                     document.add_warning(
-                        self.doc, "server_ended", gone=bool(gone), **how, workload=workload, value_size=size,
-                        repeat=repeat, at_s=run.get("server_exit", {}).get("at_s"), not_measured=len(matrix) - i - 1)
+                        self.doc, "server_ended", gone=bool(gone), **how, workload=workload, value_size=size, repeat=repeat,
+                        at_s=run.server_exit.at_s if run.server_exit else None, not_measured=len(matrix) - i - 1)
                     break
             stopping.check()  # the last run's, likewise: an interrupted recording, not a complete one
             if on_progress:

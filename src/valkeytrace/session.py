@@ -20,19 +20,20 @@ from valkeytrace import estimate, stopping, system
 from valkeytrace.analysis.note import Note
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.plan import RecordPlan
-from valkeytrace.recorder import Recorder
+from valkeytrace.recorder import Recorder, SideMemo
 from valkeytrace.recording import document
+from valkeytrace.recording.model import DurabilityCheck, ServerInfo, decode_as
 from valkeytrace.reporters.sentences import warning_text
 from valkeytrace.server.process import Target
 
 
 # what a side keeps across its launches in this process (compare runs them here): Recorder.memo, by plan
-_MEMOS: dict[str, dict] = {}
+_MEMOS: dict[str, SideMemo] = {}
 
 
-def memo(plan: RecordPlan) -> dict:
+def memo(plan: RecordPlan) -> SideMemo:
     """The store of this plan's launches in this process (the same plan but for its output)."""
-    return _MEMOS.setdefault(dataclasses.replace(plan, output=None, notes=()).as_json(), {})
+    return _MEMOS.setdefault(dataclasses.replace(plan, output=None, notes=()).as_json(), SideMemo())
 
 
 @dataclass
@@ -42,16 +43,16 @@ class Outcome:
     interrupted: bool
 
 
-def default_label(server: dict, other_binary: bool = False) -> str:
+def default_label(server: ServerInfo, other_binary: bool = False) -> str:
     """'fsync-always'; with --server-binary, what differs first: 'valkey-8.1.8-fsync-always'."""
-    if not server.get("appendonly"):
+    if not server.appendonly:
         setting = "aof-off"
-    elif server.get("bio_aof_offload"):
+    elif server.bio_aof_offload:
         setting = "bio-offload"
     else:
-        setting = f"fsync-{server.get('appendfsync') or 'unknown'}"
+        setting = f"fsync-{server.appendfsync or 'unknown'}"
     if other_binary:
-        return f"{server.get('server_name') or 'server'}-{server.get('version') or 'unknown'}-{setting}"
+        return f"{server.server_name or 'server'}-{server.version or 'unknown'}-{setting}"
     return setting
 
 
@@ -124,11 +125,11 @@ def _replicas(plan: RecordPlan, target: Target, run_as, offload):
     return replicas
 
 
-def _place(plan: RecordPlan, client, target: Target, server: dict, replicas):
+def _place(plan: RecordPlan, client, target: Target, server: ServerInfo, replicas):
     """(the client on its CPUs, whether the server's threads were moved to the rest)."""
     from valkeytrace.workload import placement
 
-    threads = server.get("io_threads") or 1
+    threads = server.io_threads or 1
     client = dataclasses.replace(client, cpus=placement.choose(plan.client_cpus, target.pid, threads),
                                  server_ended=target.exit_event)
     rest = None if plan.server.attach_pid else placement.server_cpus_for(client.cpus, os.sched_getaffinity(0), threads)
@@ -164,7 +165,7 @@ def _emulation(plan: RecordPlan) -> dict | None:
     return out
 
 
-def _label(plan: RecordPlan, server: dict) -> str:
+def _label(plan: RecordPlan, server: ServerInfo) -> str:
     e = plan.emulation
     if plan.label:
         return plan.label
@@ -174,25 +175,25 @@ def _label(plan: RecordPlan, server: dict) -> str:
     return default_label(server, other_binary=plan.server.binary is not None)
 
 
-def _checked(plan: RecordPlan, server: dict, echo) -> list[dict]:
+def _checked(plan: RecordPlan, server: ServerInfo, echo) -> list[dict]:
     """The warnings this server's settings call for (echoed); a usage error where they contradict the plan."""
     from valkeytrace.tracers.emulation import describe_delay
 
     e = plan.emulation
-    warnings: list[dict[str, Any]] = []
+    warnings: list[Note] = []
     if e.fsync_delay:
         echo(f"note: {describe_delay(e.fsync_delay)} (an emulated slow disk, not a measured one)")
-    if not server["appendonly"]:
-        warnings.append(document.warning("appendonly_off"))
-    if e.offload and server.get("appendfsync") != "always":
+    if not server.appendonly:
+        warnings.append(Note("appendonly_off", {}))
+    if e.offload and server.appendfsync != "always":
         raise VTUsageError(f"--emulate-offload emulates #3381, which offloads appendfsync always; this server "
-                           f"runs appendfsync {server.get('appendfsync')}")
+                           f"runs appendfsync {server.appendfsync}")
     for w in warnings:
-        echo(f"warning: {warning_text(Note(w['code'], w['figures']))}")
-    return warnings
+        echo(f"warning: {warning_text(w)}")
+    return [document.warning(w.code, **w.figures) for w in warnings]
 
 
-def _recorder(plan: RecordPlan, parts: tuple, server: dict, output: str, echo) -> Recorder:
+def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, output: str, echo) -> Recorder:
     """The recorder of this launch, its document begun."""
     from valkeytrace.server import process as srv
     from valkeytrace.workload import placement
@@ -200,10 +201,10 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, output: str, echo) -
     target, client, tracer, offload, replicas = parts
     server_moved = False
     if client is not None:
-        client, server_moved = _place(plan, client, target, server, replicas)
-    warnings = _checked(plan, server, echo)
+        client, server_moved = _place(plan, client, target, info, replicas)
+    warnings = _checked(plan, info, echo)
     doc = document.new_document(
-        label=_label(plan, server), server=server, host=system.host_facts(server["config"].get("dir")),
+        label=_label(plan, info), server=server, host=system.host_facts(info.config.get("dir")),
         client=None if client is None else {
             "name": client.name, "version": client.version, "path": client.path,
             "placement": placement.describe(client.cpus, target.pid, plan.client_cpus, server_moved)},
@@ -215,7 +216,7 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, output: str, echo) -
         from valkeytrace.workload.durability_probe import Prober
 
         e = plan.emulation
-        document.set_nodes(doc, [node(server, "primary", e.fsync_delay)] + replicas.describe(e.replicas_delay))
+        document.set_nodes(doc, [node(info, "primary", e.fsync_delay)] + replicas.describe(e.replicas_delay))
         recorder.replicas = replicas
         recorder.prober = Prober(target.host, target.port or 0, plan.server.replicas)
     return recorder
@@ -245,12 +246,13 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
             document.add_warning(doc, "offload_failed", failure=failure)
         doc["emulation"]["offload"]["at_exit"] = offload.at_exit()
     document.finish(doc, interrupted=interrupted, tracer=tracer.metadata())
-    first = next((r for r in doc["runs"] if r.get("started_at")), None)
-    launch_s = first["started_at"] - (time.time() - (time.monotonic() - t_start)) if first else None
-    estimate.remember(backend, launch_s, doc["runs"])
+    runs = doc.get("runs") or []
+    first = next((r.started_at for r in document.outcomes(doc) if r.started_at), None)
+    launch_s = first - (time.time() - (time.monotonic() - t_start)) if first else None
+    estimate.remember(backend, launch_s, runs)
 
 
-def _verify(target: Target, server: dict, recorder: Recorder, echo) -> None:
+def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> None:
     """--verify-durability: the server killed, its AOF reloaded by a plain server, every acknowledged SET looked
     up; the result on the launch's last run (it covers every run's writes)."""
     from valkeytrace.workload.durability_check import verify
@@ -259,15 +261,15 @@ def _verify(target: Target, server: dict, recorder: Recorder, echo) -> None:
     if not runs:
         return
     target.kill()
-    cfg = server.get("config") or {}
+    cfg = server.config
     binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
     check = verify(binary, cfg.get("dir") or "", cfg.get("appenddirname") or "appendonlydir", recorder.acked)
     runs[-1]["durability_check"] = check
-    if check.get("error"):
-        echo(f"warning: --verify-durability: {check['error']}")
+    c = decode_as(check, DurabilityCheck)
+    if c.error:
+        echo(f"warning: --verify-durability: {c.error}")
     else:
-        echo(f"note: --verify-durability: {check['acked_missing']} of {check['acked']} acknowledged keys missing "
-             "from the reloaded AOF")
+        echo(f"note: --verify-durability: {c.acked_missing} of {c.acked} acknowledged keys missing from the reloaded AOF")
 
 
 def _announce(plan: RecordPlan, echo) -> None:
@@ -324,6 +326,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
+        info = decode_as(server, ServerInfo)
         if s.replicas:
             p.replicas = _replicas(plan, target, run_as, p.offload)
         timing = {"began": began, "server_ready": time.time()}
@@ -331,8 +334,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             target.drain_state = p.offload.state
             p.offload.load_commands(target.client())  # before any load: the shim holds what the server's table says
             voff.check_engaged(target.pid or 0)
-        output = plan.output or f"valkeytrace-{_label(plan, server)}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
-        recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, output, echo)
+        output = plan.output or f"valkeytrace-{_label(plan, info)}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
+        recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, info, output, echo)
         recorder.stalls, doc = p.stalls, recorder.doc
         doc["timing"] = timing
         recorder.checkpoint()
@@ -342,7 +345,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             recorder.acked = p.acked = AckedWrites(settings.keyspace)
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
-            _verify(target, server, recorder, echo)
+            _verify(target, info, recorder, echo)
         if p.replicas is not None:  # the server ends before the recording is written
             p.replicas.stop()
         target.stop()

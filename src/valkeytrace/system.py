@@ -11,6 +11,7 @@ import platform
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 CAP_PERFMON = 38
@@ -247,7 +248,28 @@ def process_schedstat(pid: int) -> tuple[int, int] | None:
     return sum(v[0] for v in st.values()), sum(v[1] for v in st.values())
 
 
-def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
+@dataclass
+class CpuSnapshot:
+    """Cumulative CPU seconds at one instant (cpu_snapshot)."""
+    mono: float
+    host_busy_s: float
+    host_idle_s: float
+    steal_s: list[float]                     # per CPU
+    server_s: float | None
+    tracer_s: float
+    clients_s: dict[int, float | None]
+    clients_sched: dict[int, tuple[int, int] | None]  # (on-CPU ns, run-queue ns)
+
+
+@dataclass
+class MeasuredClient:
+    """What a window's CPU accounting needs of the measured client (workload.benchmark.measured_client)."""
+    cpu_s: float = 0.0
+    wait_s: float | None = None       # its time waiting for a CPU, over its life
+    lifetime_s: float | None = None
+
+
+def cpu_snapshot(server_pid: int | None, client_pids=()) -> CpuSnapshot:
     """Cumulative CPU seconds right now: the host's busy time (all CPUs, /proc/stat), the server
     process's, valkeytrace's own, and each live client process's (for a window's CPU accounting),
     with each client's time waiting for a CPU (schedstat)."""
@@ -270,46 +292,45 @@ def cpu_snapshot(server_pid: int | None, client_pids=()) -> dict:
         except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError, ValueError):
             return None
     me = os.times()
-    return {"mono": time.monotonic(), "host_busy_s": busy, "host_idle_s": idle, "steal_s": steal, "server_s": proc_cpu(server_pid),
-            "tracer_s": me.user + me.system, "clients_s": {pid: proc_cpu(pid) for pid in client_pids},
-            "clients_sched": {pid: process_schedstat(pid) for pid in client_pids}}
+    return CpuSnapshot(time.monotonic(), busy, idle, steal, proc_cpu(server_pid), me.user + me.system,
+                       {pid: proc_cpu(pid) for pid in client_pids}, {pid: process_schedstat(pid) for pid in client_pids})
 
 
-def cpu_window(a: dict, b: dict, measured: dict | None = None) -> dict:
-    """Cores used over the window between two cpu_snapshot()s: host, server, clients (those alive
-    at both ends, plus the measured client's, measured otherwise: `measured` is
-    {"cpu_s", "sched": {"wait_s", "lifetime_s"} or None}, workload.benchmark.measured_client),
-    valkeytrace, and everything else; and the share of their time the clients spent waiting for a
-    CPU (clients_cpu_wait: the measured client over its life, the background clients over the
-    window, from the snapshots)."""
-    measured = measured or {}
-    sched = measured.get("sched")
-    wall = b["mono"] - a["mono"]
+def cpu_window(a: CpuSnapshot, b: CpuSnapshot, measured: MeasuredClient | None = None):
+    """Cores used over the window between two cpu_snapshot()s (a recording.model.HostCpu, None for no
+    time): host, server, clients (those alive at both ends, plus the measured client's), valkeytrace,
+    and everything else; and the share of their time the clients spent waiting for a CPU
+    (clients_cpu_wait: the measured client over its life, the background clients over the window)."""
+    from valkeytrace.recording.model import CpuWait, HostCpu
+
+    m = measured or MeasuredClient()
+    wall = b.mono - a.mono
     if wall <= 0:
-        return {}
-    clients = (measured.get("cpu_s") or 0.0) + sum(b["clients_s"][p] - a["clients_s"][p] for p in a["clients_s"]
-                                                   if a["clients_s"][p] is not None and b["clients_s"].get(p) is not None)
-    server = (b["server_s"] - a["server_s"]) if a["server_s"] is not None and b["server_s"] is not None else None
-    host = b["host_busy_s"] - a["host_busy_s"]
-    if a.get("host_idle_s") is not None and b.get("host_idle_s") is not None and a.get("steal_s"):
-        host = max(host, len(a["steal_s"]) * wall - (b["host_idle_s"] - a["host_idle_s"]))  # a steal figure per CPU
-    tracer = b["tracer_s"] - a["tracer_s"]
+        return None
+    both = [(v, b.clients_s.get(p)) for p, v in a.clients_s.items()]
+    clients = m.cpu_s + sum(y - x for x, y in both if x is not None and y is not None)
+    server = (b.server_s - a.server_s) if a.server_s is not None and b.server_s is not None else None
+    host = b.host_busy_s - a.host_busy_s
+    if a.steal_s:
+        host = max(host, len(a.steal_s) * wall - (b.host_idle_s - a.host_idle_s))  # a steal figure per CPU
+    tracer = b.tracer_s - a.tracer_s
     other = host - (server or 0.0) - clients - tracer
-    out = {"cpus": os.cpu_count(), "wall_s": round(wall, 3), "host_cores": round(host / wall, 3),
-           "server_cores": None if server is None else round(server / wall, 3),
-           "clients_cores": round(clients / wall, 3), "tracer_cores": round(tracer / wall, 3),
-           "other_cores": round(max(0.0, other) / wall, 3)}
-    if a.get("steal_s") and b.get("steal_s") and len(a["steal_s"]) == len(b["steal_s"]):
-        out["steal_ms_by_cpu"] = [round(1000 * max(0.0, y - x), 1) for x, y in zip(a["steal_s"], b["steal_s"])]
-    wait = {}
-    if sched and sched.get("lifetime_s"):
-        wait["measured"] = round(min(1.0, sched["wait_s"] / sched["lifetime_s"]), 4)
-    sa, sb = a.get("clients_sched") or {}, b.get("clients_sched") or {}
-    bg = [(sb[p][1] - sa[p][1]) / 1e9 / wall for p in sa if sa[p] is not None and sb.get(p) is not None]
+    out = HostCpu(cpus=os.cpu_count(), wall_s=round(wall, 3), host_cores=round(host / wall, 3),
+                  server_cores=None if server is None else round(server / wall, 3),
+                  clients_cores=round(clients / wall, 3), tracer_cores=round(tracer / wall, 3),
+                  other_cores=round(max(0.0, other) / wall, 3))
+    if a.steal_s and b.steal_s and len(a.steal_s) == len(b.steal_s):
+        out.steal_ms_by_cpu = [round(1000 * max(0.0, y - x), 1) for x, y in zip(a.steal_s, b.steal_s)]
+    wait = CpuWait()
+    if m.lifetime_s and m.wait_s is not None:
+        wait.measured = round(min(1.0, m.wait_s / m.lifetime_s), 4)
+    sa, sb = a.clients_sched, b.clients_sched
+    pairs = [(v, sb.get(p)) for p, v in sa.items()]
+    bg = [(y[1] - x[1]) / 1e9 / wall for x, y in pairs if x is not None and y is not None]
     if bg:
-        wait["background"] = round(min(1.0, sum(bg) / len(bg)), 4)
-    if wait:
-        out["clients_cpu_wait"] = wait
+        wait.background = round(min(1.0, sum(bg) / len(bg)), 4)
+    if wait.measured is not None or wait.background is not None:
+        out.clients_cpu_wait = wait
     return out
 
 

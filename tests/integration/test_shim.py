@@ -100,7 +100,7 @@ def test_an_fd_number_reused_after_a_regular_file_is_classified_again(how):
     try:
         res = run_preloaded(FD_REUSE, preload_env(shim_library(), region.path, None), how)
         assert res.returncode == 0, res.stderr
-        kinds = region.snapshot()[int(res.stdout.strip().splitlines()[-1])]["kinds"]
+        kinds = region.snapshot()[int(res.stdout.strip().splitlines()[-1])].kinds
         counted = {k: int(kinds[k][0].sum()) if k in kinds else 0 for k in ("socket_write", "aof_write")}
         # THEN the socket's 25 writes are socket writes, not AOF writes (the old class went stale)
         assert counted["socket_write"] >= 25, counted
@@ -134,11 +134,11 @@ def test_counts_are_exact_and_a_fork_child_writes_nothing_into_them():
         slots = region.snapshot()
         assert region.mapped_pid == pid
         main = slots[pid]
-        aof_writes = int(main["kinds"]["aof_write"][0].sum())
+        aof_writes = int(main.kinds["aof_write"][0].sum())
         # ours, plus at most a few of the interpreter's own (CPython writes a few bytes itself)
         assert 40 <= aof_writes <= 44
-        assert 0 <= main["bytes"]["aof_write"] - 40 * len(b"aof line\n") < 64
-        assert int(main["kinds"]["fdatasync"][0].sum()) == 7  # the child's fdatasync is not here
+        assert 0 <= main.bytes["aof_write"] - 40 * len(b"aof line\n") < 64
+        assert int(main.kinds["fdatasync"][0].sum()) == 7  # the child's fdatasync is not here
         assert len(slots) == 1  # the child claimed no slot
     finally:
         region.close()
@@ -165,7 +165,7 @@ def test_untimed_kinds_pass_through_and_the_rest_are_still_counted(untimed):
         """
         res = run_preloaded(code, preload_env(shim_library(), region.path, None))
         assert res.returncode == 0, res.stderr
-        kinds = region.snapshot()[int(res.stdout.strip())]["kinds"]
+        kinds = region.snapshot()[int(res.stdout.strip())].kinds
         counted = {k: int(kinds[k][0].sum()) if k in kinds else 0 for k in ("socket_write", "aof_write", "fdatasync")}
         # THEN an untimed kind has no count at all, and the others keep theirs
         for kind in ("socket_write", "aof_write"):
@@ -266,7 +266,7 @@ def test_every_acknowledged_key_survives_a_crash_with_shim_and_injection():
             load.kill()
             load.wait()
         slots = region.snapshot()
-        assert slots[srv.pid]["kinds"]["fdatasync"][0].sum() >= 300  # the shim saw every fsync
+        assert slots[srv.pid].kinds["fdatasync"][0].sum() >= 300  # the shim saw every fsync
         os.kill(srv.pid, 9)
         srv.proc.wait()
         srv.proc = None
@@ -301,8 +301,8 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
     from valkeytrace.workload.clients import find_client
 
     def shim_fdatasyncs():
-        return sum(int(t["kinds"]["fdatasync"][0].sum()) for t in region.snapshot().values()
-                   if "fdatasync" in t["kinds"])
+        return sum(int(t.kinds["fdatasync"][0].sum()) for t in region.snapshot().values()
+                   if "fdatasync" in t.kinds)
 
     region = ShimRegion()
     env = {**os.environ, **preload_env(shim_library(), region.path, parse_fsync_delay("2ms"))}
@@ -395,7 +395,7 @@ def test_aof_rewrites_mid_load_leave_socket_writes_socket_writes():
         region.close()
 
     def count(snap, kind):
-        return int(snap["kinds"][kind][0].sum()) if kind in snap["kinds"] else 0
+        return int(snap.kinds[kind][0].sum()) if kind in snap.kinds else 0
     aof = count(after, "aof_write") - count(before, "aof_write")
     sock = count(after, "socket_write") - count(before, "socket_write")
     assert sock > 5000 and aof > 0, (aof, sock)

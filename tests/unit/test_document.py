@@ -15,6 +15,7 @@ from valkeytrace.recording import format as recfmt
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "recording-format.md"
 from valkeytrace.recording import model  # noqa: E402
 from valkeytrace.recording.model import TYPES  # noqa: E402  (every record the model declares)
+from valkeytrace.workload.parse import ClientReport, Latency  # noqa: E402
 
 
 def _doc(version):
@@ -59,7 +60,7 @@ def test_new_document_and_finish():
 
 
 def test_op_record_keeps_to_the_declared_keys():
-    report = {"tps": 10.0, "clients": 2, "latency_ms": {k: 1.0 for k in ("avg", "min", "p50", "p95", "p99", "max")}}
+    report = ClientReport(test="GET", tps=10.0, clients=2, latency_ms=Latency(1.0, 1.0, 1.0, 1.0, 1.0, 1.0))
     op = document.op_record(report, "measured")
     assert set(op) <= set(model.fields(model.Op)) and op["p99_us"] == 1000.0
     bg = document.background_op(clients=8, tps=5.0, mean_ms=None, samples=3, progress=[], command=["x"])

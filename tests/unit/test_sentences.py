@@ -4,7 +4,7 @@ import ast
 import pathlib
 
 from valkeytrace.analysis.note import Note
-from valkeytrace.reporters.sentences import WARNINGS, warning_text, warning_texts
+from valkeytrace.reporters.sentences import WARNING_TYPES as WARNINGS, warning_text, warning_texts
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "valkeytrace"
 
@@ -90,3 +90,12 @@ def test_a_rule_and_a_clause_say_their_figures():
     assert cl.Significance("significance.none", [3, 3]).to_json() == {"code": "significance.none",
                                                                        "figures": {"n": [3, 3]}}
     assert say(Note("interrupted")) == warning_text(Note("interrupted"))  # one function for every record
+
+
+def test_each_warning_is_said_from_the_one_table_by_its_figures_type():
+    from valkeytrace.reporters.claims import TEMPLATES
+
+    assert all(t in TEMPLATES for t in WARNINGS.values())  # claims, facts and warnings: one table of words
+    # figures that are not the code's declared ones are said as they are, never half-rendered
+    assert warning_text(Note("merge_unpaired", {"windows": "many"})) == "merge_unpaired: windows many"
+    assert warning_text(Note("missed_fsync", {"workload": "w"})) == "missed_fsync: workload w"

@@ -8,33 +8,33 @@ from valkeytrace.workload.benchmark import ClientProcess
 
 
 def _snap(mono, bg_wait_ns):
-    return {"mono": mono, "host_busy_s": 2.0 * mono, "server_s": 0.5 * mono, "tracer_s": 0.0,
-            "clients_s": {7: 0.3 * mono}, "clients_sched": {7: (int(0.3e9 * mono), bg_wait_ns)}}
+    return system.CpuSnapshot(mono=mono, host_busy_s=2.0 * mono, host_idle_s=0.0, steal_s=[], server_s=0.5 * mono,
+                              tracer_s=0.0, clients_s={7: 0.3 * mono}, clients_sched={7: (int(0.3e9 * mono), bg_wait_ns)})
 
 
 def test_cpu_window_gives_the_clients_cpu_wait():
     # over a 2 s window the background client waited 0.5 s: 25%; the measured one 0.9 s of its 1.8 s
     out = system.cpu_window(_snap(10.0, 1_000_000_000), _snap(12.0, 1_500_000_000),
-                            {"cpu_s": 0.6, "sched": {"on_cpu_s": 0.6, "wait_s": 0.9, "lifetime_s": 1.8}})
-    assert out["clients_cpu_wait"] == {"measured": 0.5, "background": 0.25}
-    assert out["clients_cores"] == pytest.approx((0.6 + 0.6) / 2)
-    # no schedstat (or an older snapshot): no figure, the rest as before
+                            system.MeasuredClient(cpu_s=0.6, wait_s=0.9, lifetime_s=1.8))
+    assert (out.clients_cpu_wait.measured, out.clients_cpu_wait.background) == (0.5, 0.25)
+    assert out.clients_cores == pytest.approx((0.6 + 0.6) / 2)
+    # no schedstat: no figure, the rest as before
     a, b = _snap(10.0, 0), _snap(12.0, 0)
-    a["clients_sched"] = b["clients_sched"] = {7: None}
-    assert "clients_cpu_wait" not in system.cpu_window(a, b, {"cpu_s": 0.6, "sched": None})
+    a.clients_sched = b.clients_sched = {7: None}
+    assert system.cpu_window(a, b, system.MeasuredClient(cpu_s=0.6)).clients_cpu_wait is None
 
 
 def test_the_host_is_busy_where_it_was_not_idle_when_the_sampled_busy_says_less():
     # the busy columns are sampled at the tick and missed a third of a core of the clients' short
     # bursts; the idle time is measured at each idle entry: 2 CPUs, 2 s, 1.0 s idle -> 1.5 cores
     a, b = _snap(10.0, 0), _snap(12.0, 0)
-    a.update(host_busy_s=0.0, host_idle_s=5.0, steal_s=[0.0, 0.0])
-    b.update(host_busy_s=1.0, host_idle_s=6.0, steal_s=[0.0, 0.0])
+    a.host_busy_s, a.host_idle_s, a.steal_s = 0.0, 5.0, [0.0, 0.0]
+    b.host_busy_s, b.host_idle_s, b.steal_s = 1.0, 6.0, [0.0, 0.0]
     out = system.cpu_window(a, b)
-    assert out["host_cores"] == 1.5 and out["other_cores"] == pytest.approx(1.5 - 0.5 - 0.3)
-    # an older snapshot without the idle time: the sampled busy, as before
-    del a["host_idle_s"]
-    assert system.cpu_window(a, b)["host_cores"] == 0.5
+    assert out.host_cores == 1.5 and out.other_cores == pytest.approx(1.5 - 0.5 - 0.3)
+    # no steal figures (the per-CPU times unread): the sampled busy
+    a.steal_s = b.steal_s = []
+    assert system.cpu_window(a, b).host_cores == 0.5
 
 
 def test_a_client_s_scheduler_totals_are_read_between_its_exit_and_its_reaping():

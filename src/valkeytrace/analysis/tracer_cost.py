@@ -5,6 +5,20 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+import msgspec
+
+from valkeytrace.recording.model import BpfProgram
+
+
+@dataclass
+class ProgramRate:
+    """One program over a cell's windows."""
+    name: str
+    attach: str | None
+    runs_per_s: float | None
+    ns_per_run: float | None
+    ns_per_request: float | None
+
 
 @dataclass
 class CellCost:
@@ -13,7 +27,7 @@ class CellCost:
     bpf_ms_per_s: float | None            # the programs' run time a second of window (median)
     tracer_cpu_pct_of_core: float | None  # median
     peak_rss_mb: float | None             # the largest
-    programs: list = field(default_factory=list)  # [{name, attach, runs_per_s, ns_per_run, ns_per_request}]
+    programs: list[ProgramRate] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -24,15 +38,15 @@ def _med(xs: list) -> float | None:
     return round(statistics.median(xs), 3) if xs else None
 
 
-def _summed(costs: list) -> dict:
-    """name -> {name, attach, runs, run_ns}: each program's counts summed over the windows' costs."""
-    progs: dict = {}
+def _summed(costs: list) -> list[BpfProgram]:
+    """Each program's counts summed over the windows' costs, the costliest first."""
+    progs: dict[str, BpfProgram] = {}
     for c in costs:
         for p in c.programs:
-            acc = progs.setdefault(p.name, {"name": p.name, "attach": p.attach, "runs": 0, "run_ns": 0})
-            acc["runs"] += p.runs
-            acc["run_ns"] += p.run_ns
-    return progs
+            acc = progs.setdefault(p.name, BpfProgram(name=p.name, attach=p.attach))
+            acc.runs += p.runs
+            acc.run_ns += p.run_ns
+    return sorted(progs.values(), key=lambda p: -p.run_ns)
 
 
 def run_cost(runs: list) -> dict | None:
@@ -44,8 +58,8 @@ def run_cost(runs: list) -> dict | None:
     progs = _summed(costs)
     requests = sum(c.requests or 0 for c in costs) if all(c.requests is not None for c in costs) else None
     counted = all(c.counted for c in costs)
-    run_ns = sum(p["run_ns"] for p in progs.values())
-    return {"windows": len(costs), "programs": sorted(progs.values(), key=lambda p: -p["run_ns"]), "requests": requests,
+    run_ns = sum(p.run_ns for p in progs)
+    return {"windows": len(costs), "programs": [msgspec.structs.asdict(p) for p in progs], "requests": requests,
             "counted": counted, "bpf_ns_per_request": round(run_ns / requests, 1) if requests and counted else None,
             "tracer_cpu_pct_of_core": _med([c.tracer_cpu_pct_of_core for c in costs]),
             "window_edges_cpu_ms": _med([c.window_edges_cpu_ms for c in costs]),
@@ -60,10 +74,9 @@ def cell_cost(runs: list) -> CellCost | None:
     seconds = sum((r.server.window_ns if r.server else 0) for r, _ in costs) / 1e9
     requests = sum(c.requests or 0 for _, c in costs)
     progs = _summed([c for _, c in costs])
-    rows = [{"name": p["name"], "attach": p["attach"], "runs_per_s": round(p["runs"] / seconds, 1) if seconds else None,
-             "ns_per_run": round(p["run_ns"] / p["runs"], 1) if p["runs"] else None,
-             "ns_per_request": round(p["run_ns"] / requests, 1) if requests else None}
-            for p in sorted(progs.values(), key=lambda p: -p["run_ns"])]
+    rows = [ProgramRate(p.name, p.attach, round(p.runs / seconds, 1) if seconds else None,
+                        round(p.run_ns / p.runs, 1) if p.runs else None,
+                        round(p.run_ns / requests, 1) if requests else None) for p in progs]
     per_s = [sum(p.run_ns for p in c.programs) / (r.server.window_ns / 1e3) for r, c in costs
              if r.server and r.server.window_ns and c.counted]
     return CellCost(len(costs), _med([c.bpf_ns_per_request for _, c in costs]), _med(per_s),

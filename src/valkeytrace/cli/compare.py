@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import sys
 import time
 
 import click
+import msgspec
 
 from valkeytrace import plan as planning
 from valkeytrace import stopping
@@ -89,22 +91,22 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     to both sides; a side's own option replaces (or, for config, adds to) the common one. Writes
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
-    sides = {"baseline": SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
-                                     baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity,
-                                     baseline_offload_replicas),
-             "candidate": SideOptions(candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
-                                      candidate_emulate_offload, candidate_offload_gather,
-                                      offload_replicas=candidate_offload_replicas)}
-    auto_gather = (sides["candidate"].offload_gather or "").strip().lower() == "auto"
+    sides = Sides(SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
+                              baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity,
+                              baseline_offload_replicas),
+                  SideOptions(candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
+                              candidate_emulate_offload, candidate_offload_gather,
+                              offload_replicas=candidate_offload_replicas))
+    auto_gather = (sides.candidate.offload_gather or "").strip().lower() == "auto"
     if auto_gather:
-        sides["candidate"] = dataclasses.replace(sides["candidate"], offload_gather=None)
-        _check_auto_gather(sides["candidate"].emulate_offload, sides["baseline"].emulate_offload, common)
+        sides.candidate = dataclasses.replace(sides.candidate, offload_gather=None)
+        _check_auto_gather(sides.candidate.emulate_offload, sides.baseline.emulate_offload, common)
     plans = side_plans(common, sides, launches)
     from valkeytrace import estimate
 
     order = launch_order(launches)
     per = {side: estimate.estimate(plans[side].tracer.backend, plans[side].settings.matrix(),
-                                   plans[side].settings.duration_s)["per_launch_s"] for side in SIDES}
+                                   plans[side].settings.duration_s).per_launch_s for side in SIDES}
     if dry_run:
         _dry_run(plans, outdir, launches, sum(per[side] for side, _ in order))
         return
@@ -142,9 +144,29 @@ def _run_launches(outdir: str, work: str, fingerprint: str, todo) -> tuple[list,
         if len(written) == 2:
             with open(os.path.join(outdir, ".compare.json"), "w") as f:
                 f.write(fingerprint)
-    click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done['baseline'])} + {len(done['candidate'])} launches "
+    click.echo(f"wrote {', '.join(written) or 'nothing'}: {len(done.baseline)} + {len(done.candidate)} launches "
                f"in {time.monotonic() - started:.0f} s", err=True)
     return written, interrupted
+
+
+T = TypeVar("T")
+
+
+
+@dataclass
+class Sides(Generic[T]):
+    """One thing per side of a comparison, by attribute or by the side's name."""
+    baseline: T
+    candidate: T
+
+    def __getitem__(self, side: str) -> T:
+        return self.baseline if side == "baseline" else self.candidate
+
+    def __setitem__(self, side: str, value: T) -> None:
+        setattr(self, "baseline" if side == "baseline" else "candidate", value)
+
+    def items(self) -> list[tuple[str, T]]:
+        return [("baseline", self.baseline), ("candidate", self.candidate)]
 
 
 @dataclass(frozen=True)
@@ -160,14 +182,14 @@ class SideOptions:
     offload_replicas: str | None = None   # --offload-replicas of this side (None: the common one)
 
 
-def side_plans(common: dict, sides: dict, launches: int) -> dict:
+def side_plans(common: dict, sides: Sides, launches: int) -> Sides:
     """{side: RecordPlan}: the common options' plan, each side's own options applied."""
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather, parse_sensitivity
 
     common_plan = planning.build(planning.RecordOptions(**build_kwargs(common)))
     for note in common_plan.notes:
         click.echo(f"note: {note}", err=True)
-    plans = {}
+    plans: Sides = Sides(common_plan, common_plan)
     for side, o in sides.items():
         plans[side] = common_plan.for_side(
             binary=o.binary, config=o.config, label=o.label,
@@ -180,7 +202,7 @@ def side_plans(common: dict, sides: dict, launches: int) -> dict:
     return plans
 
 
-def _dry_run(plans: dict, outdir: str, launches: int, total_s: float) -> None:
+def _dry_run(plans: Sides, outdir: str, launches: int, total_s: float) -> None:
     from valkeytrace import estimate
     from valkeytrace.cli.record import describe_plan
 
@@ -189,8 +211,10 @@ def _dry_run(plans: dict, outdir: str, launches: int, total_s: float) -> None:
         for line in describe_plan(dataclasses.replace(plans[side], output=os.path.join(outdir, f"{side}.vtrace")),
                                   launches)[:-1]:
             click.echo(f"  {line}")
-    est = {"seconds": total_s, "launches": 2 * launches, "runs": sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
-           "measured": all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1)["measured"] for s in SIDES)}
+    est = estimate.Estimate(total_s, total_s / max(1, 2 * launches), 2 * launches,
+                            sum(len(plans[s].settings.matrix()) for s in SIDES) * launches,
+                            all(estimate.estimate(plans[s].tracer.backend, plans[s].settings.matrix(), 1).measured
+                                for s in SIDES))
     click.echo(f"estimated: {estimate.describe(est)}")
 
 
@@ -232,18 +256,18 @@ class Launches:
     """The launches of a comparison: where they go, each side's plan, their order, each side's
     estimated seconds a launch (updated as they run)."""
     work: str
-    plans: dict
+    plans: Sides
     order: list
     per: dict
     resuming: bool
     auto_gather: bool
 
 
-def _launch_all(ls: Launches) -> tuple[dict, bool]:
-    """Run the launches in order under a progress bar: ({side: [(k, path)]} measured, interrupted)."""
+def _launch_all(ls: Launches) -> tuple[Sides, bool]:
+    """Run the launches in order under a progress bar: (each side's [(k, path)] measured, interrupted)."""
     from rich.console import Console
 
-    done: dict[str, list[tuple[int, str]]] = {s: [] for s in SIDES}
+    done: Sides[list[tuple[int, str]]] = Sides([], [])
     console = Console(stderr=True)
 
     old_term = signal.signal(signal.SIGTERM, stopping.on_signal)  # as Ctrl-C: stop cleanly, keep what was measured
@@ -255,7 +279,7 @@ def _launch_all(ls: Launches) -> tuple[dict, bool]:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _launch_loop(ls: Launches, done: dict, console) -> tuple[dict, bool]:
+def _launch_loop(ls: Launches, done: Sides, console) -> tuple[Sides, bool]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     order, per, plans = ls.order, ls.per, ls.plans
@@ -274,8 +298,8 @@ def _launch_loop(ls: Launches, done: dict, console) -> tuple[dict, bool]:
                 continue
             if os.path.exists(path):
                 os.unlink(path)  # a launch cut short: measured again, whole
-            if side == "candidate" and ls.auto_gather and not plans["candidate"].emulation.gather_ns:
-                plans["candidate"] = _resolve_gather(ls.work, plans["candidate"], done["baseline"])
+            if side == "candidate" and ls.auto_gather and not plans.candidate.emulation.gather_ns:
+                plans.candidate = _resolve_gather(ls.work, plans.candidate, done.baseline)
             t0 = time.monotonic()
 
             def tick():
@@ -297,26 +321,28 @@ def _launch_loop(ls: Launches, done: dict, console) -> tuple[dict, bool]:
     return done, interrupted
 
 
-def _launch_failed(work: str, side: str, k: int, err: str, done: dict) -> None:
+def _launch_failed(work: str, side: str, k: int, err: str, done: Sides) -> None:
     """A failed launch: the comparison's end when nothing was measured yet, else a warning."""
     last = (err.strip().splitlines() or ["no output"])[-1]
-    if not done["baseline"] and not done["candidate"]:
+    if not done.baseline and not done.candidate:
         shutil.rmtree(work, ignore_errors=True)
         raise VTError(f"{side} launch {k} failed: {last.removeprefix('valkeytrace: error: ')}")
     click.echo(f"warning: {side} launch {k} failed: {last}", err=True)
 
 
-def _write_sides(outdir: str, done: dict) -> list[str]:
+def _write_sides(outdir: str, done: Sides) -> list[str]:
     """Each side's launches merged into outdir/SIDE.vtrace (a side with a measured run); the paths written."""
     written = []
-    docs = {s: document.merge_launches([(k, recfmt.read(p)) for k, p in sorted(done[s]) if os.path.exists(p)], s)
-            for s in SIDES}
-    base, cand = docs["baseline"], docs["candidate"]
-    if base is not None and cand is not None and base.get("label") == cand.get("label"):
-        for s, d in (("baseline", base), ("candidate", cand)):
-            d["label"] = f"{d['label']} ({s})"
+    docs = Sides(*(document.merge_launches([(k, recfmt.read(p)) for k, p in sorted(done[s]) if os.path.exists(p)], s)
+                   for s in SIDES))
+    base, cand = docs.baseline, docs.candidate
+    if base is not None and cand is not None:
+        names = Sides(*(document.label_of(d) for d in (base, cand)))
+        if names.baseline == names.candidate:
+            for s, d in (("baseline", base), ("candidate", cand)):
+                d["label"] = f"{names[s]} ({s})"
     for s, merged in docs.items():
-        if merged is not None and any(r.get("status") == "ok" for r in merged.get("runs", [])):
+        if merged is not None and any(r.status == "ok" for r in document.outcomes(merged)):
             path = os.path.join(outdir, f"{s}.vtrace")
             recfmt.write(path, merged)
             written.append(path)
@@ -346,11 +372,11 @@ def _resolve_gather(work: str, plan, baseline_launches: list):
     kept = os.path.join(work, "auto-gather.json")
     got = None
     try:
-        with open(kept) as f:
-            got = json.load(f)
-    except (OSError, ValueError):
+        with open(kept, "rb") as f:
+            got = msgspec.json.decode(f.read(), type=AutoGather)
+    except (OSError, msgspec.DecodeError):
         pass  # none yet (or an older compare's cut short): chosen again from the first baseline launch
-    if not isinstance(got, dict) or not {"gather_ns", "launch", "size", "clients"} <= set(got):
+    if got is None:
         if not baseline_launches:
             raise VTError("--candidate-offload-gather auto: no baseline launch measured to choose the window from")
         k, path = sorted(baseline_launches)[0]
@@ -361,15 +387,23 @@ def _resolve_gather(work: str, plan, baseline_launches: list):
             raise VTError(f"--candidate-offload-gather auto: {exc}") from None
         if found["gather_us"] is None:
             raise VTError("--candidate-offload-gather auto: no window the model tried gives one cohort")
-        got = {"gather_ns": int(found["gather_us"] * 1000), "launch": k, "size": size, "clients": found["clients"]}
+        got = AutoGather(int(found["gather_us"] * 1000), k, size, found["clients"])
         tmp = kept + ".partial"  # whole or not at all: a resume reads it
-        with open(tmp, "w") as f:
-            json.dump(got, f)
+        with open(tmp, "wb") as f:
+            f.write(msgspec.json.encode(got))
         os.replace(tmp, kept)
-    source = (f"the pipeline model's smallest one-cohort window for {got['clients']} write clients, from baseline "
-              f"launch {got['launch']}'s write-only {got['size']} B cell (compare --candidate-offload-gather auto)")
-    click.echo(f"note: --candidate-offload-gather auto: {got['gather_ns'] / 1e6:g} ms, {source}", err=True)
-    return plan.for_side(gather_ns=got["gather_ns"], gather_source=source)
+    source = (f"the pipeline model's smallest one-cohort window for {got.clients} write clients, from baseline "
+              f"launch {got.launch}'s write-only {got.size} B cell (compare --candidate-offload-gather auto)")
+    click.echo(f"note: --candidate-offload-gather auto: {got.gather_ns / 1e6:g} ms, {source}", err=True)
+    return plan.for_side(gather_ns=got.gather_ns, gather_source=source)
+
+
+class AutoGather(msgspec.Struct):
+    """The window compare --candidate-offload-gather auto chose, kept in the work directory for a resume."""
+    gather_ns: int
+    launch: int
+    size: int
+    clients: int
 
 
 def _complete(path: str) -> bool:

@@ -152,9 +152,8 @@ def _check_probes(add) -> None:
                   "apt-get install bpftool", needed_for_ebpf=False))
     else:
         offsets = ebpf_plan.task_offsets()
-        if offsets.get("pid") and offsets.get("stack"):
-            add(Check("BTF", OK, f"task_struct offsets read with {bpftool} (pid +{offsets['pid']}, "
-                      f"stack +{offsets['stack']})"))
+        if offsets.pid and offsets.stack:
+            add(Check("BTF", OK, f"task_struct offsets read with {bpftool} (pid +{offsets.pid}, stack +{offsets.stack})"))
         else:
             add(Check("BTF", WARN, f"{bpftool} found no task_struct pid/stack offsets in the BTF: no raw "
                       "sched_switch, no idle cause", needed_for_ebpf=False))

@@ -15,6 +15,7 @@ from valkeytrace import plan as planning
 from valkeytrace.cli.options import build_kwargs, common_options, existing_binary
 from valkeytrace.errors import VTError
 from valkeytrace.recorder import Recorder
+from valkeytrace.recording import document
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -103,12 +104,12 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
     from valkeytrace import session
 
     out = session.run(plan, progress=_run_with_progress, echo=lambda line: click.echo(line, err=True))
-    doc, output = out.doc, out.output
-    ok = sum(r["status"] == "ok" for r in doc["runs"])
-    failed = [r for r in doc["runs"] if r["status"] != "ok"]
-    click.echo(f"wrote {output}: {ok} run(s) measured" + (f", {len(failed)} failed or interrupted" if failed else ""))
+    output, runs = out.output, document.outcomes(out.doc)
+    failed = [r for r in runs if r.status != "ok"]
+    click.echo(f"wrote {output}: {len(runs) - len(failed)} run(s) measured"
+               + (f", {len(failed)} failed or interrupted" if failed else ""))
     for r in failed:
-        click.echo(f"  {r['workload']} {r['value_size']} B #{r['repeat']}: {r['status']}: {r['error']}", err=True)
+        click.echo(f"  {r.workload} {r.value_size} B #{r.repeat}: {r.status}: {r.error}", err=True)
     click.echo("reports:")
     click.echo(f"  valkeytrace report {output}")
     click.echo(f"  valkeytrace report {output} --format markdown")
@@ -123,21 +124,19 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
 def outcome_problem(out) -> str | None:
     """What makes a finished recording a failure (the server ended under it, a run failed), in one line;
     None when every run was measured."""
-    doc, output = out.doc, out.output
-    ended = next((r for r in doc["runs"] if r.get("server_exit")), None)
-    if ended:
+    runs, output = document.outcomes(out.doc), out.output
+    ended = next((r for r in runs if r.server_exit), None)
+    if ended is not None and ended.server_exit is not None:
         from valkeytrace.recorder import describe_exit
 
-        e = ended["server_exit"]
-        when = (f"{e['at_s']:.2f} s into the window of" if e.get("in_window") else "during") if e.get("at_s") is not None \
-            else "during"
-        return (f"the server {describe_exit(e)} {when} {ended['workload']} {ended['value_size']} B "
-                f"#{ended['repeat']}; {output} keeps what was measured until then")
-    failed = [r for r in doc["runs"] if r["status"] != "ok"]
+        e = ended.server_exit
+        when = (f"{e.at_s:.2f} s into the window of" if e.in_window else "during") if e.at_s is not None else "during"
+        return (f"the server {describe_exit(e)} {when} {ended.workload} {ended.value_size} B "
+                f"#{ended.repeat}; {output} keeps what was measured until then")
+    failed = [r for r in runs if r.status != "ok"]
     if failed:
-        ok = len(doc["runs"]) - len(failed)
-        return (f"{len(failed)} of {len(doc['runs'])} run(s) failed (first: {failed[0]['error']}); "
-                f"{output} keeps the {ok} measured and marks the failed ones")
+        return (f"{len(failed)} of {len(runs)} run(s) failed (first: {failed[0].error}); "
+                f"{output} keeps the {len(runs) - len(failed)} measured and marks the failed ones")
     return None
 
 

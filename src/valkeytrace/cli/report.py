@@ -8,6 +8,7 @@ import sys
 import click
 
 from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 # format -> reporter module; imported when used, so that `valkeytrace record` (which shares the
@@ -60,8 +61,9 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, ove
 
     docs = [(p, recfmt.read(p)) for p in paths]
     for p, d in docs:
-        if not any(r.get("status") == "ok" for r in d.get("runs", [])):
-            raise VTError(f"{p} has no measured run ({len(d.get('runs', []))} run(s), none ok): nothing to report")
+        runs = document.outcomes(d)
+        if not any(r.status == "ok" for r in runs):
+            raise VTError(f"{p} has no measured run ({len(runs)} run(s), none ok): nothing to report")
     if labels and not compare_paths:
         raise VTUsageError("--label BASELINE CANDIDATE names the two sides of --compare")
     if compare_paths:
@@ -148,8 +150,9 @@ def name_sides(docs: list, labels) -> None:
             d["label"] = name
         return
     (pa, a), (pb, b) = docs
-    if a.get("label") == b.get("label"):
+    la, lb = document.label_of(a), document.label_of(b)
+    if la == lb:
         na, nb = os.path.basename(pa), os.path.basename(pb)
         if na == nb:
             na, nb = pa, pb
-        a["label"], b["label"] = f"{a.get('label')} [{na}]", f"{b.get('label')} [{nb}]"
+        a["label"], b["label"] = f"{la} [{na}]", f"{lb} [{nb}]"

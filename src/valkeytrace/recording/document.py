@@ -38,6 +38,8 @@ import sys
 import time
 from typing import Any
 
+import msgspec
+
 from valkeytrace.recording import model
 from valkeytrace.recording.model import fields
 
@@ -53,6 +55,19 @@ def _record(t: type, **kw: Any) -> dict:
     if unknown:
         raise TypeError(f"not a {t.__name__} key: {', '.join(sorted(unknown))}")
     return kw
+
+
+def plain(rec: Any) -> Any:
+    """A declared record (a msgspec Struct, recording/model.py) as the plain value `record` writes: its
+    fields that are set (a None is the field's default on decode, so it is left out), nested records
+    alike; anything else as msgspec encodes it. None for None."""
+    import msgspec
+
+    if isinstance(rec, msgspec.Struct):
+        return {f: plain(v) for f in fields(type(rec)) if (v := getattr(rec, f)) is not None}
+    if isinstance(rec, (list, tuple)):
+        return [plain(v) for v in rec]
+    return msgspec.to_builtins(rec) if rec is not None else None
 
 
 def _now() -> str:
@@ -90,8 +105,45 @@ def set_overhead(doc: dict, overhead: dict) -> None:
 def finish(doc: dict, *, interrupted: bool, tracer: dict) -> None:
     """Close the document: complete unless interrupted or a run failed."""
     doc["tracer"] = tracer
-    doc["complete"] = not interrupted and all(r["status"] == "ok" and not r.get("server_exit") for r in doc["runs"])
+    doc["complete"] = not interrupted and all(r.status == "ok" and r.server_exit is None for r in outcomes(doc))
     doc["ended"] = _now()
+
+
+class RunOutcome(msgspec.Struct, kw_only=True):
+    """Of a run (its declared fields: model.Run): which it was, how it ended, its times; the rest unread."""
+    workload: str = "?"
+    value_size: int = 0
+    status: str = "running"
+    repeat: int | None = None
+    error: str | None = None
+    server_exit: model.ServerExit | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    window_start: float | None = None
+    window_end: float | None = None
+
+
+class _Named(msgspec.Struct):
+    label: str = ""
+
+
+def outcomes(doc: dict) -> list[RunOutcome]:
+    """The document's runs, how each ended and when (the rest of each run is not read)."""
+    return msgspec.convert(doc.get("runs") or [], list[RunOutcome], strict=False)
+
+
+def label_of(doc: dict) -> str:
+    """The document's label (model.Document.label)."""
+    return msgspec.convert(doc, _Named, strict=False).label
+
+
+class _Launch(msgspec.Struct, kw_only=True):
+    """Of one launch's document (model.Document): what merge_launches reads."""
+    runs: list[RunOutcome] = []
+    server: model.ServerInfo = msgspec.field(default_factory=model.ServerInfo)
+    complete: bool = False
+    timing: dict | None = None
+    warnings: list = []
 
 
 def new_run(doc: dict, workload: str, value_size: int, repeat: int, extra_delay_ns: int | None) -> dict:
@@ -104,18 +156,21 @@ def new_run(doc: dict, workload: str, value_size: int, repeat: int, extra_delay_
     return run
 
 
-def op_record(report: dict, role: str) -> dict:
-    """A measured op from the benchmark client's parsed report (workload/parse.py)."""
-    lat = report["latency_ms"]
-    return _record(model.Op, role=role, clients=report.get("clients"), tps=report["tps"], requests=report.get("requests"),
-              seconds=report.get("seconds"), mean_us=lat["avg"] * US_PER_MS, min_us=lat["min"] * US_PER_MS,
-              p50_us=lat["p50"] * US_PER_MS, p95_us=lat["p95"] * US_PER_MS, p99_us=lat["p99"] * US_PER_MS,
-              max_us=lat["max"] * US_PER_MS,
-              percentile_distribution=report.get("percentile_distribution", []),
-              cumulative_distribution=report.get("cumulative_distribution", []),
-              progress=report.get("progress", []), command=report.get("command"),
-              calibration_rps=report.get("calibration_rps"), calibration_s=report.get("calibration_s"),
-              attempts=report.get("attempts"), client_cpu_s=report.get("client_cpu_s"))
+def set_op(run: dict, op: str, record: dict) -> None:
+    """The run's figures of one op (runs[].ops.OP)."""
+    run.setdefault("ops", {})[op] = record
+
+
+def op_record(report, role: str) -> dict:
+    """A measured op from the benchmark client's parsed report (workload/parse.ClientReport)."""
+    lat = report.latency_ms
+    return _record(model.Op, role=role, clients=report.clients, tps=report.tps, requests=report.requests,
+                   seconds=report.seconds, mean_us=lat.avg * US_PER_MS, min_us=lat.min * US_PER_MS,
+                   p50_us=lat.p50 * US_PER_MS, p95_us=lat.p95 * US_PER_MS, p99_us=lat.p99 * US_PER_MS,
+                   max_us=lat.max * US_PER_MS, percentile_distribution=report.percentile_distribution,
+                   cumulative_distribution=report.cumulative_distribution, progress=report.progress,
+                   command=report.command, calibration_rps=report.calibration_rps, calibration_s=report.calibration_s,
+                   attempts=report.attempts, client_cpu_s=report.client_cpu_s)
 
 
 def background_op(*, clients: int, tps: float | None, mean_ms: float | None, samples: int, progress: list,
@@ -163,15 +218,18 @@ def merge_launches(launches: list[tuple[int, dict]], side: str) -> dict | None:
     if not launches:
         return None
     out = copy.deepcopy(launches[0][1])
-    out["runs"], out["launches"], warnings = [], [], []
+    runs: list = []
+    out["runs"], out["launches"], warnings = runs, [], []
+    complete = True
     for k, d in launches:
-        out["runs"] += [dict(r, launch=k) for r in d.get("runs", [])]
-        srv = d.get("server") or {}
-        starts = [r["started_at"] for r in d.get("runs", []) if r.get("started_at")]
-        out["launches"].append({"launch": k, "side": side, "pid": srv.get("pid"), "version": srv.get("version"),
-                                "started_at": min(starts) if starts else None, "complete": bool(d.get("complete")),
-                                "timing": d.get("timing")})
-        warnings += [w for w in d.get("warnings") or [] if w not in warnings]
+        seen = msgspec.convert(d, _Launch, strict=False)
+        runs += [dict(r, launch=k) for r in d.get("runs") or []]
+        starts = [r.started_at for r in seen.runs if r.started_at]
+        out["launches"].append({"launch": k, "side": side, "pid": seen.server.pid, "version": seen.server.version,
+                                "started_at": min(starts) if starts else None, "complete": seen.complete,
+                                "timing": seen.timing})
+        warnings += [w for w in seen.warnings if w not in warnings]
+        complete = complete and seen.complete
     out["warnings"] = warnings
-    out["complete"] = all(d.get("complete") for _, d in launches)
+    out["complete"] = complete
     return out

@@ -19,7 +19,7 @@ from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Re
 
 
 class WarningNote(Record):
-    code: str                    # what it says (reporters/sentences.py: WARNINGS)
+    code: str                    # what it says (reporters/sentences.py: WARNING_TYPES)
     figures: dict[str, Any] = _d()  # the figures its sentence states
 
 
@@ -301,6 +301,7 @@ class ServerInfo(Record):
     command: list | None = None  # its argv
     binary: str | None = None    # its executable
     version: str | None = None   # its version
+    server_name: str | None = None  # INFO server's server_name (valkey; redis for a Redis server)
     config: dict = _d()          # CONFIG GET of the settings that matter
     appendonly: bool | None = None  # AOF on
     appendfsync: str | None = None  # always, everysec, no

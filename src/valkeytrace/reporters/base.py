@@ -261,17 +261,20 @@ def server_table(label: str, cell, cost=None) -> ServerTable:
                           _num(100 * c.total_ms / role_wall if wall_ms else None, "{:.1f}%")], False))
         rows.append(([role if not calls else "", "off-CPU", "", "", "", "", _num(th.off_cpu_ms, "{:,.1f}"),
                       _num(100 * th.off_cpu_ms / role_wall if wall_ms else None, "{:.1f}%")], True))
+    notes = _server_notes(cell, srv, m, wall_ms, cost)
+    return ServerTable(f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
+                       f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)", SERVER_COLUMNS, rows,
+                       "socket writes not timed (record --socket-writes)" if "socket_write" in (srv.untimed or []) else None,
+                       notes)
+
+
+def _server_notes(cell, srv: ServerSummary, m: MainThread, wall_ms: float, cost) -> list[tuple[str, bool]]:
+    """The notes under a server table: (text, whether it is a warning)."""
     notes = [("main-thread budget: " + ", ".join(f"{cat.label} {getattr(m, cat.name):.1f}%" for cat in BUDGET
                                                   if getattr(m, cat.name) is not None), False)]
     main = srv.role("main")
-    for cat in BUDGET:
-        for call in cat.calls if main and cat.calls and cat.calls[0] in TIMED_CALLS else ():
-            c, blocked = main.call(call), getattr(m, cat.name)
-            share = 100 * c.total_ms / wall_ms if wall_ms and c.total_ms else None
-            if share is not None and blocked is not None and share - blocked >= 5:
-                notes.append((f"the main thread spent {share:.1f}% of wall inside {call}, blocked {blocked:.1f}%: the "
-                              f"other {share - blocked:.1f}% of the call it was on a CPU or waiting for one (the budget "
-                              "counts a call's switched-out time only as blocked)", False))
+    if main is not None:
+        notes += _inside_notes(main, m, wall_ms)
     if m.on_cpu_measured is False:
         notes.append(("no scheduler data: \"on CPU\" is the time outside the timed calls, not measured on-CPU time",
                       True))
@@ -302,10 +305,21 @@ def server_table(label: str, cell, cost=None) -> ServerTable:
     said = cost_line(cost)
     if said:
         notes.append((said, False))
-    return ServerTable(f"{label} · {cell.workload} {cell.value_size} B · server threads ({srv.backend}{source}, "
-                       f"{srv.windows} window(s), {wall_ms / 1000:.1f} s)", SERVER_COLUMNS, rows,
-                       "socket writes not timed (record --socket-writes)" if "socket_write" in (srv.untimed or []) else None,
-                       notes)
+    return notes
+
+
+def _inside_notes(main, m: MainThread, wall_ms: float) -> list[tuple[str, bool]]:
+    """Where the main thread spent more of the wall inside a call than the budget counts as blocked in it."""
+    notes = []
+    for cat in BUDGET:
+        for call in cat.calls if cat.calls and cat.calls[0] in TIMED_CALLS else ():
+            c, blocked = main.call(call), getattr(m, cat.name)
+            share = 100 * c.total_ms / wall_ms if wall_ms and c.total_ms else None
+            if share is not None and blocked is not None and share - blocked >= 5:
+                notes.append((f"the main thread spent {share:.1f}% of wall inside {call}, blocked {blocked:.1f}%: the "
+                              f"other {share - blocked:.1f}% of the call it was on a CPU or waiting for one (the budget "
+                              "counts a call's switched-out time only as blocked)", False))
+    return notes
 
 
 def _loop_note(srv: ServerSummary, m: MainThread) -> tuple[str, bool]:

@@ -15,7 +15,7 @@ from valkeytrace.analysis.note import Note, Rule
 from valkeytrace.analysis.tables import MIN_EFFECT
 from valkeytrace.analysis.verdict import LagNote
 from valkeytrace.reporters.facts_words import CAVEATS, SIDES, _delta, _pct, fmt_time, gap_text
-from valkeytrace.reporters.sentences import warning_text
+from valkeytrace.reporters.sentences import WARNING_TEMPLATES, warning_text
 
 
 def _change(c: cl.Change) -> str:
@@ -243,12 +243,13 @@ CLAUSES: dict[type, Callable[[Any], str]] = {
                                  "cannot be attributed"),
 }
 
-TEMPLATES: dict[type, Callable[[Any], str]] = {**CLAUSES, **SIDES, **CAVEATS}
+# the one table of words: a claim's clauses, a side's facts and caveats, the warnings (by their figures' type)
+TEMPLATES: dict[type, Callable[[Any], str]] = {**CLAUSES, **SIDES, **CAVEATS, **WARNING_TEMPLATES}
 
 
 def say(clause) -> str:
-    """One clause's sentence, from its type's template and its figures (a warning, a coded Note:
-    from reporters/sentences.py's table by its code)."""
+    """One clause's sentence, from its type's template and its figures (a warning, a coded Note: its
+    figures decoded as its code's declared type first, reporters/sentences.warning_text)."""
     if isinstance(clause, Note):
         return warning_text(clause)
     return TEMPLATES[type(clause)](clause)

@@ -19,5 +19,5 @@ def cost_line(c: CellCost | None) -> str | None:
 def program_rows(c: CellCost) -> list[list[str]]:
     """program | attached to | runs/s | ns/run | ns/request"""
     f = (lambda v, p="{:,.0f}": "–" if v is None else p.format(v))  # noqa: E731
-    return [[p["name"], p["attach"] or "?", f(p["runs_per_s"]), f(p["ns_per_run"]), f(p["ns_per_request"], "{:,.1f}")]
-            for p in c.programs if p["runs_per_s"]]
+    return [[p.name, p.attach or "?", f(p.runs_per_s), f(p.ns_per_run), f(p.ns_per_request, "{:,.1f}")]
+            for p in c.programs if p.runs_per_s]

@@ -15,8 +15,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, Callable
 from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import psutil
 
@@ -35,6 +36,18 @@ CONFIG_KEYS = ("appendonly", "appendfsync", "io-threads", "dir", "appenddirname"
 REPLICATION_KEYS = ("role", "master_replid", "master_repl_offset", "master_host", "master_port", "master_link_status",
                     "connected_slaves")
 
+
+
+@dataclass
+class Exit:
+    """How and when a server process ended (signal and status both None: the process table said it is
+    gone, not how: a server valkeytrace did not start)."""
+    mono_ns: int                 # CLOCK_MONOTONIC
+    time: float                  # Unix time
+    by_valkeytrace: bool         # valkeytrace stopped it
+    signal: str | None = None    # the signal that killed it, or the one valkey logged it shut down on
+    status: int | None = None    # its exit status
+    cause: str | None = None     # its last error line
 
 class ServerError(VTError):
     pass
@@ -81,29 +94,27 @@ class Target:
         self.binary: str | None = None
         self.workdir: str | None = None
         self.exit_event = threading.Event()   # set the moment the server process is seen to end
-        self.exit_info: dict | None = None    # {"mono_ns", "time", "signal" | "status", "by_valkeytrace"}
+        self.exit_info: Exit | None = None
         self.stopping = False                 # valkeytrace is stopping it (an end it asked for)
 
     def ended(self, mono_ns: int, time_s: float, returncode: int | None) -> None:
         """Record how and when the server ended (from its watcher)."""
-        info: dict = {"mono_ns": mono_ns, "time": time_s, "by_valkeytrace": self.stopping}
-        if returncode is None:
-            info["status"] = None  # not valkeytrace's child: the process table says it is gone, not how
-        elif returncode < 0:
-            info["signal"] = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-        else:
-            info["status"] = returncode
+        info = Exit(mono_ns, time_s, self.stopping)  # returncode None: not our child, the process table says gone, not how
+        if returncode is not None and returncode < 0:
+            info.signal = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        elif returncode is not None:
+            info.status = returncode
         self.exit_info = info
         self.exit_event.set()
 
-    def wait_exit(self, timeout: float) -> dict | None:
+    def wait_exit(self, timeout: float) -> Exit | None:
         """Sleep up to timeout seconds, or until the server ends: its exit_info then, else None."""
         return self.exit_info if self.exit_event.wait(timeout) and not self.stopping else None
 
-    def gone(self) -> dict | None:
+    def gone(self) -> Exit | None:
         """How the server ended, when it did (and not because valkeytrace stopped it)."""
         info = self.exit_info
-        return info if self.exit_event.is_set() and info is not None and not info.get("by_valkeytrace") else None
+        return info if self.exit_event.is_set() and info is not None and not info.by_valkeytrace else None
 
     def client(self):
         if self.port is None:
@@ -228,10 +239,10 @@ class LaunchedServer(Target):
             log = list(self._log)
             got = next((m.group(1) for line in reversed(log) if (m := re.search(r"Received (SIG[A-Z]+)", line))), None)
             if got:  # valkey logs the signal it shut down on, then exits 0
-                self.exit_info["signal"] = got
+                self.exit_info.signal = got
             cause = self.cause() if rc else None
             if cause:
-                self.exit_info["cause"] = cause
+                self.exit_info.cause = cause
 
     def _drain(self):
         assert self.proc.stdout is not None  # piped

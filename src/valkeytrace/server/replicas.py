@@ -75,13 +75,10 @@ class ReplicaSet:
         return [tracer.window_end() for tracer in self.tracers]
 
     def describe(self, fsync_delay: dict | None = None) -> list[dict]:
-        out = []
-        for t in self.targets:
-            d = t.describe()
-            out.append({"role": "replica", "pid": d.get("pid"), "port": d.get("port"), "version": d.get("version"),
-                        "config": d.get("config"), "primary_port": self.primary.port,
-                        **({"fsync_delay": fsync_delay} if fsync_delay else {})})
-        return out
+        from valkeytrace.recording.model import ServerInfo, decode_as
+
+        return [{**node(decode_as(t.describe(), ServerInfo), "replica", fsync_delay), "primary_port": self.primary.port}
+                for t in self.targets]
 
     def stop(self) -> None:
         for target in self.targets:
@@ -96,8 +93,7 @@ class ReplicaSet:
                 pass
 
 
-def node(describe: dict, role: str, fsync_delay: dict | None = None) -> dict:
-    """A node entry of the recording's `nodes` from a server's describe()."""
-    return {"role": role, "pid": describe.get("pid"), "port": describe.get("port"),
-            "version": describe.get("version"), "config": describe.get("config"),
+def node(server, role: str, fsync_delay: dict | None = None) -> dict:
+    """A node entry of the recording's `nodes` from a server's describe() (a recording.model.ServerInfo)."""
+    return {"role": role, "pid": server.pid, "port": server.port, "version": server.version, "config": server.config,
             **({"fsync_delay": fsync_delay} if fsync_delay else {})}

@@ -3,6 +3,16 @@ LATENCY LATEST when its latency monitor is on (a run's `server_view`). Context f
 (the server times command execution only), never a reason to lose a run."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass
+class LoopCount:
+    """INFO stats at one moment: the event loop's iterations, their time, the commands processed."""
+    cycles: int
+    duration_us: int
+    commands: int
+
 
 class ServerView:
     def __init__(self, server):
@@ -19,7 +29,7 @@ class ServerView:
             except Exception:
                 pass
 
-    def eventloop(self) -> dict | None:
+    def eventloop(self) -> LoopCount | None:
         """The server's own event-loop counters (INFO stats, valkey >= 7.2), None without them."""
         try:
             st = self.server.client().info("stats")
@@ -27,8 +37,8 @@ class ServerView:
             return None
         if "eventloop_cycles" not in st:
             return None
-        return {"cycles": int(st["eventloop_cycles"]), "duration_us": int(st.get("eventloop_duration_sum", 0)),
-                "commands": int(st.get("total_commands_processed", 0))}
+        return LoopCount(int(st["eventloop_cycles"]), int(st.get("eventloop_duration_sum", 0)),
+                         int(st.get("total_commands_processed", 0)))
 
     def end(self) -> dict:
         """What the server itself believes: INFO latencystats (command execution time) and

@@ -10,16 +10,39 @@ attaches the same itself.
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 
+import msgspec
+
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 250  # SCM_MAX_FD is 253 per message
 TIMEOUT_S = 120.0
+
+
+class Request(msgspec.Struct):
+    text: str
+    cflags: list[str]
+    raw: list[str]  # the functions to load as raw tracepoints (the rest not attached on load: uprobes)
+
+
+class Table(msgspec.Struct):
+    name: str
+    key_size: int
+    value_size: int
+    max_entries: int
+    type: int
+
+
+class Reply(msgspec.Struct):
+    funcs: list[str] = []      # their fds first, then the tables'
+    tables: list[Table] = []
+    autoload: list[str] = []   # what bcc attached on load
+    peak_rss_mb: float | None = None
+    error: str | None = None
 
 
 def compile_program(text: bytes, cflags: list[str], raw_functions=()):
@@ -34,31 +57,32 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=()):
         theirs.close()
         ours.settimeout(TIMEOUT_S)
         try:
-            ours.send(json.dumps({"text": text.decode(), "cflags": list(cflags), "raw": list(raw_functions)}).encode())
+            ours.send(msgspec.json.encode(Request(text.decode(), list(cflags), list(raw_functions))))
             data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, MAX_FDS)
         except OSError as exc:
             data, fds = b"", []
             proc.kill()
             err.write(f"\n{exc}".encode())
         proc.wait()
-        reply = json.loads(data) if data else {}
-        if "funcs" not in reply:
+        reply = msgspec.json.decode(data, type=Reply) if data else Reply(error=None)
+        if not reply.funcs:
             for fd in fds:
                 os.close(fd)
             err.seek(0)
             lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
-            why = reply.get("error") or next((ln for ln in lines if "error" in ln.lower()), None) \
+            clang = next((ln.strip() for ln in lines if "error:" in ln), None)  # the compiler's own first error
+            why = ", ".join(w for w in (reply.error, clang) if w) \
                 or (lines[-1] if lines else f"the compiling child exited with {proc.returncode}")
             raise Exception(why)
-    funcs = {name.encode(): fd for name, fd in zip(reply["funcs"], fds)}
-    maps = [bpf_fd.Map(t["name"], fd, t["key_size"], t["value_size"], t["max_entries"], t["type"])
-            for t, fd in zip(reply["tables"], fds[len(funcs):])]
-    program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply["autoload"]])
-    program.compile_peak_rss_mb = reply.get("peak_rss_mb")
+    funcs = {name.encode(): fd for name, fd in zip(reply.funcs, fds)}
+    maps = [bpf_fd.Map(t.name, fd, t.key_size, t.value_size, t.max_entries, t.type)
+            for t, fd in zip(reply.tables, fds[len(funcs):])]
+    program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply.autoload])
+    program.compile_peak_rss_mb = reply.peak_rss_mb
     return program
 
 
-def _compile(request: dict) -> tuple[dict, list[int]]:
+def _compile(request: Request) -> tuple[Reply, list[int]]:
     import ctypes as ct
     import resource
 
@@ -71,35 +95,34 @@ def _compile(request: dict) -> tuple[dict, list[int]]:
                             ("bpf_table_key_size_id", ct.c_size_t, [ct.c_void_p, ct.c_ulonglong]),
                             ("bpf_table_leaf_size_id", ct.c_size_t, [ct.c_void_p, ct.c_ulonglong])):
         getattr(lib, name).restype, getattr(lib, name).argtypes = res, args
-    bpf = BPF(text=request["text"].encode(), cflags=request["cflags"])
-    raw = {name.encode() for name in request["raw"]}
+    bpf = BPF(text=request.text.encode(), cflags=request.cflags)
+    raw = {name.encode() for name in request.raw}
     for i in range(lib.bpf_num_functions(bpf.module)):
         name = lib.bpf_function_name(bpf.module, i)
         if name not in bpf.funcs:  # uprobes (kprobe-typed) and the raw tracepoints attached per window
             bpf.load_func(name, BPF.RAW_TRACEPOINT if name in raw else BPF.KPROBE)
     funcs = sorted(bpf.funcs.items())
-    tables = [{"name": lib.bpf_table_name(bpf.module, i).decode(), "fd": lib.bpf_table_fd_id(bpf.module, i),
-               "key_size": lib.bpf_table_key_size_id(bpf.module, i),
-               "value_size": lib.bpf_table_leaf_size_id(bpf.module, i),
-               "max_entries": lib.bpf_table_max_entries_id(bpf.module, i),
-               "type": lib.bpf_table_type_id(bpf.module, i)} for i in range(lib.bpf_num_tables(bpf.module))]
-    tables = [t for t in tables if t["fd"] >= 0]
-    reply = {"funcs": [n.decode() for n, _ in funcs], "tables": tables,
-             "autoload": [n.decode() for n, _ in funcs if n.startswith((b"tracepoint__", b"raw_tracepoint__"))],
-             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    return reply, [fn.fd for _, fn in funcs] + [t["fd"] for t in tables]
+    mod = bpf.module
+    ids = [i for i in range(lib.bpf_num_tables(mod)) if lib.bpf_table_fd_id(mod, i) >= 0]
+    tables = [Table(lib.bpf_table_name(mod, i).decode(), lib.bpf_table_key_size_id(mod, i),
+                    lib.bpf_table_leaf_size_id(mod, i), lib.bpf_table_max_entries_id(mod, i),
+                    lib.bpf_table_type_id(mod, i)) for i in ids]
+    reply = Reply([n.decode() for n, _ in funcs], tables,
+                  [n.decode() for n, _ in funcs if n.startswith((b"tracepoint__", b"raw_tracepoint__"))],
+                  round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+    return reply, [fn.fd for _, fn in funcs] + [lib.bpf_table_fd_id(mod, i) for i in ids]
 
 
 def main(fd: int) -> int:
     sock = socket.socket(fileno=fd)
     try:
-        reply, fds = _compile(json.loads(sock.recv(MAX_MESSAGE)))
+        reply, fds = _compile(msgspec.json.decode(sock.recv(MAX_MESSAGE), type=Request))
         if len(fds) > MAX_FDS:
             raise Exception(f"{len(fds)} programs and maps: more than one message carries")
-        socket.send_fds(sock, [json.dumps(reply).encode()], fds)
+        socket.send_fds(sock, [msgspec.json.encode(reply)], fds)
     except Exception as exc:  # bcc raises bare Exception; the parent says the first line
         text = str(exc).strip()
-        sock.send(json.dumps({"error": text.splitlines()[0] if text else type(exc).__name__}).encode())
+        sock.send(msgspec.json.encode(Reply(error=text.splitlines()[0] if text else type(exc).__name__)))
         return 1
     return 0
 

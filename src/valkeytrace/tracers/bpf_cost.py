@@ -99,11 +99,14 @@ class Cost:
         """The window's steady part ends (called first thing in the tracer's window_end)."""
         self._cpu1, self._t1 = self._cpu(), time.monotonic()
 
-    def end(self, bpf, uprobes=()) -> dict:
-        """{programs: [{name, attach, runs, run_ns}], stats_enabled (as found), tracer_cpu_pct_of_core (the
-        process's CPU while attached, between the window's edges), window_edges_cpu_ms (the edges' own work:
-        reading the maps and the kernel's schedstat at begin and end), peak_rss_mb}: the requests and ns per
-        request are the recorder's (the server's own counters)."""
+    def end(self, bpf, uprobes=()):
+        """The window's recording.model.TracerCost: every program (what it is attached to, its runs and their
+        time), stats_enabled (as found), tracer_cpu_pct_of_core (the process's CPU while attached, between the
+        window's edges), window_edges_cpu_ms (the edges' own work: reading the maps and the kernel's schedstat
+        at begin and end), peak_rss_mb; the requests and ns per request are the recorder's (the server's own
+        counters)."""
+        from valkeytrace.recording.model import BpfProgram, TracerCost
+
         wall = max(self._t1 - self._t0, 1e-9)
         now = self._programs(bpf)
         programs = []
@@ -111,13 +114,13 @@ class Cost:
             r0, n0 = self._begin.get(name, (0, 0))
             where = attach_point(name, bpf, uprobes)
             if runs - r0 > 0 or where:  # every program that ran or was attached; not those never used
-                programs.append({"name": name, "attach": where or "detached", "runs": runs - r0, "run_ns": ns - n0})
+                programs.append(BpfProgram(name=name, attach=where or "detached", runs=runs - r0, run_ns=ns - n0))
         counted = self.found == 1 or self.turned_on
         edges_ms = 1000 * (self._begin_edge + self._cpu() - self._cpu1)
-        return {"programs": programs if counted else [], "stats_enabled": self.found,
-                "counted": counted, "tracer_cpu_pct_of_core": round(100 * (self._cpu1 - self._cpu0) / wall, 3),
-                "window_edges_cpu_ms": round(edges_ms, 1),
-                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+        return TracerCost(programs=programs if counted else [], stats_enabled=self.found, counted=counted,
+                          tracer_cpu_pct_of_core=round(100 * (self._cpu1 - self._cpu0) / wall, 3),
+                          window_edges_cpu_ms=round(edges_ms, 1),
+                          peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 
     def restore(self) -> None:
         """kernel.bpf_stats_enabled as it was found."""

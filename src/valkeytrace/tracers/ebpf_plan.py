@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import msgspec
+
 from valkeytrace import environment, system
 from valkeytrace.tracers import PROBES_DIR, probe_source
 
@@ -84,32 +86,38 @@ def probe_groups(extra: tuple = ()) -> set[str]:
     return set(DEFAULT_GROUPS) | set(extra)
 
 
+class TaskOffsets(msgspec.Struct):
+    """Byte offsets of task_struct fields in the running kernel (from its BTF), 0 where unknown."""
+    pid: int = 0
+    tgid: int = 0
+    stack: int = 0
+    sum_exec_runtime: int = 0  # of se.sum_exec_runtime
+
+
 @functools.lru_cache(maxsize=1)
-def task_offsets() -> dict:
-    """{"pid": .., "tgid": .., "stack": .., "sum_exec_runtime": ..}: byte offsets of those
-    task_struct fields (the last is se.sum_exec_runtime) in the running kernel, from its BTF, or {}
-    without BTF or bpftool. The raw sched_switch/sched_wakeup probes need "pid" (without it the
-    regular tracepoints are used), sched_wakeup_new "tgid", the idle cause "stack", the alignment
-    with the kernel's own charge of on-CPU time "sum_exec_runtime". Dumping the BTF takes
-    ~0.25 s, so the result is cached per kernel build."""
+def task_offsets() -> TaskOffsets:
+    """The task_struct offsets in the running kernel, from its BTF; all 0 without BTF or bpftool. The raw
+    sched_switch/sched_wakeup probes need pid (without it the regular tracepoints are used),
+    sched_wakeup_new tgid, the idle cause stack, the alignment with the kernel's own charge of on-CPU
+    time sum_exec_runtime. Dumping the BTF takes ~0.25 s, so the result is cached per kernel build."""
     btf = "/sys/kernel/btf/vmlinux"
     if not environment.raw_sched() or not os.path.exists(btf):
-        return {}
+        return TaskOffsets()
     cache = os.path.join(system.cache_dir(), f"task-offsets3-{system.kernel_release()}-{os.stat(btf).st_size}.json")
     try:
-        with open(cache) as f:
-            return {k: int(v) for k, v in json.load(f).items()}
-    except (OSError, ValueError, AttributeError):
+        with open(cache, "rb") as f:
+            return msgspec.json.decode(f.read(), type=TaskOffsets)
+    except (OSError, msgspec.DecodeError):
         pass
     offsets = _btf_task_offsets(btf)
-    if offsets:
-        system.write_json_cache(cache, offsets)
+    if offsets.pid or offsets.stack:
+        system.write_json_cache(cache, msgspec.structs.asdict(offsets))
     return offsets
 
 
 def sysnr_cache() -> str:
     """Where the sysnr check (tracers/ebpf.py) keeps the offset it found on this kernel."""
-    return os.path.join(system.cache_dir(), f"sysnr-{system.kernel_release()}-{task_offsets().get('stack', 0)}.json")
+    return os.path.join(system.cache_dir(), f"sysnr-{system.kernel_release()}-{task_offsets().stack}.json")
 
 
 def sysnr_known() -> bool:
@@ -128,18 +136,18 @@ def bpftool_path() -> str | None:
                                            None)
 
 
-def _btf_task_offsets(btf: str) -> dict:
+def _btf_task_offsets(btf: str) -> TaskOffsets:
     import re
     import subprocess
 
     tool = bpftool_path()
     if not tool:
-        return {}
+        return TaskOffsets()
     try:
         out = subprocess.run([tool, "btf", "dump", "file", btf, "format", "raw"], capture_output=True,
                              text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return {}
+        return TaskOffsets()
     def fields(struct: str, names) -> dict:
         m = re.search(rf"STRUCT '{struct}' size=\d+ vlen=\d+\n((?:\t.*\n)+)", out)
         found = {}
@@ -153,15 +161,15 @@ def _btf_task_offsets(btf: str) -> dict:
     runtime = fields("sched_entity", ("sum_exec_runtime",))
     se = offsets.pop("se", None)
     if se is not None and "sum_exec_runtime" in runtime:
-        offsets["sum_exec_runtime"] = se + runtime["sum_exec_runtime"]  # task_struct.se.sum_exec_runtime
-    return offsets
+        offsets["sum_exec_runtime"] = se + runtime.pop("sum_exec_runtime")  # task_struct.se.sum_exec_runtime
+    return TaskOffsets(**offsets)
 
 
 def probe_defines(*, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
     """The program's -D parameters: all but the server's pid, which the `target` map holds (one compiled
     program serves every launch: tracers/ebpf_pool.py)."""
     sched = "sched" in groups
-    offsets = task_offsets() if sched else {}
+    offsets = task_offsets() if sched else TaskOffsets()
     return {"BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
             "TRACE_REQUESTS": int("requests" in groups and all(system.tracepoint_exists(c, e)
@@ -169,10 +177,9 @@ def probe_defines(*, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFA
             "TRACE_SYSCALLS": int("syscalls" in groups),
             "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
             "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
-            "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.get("pid", 0),
-            "TASK_TGID_OFFSET": offsets.get("tgid", 0) if offsets.get("pid") else 0,
-            "TASK_RUNTIME_OFFSET": offsets.get("sum_exec_runtime", 0),
-            "TASK_STACK_OFFSET": offsets.get("stack", 0), "CHECK_TGID": os.getpid()}
+            "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.pid,
+            "TASK_TGID_OFFSET": offsets.tgid if offsets.pid else 0, "TASK_RUNTIME_OFFSET": offsets.sum_exec_runtime,
+            "TASK_STACK_OFFSET": offsets.stack, "CHECK_TGID": os.getpid()}
 
 
 def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,

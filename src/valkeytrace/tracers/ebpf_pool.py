@@ -139,7 +139,7 @@ def read_snapshot(tracer: Any, mono_ns: int | None = None) -> Snapshot:
     threads, offcpu = {}, {}
     for slot in tracer.slot_tids():
         threads[slot] = np.frombuffer(_lookup(bpf[b"threads"], slot, SHIM_THREAD_DTYPE.itemsize),
-                                      dtype=SHIM_THREAD_DTYPE)[0].copy()
+                                      dtype=SHIM_THREAD_DTYPE).view(np.recarray)[0].copy()  # fields by attribute
         offcpu[slot] = offcpu_reading(_lookup(bpf[b"offcpu"], slot, OFFCPU_DTYPE.itemsize),
                                       _lookup(bpf[b"offcpu_since"], slot, SINCE_DTYPE.itemsize), mono_ns)
     sink = tracer._sink  # records the kernel kept but the sink could not

@@ -38,21 +38,27 @@ class Snapshot:
     __slots__ = ("mono_ns", "threads", "offcpu", "lost", "sched")
 
     def __init__(self, mono_ns: int, threads: dict, offcpu: dict, lost: int, sched: dict):
-        self.mono_ns, self.threads, self.offcpu, self.lost, self.sched = mono_ns, threads, offcpu, lost, sched
+        self.mono_ns, self.offcpu, self.lost, self.sched = mono_ns, offcpu, lost, sched
+        self.threads = {slot: _record(t) for slot, t in threads.items()}
+
+
+def _record(t) -> np.record:
+    """A thread record (SHIM_THREAD_DTYPE) with its fields by attribute."""
+    return t if isinstance(t, np.record) else np.asarray(t).reshape(1).view(np.recarray)[0]
 
 
 def offcpu_reading(raw_offcpu: bytes, raw_since: bytes, mono_ns: int) -> tuple[int, np.ndarray, int]:
     """(owner tid, ns[cause, state], charged ns) of one slot, the interval still open counted up
     to mono_ns (when it is the owner's); charged: the wait for a CPU the kernel charged as on-CPU
     time, moved there by the probe (align_run in the probe)."""
-    o = np.frombuffer(raw_offcpu, dtype=OFFCPU_DTYPE)[0]
-    owner, off, charged = int(o["tid"]), o["ns"].astype(np.uint64).copy(), int(o["charged_ns"])
-    since = np.frombuffer(raw_since, dtype=SINCE_DTYPE)[0]
-    start = int(since["start_ns"])
-    if start and mono_ns > start and since["cause"] < len(CALL_NAMES) and since["state"] < len(STATE_NAMES):
-        if owner != int(since["tid"]):  # its first interval: the probe resets the totals when it closes
-            owner, off, charged = int(since["tid"]), np.zeros_like(off), 0
-        off[since["cause"], since["state"]] += np.uint64(mono_ns - start)
+    o = np.frombuffer(raw_offcpu, dtype=OFFCPU_DTYPE).view(np.recarray)[0]
+    owner, off, charged = int(o.tid), o.ns.astype(np.uint64).copy(), int(o.charged_ns)
+    since = np.frombuffer(raw_since, dtype=SINCE_DTYPE).view(np.recarray)[0]
+    start = int(since.start_ns)
+    if start and mono_ns > start and since.cause < len(CALL_NAMES) and since.state < len(STATE_NAMES):
+        if owner != int(since.tid):  # its first interval: the probe resets the totals when it closes
+            owner, off, charged = int(since.tid), np.zeros_like(off), 0
+        off[since.cause, since.state] += np.uint64(mono_ns - start)
     return owner, off, charged
 
 
@@ -93,15 +99,14 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
         if sched:
             entry["sched"] = sched  # the kernel's own on-CPU / run-queue time, beside the probes'
         tb, ta = b.threads[slot], a.threads.get(slot)
-        if int(tb["tid"]) not in (0, tid):
-            tb = None  # the slot's calls are another thread's (it took the slot after this one)
-        elif ta is not None and ta["tid"] != tb["tid"]:
+        mine = int(tb.tid) in (0, tid)  # else the slot's calls are another thread's (it took the slot after this one)
+        if mine and ta is not None and ta.tid != tb.tid:
             ta = None  # the slot changed hands within the window: its totals restarted from zero
-        for kind, call in enumerate(CALL_NAMES if tb is not None else ()):
-            hb, ha = tb["hist"][kind], (ta["hist"][kind] if ta is not None else None)
-            rec = histogram_delta(hb["buckets"], ha["buckets"] if ha is not None else 0, int(hb["sum_ns"]),
-                                  int(ha["sum_ns"]) if ha is not None else 0, int(hb["max_ns"]),
-                                  int(tb["bytes"][kind]) - (int(ta["bytes"][kind]) if ta is not None else 0))
+        for kind, call in enumerate(CALL_NAMES if mine else ()):
+            hb, ha = tb.hist[kind], (ta.hist[kind] if ta is not None else None)
+            rec = histogram_delta(hb.buckets, ha.buckets if ha is not None else 0, int(hb.sum_ns),
+                                  int(ha.sum_ns) if ha is not None else 0, int(hb.max_ns),
+                                  int(tb.bytes[kind]) - (int(ta.bytes[kind]) if ta is not None else 0))
             if rec is not None:
                 entry["calls"][call] = rec
         owner_b, off_b, charged_b = b.offcpu.get(slot, (0, None, 0))
@@ -117,15 +122,15 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
         threads[tid] = entry
     timeline, requests = b"[]", None
     if events:
-        arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE)
-        is_req = arr["state"] >= EVENT_ARRIVE
+        arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE).view(np.recarray)
+        is_req = arr.state >= EVENT_ARRIVE
         reqs = arr[is_req]
         # one copy of the window's intervals, not two (tens of thousands of records under load: the
         # tracer's peak RSS is at this moment of each window)
-        keep = ~is_req & (arr["start_ns"] + arr["duration_ns"] > a.mono_ns) & (arr["start_ns"] < b.mono_ns)
+        keep = ~is_req & (arr.start_ns + arr.duration_ns > a.mono_ns) & (arr.start_ns < b.mono_ns)
         timeline = timeline_json(arr[keep], a.mono_ns)
         del arr, keep
-        reqs = reqs[(reqs["start_ns"] >= a.mono_ns) & (reqs["start_ns"] < b.mono_ns)]
+        reqs = reqs[(reqs.start_ns >= a.mono_ns) & (reqs.start_ns < b.mono_ns)]
         requests = request_columns(reqs, a.mono_ns) if len(reqs) else None
     out = document.server_window(
         backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
@@ -151,13 +156,14 @@ def request_columns(arr: np.ndarray, origin_ns: int) -> dict:
     event (an index into `events`: data arrived, the server read it, the server wrote back) and
     tid (the server's thread that read or wrote; 0 for an arrival) and bytes (read or written; 0
     for an arrival: the replication link's offsets, analysis/replink.py)."""
-    arr = arr[np.argsort(arr["start_ns"], kind="stable")]
-    _, first, conn = np.unique(arr["duration_ns"], return_index=True, return_inverse=True)
+    unsorted: np.recarray = arr.view(np.recarray)
+    ev: np.recarray = unsorted[np.argsort(unsorted.start_ns, kind="stable")].view(np.recarray)
+    _, first, conn = np.unique(ev.duration_ns, return_index=True, return_inverse=True)
     order = np.argsort(np.argsort(first))  # number the sockets by first appearance
     return {"events": list(REQUEST_EVENTS),
-            "offset_ns": (arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(),
-            "conn": order[conn].tolist(), "event": (arr["state"].astype(np.int64) - EVENT_ARRIVE).tolist(),
-            "tid": arr["tid"].tolist(), "bytes": arr["bytes"].tolist()}
+            "offset_ns": (ev.start_ns.astype(np.int64) - np.int64(origin_ns)).tolist(),
+            "conn": order[conn].tolist(), "event": (ev.state.astype(np.int64) - EVENT_ARRIVE).tolist(),
+            "tid": ev.tid.tolist(), "bytes": ev.bytes.tolist()}
 
 
 _CAUSE_NAMES = np.array(CALL_NAMES, dtype=object)
@@ -175,6 +181,7 @@ def timeline_rows(arr: np.ndarray, origin_ns: int) -> list[list]:
     """The window's blocked-timeline rows, [start - origin_ns, duration, tid, cause, state], from
     ring-buffer records (BLOCK_EVENT_DTYPE): one tolist() per column. A Python loop over the
     records' numpy scalars took ~20 ms of CPU a window at 15K records (appendfsync always, 4 s)."""
-    cols = ((arr["start_ns"].astype(np.int64) - np.int64(origin_ns)).tolist(), arr["duration_ns"].tolist(),
-            arr["tid"].tolist(), _CAUSE_NAMES[arr["cause"]].tolist(), _EVENT_STATES[arr["state"]].tolist())
+    ev: np.recarray = arr.view(np.recarray)
+    cols = ((ev.start_ns.astype(np.int64) - np.int64(origin_ns)).tolist(), ev.duration_ns.tolist(),
+            ev.tid.tolist(), _CAUSE_NAMES[ev.cause].tolist(), _EVENT_STATES[ev.state].tolist())
     return list(map(list, zip(*cols)))

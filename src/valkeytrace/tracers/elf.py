@@ -13,8 +13,7 @@ STT_FUNC, STT_GNU_IFUNC = 2, 10
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
-                 ("size", "<u8")])
+_SYM_SIZE = 24  # Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
 
 
 def _header(data: bytes) -> tuple:
@@ -49,12 +48,13 @@ def symbol_address(path: str, symbol: str) -> int | None:
             at = names.find(want, at + 1)
         if not offsets:
             continue
-        syms = np.frombuffer(data, dtype=_SYM, count=sh[5] // _SYM.itemsize, offset=sh[4])
-        kind = syms["info"] & 0xF
-        hit = syms[np.isin(syms["name"], offsets) & ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC))
-                   & (syms["shndx"] != 0) & (syms["value"] != 0)]
+        n = sh[5] // _SYM_SIZE
+        rows = np.frombuffer(data, dtype=np.uint8, count=n * _SYM_SIZE, offset=sh[4]).reshape(n, _SYM_SIZE)
+        name, kind = rows[:, 0:4].copy().view("<u4")[:, 0], rows[:, 4] & 0xF
+        shndx, value = rows[:, 6:8].copy().view("<u2")[:, 0], rows[:, 8:16].copy().view("<u8")[:, 0]
+        hit = value[np.isin(name, offsets) & ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC)) & (shndx != 0) & (value != 0)]
         if len(hit):
-            return int(hit["value"][0])
+            return int(hit[0])
     return None
 
 

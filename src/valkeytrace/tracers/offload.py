@@ -145,11 +145,12 @@ class OffloadStats:
         from valkeytrace.tracers.region import make_shared
 
         self.path, self.mm = make_shared("valkeytrace-offload", SHARED_DTYPE.itemsize)
-        self.shared = np.frombuffer(self.mm, dtype=SHARED_DTYPE, count=1)
-        self.shared[0]["control"]["gather_ns"] = gather_ns
-        self.shared[0]["control"]["max_pending"] = max_pending
-        self.shared[0]["control"]["overflow"] = OVERFLOW[overflow] if max_pending else 0
-        self.shared[0]["control"]["replicas"] = REPLICAS[replicas]
+        # the C structs' mirror as a record array: fields by attribute (SHARED_DTYPE, csrc/offload.h)
+        self.shared = np.frombuffer(self.mm, dtype=SHARED_DTYPE, count=1).view(np.recarray)
+        ctl = self.shared[0].control
+        ctl.gather_ns, ctl.max_pending = gather_ns, max_pending
+        ctl.overflow = OVERFLOW[overflow] if max_pending else 0
+        ctl.replicas = REPLICAS[replicas]
 
     def chown(self, uid: int, gid: int):
         os.chown(self.path, uid, gid)
@@ -170,7 +171,7 @@ class OffloadStats:
             logfile = where = ""
         if len(table) > CMD_MAX:
             raise VTError(f"--emulate-offload: the server has {len(table)} commands, the shim's table holds {CMD_MAX}")
-        ctl = self.shared[0]["control"]
+        ctl = self.shared[0].control
         for cls, limit in obuf_limits(client).items():
             ctl[f"obuf_{cls}"] = limit
         entries = np.zeros(CMD_MAX, dtype=CMD_ENTRY_DTYPE)
@@ -182,48 +183,48 @@ class OffloadStats:
         ctl["table_ready"] = 1  # last: the shim indexes the entries once it sees this
         return len(table)
 
-    def snapshot(self) -> np.ndarray | None:
+    def snapshot(self) -> np.record | None:
         """The counters now (a copy), or None while the shim has not initialised the file."""
-        s = self.shared[0]["stats"].copy()
-        if int(s["magic"]) != MAGIC or int(s["version"]) != VERSION or int(s["hist_buckets"]) != HIST_BUCKETS:
+        s = self.shared[0].stats.copy()
+        if int(s.magic) != MAGIC or int(s.version) != VERSION or int(s.hist_buckets) != HIST_BUCKETS:
             return None
         return s
 
     def gauges(self) -> dict[str, int] | None:
         """What the emulation holds in the server right now (GAUGES, and the AOF bytes it has queued and not
         yet written), or None before the shim set the file up."""
-        s = self.shared[0]["stats"]
-        if int(s["magic"]) != MAGIC or int(s["version"]) != VERSION:
+        s = self.shared[0].stats
+        if int(s.magic) != MAGIC or int(s.version) != VERSION:
             return None
         out = {g: int(s[g]) for g in GAUGES}
-        out["aof_queued_bytes"] = max(0, int(s["queued_bytes"]) - int(s["job_bytes"]))
+        out["aof_queued_bytes"] = max(0, int(s.queued_bytes) - int(s.job_bytes))
         return out
 
     def state(self) -> tuple[int, int]:
         """(state, jobs): valkeytrace waits on a draining offload before it would kill the server."""
-        s = self.shared[0]["stats"]
-        return int(s["state"]), int(s["jobs"])
+        s = self.shared[0].stats
+        return int(s.state), int(s.jobs)
 
     def failure(self) -> str | None:
         """What failed on vt_offload (its write or fdatasync, with the errno), or None."""
-        s = self.shared[0]["stats"]
-        if int(s["state"]) != STATE_FAILED:
+        s = self.shared[0].stats
+        if int(s.state) != STATE_FAILED:
             return None
         return f"the AOF {FAIL_KINDS.get(int(s['fail_kind']), 'call')} on vt_offload failed: {os.strerror(int(s['fail_errno']))}"
 
     def at_exit(self) -> dict:
         """What the emulation did as the server ended: its state, the drains on the server's own shutdown
         path, the replies still held (dropped with their connections), the signals the server got."""
-        st = self.shared[0]["stats"]
-        if int(st["magic"]) != MAGIC:
+        st = self.shared[0].stats
+        if int(st.magic) != MAGIC:
             return {}
         names = {1: "running", 2: "draining", 3: "drained", 4: "failed"}
-        sig = int(st["last_signal"])
-        return {"state": names.get(int(st["state"]), str(int(st["state"]))),
-                "shutdown_drains": int(st["shutdown_drains"]), "held_replies_dropped": int(st["exit_held_replies"]),
-                "signals": int(st["signals"]),
+        sig = int(st.last_signal)
+        return {"state": names.get(int(st.state), str(int(st.state))),
+                "shutdown_drains": int(st.shutdown_drains), "held_replies_dropped": int(st.exit_held_replies),
+                "signals": int(st.signals),
                 "last_signal": signal.Signals(sig).name if sig in signal.valid_signals() else None,
-                "obuf_closed": int(st["obuf_closed"])}
+                "obuf_closed": int(st.obuf_closed)}
 
     def close(self):
         from valkeytrace.tracers.region import close_shared
@@ -282,16 +283,16 @@ def check_engaged(pid: int, timeout_s: float = 5.0) -> None:
 
 
 def _hist(a, b) -> LatencyHistogram:
-    return LatencyHistogram.from_bucket_counts(b["buckets"] - a["buckets"], sum_ns=int(b["sum_ns"] - a["sum_ns"]),
-                                               max_ns=int(b["max_ns"]))
+    return LatencyHistogram.from_bucket_counts(b.buckets - a.buckets, sum_ns=int(b.sum_ns - a.sum_ns),
+                                               max_ns=int(b.max_ns))
 
 
-def window(a: np.ndarray | None, b: np.ndarray | None) -> dict | None:
+def window(a: np.record | None, b: np.record | None) -> dict | None:
     """One run's figures: counters between two snapshots, the job and hold histograms."""
     if a is None or b is None:
         return None
     out: dict = {c: int(b[c] - a[c]) for c in COUNTERS}
-    out["jobs_waited"] = [int(x) for x in b["jobs_waited"] - a["jobs_waited"]]
+    out["jobs_waited"] = [int(x) for x in b.jobs_waited - a.jobs_waited]
     for h in ("job_ns", "hold_ns", "hold_read_ns"):
         out[h] = _hist(a[h], b[h]).to_dict()
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,6 +17,15 @@ from valkeytrace.layout import CALL_NAMES, HIST_BUCKETS
 SHM_DIR = "/dev/shm"
 RECORDED_KINDS = ("fdatasync", "fsync", "aof_write", "socket_write", "epoll_wait", "loop_iteration")
 
+
+
+@dataclass
+class SlotReading:
+    """One thread's slot of the shim's region at a moment."""
+    name: str
+    kinds: dict          # kind -> (dense bucket counts, sum_ns, max_ns)
+    bytes: dict          # kind -> bytes
+    injected_ns: int = 0
 
 class ShimRegion:
     """The shared-memory file: created 0600 and exclusive, read through _native, removed on close."""
@@ -56,8 +66,8 @@ class ShimRegion:
     def dropped_calls(self) -> int:
         return int(self.header.dropped_calls)
 
-    def snapshot(self) -> dict:
-        """{tid: {"name", "kinds": {kind: (dense counts, sum_ns, max_ns)}, "bytes": {...}, "injected_ns"}}"""
+    def snapshot(self) -> dict[int, SlotReading]:
+        """{tid: its slot now}"""
         n = lib.vt_shim_readable_slots(self.base, self.size)
         if n < 0:
             raise VTError("the shim's shared memory is corrupt (bad header)")
@@ -73,9 +83,9 @@ class ShimRegion:
                 if h.count:
                     counts = np.frombuffer(ffi.buffer(h.buckets), dtype=np.uint64, count=HIST_BUCKETS).copy()
                     kinds[kind] = (counts, int(h.sum_ns), int(h.max_ns))
-            out[int(s.tid)] = {"name": ffi.string(s.name).decode("utf-8", "replace"), "kinds": kinds,
-                               "bytes": {kind: int(s.bytes[CALL_NAMES.index(kind)]) for kind in RECORDED_KINDS},
-                               "injected_ns": int(s.injected_ns)}
+            out[int(s.tid)] = SlotReading(ffi.string(s.name).decode("utf-8", "replace"), kinds,
+                                          {kind: int(s.bytes[CALL_NAMES.index(kind)]) for kind in RECORDED_KINDS},
+                                          int(s.injected_ns))
         return out
 
     def close(self):

@@ -13,6 +13,7 @@ backend: with ebpf it is loaded for the injection only (tracers/emulation.py).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from valkeytrace import roles
@@ -21,7 +22,7 @@ from valkeytrace.recording import document
 from valkeytrace.server import threads as thr
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.emulation import preload_env, shim_library
-from valkeytrace.tracers.region import ShimRegion
+from valkeytrace.tracers.region import ShimRegion, SlotReading
 from valkeytrace.tracers.windows import histogram_delta
 
 
@@ -73,43 +74,52 @@ class ShimTracer(Tracer):
     def stop(self):
         self.region.close()
 
-    def _snap(self, mono_ns: int | None = None):
+    def _snap(self, mono_ns: int | None = None) -> ShimSnapshot:
         names = thr.list_threads(self.pid)
-        return {"mono_ns": mono_ns or time.monotonic_ns(), "slots": self.region.snapshot(), "names": names,
-                "sched": thr.schedstats(self.pid, names),
-                "dropped": self.region.dropped_calls}
+        return ShimSnapshot(mono_ns or time.monotonic_ns(), self.region.snapshot(), names,
+                            thr.schedstats(self.pid, names), self.region.dropped_calls)
 
     def window_begin(self, requests: bool = False):
         self._begin = self._snap()
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
-            end_mono_ns = max(end_mono_ns, self._begin["mono_ns"])
+            end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
         return shim_window_metrics(self._begin, self._snap(end_mono_ns), self.pid, self.inject,
                                    loop_reliable=self.loop_reliable, untimed=self.region.untimed)
 
 
-def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None, loop_reliable: bool = True,
+@dataclass
+class ShimSnapshot:
+    """The region and the threads' schedstat at one moment (a window's edge)."""
+    mono_ns: int
+    slots: dict[int, SlotReading]
+    names: dict[int, str]
+    sched: dict
+    dropped: int
+
+
+def shim_window_metrics(a: ShimSnapshot, b: ShimSnapshot, pid: int, inject: dict | None, loop_reliable: bool = True,
                         untimed: tuple | list = ()) -> dict:
-    wall = b["mono_ns"] - a["mono_ns"]
+    wall = b.mono_ns - a.mono_ns
     threads = []
-    names = {**a["names"], **b["names"]}
-    for tid in sorted(set(names) | set(b["slots"])):
-        sb, sa = b["slots"].get(tid), a["slots"].get(tid, {"kinds": {}, "bytes": {}, "injected_ns": 0})
-        name = names.get(tid) or (sb or {}).get("name", "?")
+    names = {**a.names, **b.names}
+    for tid in sorted(set(names) | set(b.slots)):
+        sb, sa = b.slots.get(tid), a.slots.get(tid) or SlotReading("?", {}, {})
+        name = names.get(tid) or (sb.name if sb is not None else "?")
         entry = document.thread_record(tid, name, roles.thread_role(tid, pid, name))
         call_ns = {}
-        if sb:
-            for kind, (counts, sum_ns, max_ns) in sb["kinds"].items():
+        if sb is not None:
+            for kind, (counts, sum_ns, max_ns) in sb.kinds.items():
                 if kind == "loop_iteration" and not loop_reliable:
                     continue
-                c0, s0, _ = sa["kinds"].get(kind, (0, 0, 0))
-                rec = histogram_delta(counts, c0, sum_ns, s0, max_ns, sb["bytes"].get(kind, 0) - sa["bytes"].get(kind, 0))
+                c0, s0, _ = sa.kinds.get(kind, (0, 0, 0))
+                rec = histogram_delta(counts, c0, sum_ns, s0, max_ns, sb.bytes.get(kind, 0) - sa.bytes.get(kind, 0))
                 if rec is not None:
                     entry["calls"][kind] = rec
                     call_ns[kind] = rec["sum_ns"]
-            entry["injected_ns"] = sb["injected_ns"] - sa["injected_ns"]
-        sched = thr.sched_delta(a["sched"], b["sched"], tid)
+            entry["injected_ns"] = sb.injected_ns - sa.injected_ns
+        sched = thr.sched_delta(a.sched, b.sched, tid)
         if sched:
             entry["sched"] = sched
             on_cpu, rq = sched["on_cpu_ns"], sched["runqueue_ns"]
@@ -126,7 +136,7 @@ def shim_window_metrics(a: dict, b: dict, pid: int, inject: dict | None, loop_re
             entry["off_cpu_ns"] = off
         threads.append(entry)
     return document.server_window(
-        backend="shim", window_ns=wall, pid=pid, threads=threads, lost_events=b["dropped"] - a["dropped"],
+        backend="shim", window_ns=wall, pid=pid, threads=threads, lost_events=b.dropped - a.dropped,
         blocked_timeline={"threshold_ns": None, "events": []},
         probe={"loop_source": "shim:epoll_wait" if loop_reliable else None, "inject": inject, "untimed": list(untimed),
                **({} if loop_reliable else {"loop_note": "not measured: with I/O threads the main thread does not "

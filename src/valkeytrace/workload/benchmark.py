@@ -15,16 +15,25 @@ import signal
 import subprocess
 import threading
 import time
+from typing import NamedTuple
 
 from valkeytrace import system
+from valkeytrace.system import MeasuredClient
 from valkeytrace.errors import VTError
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
-from valkeytrace.workload.parse import ParseError, parse_progress, parse_report
+from valkeytrace.workload.parse import ClientReport, ClientSched, ParseError, Progress, parse_progress, parse_report
 
 ENDLESS_REQUESTS = 2_000_000_000
 CALIBRATION_S = 1.0
 
+
+
+class WindowSummary(NamedTuple):
+    """The background load inside the measured window, from its progress lines."""
+    tps: float | None
+    mean_latency_ms: float | None
+    samples: int
 
 class BenchmarkError(VTError):
     pass
@@ -59,7 +68,7 @@ class ClientProcess:
         self.started_mono = time.monotonic()
         self.sched: tuple[int, int] | None = None  # (on-CPU ns, run-queue wait ns) once it has exited
         self._chunks: list[bytes] = []
-        self.progress: list[tuple[float, dict]] = []  # (monotonic seconds, progress record)
+        self.progress: list[tuple[float, Progress]] = []  # (monotonic seconds, progress line)
         self._partial = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -148,21 +157,20 @@ class ClientProcess:
         if self.proc.stdout:
             self.proc.stdout.close()
 
-    def window_summary(self, t0: float, t1: float) -> dict:
+    def window_summary(self, t0: float, t1: float) -> WindowSummary:
         """Rate and mean latency from the progress lines inside [t0, t1] (monotonic seconds)."""
-        inside = [rec for t, rec in self.progress if t0 <= t <= t1 and rec["rps"] == rec["rps"]]
+        inside = [rec for t, rec in self.progress if t0 <= t <= t1 and rec.rps == rec.rps]
         if not inside:
-            return {"tps": None, "mean_latency_ms": None, "samples": 0}
-        tps = sum(r["rps"] for r in inside) / len(inside)
-        weighted = [(r["rps"], r["avg_ms"]) for r in inside if r["avg_ms"] == r["avg_ms"] and r["rps"] > 0]
+            return WindowSummary(None, None, 0)
+        tps = sum(r.rps for r in inside) / len(inside)
+        weighted = [(r.rps, r.avg_ms) for r in inside if r.avg_ms == r.avg_ms and r.rps > 0]
         total = sum(w for w, _ in weighted)
         mean = sum(w * v for w, v in weighted) / total if total else None
-        return {"tps": tps, "mean_latency_ms": mean, "samples": len(inside)}
+        return WindowSummary(tps, mean, len(inside))
 
     def progress_series(self, origin: float) -> list[list]:
         """[[seconds since origin, instantaneous rps, instantaneous mean ms], ...]"""
-        return [[round(t - origin, 3), r["rps"], r["avg_ms"] if r["avg_ms"] == r["avg_ms"] else None]
-                for t, r in self.progress]
+        return [[round(t - origin, 3), r.rps, r.avg_ms if r.avg_ms == r.avg_ms else None] for t, r in self.progress]
 
 
 def _flag(argv: list[str], flag: str, default: str) -> str:
@@ -184,24 +192,25 @@ def calibrate(client: BenchmarkClient, argv: list[str], seconds: float = CALIBRA
                 break
             if proc.progress:
                 t, last = proc.progress[-1]
-                if last["overall_rps"] > 0 and t - proc.started_mono >= seconds:
+                if last.overall_rps > 0 and t - proc.started_mono >= seconds:
                     break
             time.sleep(0.05)
     finally:
         proc.stop()
-    rates = [rec["overall_rps"] for _, rec in proc.progress if rec["overall_rps"] > 0]
+    rates = [rec.overall_rps for _, rec in proc.progress if rec.overall_rps > 0]
     if not rates:
         raise BenchmarkError(f"the benchmark client reported no progress while calibrating {test} "
                              f"(exit {proc.proc.returncode}); its output: {proc.output.strip()[-200:]!r}")
     # the steady rate: the instantaneous rates of the second half (the overall rate counts the
     # clients' connecting and warming up, and sized runs that ended at half their --duration)
     t_end = proc.progress[-1][0]
-    steady = sorted(rec["rps"] for t, rec in proc.progress
-                    if t >= t_end - (t_end - proc.started_mono) / 2 and rec.get("rps", 0) > 0)
+    steady = sorted(rec.rps for t, rec in proc.progress
+                    if t >= t_end - (t_end - proc.started_mono) / 2 and rec.rps > 0)
     return steady[len(steady) // 2] if steady else rates[-1]
 
 
-def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_start=None, on_end=None) -> dict:
+def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_start=None,
+                 on_end=None) -> ClientReport:
     """Run the client's argv (client_argv: a test for a fixed number of requests); its parsed report,
     with the client's CPU time (its rusage: it is the only child reaped meanwhile). on_start/on_end are
     called right when the client starts and ends (the measured window, for the tracers)."""
@@ -228,25 +237,23 @@ def run_requests(client: BenchmarkClient, argv: list[str], timeout_s: float, on_
     except ParseError as exc:
         raise BenchmarkError(f"{test} client exited {rc}: {exc}; last output: "
                              f"{proc.output.strip()[-200:]!r}") from exc
-    report.update({
-        "command": argv,
-        "started_at": started_wall,
-        "window_s": round(ended_mono - proc.started_mono, 3),
-        "client_cpu_s": round((children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime), 4),
-        "client_sched": None if proc.sched is None else {
-            "on_cpu_s": round(proc.sched[0] / 1e9, 4), "wait_s": round(proc.sched[1] / 1e9, 4),
-            "lifetime_s": round(ended_mono - proc.started_mono, 3)},
-        "progress": proc.progress_series(proc.started_mono),
-    })
+    report.command, report.started_at = argv, started_wall
+    report.window_s = round(ended_mono - proc.started_mono, 3)
+    report.client_cpu_s = round((children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime), 4)
+    if proc.sched is not None:
+        report.client_sched = ClientSched(round(proc.sched[0] / 1e9, 4), round(proc.sched[1] / 1e9, 4),
+                                          round(ended_mono - proc.started_mono, 3))
+    report.progress = proc.progress_series(proc.started_mono)
     return report
 
 
-def measured_client(report: dict | None) -> dict:
+def measured_client(report: ClientReport | None) -> MeasuredClient:
     """What a window's CPU accounting needs of the measured client (system.cpu_window): its CPU
-    seconds and its scheduler totals ({"on_cpu_s", "wait_s", "lifetime_s"} or None)."""
-    if not report:
-        return {"cpu_s": 0.0, "sched": None}
-    return {"cpu_s": report.get("client_cpu_s") or 0.0, "sched": report.get("client_sched")}
+    seconds and its time waiting for a CPU over its life (when its schedstat was read)."""
+    if report is None:
+        return MeasuredClient()
+    sched = report.client_sched
+    return MeasuredClient(report.client_cpu_s or 0.0, sched.wait_s if sched else None, sched.lifetime_s if sched else None)
 
 
 # a try within this share of --duration is kept (check 19 holds windows to 10%): 0.62 extra windows a
@@ -297,7 +304,7 @@ class RateMemo:
 
 
 def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=None, on_end=None,
-                 memo: RateMemo | None = None) -> dict:
+                 memo: RateMemo | None = None) -> ClientReport:
     """Calibrate (or take the rate the memo kept), then run the test argv_of(requests) gives for about
     duration_s; return its parsed report.
 
@@ -320,7 +327,7 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
         requests = max(int(rate * max(duration_s - startup, duration_s / 2)), clients * 20)
         report = run_requests(client, argv_of(requests),
                               timeout_s=duration_s * 4 + 30, on_start=on_start, on_end=on_end)
-        took, own = report["window_s"], report.get("seconds")
+        took, own = report.window_s, report.seconds
         # the run is the window: one that missed --duration by more than WINDOW_ACCEPT (the rate
         # moves +-10-15% between tries under appendfsync always, as GETs take one or two fsync
         # cycles; a window of 2.27 s for 2 s was kept once when a second try was allowed the
@@ -339,7 +346,6 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
             memo.put(rate)
         if not took or off <= WINDOW_ACCEPT:
             break
-    report["calibration_rps"] = sized_by
-    report["attempts"] = attempt
-    report["calibration_s"] = calibration_s  # 0: sized by the rate an earlier run of the cell kept
+    report.calibration_rps, report.attempts = sized_by, attempt
+    report.calibration_s = calibration_s  # 0: sized by the rate an earlier run of the cell kept
     return report

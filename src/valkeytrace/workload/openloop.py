@@ -11,7 +11,6 @@ OpenLoopClient (below) starts it and calls the window hooks on those lines.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import resource
@@ -20,6 +19,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+
+import msgspec
 
 from valkeytrace import system
 from valkeytrace.errors import VTError
@@ -113,6 +114,46 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     return cfg
 
 
+class ReplicaResult(msgspec.Struct):
+    """The replica readers' part of a run (csrc/vt_reader.c)."""
+    reads: int
+    misses: int
+    with_sequence: int
+    log_stride: int
+    latency: dict          # histogram.LatencyHistogram.to_dict()
+    log: dict              # write_ns, send_ns, recv_ns: every log_stride-th read with a sequence
+
+
+class LoadResult(msgspec.Struct):
+    """One open-loop run as the client process prints it (one JSON line) and the recording keeps it."""
+    op: str
+    rate: float
+    arrival: str
+    window_s: float
+    due: int
+    sent: int
+    answered: int
+    answered_in_window: int
+    answered_drained: int
+    late: int
+    errors: int
+    unanswered: int
+    rejected: int
+    acked: int
+    conns: int
+    pipelined: int
+    held: int
+    held_max: int
+    answered_span_s: float
+    cpu_s: float
+    pool: str               # fixed or grow
+    corrected: dict         # latency from each request's due moment (histogram dict)
+    service: dict           # from its send
+    in_stall: dict | None = None   # the corrected latency of the requests due during an injected stall
+    outside: dict | None = None    # and of those due outside every one
+    replica: ReplicaResult | None = None
+
+
 def _hist(raw) -> dict:
     from valkeytrace.histogram import LatencyHistogram
 
@@ -121,7 +162,7 @@ def _hist(raw) -> dict:
     return h.to_dict()
 
 
-def run(spec: Spec, marker_fd: int = -1) -> dict:
+def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
     """One open-loop run in this process (the C loop); the result as the recording keeps it."""
     from valkeytrace._native import ffi, lib
 
@@ -163,96 +204,96 @@ def run(spec: Spec, marker_fd: int = -1) -> dict:
     counts = {k: int(getattr(res, k)) for k in ("due", "sent", "answered", "answered_in_window", "answered_drained",
                                                  "late", "errors", "unanswered", "rejected", "acked", "conns",
                                                  "pipelined", "held", "held_max")}
-    return {"op": spec.op, "rate": spec.rate, "arrival": spec.arrival,
-            "window_s": (res.window_end_ns - res.window_start_ns) / 1e9, **counts,
-            "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
-            "cpu_s": cpu_s, "pool": "fixed" if spec.connections else "grow",
-            "corrected": _hist(res.corrected), "service": _hist(res.service), **split,
-            **({"replica": _replica(ffi, cfg, res.replica, clock_offset)} if spec.readers else {})}
+    out = msgspec.convert({"op": spec.op, "rate": spec.rate, "arrival": spec.arrival,
+                           "window_s": (res.window_end_ns - res.window_start_ns) / 1e9, **counts,
+                           "answered_span_s": (res.last_answer_ns - res.first_answer_ns) / 1e9 if res.answered_drained else 0.0,
+                           "cpu_s": cpu_s, "pool": "fixed" if spec.connections else "grow",
+                           "corrected": _hist(res.corrected), "service": _hist(res.service), **split}, LoadResult)
+    if spec.readers:
+        out.replica = _replica(ffi, cfg, res.replica, clock_offset)
+    return out
 
 
-def _replica(ffi, cfg, st, clock_offset: int) -> dict:
+def _replica(ffi, cfg, st, clock_offset: int) -> ReplicaResult:
     """The replica readers' counts, latency and their reads' log (every log_stride-th read with a sequence):
     the value's SET sent, the GET sent, its reply read, all CLOCK_MONOTONIC ns."""
     import numpy as np
 
     log = np.frombuffer(ffi.buffer(cfg.reads, 3 * 8 * int(st.logged)), dtype=np.uint64).reshape(-1, 3).astype(np.int64)
-    return {"reads": int(st.reads), "misses": int(st.misses), "with_sequence": int(st.with_seq),
-            "log_stride": int(st.log_stride or 1), "latency": _hist(st.latency),
-            "log": {"write_ns": (log[:, 0] - clock_offset).tolist(), "send_ns": log[:, 1].tolist(),
-                    "recv_ns": log[:, 2].tolist()}}
+    return ReplicaResult(reads=int(st.reads), misses=int(st.misses), with_sequence=int(st.with_seq),
+                         log_stride=int(st.log_stride or 1), latency=_hist(st.latency),
+                         log={"write_ns": (log[:, 0] - clock_offset).tolist(), "send_ns": log[:, 1].tolist(),
+                              "recv_ns": log[:, 2].tolist()})
 
 
-def op_record(result: dict) -> dict:
+def op_record(r: LoadResult) -> dict:
     """The run's `ops.OP` for an open-loop op: the corrected percentiles in the closed loop's fields,
     the service time beside, the offered and achieved rates, and both distributions."""
     from valkeytrace.histogram import LatencyHistogram
 
-    corrected = LatencyHistogram.from_dict(result["corrected"])
-    service = LatencyHistogram.from_dict(result["service"])
-    w = result["window_s"] or 1.0
-    offered = result["due"] / w
+    corrected = LatencyHistogram.from_dict(r.corrected)
+    service = LatencyHistogram.from_dict(r.service)
+    w = r.window_s or 1.0
+    offered = r.due / w
     # answered over the window, or over the span they were answered in when that is longer: a client
     # whose requests wait for it (a fixed pool, saturated) answers the window's into the drain, at the
     # server's pace, not the window's
-    achieved = result["answered_drained"] / max(w, result["answered_span_s"])
+    achieved = r.answered_drained / max(w, r.answered_span_s)
     pct = (lambda h, q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
-    closed = not result["rate"]
-    return {"role": "measured", "mode": "closed" if closed else "open", "clients": result["conns"], "tps": round(achieved, 2),
-            "requests": result["answered"], "seconds": round(w, 3),
+    closed = not r.rate
+    return {"role": "measured", "mode": "closed" if closed else "open", "clients": r.conns, "tps": round(achieved, 2),
+            "requests": r.answered, "seconds": round(w, 3),
             "mean_us": round(corrected.mean_ns / 1e3, 1) if corrected.count else None,
             "p50_us": pct(corrected, 50), "p95_us": pct(corrected, 95), "p99_us": pct(corrected, 99),
             "max_us": round(corrected.max_ns / 1e3, 1) if corrected.count else None,
             "offered_rate": None if closed else round(offered, 2), "achieved_rate": None if closed else round(achieved, 2),
             "saturated": None if closed else achieved < SATURATED_SHARE * offered,
             "service_p50_us": pct(service, 50), "service_p99_us": pct(service, 99),
-            "late": result["late"], "unanswered": result["unanswered"], "pipelined": result["pipelined"],
-            "pool": result["pool"], "held": result["held"], "held_max": result["held_max"],
-            "errors": result["errors"], "rejected": result.get("rejected", 0), "client_cpu_s": round(result["cpu_s"], 4),
-            **({"acked": result["acked"]} if result.get("acked") else {}),
+            "late": r.late, "unanswered": r.unanswered, "pipelined": r.pipelined,
+            "pool": r.pool, "held": r.held, "held_max": r.held_max,
+            "errors": r.errors, "rejected": r.rejected, "client_cpu_s": round(r.cpu_s, 4),
+            **({"acked": r.acked} if r.acked else {}),
             # its own cost: CPU over the whole run (warm-up, window, drain) per request it sent
-            "client_us_per_request": round(result["cpu_s"] * 1e6 / result["sent"], 2) if result["sent"] else None,
-            "corrected_hist": result["corrected"], "service_hist": result["service"], **_by_stall(result),
-            "note": (f"closed loop (valkeytrace's client): {result['conns']} connections, one request in flight each, "
+            "client_us_per_request": round(r.cpu_s * 1e6 / r.sent, 2) if r.sent else None,
+            "corrected_hist": r.corrected, "service_hist": r.service, **_by_stall(r),
+            "note": (f"closed loop (valkeytrace's client): {r.conns} connections, one request in flight each, "
                      "the next sent as it is answered; latency from its send" if closed else
-                     f"open loop: {result['rate']:g} requests/s due ({result['arrival']}) over "
-                     + (f"{result['conns']} connections, one request in flight each"
-                        if result["pool"] == "fixed" else "a pool that grows, then pipelines")
+                     f"open loop: {r.rate:g} requests/s due ({r.arrival}) over "
+                     + (f"{r.conns} connections, one request in flight each"
+                        if r.pool == "fixed" else "a pool that grows, then pipelines")
                      + ", latency from each one's due moment (corrected); service time from its send")}
 
 
-def replica_op_record(result: dict, readers: int) -> dict:
+def replica_op_record(result: LoadResult, r: ReplicaResult, readers: int) -> dict:
     """`ops.REPLICA_GET`: the replica readers' GETs (each of the key the writers sent last), closed loop."""
     from valkeytrace.histogram import LatencyHistogram
 
-    r = result["replica"]
-    h = LatencyHistogram.from_dict(r["latency"])
-    w = result["window_s"] or 1.0
+    h = LatencyHistogram.from_dict(r.latency)
+    w = result.window_s or 1.0
     pct = (lambda q: round(h.percentile(q) / 1e3, 1) if h.count else None)  # noqa: E731
-    return {"role": "replica-reader", "mode": "closed", "clients": readers, "tps": round(r["reads"] / w, 2),
-            "requests": r["reads"], "seconds": round(w, 3), "mean_us": round(h.mean_ns / 1e3, 1) if h.count else None,
+    return {"role": "replica-reader", "mode": "closed", "clients": readers, "tps": round(r.reads / w, 2),
+            "requests": r.reads, "seconds": round(w, 3), "mean_us": round(h.mean_ns / 1e3, 1) if h.count else None,
             "p50_us": pct(50), "p95_us": pct(95), "p99_us": pct(99), "max_us": round(h.max_ns / 1e3, 1) if h.count else None,
-            "service_hist": r["latency"],
+            "service_hist": r.latency,
             "note": f"{readers} readers on the replica, one GET in flight each and at most one a millisecond "
                     "(csrc/vt_reader.h), each of the key the writers sent last"}
 
 
-def replica_reads(result: dict, readers: int) -> dict:
+def replica_reads(r: ReplicaResult, readers: int) -> dict:
     """runs[].replica_reads: the counts and the reads' log (recording/model.ReplicaReads)."""
-    r = result["replica"]
-    return {"readers": readers, **{k: r[k] for k in ("reads", "misses", "with_sequence", "log_stride", "log")}}
+    return {"readers": readers, **msgspec.structs.asdict(r)}
 
 
-def _by_stall(result: dict) -> dict:
+def _by_stall(r: LoadResult) -> dict:
     """The corrected latency of the requests due during an injected stall and of those due outside every
     one (the shim's stall log), when the run had one."""
     from valkeytrace.histogram import LatencyHistogram
 
-    if "in_stall" not in result:
+    if r.in_stall is None or r.outside is None:
         return {}
     out: dict = {}
-    for name, key in (("in_stall", "stall"), ("outside", "outside")):
-        h = LatencyHistogram.from_dict(result[name])
+    for part, key in ((r.in_stall, "stall"), (r.outside, "outside")):
+        h = LatencyHistogram.from_dict(part)
         out[f"{key}_requests"] = h.count
         out[f"{key}_p50_us"] = round(h.percentile(50) / 1e3, 1) if h.count else None
         out[f"{key}_p99_us"] = round(h.percentile(99) / 1e3, 1) if h.count else None
@@ -271,14 +312,14 @@ class OpenLoopClient:
             placement.pin(self.proc.pid, cpus)
         self.timeout = spec.duration_s + WARMUP_S + GRACE_S + 30
 
-    def run(self, on_start=None, on_end=None) -> dict:
+    def run(self, on_start=None, on_end=None) -> LoadResult:
         """Wait for its window (calling on_start, on_end on its markers) and its result."""
         err: list = []
         assert self.proc.stdout is not None and self.proc.stderr is not None  # both piped
         stderr = self.proc.stderr
         t = threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)
         t.start()
-        result = None
+        result: LoadResult | None = None
         deadline = time.monotonic() + self.timeout
         lines: queue.Queue = queue.Queue()
         stdout = self.proc.stdout
@@ -302,7 +343,7 @@ class OpenLoopClient:
                 elif line == "E" and on_end:
                     on_end()
                 elif line.startswith("{"):
-                    result = json.loads(line)
+                    result = msgspec.json.decode(line, type=LoadResult)
             self.proc.wait(timeout=10)
         finally:
             if self.proc.poll() is None:
@@ -313,7 +354,7 @@ class OpenLoopClient:
             last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
             raise OpenLoopError(f"the open-loop client failed: {last}")
         if self.acked is not None and self.spec.acked_path:
-            self.acked.merge(self.spec.acked_path, result.get("acked", 0))
+            self.acked.merge(self.spec.acked_path, result.acked)
         if self.acked is not None and self.spec.seen_path:
             self.acked.merge(self.spec.seen_path, 0, into="seen")
         return result
@@ -345,7 +386,7 @@ def main(argv=None) -> int:
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    os.write(sys.stdout.fileno(), (json.dumps(out) + "\n").encode())
+    os.write(sys.stdout.fileno(), msgspec.json.encode(out) + b"\n")
     return 0
 
 

@@ -25,7 +25,9 @@ and, while running, progress lines ended by '\\r' (about 8 per second):
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 _NUM = r"[-+]?(?:\d+\.?\d*|nan|-nan|inf)"
 _PROGRESS = re.compile(
@@ -38,22 +40,72 @@ class ParseError(ValueError):
     pass
 
 
+class Progress(NamedTuple):
+    """One progress line: the rate and mean latency now and overall (NaN: no data yet)."""
+    test: str
+    rps: float
+    overall_rps: float
+    avg_ms: float
+    overall_avg_ms: float
+
+
+class Latency(msgspec.Struct):
+    """The report's latency summary, milliseconds."""
+    avg: float
+    min: float
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+
+class ClientSched(msgspec.Struct):
+    """The client process's scheduler totals over its life (its schedstat)."""
+    on_cpu_s: float
+    wait_s: float
+    lifetime_s: float
+
+
+class ClientReport(msgspec.Struct, kw_only=True):
+    """One test's final report as the client printed it, and what the runner adds (workload/benchmark.py)."""
+    test: str
+    tps: float
+    latency_ms: Latency
+    requests: int | None = None
+    seconds: float | None = None        # the client's own time for them
+    clients: int | None = None
+    payload_bytes: int | None = None
+    keep_alive: int | None = None
+    threads: int | None = None
+    percentile_distribution: list = []  # [[percent, latency_ms, cumulative_count], ...]
+    cumulative_distribution: list = []
+    command: list | None = None         # the runner's: the argv
+    started_at: float | None = None
+    window_s: float | None = None       # the client process's life
+    client_cpu_s: float | None = None
+    client_sched: ClientSched | None = None
+    progress: list = []                 # [[seconds, rps, mean ms], ...]
+    calibration_rps: float | None = None
+    calibration_s: float | None = None
+    attempts: int | None = None
+
+
 def _float(s: str) -> float:
     return float("nan") if "nan" in s else float(s)
 
 
-def parse_progress(text: str) -> list[dict]:
-    """Every progress line in text (split on \\r or \\n) as a dict of floats, NaNs dropped."""
+def parse_progress(text: str) -> list[Progress]:
+    """Every progress line in text (split on \\r or \\n), those without data yet dropped."""
     out = []
     for m in _PROGRESS.finditer(text):
-        rec: dict = {k: _float(m.group(k)) for k in ("rps", "overall_rps", "avg_ms", "overall_avg_ms")}
-        if rec["overall_rps"] == rec["overall_rps"]:  # not NaN: the first line has no data yet
-            rec["test"] = m.group("test").strip()
+        rec = Progress(m.group("test").strip(), *(_float(m.group(k)) for k in ("rps", "overall_rps", "avg_ms",
+                                                                                "overall_avg_ms")))
+        if rec.overall_rps == rec.overall_rps:  # not NaN: the first line has no data yet
             out.append(rec)
     return out
 
 
-def parse_report(text: str) -> dict:
+def parse_report(text: str) -> ClientReport:
     """The final report of one test: throughput, latency summary, both distributions.
 
     Raises ParseError when the text holds no complete report (e.g. the client was killed)."""
@@ -64,7 +116,7 @@ def parse_report(text: str) -> dict:
             raise ParseError("the client printed CSV (--csv): valkeytrace reads its plain report, with the "
                              "latency distributions")
         raise ParseError("no '====== TEST ======' report header in the client output")
-    report: dict = {"test": m.group(1).strip()}
+    report: dict[str, Any] = {"test": m.group(1).strip()}
     body = text[m.end():]
     conv: Any
     for key, pattern, conv in (
@@ -94,7 +146,7 @@ def parse_report(text: str) -> dict:
     report["latency_ms"] = {"avg": avg, "min": lo, "p50": p50, "p95": p95, "p99": p99, "max": hi}
     report["percentile_distribution"] = _section(body, "Latency by percentile distribution:")
     report["cumulative_distribution"] = _section(body, "Cumulative distribution of latencies:")
-    return report
+    return msgspec.convert(report, ClientReport)
 
 
 def _section(body: str, title: str) -> list[list[float]]:

@@ -23,6 +23,8 @@ from valkeytrace import system
 from valkeytrace.workloads import REPLICA_OP
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
+from valkeytrace.system import MeasuredClient
+from valkeytrace.workload.parse import ClientReport
 from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
@@ -155,7 +157,7 @@ class ReadHeavy:
         report = run_requests(ld.client, ld.argv("GET", ld.get_clients, size, requests),
                               timeout_s=DEMAND_TIMEOUT_S, on_end=lambda: snaps.append(system.cpu_snapshot(ld.server_pid)))
         out = {**self._pass_record(report, requests),
-               "host_cpu": system.cpu_window(snaps[0], snaps[1], measured_client(report))}
+               "host_cpu": document.plain(system.cpu_window(snaps[0], snaps[1], measured_client(report)))}
         if not ld.set_clients:
             return out
         try:
@@ -172,26 +174,26 @@ class ReadHeavy:
         ld = self.load
         background = self._settled_background(size, "GET")
         try:
-            marks: dict = {}
-            report = run_requests(ld.client, ld.argv("GET", ld.get_clients, size, requests),
-                                  timeout_s=DEMAND_TIMEOUT_S, on_start=lambda: marks.setdefault("t0", time.monotonic()),
-                                  on_end=lambda: marks.setdefault("t1", time.monotonic()))
-            bg = background.window_summary(marks["t0"], marks["t1"])
+            marks = [0.0, 0.0]
+            report = run_requests(ld.client, ld.argv("GET", ld.get_clients, size, requests), timeout_s=DEMAND_TIMEOUT_S,
+                                  on_start=lambda: marks.__setitem__(0, time.monotonic()),
+                                  on_end=lambda: marks.__setitem__(1, time.monotonic()))
+            bg = background.window_summary(*marks)
         finally:
             background.stop()
-        mean_ms = bg["mean_latency_ms"]
         return {**self._pass_record(report, requests),
-                "background": {"op": "GET", "clients": ld.set_clients, "tps": bg["tps"],
-                               "mean_us": None if mean_ms is None else mean_ms * document.US_PER_MS,
-                               "samples": bg["samples"]}}
+                "background": {"op": "GET", "clients": ld.set_clients, "tps": bg.tps,
+                               "mean_us": None if bg.mean_latency_ms is None else bg.mean_latency_ms * document.US_PER_MS,
+                               "samples": bg.samples}}
 
-    def _pass_record(self, report: dict, requests: int) -> dict:
+    def _pass_record(self, report: ClientReport, requests: int) -> dict:
         """A what-if pass's GET figures, from the client's parsed report."""
-        r = document.op_record(report, "demand")
-        return {"op": "GET", "clients": self.load.get_clients, "requests": requests, "seconds": report["window_s"],
-                **{k: r[k] for k in ("tps", "mean_us", "p50_us", "p99_us")}}
+        lat = report.latency_ms
+        return {"op": "GET", "clients": self.load.get_clients, "requests": requests, "seconds": report.window_s,
+                "tps": report.tps, "mean_us": lat.avg * document.US_PER_MS, "p50_us": lat.p50 * document.US_PER_MS,
+                "p99_us": lat.p99 * document.US_PER_MS}
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> MeasuredClient:
         """Measure one cell into run; window(client_pids) -> (begin, end). Returns the measured
         client's own CPU figures (benchmark.measured_client)."""
         ld = self.load
@@ -206,57 +208,60 @@ class ReadHeavy:
         background = self._settled_background(size)
         try:
             begin, end = window((background.pid,))
-            marks = {}
+            marks = [0.0, 0.0]
 
             def on_start():
-                marks["t0"] = time.monotonic()
+                marks[0] = time.monotonic()
                 begin()
 
             def on_end():
-                marks["t1"] = time.monotonic()
+                marks[1] = time.monotonic()
                 end()
             if ld.rate:
-                report = self._open_get(run, size, duration_s, on_start, on_end)
+                client = self._open_get(run, size, duration_s, on_start, on_end)
             else:
                 report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
                                       on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size))
-                run["ops"]["GET"] = document.op_record(report, "measured")
-            bg = background.window_summary(marks["t0"], marks["t1"])
+                document.set_op(run, "GET", document.op_record(report, "measured"))
+                client = measured_client(report)
+            bg = background.window_summary(*marks)
         finally:
             background.stop()
-        run["ops"]["SET"] = document.background_op(
-            clients=ld.set_clients, tps=bg["tps"], mean_ms=bg["mean_latency_ms"], samples=bg["samples"],
-            progress=background.progress_series(background.started_mono), command=background.argv)
-        return measured_client(report)
+        document.set_op(run, "SET", document.background_op(
+            clients=ld.set_clients, tps=bg.tps, mean_ms=bg.mean_latency_ms, samples=bg.samples,
+            progress=background.progress_series(background.started_mono), command=background.argv))
+        return client
 
-    def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> dict:
+    def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> MeasuredClient:
         """The measured GETs open-loop (record --rate): latency from each one's due moment."""
         assert self.load.rate is not None  # an open-loop run
         result = self.load.open_loop("GET", self.load.rate, size, duration_s, self.load.get_clients).run(on_start, on_end)
-        run["ops"]["GET"] = op_record(result)
-        return {"client_cpu_s": result["cpu_s"], "client_sched": None}
+        document.set_op(run, "GET", op_record(result))
+        return MeasuredClient(result.cpu_s)
 
-    def _open_background(self, run: dict, size: int, duration_s: float, window) -> dict:
+    def _open_background(self, run: dict, size: int, duration_s: float, window) -> MeasuredClient:
         """--set-rate: the background SETs open-loop too, a client of their own started first."""
         ld = self.load
         assert ld.set_rate is not None  # --set-rate given
         bg = ld.open_loop("SET", ld.set_rate, size, duration_s + 2 * BACKGROUND_SETTLE_S + 2.0, ld.set_clients)
-        out: dict = {}
-        t = threading.Thread(target=lambda: out.setdefault("r", bg.run()), daemon=True)
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(bg.run()), daemon=True)
         t.start()
         try:
             time.sleep(BACKGROUND_SETTLE_S + 0.3)  # its warm-up, then the measured GETs
             begin, end = window((bg.proc.pid,))
-            report = self._open_get(run, size, duration_s, begin, end) if ld.rate else run_measured(
-                ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s, on_start=begin,
-                on_end=end, memo=ld.memo(run, "GET", size))
-            if not ld.rate:
-                run["ops"]["GET"] = document.op_record(report, "measured")
+            if ld.rate:
+                client = self._open_get(run, size, duration_s, begin, end)
+            else:
+                report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
+                                      on_start=begin, on_end=end, memo=ld.memo(run, "GET", size))
+                document.set_op(run, "GET", document.op_record(report, "measured"))
+                client = measured_client(report)  # (was the report itself: --set-rate windows lost the client's CPU)
         finally:
             t.join(duration_s + 60)
-        if "r" in out:
-            run["ops"]["SET"] = {**op_record(out["r"]), "role": "background"}
-        return report
+        if out:
+            document.set_op(run, "SET", {**op_record(out[0]), "role": "background"})
+        return client
 
 
 class WriteOnly:
@@ -266,7 +271,7 @@ class WriteOnly:
     def __init__(self, load: Load):
         self.load = load
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> MeasuredClient:
         ld = self.load
         if ld.keyspace_state is not None and ld.keyspace_state.get("size") != size:
             ld.keyspace_state.clear()  # its SETs leave values of another size among the keys
@@ -275,14 +280,14 @@ class WriteOnly:
         # when values must carry their sequence (--verify-durability) or readers follow the writers on a replica
         if ld.rate or ld.acked is not None or ld.replica_readers:
             result = ld.open_loop("SET", ld.rate or 0.0, size, duration_s, ld.write_clients, readers=True).run(begin, end)
-            run["ops"]["SET"] = op_record(result)
-            if "replica" in result:
-                run["ops"][REPLICA_OP] = replica_op_record(result, ld.replica_readers)
-                run["replica_reads"] = replica_reads(result, ld.replica_readers)
-            return measured_client({"client_cpu_s": result["cpu_s"], "client_sched": None})
+            document.set_op(run, "SET", op_record(result))
+            if result.replica is not None:
+                document.set_op(run, REPLICA_OP, replica_op_record(result, result.replica, ld.replica_readers))
+                run["replica_reads"] = replica_reads(result.replica, ld.replica_readers)
+            return MeasuredClient(result.cpu_s)
         report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
                               on_start=begin, on_end=end, memo=ld.memo(run, "SET", size))
-        run["ops"]["SET"] = document.op_record(report, "measured")
+        document.set_op(run, "SET", document.op_record(report, "measured"))
         return measured_client(report)
 
 
@@ -295,7 +300,7 @@ class Observe:
 
     wait = None  # (seconds) -> returns early when the server ends (the recorder's target.wait_exit)
 
-    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> dict:
+    def run(self, run: dict, size: int, duration_s: float, window, with_demand: bool = False) -> MeasuredClient:
         begin, end = window(())
         begin()
         if self.wait is not None:
