@@ -23,11 +23,13 @@ $(STAMP): $(VENV)/bin/python $(SOURCES)
 	@rm -rf build
 	@touch $@
 
-# the unit tests (no server, no timing) on both CPUs; then the integration tests one at a time (they
-# time real servers: nothing else may share the CPUs)
+# the unit tests (no server, no timing) on both CPUs; the integration tests that assert no timing on two
+# workers (each module's tests on one worker: its shared recordings made once, tests/integration/conftest.py);
+# then those marked `timed` (they assert what a real server's timing gives) one at a time, nothing beside them
 test: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/unit
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests/integration
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -m "not timed" --durations=15 tests/integration
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m timed --durations=15 tests/integration
 
 unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit

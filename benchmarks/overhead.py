@@ -152,9 +152,9 @@ def same_server_pairs(backend: str, pairs: int, duration: float, slice_s: float,
                         f.write(json.dumps({"backend": backend, "pair": i, "order": abba, "slices": run}) + "\n")
         finally:
             bg.stop()
-        import resource
+        from valkeytrace.system import peak_rss_kb
 
-        info["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        info["rss_mb"] = peak_rss_kb() / 1024
     finally:
         tracer.stop()
         srv.stop()

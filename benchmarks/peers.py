@@ -120,6 +120,15 @@ def proc_cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
+
+def _hwm_kb(pid: int) -> int:
+    """A live process's peak resident memory since its exec (VmHWM), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+    except (OSError, ValueError):
+        return 0
+
 class External:
     """A tracer run as its own process; started before the traced slices and stopped after them."""
 
@@ -165,6 +174,7 @@ class External:
         ignored when we run in a shell's background), then reap with wait4 for the rusage.
         signal_it=False: wait for the tool to end by itself."""
         pid = self.proc.pid
+        hwm = _hwm_kb(pid)  # its own peak: wait4's ru_maxrss also counts the image it was exec'd from (ours)
         if signal_it:
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -172,6 +182,7 @@ class External:
                 pass
         deadline, ru = time.monotonic() + timeout, None
         while ru is None:
+            hwm = max(hwm, _hwm_kb(pid))
             got, status, usage = os.wait4(pid, os.WNOHANG)
             if got == pid:
                 ru = usage
@@ -187,7 +198,7 @@ class External:
         cpu_total = ru.ru_utime + ru.ru_stime
         self.runs.append({"ready_s": self.ready["ready_s"], "cpu_after_ready_s": max(0.0, cpu_total - self.ready["cpu"]),
                           "wall_after_ready_s": end - self.ready["t"], "cpu_total_s": cpu_total,
-                          "peak_rss_kb": ru.ru_maxrss})
+                          "peak_rss_kb": hwm or ru.ru_maxrss})
 
     def summary(self) -> dict:
         if not self.runs:

@@ -206,14 +206,13 @@ class Recorder:
         loop: list[Any] = [None, None, None, None]  # INFO stats at begin and end (LoopCount), memory sampler, offload
         times: list[float] = [0.0]  # the window's start
         started, workload = run.get("started_at"), run.get("workload")
-        self._cpu = []
 
         # the server's own event-loop count is read inside the tracer's window (after its begin,
         # before its end: a tracer's begin and end take tens of ms, thousands of iterations)
         def begin():
             view.begin()
             run["window_start"] = times[0] = time.time()
-            self._cpu.append(system.cpu_snapshot(self.target.pid, client_pids))
+            self._cpu = [system.cpu_snapshot(self.target.pid, client_pids)]  # a window measured again starts anew
             loop[3] = self.offload.snapshot() if self.offload is not None else None
             if traced:  # a write-only cell: its requests timed too, for its durability record
                 requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))

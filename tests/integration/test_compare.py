@@ -7,22 +7,18 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from valkeytrace.recording import format as recfmt
-from vtcli import VT, vt
+from vtcli import VT, tagged, tagged_env, vt
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
           "--keyspace", "500", "--appendfsync", "everysec", "--backend", "none"]
-
-
-def _servers():
-    return [p for p in psutil.process_iter(["name", "cmdline"]) if "valkey-server" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_per_side_options_are_refused_in_common(tmp_path):
@@ -35,10 +31,9 @@ def test_per_side_options_are_refused_in_common(tmp_path):
 
 
 def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
-    before = {p.pid for p in _servers()}
-    out = tmp_path / "cmp"
+    out, tag = tmp_path / "cmp", uuid.uuid4().hex
     proc = subprocess.Popen([VT, "compare", "--launches", "2", *COMMON, "-o", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=tagged_env(tag))
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (out / ".launches" / "candidate-1.vtrace").exists():
         time.sleep(0.2)
@@ -51,7 +46,7 @@ def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
         doc = recfmt.read(out / f"{side}.vtrace")
         assert any(r["status"] == "ok" for r in doc["runs"]), side
     time.sleep(0.5)
-    assert not ({p.pid for p in _servers()} - before), "a server was left running"
+    assert not tagged(tag), "a server was left running"
     # the complete launches stay for the same command to resume: it runs only the missing ones
     kept = sorted(p.name for p in (out / ".launches").glob("*.vtrace"))
     assert "baseline-1.vtrace" in kept and "candidate-1.vtrace" in kept, kept
@@ -65,6 +60,7 @@ def test_ctrl_c_keeps_both_sides_and_leaves_no_server(tmp_path):
     assert not os.path.exists(out / ".launches")
 
 
+@pytest.mark.timed
 def test_launches_alternate_compile_once_and_decide_significance(tmp_path, needs_bpf):
     """A 3 + 3 compare under eBPF: the sides alternate (ABBA, never three in a row) and the verdict's
     significance comes from the launches; the first launch compiles the probes and the other five take

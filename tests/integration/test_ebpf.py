@@ -45,6 +45,7 @@ def roles(server):
     return {t["role"]: t for t in server["threads"]}
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_always_fsyncs_on_the_main_thread_about_once_per_writing_iteration(recordings):
     s = recordings["always"]
     m = s["main_thread"]
@@ -55,6 +56,7 @@ def test_always_fsyncs_on_the_main_thread_about_once_per_writing_iteration(recor
     assert m["loop_iterations"] >= m["fdatasync_count"]
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
     s = recordings["everysec"]
     assert s["main_thread"]["fdatasync_count"] == 0
@@ -62,6 +64,7 @@ def test_everysec_fsyncs_on_bio_aof_about_once_a_second(recordings):
     assert 2 <= bio["fdatasync"]["count"] + bio["fsync"]["count"] <= 6  # 3 s window
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings, tmp_path):
     # GIVEN the default probe set: ext4 sync, journal-start and write_begin/end tracepoints (the
     # AOF is on ext4 here) and sched_switch: no uprobe at all, the AOF writes told from the
@@ -78,6 +81,7 @@ def test_default_probes_trace_no_syscall_and_see_the_main_thread_idle(recordings
     assert m["loop_iterations_sampled"] == 0
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_loop_sample_probes_beforesleep_for_a_sample_of_iterations(recordings):
     # GIVEN record --loop-sample: beforeSleep probed 0.5% of each second
     s = recordings["always"]
@@ -131,12 +135,14 @@ def test_call_sites_time_the_aof_path_without_the_default_sources(tmp_path, prob
     assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_aof_flush_probe_counts_one_flush_per_loop_iteration(recordings):
     m = recordings["always"]["main_thread"]  # recorded with --aof-flush-probe
     assert m["aof_flushes"] > 0
     assert abs(m["aof_flushes"] - m["loop_iterations"]) <= 0.02 * m["loop_iterations"] + 2
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_budget_parts_agree_with_the_calls_and_the_kernel(recordings):
     """The budget's parts against truths measured apart from it: the time switched out inside
     fdatasync cannot exceed the fdatasync calls' own timed total, and the time waiting for a CPU
@@ -204,6 +210,7 @@ def test_print_probes_shows_the_program_without_loading_it():
     assert "-DBLOCK_THRESHOLD_NS=100000" in res.stdout and "kprobe" not in res.stdout.split("*/", 1)[1]
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_no_probe_left_behind_after_record(recordings):
     from valkeytrace import system
 
@@ -213,6 +220,7 @@ def test_no_probe_left_behind_after_record(recordings):
     assert "valkey" not in (tfs / "uprobe_events").read_text()
 
 
+@pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_export_perfetto_and_html_from_a_real_recording(recordings, tmp_path):
     p = recordings["paths"]["everysec"]  # read-heavy 64 B, everysec, eBPF
     out = tmp_path / "t.json"

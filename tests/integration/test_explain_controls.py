@@ -11,7 +11,7 @@ import pytest
 from valkeytrace.recording import format as recfmt
 from vtcli import VT, disk_fdatasync_us, report_json, said, skip_unless_recorded
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timed]
 CELL = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1.5", "--keyspace", "5000",
         "--io-threads", "1", "--backend", "ebpf"]
 

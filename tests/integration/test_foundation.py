@@ -29,15 +29,16 @@ def test_the_compiler_stays_in_its_child_and_the_program_counts_in_the_tracer(ne
     """The tracer never maps bcc's compiler: GIVEN a fresh process that compiles the selftest probe
     (tracers/bcc_child.py hands back its fds) and makes 11 fdatasync calls, THEN the program it holds
     counts exactly those, no clang or LLVM library is in its memory map (/proc/self/maps, the kernel's
-    word), and its peak RSS is below the child's (the compiler's)."""
-    code = ("import os, resource, tempfile\n"
+    word), and its peak RSS (VmHWM) is below the child's (the compiler's)."""
+    code = ("import os, tempfile\n"
+            "from valkeytrace.system import peak_rss_kb\n"
             "from valkeytrace.tracers.bcc_load import compile_probe\n"
             "bpf = compile_probe('selftest', TARGET_TGID=os.getpid())\n"
             "f = tempfile.TemporaryFile()\n"
             "for _ in range(11): os.fdatasync(f.fileno())\n"
             "maps = open('/proc/self/maps').read()\n"
             "print(bpf[b'fdatasync_calls'].value(0), int('LLVM' in maps or 'clang' in maps),\n"
-            "      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, int(bpf.compile_peak_rss_mb))\n")
+            "      peak_rss_kb() // 1024, int(bpf.compile_peak_rss_mb))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     counted, llvm, rss, child_rss = map(int, res.stdout.split())

@@ -18,7 +18,7 @@ import pytest
 from valkeytrace.recording import format as recfmt
 from vtcli import VT, report_json, vt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timed]
 
 
 def _pauser(port: int, pause_s: float, gap_s: float, stop: threading.Event) -> list:

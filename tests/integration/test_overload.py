@@ -13,7 +13,7 @@ import pytest
 
 from vtcli import report_json, vt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timed]
 
 RATE, STALL_S, PERIOD_S, N = 8000, 0.4, 1.2, 600
 

@@ -12,7 +12,7 @@ import pytest
 
 from vtcli import report_json, said, vt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timed]
 METRICS = ("tps", "p50_us", "p99_us")
 JUDGED: list = []   # (what, metric, predicted, [lo, hi], measured)
 

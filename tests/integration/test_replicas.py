@@ -18,7 +18,7 @@ import pytest
 from valkeytrace.analysis import replication as repl
 from valkeytrace.recording.model import decode
 from valkeytrace.recording import format as recfmt
-from vtcli import VT, probes_loaded, report_json, skip_unless_recorded, vt
+from vtcli import VT, probes_loaded, report_json, skip_unless_recorded, tagged, vt
 
 pytestmark = pytest.mark.integration
 COMMON = ("--replicas", "1", "--workload", "write-only", "--sizes", "64", "--io-threads", "1", "--keyspace", "500",
@@ -28,8 +28,12 @@ COMMON = ("--replicas", "1", "--workload", "write-only", "--sizes", "64", "--io-
 READERS = ("--replica-get-clients", "4", "--replica-fsync-delay", "none")
 
 
+LAST_TAG: list[str] = []  # the tag of the last _record's command (vtcli.tagged: what it left running)
+
+
 def _record(path, *args, duration=2, repeat=1):
     res = vt("record", *COMMON, "--duration", duration, "--repeat", repeat, *args, "-o", path, timeout=400)
+    LAST_TAG[:] = [res.tag]
     skip_unless_recorded(res)
     return report_json(path)["runs"][0]["cells"][0]
 
@@ -38,12 +42,11 @@ def _record(path, *args, duration=2, repeat=1):
 def both_2ms(tmp_path_factory):
     """Primary and replica each +2 ms per fsync (the replica takes the primary's by default)."""
     d = tmp_path_factory.mktemp("rep")
-    before = {p.pid for p in psutil.process_iter(["name"]) if "valkey" in (p.info["name"] or "")}
     cell = _record(d / "r.vtrace", "--inject-fsync-delay", "2ms")
-    after = {p.pid for p in psutil.process_iter(["name"]) if "valkey" in (p.info["name"] or "")}
-    return d / "r.vtrace", cell, after - before
+    return d / "r.vtrace", cell, tagged(LAST_TAG[0], "valkey")
 
 
+@pytest.mark.timed  # its lags and delays are timings (and both_2ms is made once, in the timed phase)
 def test_a_primary_and_its_replica_recorded_as_one_system(both_2ms):
     rec, cell, left = both_2ms
     doc = recfmt.read(rec)
@@ -71,6 +74,7 @@ def test_a_primary_and_its_replica_recorded_as_one_system(both_2ms):
     assert not left, "a server of the recording is still running"
 
 
+@pytest.mark.timed
 def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(both_2ms, tmp_path):
     _, base, _ = both_2ms
     cell = _record(tmp_path / "slow.vtrace", "--inject-fsync-delay", "2ms", "--replica-fsync-delay", "10ms", duration=3)
@@ -210,6 +214,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.timed
 def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_recording(tmp_path):
     launched = _record(tmp_path / "l.vtrace", duration=1.5, repeat=2)
     doc = recfmt.read(tmp_path / "l.vtrace")
@@ -294,6 +299,7 @@ def test_merge_refuses_what_is_not_one_system(tmp_path):
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
+@pytest.mark.timed
 def test_a_replica_joining_under_load_gets_its_full_sync_once_durable_under_committed():
     """committed (B) for a full sync: every stream byte, the payload and its end included, waits in the
     primary's shim for the AOF bytes queued before it; a replica that joins while every primary fdatasync takes

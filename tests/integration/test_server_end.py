@@ -72,6 +72,7 @@ def test_a_server_killed_under_record_is_said_first_and_its_window_ends_there(tm
     assert report_json(out)["runs"][0]["server_exits"][0]["signal"] == "SIGKILL"
 
 
+@pytest.mark.timed
 def test_a_stopped_or_sleeping_server_is_a_stall_not_a_wait_for_a_cpu(tmp_path, needs_bpf):
     out, port = tmp_path / "s.vtrace", 7482
     rec = _record_observing(out, port, 8, "--server-config", "enable-debug-command=yes")

@@ -327,6 +327,7 @@ def test_under_injection_every_fdatasync_the_shim_counts_reaches_the_kernel(need
     assert k1 - k0 == s1 - s0, f"kernel saw {k1 - k0} fdatasync calls, the shim timed {s1 - s0}"
 
 
+@pytest.mark.timed
 def test_both_backends_agree_on_fsync_count_and_recover_the_injected_delay(needs_bpf, tmp_path):
     out = tmp_path / "both.vtrace"
     res = subprocess.run([VT, "record", "--workload", "read-heavy", "--sizes", "64", "--repeat", "1",

@@ -5,14 +5,46 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 VT = str(Path(sys.executable).with_name("valkeytrace"))
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def vt(*args, timeout=180, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([VT, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw)
+TAG = "VALKEYTRACE_TEST_TAG"
+
+
+def vt(*args, timeout=180, env=None, **kw) -> subprocess.CompletedProcess:
+    """The command, its environment tagged (res.tag): every server and client it starts inherits the tag,
+    so a test finds what it left running among what the suite's other worker runs (tagged())."""
+    tag = uuid.uuid4().hex
+    res = subprocess.run([VT, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                         env={**(env if env is not None else os.environ), TAG: tag}, **kw)
+    res.tag = tag  # type: ignore[attr-defined]
+    return res
+
+
+def tagged_env(tag: str) -> dict:
+    return {**os.environ, TAG: tag}
+
+
+def tagged(tag: str, name: str = "valkey-server") -> set[int]:
+    """The live processes named `name` that a command run with this tag started (their environment has it)."""
+    import psutil
+
+    mark, out = f"{TAG}={tag}".encode(), set()
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        if name not in (p.info["name"] or "") and name not in " ".join(p.info["cmdline"] or []):
+            continue
+        try:
+            with open(f"/proc/{p.pid}/environ", "rb") as f:
+                held = mark in f.read()
+        except OSError:
+            continue
+        if held and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.add(p.pid)
+    return out
 
 
 def report_json(*paths) -> dict:

@@ -10,8 +10,7 @@ recording.document.server_window, or None), set_extra_fsync_delay() between runs
 """
 from __future__ import annotations
 
-import resource
-
+from valkeytrace import system
 from valkeytrace.errors import VTError
 
 
@@ -55,4 +54,4 @@ class Tracer:
 
     def metadata(self) -> dict:
         """The recording's `tracer`: the backend and this process's peak RSS (KiB)."""
-        return {"backend": self.name, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+        return {"backend": self.name, "peak_rss_kb": system.peak_rss_kb()}

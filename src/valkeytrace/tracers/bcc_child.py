@@ -84,9 +84,10 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=()):
 
 def _compile(request: Request) -> tuple[Reply, list[int]]:
     import ctypes as ct
-    import resource
 
     from bcc import BPF, libbcc
+
+    from valkeytrace.system import peak_rss_kb
 
     lib = libbcc.lib
     for name, res, args in (("bpf_num_tables", ct.c_ulonglong, [ct.c_void_p]),
@@ -109,7 +110,7 @@ def _compile(request: Request) -> tuple[Reply, list[int]]:
                     lib.bpf_table_type_id(mod, i)) for i in ids]
     reply = Reply([n.decode() for n, _ in funcs], tables,
                   [n.decode() for n, _ in funcs if n.startswith((b"tracepoint__", b"raw_tracepoint__"))],
-                  round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+                  round(peak_rss_kb() / 1024, 1))
     return reply, [fn.fd for _, fn in funcs] + [lib.bpf_table_fd_id(mod, i) for i in ids]
 
 

@@ -8,8 +8,9 @@ reporters say them."""
 from __future__ import annotations
 
 import os
-import resource
 import time
+
+from valkeytrace import system
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -120,7 +121,7 @@ class Cost:
         return TracerCost(programs=programs if counted else [], stats_enabled=self.found, counted=counted,
                           tracer_cpu_pct_of_core=round(100 * (self._cpu1 - self._cpu0) / wall, 3),
                           window_edges_cpu_ms=round(edges_ms, 1),
-                          peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+                          peak_rss_mb=round(system.peak_rss_kb() / 1024, 1))
 
     def restore(self) -> None:
         """kernel.bpf_stats_enabled as it was found."""
