@@ -9,23 +9,13 @@
 #include "offload.h"
 #include "offload_bound.h"
 #include "offload_conn_int.h"
+#include "vt_grow.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 /* -- the queues ----------------------------------------------------------------------------- */
-
-static int grow(void **p, uint32_t *cap, size_t size)
-{
-    uint32_t n = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)n * size);
-    if (!q)
-        return 0;
-    *p = q;
-    *cap = n;
-    return 1;
-}
 
 static int push_hash(struct conn *c, uint64_t h)
 {
@@ -35,7 +25,7 @@ static int push_hash(struct conn *c, uint64_t h)
         c->ht -= c->hh;
         c->hh = 0;
     }
-    if (c->ht == c->hcap && !grow((void **)&c->hv, &c->hcap, sizeof(uint64_t))) {
+    if (c->ht == c->hcap && vt_grow((void **)&c->hv, &c->hcap, sizeof(uint64_t), c->ht + 1)) {
         vt_conn_unsync(c); /* no memory: its replies wait for everything, nothing made pending */
         return 0;
     }
@@ -53,7 +43,7 @@ static void push_entry(struct conn *c, int kind, int blocking, uint32_t nwide, u
         c->qt -= c->qh;
         c->qh = 0;
     }
-    if (c->qt == c->qcap && !grow((void **)&c->q, &c->qcap, sizeof(struct entry))) {
+    if (c->qt == c->qcap && vt_grow((void **)&c->q, &c->qcap, sizeof(struct entry), c->qt + 1)) {
         vt_conn_unsync(c);
         return;
     }

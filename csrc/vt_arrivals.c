@@ -52,21 +52,6 @@ uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, 
     return t;
 }
 
-int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need)
-{
-    if (need <= *cap)
-        return 0;
-    uint32_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, (size_t)n * size);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t v)
 {
     if (*n == *cap) {

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vt_grow.h" /* vt_grow: the growing arrays */
+
 uint64_t vt_mono_ns(void); /* CLOCK_MONOTONIC */
 uint64_t vt_real_ns(void); /* CLOCK_REALTIME: rises across processes (a SET's sequence) */
 uint64_t vt_rand(uint64_t *state); /* xorshift64*: state never 0 */
@@ -16,8 +18,6 @@ uint64_t vt_rand(uint64_t *state); /* xorshift64*: state never 0 */
  * malloc'd, NULL without memory */
 uint64_t *vt_arrivals(uint64_t *rng, int uniform, uint64_t from, uint64_t span, uint64_t n);
 
-/* *p (of *cap elements of size bytes) holds at least need: 0, or -1 without memory (*p kept) */
-int vt_grow(void **p, uint32_t *cap, size_t size, uint32_t need);
 /* v added at the tail of the ring *q (head *h, *n held, *cap room; doubled when full): 0, or -1 without memory */
 int vt_ring_push(uint64_t **q, uint32_t *h, uint32_t *n, uint32_t *cap, uint64_t v);
 

@@ -25,11 +25,12 @@ static void *track_realloc(void *p, size_t n)
         largest_q = n;
     return realloc(p, n);
 }
-#include "../../csrc/vt_load.c"
-#include "../../csrc/vt_reader.c"
-#define realloc track_realloc /* the queues grow in vt_grow */
+#define realloc track_realloc /* the queues grow in vt_grow (csrc/vt_grow.h: included here first, then guarded) */
+#include "../../csrc/vt_grow.h"
 #include "../../csrc/vt_arrivals.c"
 #undef realloc
+#include "../../csrc/vt_load.c"
+#include "../../csrc/vt_reader.c"
 
 static int listen_fd, pause_us;
 
