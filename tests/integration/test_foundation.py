@@ -30,7 +30,7 @@ def test_the_compiler_stays_in_its_child_and_the_program_counts_in_the_tracer(ne
     (tracers/bcc_child.py hands back its fds) and makes 11 fdatasync calls, THEN the program it holds
     counts exactly those, no clang or LLVM library is in its memory map (/proc/self/maps, the kernel's
     word), and its peak RSS (VmHWM) is below the child's (the compiler's)."""
-    code = ("import os, tempfile\n"
+    code = ("import fcntl, os, tempfile\n"
             "from valkeytrace.system import peak_rss_kb\n"
             "from valkeytrace.tracers.bcc_load import compile_probe\n"
             "bpf = compile_probe('selftest', TARGET_TGID=os.getpid())\n"
@@ -38,11 +38,12 @@ def test_the_compiler_stays_in_its_child_and_the_program_counts_in_the_tracer(ne
             "for _ in range(11): os.fdatasync(f.fileno())\n"
             "maps = open('/proc/self/maps').read()\n"
             "print(bpf[b'fdatasync_calls'].value(0), int('LLVM' in maps or 'clang' in maps),\n"
-            "      peak_rss_kb() // 1024, int(bpf.compile_peak_rss_mb))\n")
+            "      peak_rss_kb() // 1024, int(bpf.compile_peak_rss_mb),\n"
+            "      int(all(fcntl.fcntl(f.fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC for f in bpf.funcs.values())))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    counted, llvm, rss, child_rss = map(int, res.stdout.split())
-    assert counted == 11 and llvm == 0
+    counted, llvm, rss, child_rss, cloexec = map(int, res.stdout.split())
+    assert counted == 11 and llvm == 0 and cloexec == 1  # no process it starts inherits the programs
     assert rss < child_rss, f"the tracer's peak {rss} MB, the compiling child's {child_rss} MB"
 
 

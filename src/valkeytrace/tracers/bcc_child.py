@@ -59,6 +59,8 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=()):
         try:
             ours.send(msgspec.json.encode(Request(text.decode(), list(cflags), list(raw_functions))))
             data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, MAX_FDS)
+            for fd in fds:  # received without close-on-exec: no process we start may hold the programs
+                os.set_inheritable(fd, False)
         except OSError as exc:
             data, fds = b"", []
             proc.kill()
