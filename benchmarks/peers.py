@@ -174,7 +174,8 @@ class External:
         ignored when we run in a shell's background), then reap with wait4 for the rusage.
         signal_it=False: wait for the tool to end by itself."""
         pid = self.proc.pid
-        hwm = _hwm_kb(pid)  # its own peak: wait4's ru_maxrss also counts the image it was exec'd from (ours)
+        # its own peak: wait4's ru_maxrss also counts the image it was exec'd from (ours); a zombie has none
+        hwm = max(getattr(self, "hwm_kb", 0), _hwm_kb(pid))
         if signal_it:
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -458,7 +459,9 @@ def whole_recording(bench: Bench, pid: int, workdir: str, window_s: float, windo
     counted in any ratio): CPU after the probes are ready, peak RSS, lost events."""
     tool = ValkeytraceAttach(pid, workdir, window_s=window_s, windows=windows)
     tool.start()
+    tool.hwm_kb = 0
     while os.waitid(os.P_PID, tool.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:  # not reaped
+        tool.hwm_kb = max(tool.hwm_kb, _hwm_kb(tool.proc.pid))  # read while it lives (a zombie has no VmHWM)
         bench.one_slice(Nothing(), False)
     tool.stop(signal_it=False)
     return {**tool.summary(), "lost_events": tool.lost, "attach_ms": tool.attach_ms[0] if tool.attach_ms else None,
