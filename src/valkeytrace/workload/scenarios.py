@@ -217,13 +217,7 @@ class ReadHeavy:
             def on_end():
                 marks[1] = time.monotonic()
                 end()
-            if ld.rate:
-                client = self._open_get(run, size, duration_s, on_start, on_end)
-            else:
-                report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
-                                      on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size))
-                document.set_op(run, "GET", document.op_record(report, "measured"))
-                client = measured_client(report)
+            client = self._measured_get(run, size, duration_s, on_start, on_end)
             bg = background.window_summary(*marks)
         finally:
             background.stop()
@@ -232,12 +226,18 @@ class ReadHeavy:
             progress=background.progress_series(background.started_mono), command=background.argv))
         return client
 
-    def _open_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> MeasuredClient:
-        """The measured GETs open-loop (record --rate): latency from each one's due moment."""
-        assert self.load.rate is not None  # an open-loop run
-        result = self.load.open_loop("GET", self.load.rate, size, duration_s, self.load.get_clients).run(on_start, on_end)
-        document.set_op(run, "GET", op_record(result))
-        return MeasuredClient(result.cpu_s)
+    def _measured_get(self, run: dict, size: int, duration_s: float, on_start, on_end) -> MeasuredClient:
+        """The measured GETs: open-loop under record --rate (latency from each one's due moment), else the
+        benchmark client sized to the window; the client's own CPU figures."""
+        ld = self.load
+        if ld.rate:
+            result = ld.open_loop("GET", ld.rate, size, duration_s, ld.get_clients).run(on_start, on_end)
+            document.set_op(run, "GET", op_record(result))
+            return MeasuredClient(result.cpu_s)
+        report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
+                              on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size))
+        document.set_op(run, "GET", document.op_record(report, "measured"))
+        return measured_client(report)  # (under --set-rate it was the report itself: the client's CPU was lost)
 
     def _open_background(self, run: dict, size: int, duration_s: float, window) -> MeasuredClient:
         """--set-rate: the background SETs open-loop too, a client of their own started first."""
@@ -250,13 +250,7 @@ class ReadHeavy:
         try:
             time.sleep(BACKGROUND_SETTLE_S + 0.3)  # its warm-up, then the measured GETs
             begin, end = window((bg.proc.pid,))
-            if ld.rate:
-                client = self._open_get(run, size, duration_s, begin, end)
-            else:
-                report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
-                                      on_start=begin, on_end=end, memo=ld.memo(run, "GET", size))
-                document.set_op(run, "GET", document.op_record(report, "measured"))
-                client = measured_client(report)  # (was the report itself: --set-rate windows lost the client's CPU)
+            client = self._measured_get(run, size, duration_s, begin, end)
         finally:
             t.join(duration_s + 60)
         if out:
