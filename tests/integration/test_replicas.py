@@ -177,6 +177,7 @@ def _debug_sleep_loop(port: int, stop: threading.Event, pause_s: float, every_s:
         stop.wait(every_s)
 
 
+@pytest.mark.timed  # its probes are paced by the server: beside another test it caught 3 of the 5 it needs
 def test_a_replica_paused_with_debug_sleep_shows_up_as_its_apply(tmp_path):
     rec = tmp_path / "p.vtrace"
     proc = subprocess.Popen([VT, "record", *COMMON, "--duration", "2.5", "--repeat", "1", "--inject-fsync-delay", "1ms",
