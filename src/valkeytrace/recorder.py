@@ -335,7 +335,7 @@ class Recorder:
         finally:
             gone = self.target.gone()
             if gone and "server_exit" not in run:
-                o = document.outcomes({"runs": [run]})[0]
+                o = document.outcome(run)
                 run["server_exit"] = exit_record(gone, o.window_start, o.started_at)
             if extra_delay_ns and not gone:
                 try:
@@ -420,7 +420,7 @@ class Recorder:
                 if on_progress:
                     on_progress(i, len(matrix), f"{workload} {size} B #{repeat}"
                                 + (f" at {rate:,.0f}/s" if rate else "") + (f" fsync +{extra / 1e6:g} ms" if extra else ""))
-                run = document.outcomes({"runs": [self.run_one(repeat, workload, size, extra, rate)]})[0]
+                run = document.outcome(self.run_one(repeat, workload, size, extra, rate))
                 gone = self.target.gone()
                 if gone or (run.status == "failed" and not self.target.alive()):
                     how = {"signal": gone.signal, "status": gone.status, "cause": gone.cause} if gone else {}

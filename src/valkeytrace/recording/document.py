@@ -132,6 +132,11 @@ def outcomes(doc: dict) -> list[RunOutcome]:
     return msgspec.convert(doc.get("runs") or [], list[RunOutcome], strict=False)
 
 
+def outcome(run: dict) -> RunOutcome:
+    """One run, how it ended and when."""
+    return msgspec.convert(run, RunOutcome, strict=False)
+
+
 def label_of(doc: dict) -> str:
     """The document's label (model.Document.label)."""
     return msgspec.convert(doc, _Named, strict=False).label

@@ -3,6 +3,7 @@ read from the ELF headers and symbol tables directly (the tracer process never l
 which brings LLVM with it: docs/performance.md, the tracer's memory)."""
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -28,6 +29,7 @@ def _sections(data: bytes) -> list[tuple]:
     return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
 
 
+@functools.lru_cache(maxsize=256)  # a uprobe by symbol is attached and detached again (the binary read once)
 def symbol_address(path: str, symbol: str) -> int | None:
     """The virtual address of the function `symbol` defined in path (its .symtab, else .dynsym), or None."""
     try:
@@ -58,6 +60,7 @@ def symbol_address(path: str, symbol: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def file_offset(path: str, vaddr: int) -> int:
     """Where the virtual address vaddr of an executable segment lies in the file (what a uprobe is
     attached at); ValueError when no such segment holds it."""
