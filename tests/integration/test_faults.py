@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from valkeytrace.recording import format as recfmt
+from valkeytrace.workload.benchmark import ENDLESS_REQUESTS
 from vtcli import VT, vt
 
 pytestmark = pytest.mark.integration
@@ -316,6 +317,21 @@ def test_signal_during_record_keeps_measured_runs_and_leaves_nothing(tmp_path, s
     assert not Path(str(out) + ".partial").exists()
 
 
+def _measured_clients(port: str, timeout_s: float = 30.0) -> list:
+    """The benchmark clients of a measured window on this port, waited for (not the calibration's,
+    which asks for ENDLESS_REQUESTS): under a loaded machine calibration takes longer than it does alone."""
+    endless = str(ENDLESS_REQUESTS)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [p for p in psutil.process_iter(["name", "cmdline"])
+                 if p.info["name"] and "benchmark" in p.info["name"]
+                 and port in (p.info["cmdline"] or []) and endless not in (p.info["cmdline"] or [])]
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no measured client on port {port} within {timeout_s} s")
+
+
 def _kill_during_second_run(tmp_path, victim: str):
     out = tmp_path / f"{victim}.vtrace"
     proc = subprocess.Popen([VT, "record", "--workload", "write-only", "--sizes", "64", "--repeat", "3",
@@ -323,14 +339,11 @@ def _kill_during_second_run(tmp_path, victim: str):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         doc = _wait_for_runs(Path(str(out) + ".partial"), 1)
-        time.sleep(1.7)  # calibration done (~1.1 s), measured client running (its 1.5 s window)
+        clients = _measured_clients(str(doc["server"]["port"]))  # the second run's window has begun
+        time.sleep(0.3)
         if victim == "server":
             os.kill(doc["server"]["pid"], signal.SIGKILL)
         else:
-            port = str(doc["server"]["port"])
-            clients = [p for p in psutil.process_iter(["name", "cmdline"])
-                       if p.info["name"] and "benchmark" in p.info["name"] and port in (p.info["cmdline"] or [])]
-            assert clients
             for c in clients:
                 c.kill()
         _, err = proc.communicate(timeout=90)
