@@ -187,6 +187,7 @@ int vt_hist_percentiles(const struct vt_hist *h, const double *pcts, size_t n, u
 
 int vt_sched_set_slice(int tid, int nice, uint64_t slice_ns);
 int64_t vt_sched_get_slice(int tid);
+int vt_bpf_enable_stats(void);
 
 /* the open-loop client (csrc/vt_load.h) */
 #define VT_LOAD_GET ...

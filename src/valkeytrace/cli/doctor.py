@@ -97,12 +97,17 @@ def _check_bpf_stats(add) -> None:
     if state is None:
         add(Check("BPF statistics", WARN, f"{bpf_cost.STATS} cannot be read: recordings do not say what their BPF "
                   "programs cost", needed_for_ebpf=False))
-    elif state == 1 or os.access(bpf_cost.STATS, os.W_OK):
-        add(Check("BPF statistics", OK, f"kernel.bpf_stats_enabled={state}" + ("" if state else ": turned on for each "
-                  "window and put back as found") + " (runs[].tracer.cost: each program's runs and run time)"))
+    elif state == 1:
+        add(Check("BPF statistics", OK, "kernel.bpf_stats_enabled=1 (runs[].tracer.cost: each program's runs and "
+                  "run time)"))
+    elif (how := bpf_cost.how_turned_on()) is not None:
+        add(Check("BPF statistics", OK, "kernel.bpf_stats_enabled=0: " + (
+            "kept on for each window by an fd of BPF_ENABLE_STATS, the sysctl untouched" if how == "held" else
+            "turned on for each window and put back as found") + " (runs[].tracer.cost: each program's runs and run time)"))
     else:
-        add(Check("BPF statistics", WARN, "kernel.bpf_stats_enabled=0 and not writable here: recordings list no "
-                  "program cost", "run as root, or sysctl kernel.bpf_stats_enabled=1", needed_for_ebpf=False))
+        add(Check("BPF statistics", WARN, "kernel.bpf_stats_enabled=0 and neither BPF_ENABLE_STATS nor the sysctl "
+                  "allowed here: recordings list no program cost", "run as root, or sysctl kernel.bpf_stats_enabled=1",
+                  needed_for_ebpf=False))
 
 
 def _check_tracepoints(add) -> None:

@@ -253,7 +253,7 @@ class BpfProgram(Record):
 
 class TracerCost(Record):
     programs: list[BpfProgram] = _l()  # every program loaded (empty when the kernel's statistics could not be read)
-    stats_enabled: int | None = None  # kernel.bpf_stats_enabled as found (turned on for the window, put back after)
+    stats_enabled: int | None = None  # kernel.bpf_stats_enabled as found (never written: tracers/bpf_cost.py)
     counted: bool | None = None  # whether the statistics were on in the window
     requests: NonNegInt | None = None  # GET + SET the server counted in the window (INFO commandstats)
     bpf_ns_per_request: NonNeg | None = None  # the programs' run time over them

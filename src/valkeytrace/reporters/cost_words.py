@@ -9,7 +9,7 @@ def cost_line(c: CellCost | None) -> str | None:
         return None
     bpf = (f"{c.bpf_ns_per_request:,.0f} ns of BPF per request ({len(c.programs)} programs, "
            f"{c.bpf_ms_per_s:.1f} ms a second)" if c.bpf_ns_per_request is not None and c.bpf_ms_per_s is not None
-           else "BPF run time not counted (kernel.bpf_stats_enabled could not be set)")
+           else "BPF run time not counted (the kernel's BPF statistics could not be turned on)")
     cpu = f"{c.tracer_cpu_pct_of_core:.2f}% of a core" if c.tracer_cpu_pct_of_core is not None else "CPU not measured"
     rss = f"peak RSS {c.peak_rss_mb:,.0f} MB" if c.peak_rss_mb is not None else ""
     return f"the tracer's own cost: {bpf}; valkeytrace's process {cpu}" + (f", {rss}" if rss else "") \

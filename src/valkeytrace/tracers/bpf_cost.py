@@ -1,10 +1,13 @@
 """What the tracer's BPF programs cost, from the kernel's own statistics (runs[].tracer.cost).
 
-With kernel.bpf_stats_enabled=1 the kernel counts, per loaded program, its runs and the time they took
-(/proc/PID/fdinfo/FD of the program's fd: run_cnt, run_time_ns), as ebpf_exporter publishes them. The
-statistics are turned on for a window when they are off and put back as found when the tracer stops (the
-count costs ~20 ns a run while on). Beside them, the tracer process's own CPU and peak memory. Figures only:
-reporters say them."""
+While the statistics are on the kernel counts, per loaded program, its runs and the time they took
+(/proc/PID/fdinfo/FD of the program's fd: run_cnt, run_time_ns), as ebpf_exporter publishes them. When
+kernel.bpf_stats_enabled is off, the tracer turns them on by holding an fd of bpf(BPF_ENABLE_STATS)
+(csrc/vt_bpfstats.c) and closes it when it stops: the kernel counts the holders, so the sysctl is never
+written, two tracers at once each keep them on for their own windows (writing the sysctl, one turned them
+off under the other), and a tracer killed gives its hold back with its fds. Only where that call is refused
+(a kernel before 5.8) is the sysctl written, and put back as found. The count costs ~20 ns a run while on.
+Beside them, the tracer process's own CPU and peak memory. Figures only: reporters say them."""
 from __future__ import annotations
 
 import os
@@ -22,6 +25,28 @@ def stats_state() -> int | None:
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return None
+
+
+def _hold() -> int | None:
+    """An fd that keeps the statistics on while it is open (bpf(BPF_ENABLE_STATS)), or None where the
+    kernel refuses it."""
+    from valkeytrace._native import lib
+
+    fd = lib.vt_bpf_enable_stats()
+    if fd < 0:
+        return None
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def how_turned_on() -> str | None:
+    """How a tracer would turn the statistics on here when they are off: "held" (an fd of
+    BPF_ENABLE_STATS, tried and closed), "sysctl" (written, then put back), or None (neither)."""
+    fd = _hold()
+    if fd is not None:
+        os.close(fd)
+        return "held"
+    return "sysctl" if os.access(STATS, os.W_OK) else None
 
 
 def _set(on: int) -> bool:
@@ -64,6 +89,8 @@ class Cost:
     def __init__(self):
         self.found = stats_state()
         self.turned_on = False
+        self._held: int | None = None  # the BPF_ENABLE_STATS fd while this tracer keeps them on
+        self._wrote = False  # the sysctl written instead (a kernel without BPF_ENABLE_STATS)
         self._begin: dict = {}
         self._cpu0 = self._t0 = self._edge0 = self._cpu1 = self._t1 = 0.0
 
@@ -86,9 +113,11 @@ class Cost:
         self._edge0 = self._cpu()
 
     def enable(self) -> None:
-        """The kernel's statistics on (when they were found off: restore() puts them back)."""
+        """The kernel's statistics on, when they were found off (restore() lets them go)."""
         if self.found == 0 and not self.turned_on:
-            self.turned_on = _set(1)
+            self._held = _hold()
+            self._wrote = self._held is None and _set(1)
+            self.turned_on = self._held is not None or self._wrote
 
     def begin(self, bpf) -> None:
         self.enable()
@@ -124,6 +153,9 @@ class Cost:
                           peak_rss_mb=round(system.peak_rss_kb() / 1024, 1))
 
     def restore(self) -> None:
-        """kernel.bpf_stats_enabled as it was found."""
-        if self.turned_on and _set(0):
-            self.turned_on = False
+        """The statistics as they were found: this tracer's hold closed (or the sysctl put back)."""
+        if self._held is not None:
+            os.close(self._held)
+            self._held, self.turned_on = None, False
+        elif self._wrote and _set(0):
+            self._wrote = self.turned_on = False

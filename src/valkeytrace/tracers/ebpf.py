@@ -345,7 +345,7 @@ class EbpfTracer(Tracer):
             self._attach_uprobes()
 
     def stop(self):
-        self._cost.restore()  # kernel.bpf_stats_enabled as found
+        self._cost.restore()  # this tracer's hold on the BPF statistics let go
         if self.delay_control:
             self.delay_control.close()
         self._stop.set()
