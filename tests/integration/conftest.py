@@ -16,14 +16,6 @@ def _bpf_unavailable_reason():
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Under xdist (make test: -n 2 --dist loadgroup, the tests not marked `timed`): a module's tests on one
-    worker, its module-scoped recordings made once (the `timed` ones run after, alone: Makefile)."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("timed" if item.get_closest_marker("timed") else item.module.__name__))
-
-
 @pytest.fixture
 def needs_bpf():
     from vtcli import must_have
