@@ -163,9 +163,10 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     size_t len = 0;
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
-    if (vt_off_failed()) { /* the server meets the error now, as on its own write */
-        *ret = -1;
-        errno = vt_off.fail_errno;
+    if (vt_off_failed()) {
+        /* a failed fdatasync met at the server's fdatasync that follows (its fsync error, as valkey
+         * without the offload); a failed write met now, as on its own write. Nothing queued after. */
+        *ret = vt_off.fail_kind == VT_OFFLOAD_FAIL_FSYNC ? (ssize_t)len : (errno = vt_off.fail_errno, -1);
         return 1;
     }
     struct aof_chunk *c = malloc(sizeof(struct aof_chunk) + len);

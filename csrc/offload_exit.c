@@ -3,8 +3,9 @@
  * failed offload ending the server as valkey would have.
  *
  * When the offload thread's AOF write or fdatasync fails, nothing more is released and the error
- * reaches the server at its next AOF write or fdatasync (valkey with appendfsync always then logs
- * it and exits 1). When no such call comes within FAIL_GRACE_NS (every client waits on a held
+ * reaches the server where valkey's own would: a failed write at its next AOF write, a failed
+ * fdatasync at its next fdatasync (the write before it accepted, never queued), so valkey with
+ * appendfsync always logs that error and exits 1. When no such call comes within FAIL_GRACE_NS (every client waits on a held
  * reply, so nothing writes), the main thread, back from epoll_wait, writes valkey's own log lines
  * where the server logs (the control region's logfile, else stdout) and exits 1.
  */
