@@ -48,7 +48,8 @@
  * pid is not compiled in: userspace writes it into `target` at each launch, so one compiled program
  * serves every launch of a valkeytrace process (tracers/ebpf.py's pool). Parameters come as
  * -D cflags: BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, CHECK_TGID.
+ * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET
+ * (none is a pid: a compiled program is kept across processes too, tracers/bpf_cache.py).
  */
 #include <uapi/linux/ptrace.h>
 #include "valkeytrace.h"

@@ -10,7 +10,7 @@
 #include <asm/unistd.h>
 /* The byte offset of the saved user orig_ax (the syscall number) past task_struct.stack:
  * THREAD_SIZE - stack padding - sizeof(struct pt_regs) + offsetof(orig_ax). Userspace checks the
- * candidates against a thread of its own sleeping in clock_nanosleep (CHECK_TGID, check_tid),
+ * candidates against a thread of its own sleeping in clock_nanosleep (its tid in check_tid),
  * then stores the one that matched in sysnr_offset; 0 until then (no idle cause). */
 #define SYSNR_CANDIDATES 4
 BPF_ARRAY(sysnr_offset, u64, 1);
@@ -28,12 +28,12 @@ static __always_inline long task_sysnr(void *task, u64 off)
     return nr;
 }
 
-static __always_inline void sysnr_check(u32 tid)
+static __always_inline void sysnr_check(void)
 {
     int zero = 0;
-    u32 *want = check_tid.lookup(&zero);
+    u32 *want = check_tid.lookup(&zero); /* an array's lookup, inlined: only while a check runs is it set */
     void *task;
-    if (!want || *want != tid)
+    if (!want || !*want || *want != (u32)bpf_get_current_pid_tgid())
         return;
     task = (void *)bpf_get_current_task();
     u64 candidates[SYSNR_CANDIDATES] = {16384 - 48, 16384 - 16 - 48, 32768 - 48, 32768 - 16 - 48};
@@ -259,9 +259,7 @@ static __always_inline int on_switch(long ps, u32 next)
 #if TASK_STACK_OFFSET
         /* whatever runs next: on a loaded host it is often the server itself, and a check that
          * ran only when neither side was ours missed most of its sleeps (attach under load) */
-        u64 id = bpf_get_current_pid_tgid();
-        if ((id >> 32) == CHECK_TGID)
-            sysnr_check((u32)id);
+        sysnr_check();
 #endif
         if (next_slot < 0)
             return 0;

@@ -21,7 +21,7 @@ CALLS = 2000
 def program(needs_bpf):
     from valkeytrace.tracers import bcc_child
 
-    bpf = bcc_child.compile_program(PROGRAM, [])
+    bpf = bcc_child.compile_program(PROGRAM, [], cache=False)
     try:
         yield bpf
     finally:

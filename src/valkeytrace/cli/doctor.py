@@ -29,7 +29,7 @@ class Check:
 
 def run_checks() -> list[Check]:
     checks: list[Check] = []
-    for section in (_check_bpf, _check_bpf_stats, _check_tracepoints, _check_probes, _check_parts, _check_speed):
+    for section in (_check_bpf, _check_bpf_stats, _check_bpf_cache, _check_tracepoints, _check_probes, _check_parts, _check_speed):
         section(checks.append)
     return checks
 
@@ -108,6 +108,25 @@ def _check_bpf_stats(add) -> None:
         add(Check("BPF statistics", WARN, "kernel.bpf_stats_enabled=0 and neither BPF_ENABLE_STATS nor the sysctl "
                   "allowed here: recordings list no program cost", "run as root, or sysctl kernel.bpf_stats_enabled=1",
                   needed_for_ebpf=False))
+
+
+def _check_bpf_cache(add) -> None:
+    """The compile cache (tracers/bpf_cache.py): where, how many programs, whether it is private."""
+    from valkeytrace.tracers import bpf_cache
+
+    d = bpf_cache.directory()
+    if d is None:
+        add(Check("compile cache", OK, "off (VALKEYTRACE_BPF_CACHE): every record compiles its probes",
+                  needed_for_ebpf=False))
+    elif not d.exists():
+        add(Check("compile cache", OK, f"{d}: none yet (the first eBPF record compiles and keeps its probes)",
+                  needed_for_ebpf=False))
+    elif bpf_cache.private(d):
+        n = len(list(d.glob("*.vtbpf")))
+        add(Check("compile cache", OK, f"{d}: {n} compiled program{'' if n == 1 else 's'} kept", needed_for_ebpf=False))
+    else:
+        add(Check("compile cache", WARN, f"{d} is writable by others or not this user's: never read (every record "
+                  "compiles)", f"chmod go-w {d}, or VALKEYTRACE_BPF_CACHE=DIR", needed_for_ebpf=False))
 
 
 def _check_tracepoints(add) -> None:

@@ -74,7 +74,8 @@ class Probe(Record):
     inject: Any = None           # what the shim injected
     idle_cause: str | None = None  # the call the main thread sleeps in
     attach_ms: NonNeg | None = None   # how long the launch waited for its probes (compile and attach)
-    compile_ms: NonNeg | None = None  # of which compiling the program (0: reused)
+    compile_ms: NonNeg | None = None  # of which getting the program loaded (0: reused from an earlier launch)
+    program_from: str | None = None  # compiler | cache (loaded from the compile cache) | reused
     compile_peak_rss_mb: NonNeg | None = None  # the compiling child process's peak memory (not the tracer's)
     binary: str | None = None    # the server binary the uprobes were placed on
 

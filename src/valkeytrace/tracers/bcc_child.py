@@ -27,6 +27,7 @@ class Request(msgspec.Struct):
     text: str
     cflags: list[str]
     raw: list[str]  # the functions to load as raw tracepoints (the rest not attached on load: uprobes)
+    cache_key: str | None = None  # where the child keeps what it loaded (tracers/bpf_cache.py), or None
 
 
 class Table(msgspec.Struct):
@@ -45,10 +46,17 @@ class Reply(msgspec.Struct):
     error: str | None = None
 
 
-def compile_program(text: bytes, cflags: list[str], raw_functions=()):
-    """The program compiled and loaded by a child: a bpf_fd.Program (its tracepoints attached as bcc
-    attaches them on load). Raises Exception with the compiler's first error line when it fails."""
-    from valkeytrace.tracers import bpf_fd
+def compile_program(text: bytes, cflags: list[str], raw_functions=(), cache: bool = True):
+    """The program loaded from the compile cache (tracers/bpf_cache.py: program_from "cache"), else
+    compiled and loaded by a child ("compiler"; it stores it in the cache): a bpf_fd.Program, its tracepoints
+    attached as bcc attaches them on load. Raises Exception with the compiler's first error line."""
+    from valkeytrace.tracers import bpf_cache, bpf_fd
+
+    key = bpf_cache.key(text, cflags, raw_functions) if cache else None
+    cached = bpf_cache.load(key) if key else None
+    if cached is not None:
+        cached.program_from = "cache"
+        return cached
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs, tempfile.TemporaryFile() as err:
@@ -57,7 +65,7 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=()):
         theirs.close()
         ours.settimeout(TIMEOUT_S)
         try:
-            ours.send(msgspec.json.encode(Request(text.decode(), list(cflags), list(raw_functions))))
+            ours.send(msgspec.json.encode(Request(text.decode(), list(cflags), list(raw_functions), key)))
             data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, MAX_FDS)
             for fd in fds:  # received without close-on-exec: no process we start may hold the programs
                 os.set_inheritable(fd, False)
@@ -81,6 +89,7 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=()):
             for t, fd in zip(reply.tables, fds[len(funcs):])]
     program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply.autoload])
     program.compile_peak_rss_mb = reply.peak_rss_mb
+    program.program_from = "compiler"
     return program
 
 
@@ -113,7 +122,36 @@ def _compile(request: Request) -> tuple[Reply, list[int]]:
     reply = Reply([n.decode() for n, _ in funcs], tables,
                   [n.decode() for n, _ in funcs if n.startswith((b"tracepoint__", b"raw_tracepoint__"))],
                   round(peak_rss_kb() / 1024, 1))
+    if request.cache_key:
+        _keep(request.cache_key, bpf, raw, reply, ids)
     return reply, [fn.fd for _, fn in funcs] + [lib.bpf_table_fd_id(mod, i) for i in ids]
+
+
+def _keep(key: str, bpf, raw: set, reply: Reply, ids: list[int]) -> None:
+    """What was loaded, into the compile cache: each function's instructions as the kernel was given them
+    (bcc's module holds them) and its program type, each map's definition and fd here."""
+    import ctypes as ct
+
+    from bcc import libbcc
+
+    from valkeytrace.tracers import bpf_cache
+
+    lib, mod = libbcc.lib, bpf.module
+    lib.bpf_function_start.restype, lib.bpf_function_start.argtypes = ct.c_void_p, [ct.c_void_p, ct.c_char_p]
+    lib.bpf_function_size.restype, lib.bpf_function_size.argtypes = ct.c_size_t, [ct.c_void_p, ct.c_char_p]
+    lib.bpf_table_flags_id.restype, lib.bpf_table_flags_id.argtypes = ct.c_int, [ct.c_void_p, ct.c_ulonglong]
+    functions = []
+    for name in reply.funcs:
+        n = name.encode()
+        kind = bpf_cache.PROG_TRACEPOINT if n.startswith(b"tracepoint__") else \
+            bpf_cache.PROG_RAW_TRACEPOINT if n.startswith(b"raw_tracepoint__") or n in raw else bpf_cache.PROG_KPROBE
+        functions.append(bpf_cache.CachedFunction(name, kind, ct.string_at(lib.bpf_function_start(mod, n),
+                                                                           lib.bpf_function_size(mod, n))))
+    maps = [bpf_cache.CachedMap(t.name, t.type, t.key_size, t.value_size, t.max_entries,
+                                lib.bpf_table_flags_id(mod, i), lib.bpf_table_fd_id(mod, i))
+            for t, i in zip(reply.tables, ids)]
+    bpf_cache.store(key, bpf_cache.Entry(bpf_cache.FORMAT, lib.bpf_module_license(mod).decode(),
+                                         lib.bpf_module_kern_version(mod), functions, maps, reply.autoload))
 
 
 def main(fd: int) -> int:

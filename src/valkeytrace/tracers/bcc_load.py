@@ -56,7 +56,7 @@ def compile_probe(name: str, **defines):
     """Compile and load probes/<name>.bpf.c in a child (tracers/bcc_child.py); its tracepoint probes
     attached as bcc attaches them on load: a tracers/bpf_fd.Program."""
     require_bcc()
-    return bcc_child.compile_program(probe_source(name).encode(), cflags(**defines))
+    return bcc_child.compile_program(probe_source(name).encode(), cflags(**defines), cache=False)  # the compiler tried
 
 
 def selftest(calls: int = 7) -> int:

@@ -110,6 +110,7 @@ class Program:
         self.attached: dict[bytes, set[str]] = {}  # program -> every point it has been attached to since the load
         self._ringbuf = None
         self.compile_peak_rss_mb: float | None = None  # the compiling child's peak (bcc_child)
+        self.program_from = "compiler"  # or "cache" (tracers/bpf_cache.py)
         for name in autoload:  # what bcc attaches on load
             if name.startswith(b"tracepoint__"):
                 self.attach_tracepoint(tp=name[len(b"tracepoint__"):].replace(b"__", b":", 1), fn_name=name)

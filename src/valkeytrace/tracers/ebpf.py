@@ -160,6 +160,7 @@ class EbpfTracer(Tracer):
         self.info = self._describe(p, binary, call_sites, shim_probes, idle, time.monotonic() - t0)
         self.info["compile_ms"] = round(self._compile_s * 1000, 1)  # 0: a program compiled for an earlier launch
         self.info["compile_peak_rss_mb"] = self.bpf.compile_peak_rss_mb  # the child's, not ours
+        self.info["program_from"] = "reused" if loaded is not None else self.bpf.program_from
         if why_syscalls:
             self.info["call_sites_unusable"] = why_syscalls
         self._pool_key, self._settled = key, (p, call_sites, why_syscalls, idle)

@@ -179,7 +179,7 @@ def probe_defines(*, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFA
             "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.pid,
             "TASK_TGID_OFFSET": offsets.tgid if offsets.pid else 0, "TASK_RUNTIME_OFFSET": offsets.sum_exec_runtime,
-            "TASK_STACK_OFFSET": offsets.stack, "CHECK_TGID": os.getpid()}
+            "TASK_STACK_OFFSET": offsets.stack}
 
 
 def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,
