@@ -50,13 +50,13 @@ def trial(condition: str, args, workdir: Path) -> dict:
     out = workdir / f"{condition}-{time.monotonic_ns()}"
     cmd = [VT, "compare", "--launches", str(args.launches), "--workload", "read-heavy", "--sizes", "64",
            "--duration", str(args.duration), "--repeat", "1", "--io-threads", "1", "--backend", args.backend,
-           *base, *extra, "-o", str(out)]
+           *base, *extra, "--no-whatif", "-o", str(out)]  # the rule's verdict: no what-if read
     t0 = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True)
     took = time.monotonic() - t0
     if res.returncode != 0:
         return {"condition": condition, "error": (res.stderr.strip().splitlines() or ["?"])[-1], "seconds": took}
-    rep = subprocess.run([VT, "report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"),
+    rep = subprocess.run([VT, "report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"), "--no-whatif",
                           "--format", "json"], capture_output=True, text=True)
     verdicts = json.loads(rep.stdout)["compare"]["verdict"]
     got = {v["metric"]: v for v in verdicts if v["op"] == "GET"}

@@ -30,6 +30,7 @@ QUICKEST = [
     ("report_speed.py", GOLDEN),
     ("idle_uprobe.py", "--cycles", "1"),
     ("uprobe_hit_cost.py", "--rounds", "1"),
+    ("compile_cache.py", "--rounds", "1"),
     ("overhead_intervals.py", "--cycles", "3", "--period", "0.5"),
     ("host_speed.py", "--samples", "3", "--loops", "20000", "--gap", "0"),
     ("predict_matrix.py", "--only", "1", "--duration", "0.5", "--repeat", "1"),

@@ -55,15 +55,16 @@ def test_report_json_fields(two_recordings, tmp_path):
 
 def test_compare_markdown_and_json(two_recordings, tmp_path):
     a, b = str(two_recordings["always"]), str(two_recordings["everysec"])
-    res = vt("report", "--compare", a, b, "--format", "markdown")
+    res = vt("report", "--compare", a, b, "--format", "markdown", "--no-whatif")
     assert res.returncode == 0, res.stderr
     assert "| fsync-always | 64 B | GET |" in res.stdout and "| fsync-everysec | 64 B | GET |" in res.stdout
     assert "| delta | 64 B | SET |" in res.stdout
-    res = vt("report", "--compare", a, b, "--format", "json")
+    res = vt("report", "--compare", a, b, "--format", "json", "--no-whatif")
     rows = json.loads(res.stdout)["compare"]["rows"]
     assert {(r["workload"], r["op"]) for r in rows} >= {("read-heavy", "GET"), ("write-only", "SET")}
-    res = vt("report", "--compare", a, b, "--format", "csv")
+    res = vt("report", "--compare", a, b, "--format", "csv", "--no-whatif")
     assert res.returncode == 0 and res.stdout.startswith("system,workload")
+
 
 
 def test_server_command_mode_stops_the_server(tmp_path):

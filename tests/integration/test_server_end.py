@@ -247,7 +247,7 @@ def test_a_server_killed_under_compare_is_said(tmp_path, needs_bpf):
     out = tmp_path / "c"
     cmp = subprocess.Popen([VT, "compare", "--launches", "1", "--workload", "write-only", "--sizes", "64",
                             "--duration", "1", "--repeat", "2", "--keyspace", "1000", "--write-clients", "10",
-                            "--backend", "ebpf", "--candidate-config", "appendfsync=everysec", "-o", str(out)],
+                            "--backend", "ebpf", "--candidate-config", "appendfsync=everysec", "--no-whatif", "-o", str(out)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     deadline = time.monotonic() + 90
@@ -271,7 +271,7 @@ def test_a_server_killed_under_compare_is_said(tmp_path, needs_bpf):
     assert "warning: candidate launch 1 failed" in err and "killed by SIGKILL" in err, err
     doc = recfmt.read(out / "candidate.vtrace")
     assert [r["server_exit"]["signal"] for r in doc["runs"] if r.get("server_exit")] == ["SIGKILL"]
-    rep = vt("report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"))
+    rep = vt("report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"), "--no-whatif")
     assert "THE SERVER ENDED" in rep.stdout.splitlines()[0], rep.stdout[:500]
-    assert json.loads(vt("report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"),
+    assert json.loads(vt("report", "--compare", str(out / "baseline.vtrace"), str(out / "candidate.vtrace"), "--no-whatif",
                          "--format", "json").stdout)["runs"][1]["server_exits"]

@@ -47,10 +47,11 @@ def tagged(tag: str, name: str = "valkey-server") -> set[int]:
     return out
 
 
-def report_json(*paths) -> dict:
-    """`report --format json` of one recording, or of two compared (baseline, candidate)."""
+def report_json(*paths, whatif: bool = True) -> dict:
+    """`report --format json` of one recording, or of two compared (baseline, candidate; whatif=False:
+    --no-whatif)."""
     args = ["--compare", *paths] if len(paths) == 2 else [paths[0]]
-    res = vt("report", *args, "--format", "json", timeout=120)
+    res = vt("report", *args, "--format", "json", *([] if whatif else ["--no-whatif"]), timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 

@@ -172,7 +172,8 @@ def _curves(runs: list) -> list:
     return out
 
 
-def analyse(paths_and_docs: list[tuple]) -> ReportInput:
+def analyse(paths_and_docs: list[tuple], with_whatif: bool = True) -> ReportInput:
+    """The report's typed records from one recording or two (a compare; with_whatif=False: no what-if)."""
     runs = []
     for p, raw_doc in paths_and_docs:
         d = decode(raw_doc)
@@ -198,7 +199,7 @@ def analyse(paths_and_docs: list[tuple]) -> ReportInput:
                                               (runs[0].sensitivity, runs[1].sensitivity))
         # the baseline's prediction of the candidate's configuration (nothing when the model does not
         # cover what differs: another build, other I/O threads; or when nothing it sees differs)
-        checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells)
+        checked = whatif.check(runs[0].doc, runs[1].doc, runs[1].cells) if with_whatif else None
         verdicts = verdict.build(comparison, explanation, runs[0].sensitivity, checked)
         notes = seed.table_notes(comparison, explanation, runs[0].cells, runs[1].cells)
         return ReportInput(runs, comparison, explanation, checked, verdicts, seed_notes=notes, curves=_curves(runs),

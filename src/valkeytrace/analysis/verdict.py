@@ -109,7 +109,7 @@ def reliable(points: list, r2: float, min_r2: float = 0.8) -> bool:
     return up or down
 
 
-def build(comparison, explanation: list, base_sensitivity: list, whatif_checked: list) -> list[Verdict]:
+def build(comparison, explanation: list, base_sensitivity: list, whatif_checked: list | None) -> list[Verdict]:
     """One Verdict per measured op (GET in read-heavy, SET in write-only), size and metric."""
     if comparison is None:
         return []

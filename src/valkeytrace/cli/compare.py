@@ -65,6 +65,7 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 @click.option("--candidate-emulate-offload", type=click.Choice(["durable", "early-ack"]),
               help="The candidate as a virtual offload (emulated #3381; record --emulate-offload).")
 @click.option("--dry-run", is_flag=True, help="Print both sides' plans and the estimated time, and exit.")
+@click.option("--no-whatif", is_flag=True, help="The report without the what-if (report --no-whatif).")
 @click.option("--baseline-offload-gather", metavar="DURATION", help="The baseline's --offload-gather (record).")
 @click.option("--candidate-offload-gather", metavar="DURATION|auto",
               help="The candidate's --offload-gather (record); auto: the smallest window under which one job carries "
@@ -81,7 +82,7 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 @click.pass_context
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
-            baseline_emulate_offload, candidate_emulate_offload, dry_run, baseline_offload_gather,
+            baseline_emulate_offload, candidate_emulate_offload, dry_run, no_whatif, baseline_offload_gather,
             candidate_offload_gather, baseline_offload_replicas, candidate_offload_replicas, baseline_fsync_sensitivity,
             **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
@@ -120,12 +121,12 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     resuming = _directory(outdir, work, fingerprint)
     if resuming is None:
         click.echo(f"{outdir} holds this comparison already, complete: its report", err=True)
-        _report(ctx, tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES))
+        _report(ctx, tuple(os.path.join(outdir, f"{s}.vtrace") for s in SIDES), no_whatif)
         return
     written, interrupted = _run_launches(outdir, work, fingerprint, Launches(work, plans, order, per, resuming,
                                                                             auto_gather))
     if len(written) == 2:
-        _report(ctx, tuple(written))
+        _report(ctx, tuple(written), no_whatif)
     if interrupted:
         sys.exit(130)
     if len(written) < 2:
@@ -218,11 +219,11 @@ def _dry_run(plans: Sides, outdir: str, launches: int, total_s: float) -> None:
     click.echo(f"estimated: {estimate.describe(est)}")
 
 
-def _report(ctx, paths: tuple) -> None:
+def _report(ctx, paths: tuple, no_whatif: bool = False) -> None:
     from valkeytrace.cli.report import report
 
     ctx.invoke(report, compare_paths=paths, recordings=(), fmt=None, output=None, plot_dir=None, labels=None,
-               detail=False)
+               detail=False, no_whatif=no_whatif)
 
 
 def _directory(outdir: str, work: str, fingerprint: str) -> bool | None:

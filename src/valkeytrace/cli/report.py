@@ -42,7 +42,10 @@ def _renderer(fmt: str):
               help="One table of RECORDING... (open-loop SETs under a stalling disk, one per side: always, everysec, "
                    "the offload with and without a bound): latency during and outside the stalls, what the server "
                    "held in memory, rejected writes, acknowledged writes lost. Text, markdown or JSON.")
-def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, overload):
+@click.option("--no-whatif", is_flag=True,
+              help="--compare: without the what-if (the baseline's model predicting the candidate's configuration, a "
+                   "simulation of 2-15 s of CPU a cell, kept in the cache after): the rest of the report is the same.")
+def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, overload, no_whatif):
     """Render the #4029 tables from RECORDING, or compare two recordings."""
     if overload:
         _overload(list(recordings), compare_paths, fmt, output)
@@ -68,7 +71,7 @@ def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, ove
         raise VTUsageError("--label BASELINE CANDIDATE names the two sides of --compare")
     if compare_paths:
         name_sides(docs, labels)
-    inp = analysis.analyse(docs)
+    inp = analysis.analyse(docs, with_whatif=not no_whatif)
     inp.detail = detail
     if inp.comparison is not None and not inp.comparison.rows:
         raise VTError(f"{paths[0]} and {paths[1]} share no measured cells "
