@@ -70,7 +70,8 @@ def test_launches_alternate_compile_once_and_decide_significance(tmp_path, needs
     kept; with other options, refused."""
     out = tmp_path / "cmp"
     cell = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
-            "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "--no-demand-pass"]
+            "--keyspace", "2000", "--appendfsync", "always", "--backend", "ebpf", "--no-demand-pass",
+            "--no-whatif"]  # its verdict from the launches: no what-if read
     res = vt("compare", "--launches", "3", *cell, "--candidate-config", "hz=20", "-o", out, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "Verdict" in res.stdout and "significance from the server launches: 3 vs 3" in res.stdout
@@ -92,7 +93,8 @@ def test_launches_alternate_compile_once_and_decide_significance(tmp_path, needs
     compiled = [p for p in probes if p[2] > 0]
     assert len(compiled) == 1 and compiled[0][:2] == ("baseline", 1), probes
     assert all(a <= 1500 for _, _, c, a in probes if c == 0), probes
-    d = json.loads(vt("report", "--compare", out / "baseline.vtrace", out / "candidate.vtrace", "--format", "json").stdout)
+    d = json.loads(vt("report", "--compare", out / "baseline.vtrace", out / "candidate.vtrace", "--format", "json",
+                      "--no-whatif").stdout)
     assert not [w for r in d["runs"] for w in r["warnings"] if w["code"] == "schedstat"], [r["warnings"] for r in d["runs"]]
     (v,) = [x for x in d["compare"]["verdict"] if x["op"] == "GET" and x["metric"] == "p50_us"]
     assert v["launches"] == [3, 3] and len(v["interval_pct"]) == 2

@@ -52,8 +52,8 @@ class Noise:
         return s, s + self.draws.next()
 
     def finish(self, t: float, work: float) -> float:
-        """When `work` µs of CPU started at t end."""
-        if self.start == float("inf"):
+        """When `work` µs of CPU started at t end (called for every piece of work: ~19M times a prediction)."""
+        if not self.rate:  # no stall ever (start is infinite)
             return t + work
         while self.end <= t:
             self.start, self.end = self._next(self.start)
