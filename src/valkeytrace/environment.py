@@ -20,6 +20,8 @@ KNOBS = {
     "VALKEYTRACE_CACHE": "where report keeps a comparison's what-if (the model's simulations) to render it again "
                          "at once: a directory, or 0 for none (default $XDG_CACHE_HOME/valkeytrace, else "
                          "~/.cache/valkeytrace)",
+    "VALKEYTRACE_BPF_CACHE": "where the compiled eBPF probes are kept for the next process (tracers/bpf_cache.py): a "
+                             "directory, or off for none (default bpf/ in VALKEYTRACE_CACHE's directory)",
 }
 
 
@@ -32,6 +34,15 @@ def cache_dir() -> str | None:
         return value
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "valkeytrace")
+
+
+def bpf_cache_dir() -> str | None:
+    """Where compiled probes are kept (tracers/bpf_cache.py), or None (VALKEYTRACE_BPF_CACHE=off, or no cache)."""
+    value = os.environ.get("VALKEYTRACE_BPF_CACHE")
+    if value is not None:
+        return None if value.strip().lower() in ("", "off", "0", "no") else value
+    base = cache_dir()
+    return None if base is None else os.path.join(base, "bpf")
 
 
 def probe_groups_override() -> set[str] | None:

@@ -10,8 +10,8 @@ with bcc's own syscall library (tracers/bpf_fd.py): no clang, no child. An entry
 kernel that changed under the same release) is removed and the program compiled again.
 
 The cache is code that root loads into the kernel: it is used only where the directory and the file are
-owned by this user and writable by nobody else (/var/cache/valkeytrace/bpf for root, else
-$XDG_CACHE_HOME/valkeytrace/bpf); VALKEYTRACE_BPF_CACHE names another directory, or `off`.
+owned by this user and writable by nobody else (bpf/ in valkeytrace's cache directory,
+$XDG_CACHE_HOME/valkeytrace or ~/.cache/valkeytrace); VALKEYTRACE_BPF_CACHE names another directory, or `off`.
 """
 from __future__ import annotations
 
@@ -56,13 +56,12 @@ class Entry(msgspec.Struct):
 
 
 def directory() -> Path | None:
-    """Where entries are kept, or None (VALKEYTRACE_BPF_CACHE=off)."""
-    env = os.environ.get("VALKEYTRACE_BPF_CACHE")
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "0", "no") else Path(env)
-    if os.geteuid() == 0:
-        return Path("/var/cache/valkeytrace/bpf")
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "valkeytrace" / "bpf"
+    """Where entries are kept (bpf/ beside the what-if's cache unless the environment names another:
+    environment.bpf_cache_dir), or None."""
+    from valkeytrace import environment
+
+    d = environment.bpf_cache_dir()
+    return None if d is None else Path(d)
 
 
 def private(path: Path) -> bool:
