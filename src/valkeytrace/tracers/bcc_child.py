@@ -132,14 +132,11 @@ def _keep(key: str, bpf, raw: set, reply: Reply, ids: list[int]) -> None:
     (bcc's module holds them) and its program type, each map's definition and fd here."""
     import ctypes as ct
 
-    from bcc import libbcc
+    from bcc import libbcc  # declares the calls used here (bpf_function_start, bpf_table_flags_id, ...)
 
     from valkeytrace.tracers import bpf_cache
 
     lib, mod = libbcc.lib, bpf.module
-    lib.bpf_function_start.restype, lib.bpf_function_start.argtypes = ct.c_void_p, [ct.c_void_p, ct.c_char_p]
-    lib.bpf_function_size.restype, lib.bpf_function_size.argtypes = ct.c_size_t, [ct.c_void_p, ct.c_char_p]
-    lib.bpf_table_flags_id.restype, lib.bpf_table_flags_id.argtypes = ct.c_int, [ct.c_void_p, ct.c_ulonglong]
     functions = []
     for name in reply.funcs:
         n = name.encode()

@@ -147,22 +147,10 @@ def relocate(insns: bytes, fds: dict[int, int]) -> bytes:
     return bytes(out)
 
 
-def _lib():
-    from valkeytrace.tracers import bpf_fd
-
-    so = bpf_fd.lib()
-    so.bcc_create_map.restype, so.bcc_create_map.argtypes = ct.c_int, [ct.c_int, ct.c_char_p, ct.c_int, ct.c_int,
-                                                                        ct.c_int, ct.c_int]
-    so.bcc_prog_load.restype, so.bcc_prog_load.argtypes = ct.c_int, [ct.c_int, ct.c_char_p, ct.c_void_p, ct.c_int,
-                                                                      ct.c_char_p, ct.c_uint, ct.c_int, ct.c_char_p,
-                                                                      ct.c_uint]
-    return so
-
-
 def _load_entry(entry: Entry, opened: list[int]):
     from valkeytrace.tracers import bpf_fd
 
-    so, fds, maps, funcs = _lib(), {}, [], {}
+    so, fds, maps, funcs = bpf_fd.lib(), {}, [], {}
     for m in entry.maps:
         fd = so.bcc_create_map(m.map_type, m.name.encode(), m.key_size, m.value_size, m.max_entries, m.flags)
         if fd < 0:

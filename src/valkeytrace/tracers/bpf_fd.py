@@ -35,7 +35,10 @@ def lib():
                 ("bpf_close_perf_event_fd", ct.c_int, [ct.c_int]),
                 ("bpf_new_ringbuf", ct.c_void_p, [ct.c_int, ct.c_void_p, ct.c_void_p]),
                 ("bpf_consume_ringbuf", ct.c_int, [ct.c_void_p]),
-                ("bpf_free_ringbuf", None, [ct.c_void_p])):
+                ("bpf_free_ringbuf", None, [ct.c_void_p]),
+                ("bcc_create_map", ct.c_int, [ct.c_int, ct.c_char_p, ct.c_int, ct.c_int, ct.c_int, ct.c_int]),
+                ("bcc_prog_load", ct.c_int, [ct.c_int, ct.c_char_p, ct.c_void_p, ct.c_int, ct.c_char_p, ct.c_uint,
+                                             ct.c_int, ct.c_char_p, ct.c_uint])):
             fn = getattr(so, name)
             fn.restype, fn.argtypes = res, args
         _lib = so
