@@ -53,7 +53,14 @@ def test_a_a_is_not_significant_and_gets_no_share(recs):
     e = get_p50(report_json(recs["a1"], recs["a2"]))
     assert e["significant"] is False, said(e)
     sig = next(n for n in e["notes"] if n["code"].startswith("significance."))
-    assert e["explained_share"] is None and sig["code"] == "significance.none" and sig["figures"]["n"] == [2, 2], sig
+    assert e["explained_share"] is None and sig["figures"]["n"] == [2, 2], sig
+    if sig["code"] == "significance.paths":
+        # the server's other path in one launch (issue 57: fsync cycles per GET 1.91 and 1.22 against 1.85
+        # and 1.94 once in CI): no significance from it, said so, only where a side's repeats are >= 0.5
+        # cycles apart
+        assert any(len(p) == 2 and max(p) - min(p) >= 0.5 for p in sig["figures"]["paths"]), sig
+    else:
+        assert sig["code"] == "significance.none", sig
 
 
 def test_always_vs_everysec_is_the_fsync_and_adds_up(recs):

@@ -57,6 +57,13 @@ def test_the_models_miss_is_the_log_ratio():
     assert intervals.model_sd(None, 100.0) == 0.0 and intervals.model_sd(100.0, 0.0) == 0.0
 
 
+def test_a_figure_the_model_hit_exactly_takes_the_miss_of_the_others():
+    # an exact p50 beside a 10% p95 and a 2% rate: one draw of the model's error is not its size
+    misses = [np.log(1.02), 0.0, np.log(1.1), 0.0, 0.0]
+    assert intervals.pooled_miss(misses) == pytest.approx(np.sqrt((np.log(1.02) ** 2 + np.log(1.1) ** 2) / 5))
+    assert intervals.pooled_miss(misses) > 0.04 and intervals.pooled_miss([]) == 0.0
+
+
 @pytest.fixture(scope="module")
 def two_speeds():
     return recfmt.read(TWO_SPEEDS)

@@ -57,6 +57,15 @@ def model_sd(measured: float | None, simulated: float | None) -> float:
     return float(abs(np.log(simulated / measured)))
 
 
+def pooled_miss(misses) -> float:
+    """One figure's miss on the baseline is one draw of how far the model is off (a p50 paced by the
+    fsync can come out exact where a change of the offload's wait moves it 5%, as CI saw): the root mean
+    square of the op's misses over every figure the self-check reproduced (its rate, mean, p50, p95, p99:
+    those measured and simulated both)."""
+    m = list(misses)
+    return float(np.sqrt(np.mean(np.square(m)))) if m else 0.0
+
+
 def spread(windows: list, repeats: int, host: float, model: float, rng: np.random.Generator,
            level: float = LEVEL) -> Spread:
     """The median of `repeats` windows drawn from the simulated windows' figures, moved by the host's

@@ -22,11 +22,12 @@ import msgspec
 import numpy as np
 
 from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, Measured, calibrate, groups_for, rates_of
-from valkeytrace.analysis.intervals import LEVEL, Spread, model_sd, shift_sd, spread
+from valkeytrace.analysis.intervals import LEVEL, Spread, model_sd, pooled_miss, shift_sd, spread
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
 from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.sim import simulate
 
+FIGURES_CHECKED = ("tps", "p50_us", "p95_us", "p99_us", "mean_us")  # what the self-check reproduces
 SIM_RUNS = 12             # simulated windows a prediction draws
 ELASTIC_RUNS = 4          # and at each of the host's speeds up and down (speed_shift)
 MIN_SIM_S = 1.0           # simulated seconds a window, at least
@@ -284,10 +285,13 @@ def self_check(cal: Calibration) -> SelfCheck:
              for k in ("tps", "p50_us")}
     for op in ops:
         measured, runs = cal.measured.get(op) or Measured(), cal.per_run.get(op, {})
-        for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us"):
+        misses = {k: model_sd(getattr(measured, k), getattr(ops[op], k)) for k in FIGURES_CHECKED}
+        pooled = pooled_miss(m for k, m in misses.items() if getattr(measured, k) and getattr(ops[op], k))
+        for k in FIGURES_CHECKED:
             groups = cells["tps" if k == "tps" else "p50_us"] or [runs.get(k, [])]
-            widen.setdefault(op, {})[k] = (shift_sd(groups), model_sd(getattr(measured, k), getattr(ops[op], k)))
+            widen.setdefault(op, {})[k] = (shift_sd(groups), max(misses[k], pooled))
     return SelfCheck(ops, widen)
+
 
 
 def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,
@@ -295,7 +299,7 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
     own = self_check(cal) if own is None else own
     results = simulate_windows(cal, change)
     speed = speed_shift(cal, change)
-    floor = {k: host_floor(cal, k) for k in ("tps", "p50_us", "p95_us", "p99_us", "mean_us")}
+    floor = {k: host_floor(cal, k) for k in FIGURES_CHECKED}
     widen = {op: {k: (max(float(np.hypot(v[0], speed.get(op, {}).get(k, 0.0))), floor[k]), v[1]) for k, v in m.items()}
              for op, m in own.widen.items()}
     ops = summarise(cal, apply(cal, change), results, widen)
