@@ -178,7 +178,7 @@ def _debug_sleep_loop(port: int, stop: threading.Event, pause_s: float, every_s:
 
 
 @pytest.mark.timed  # its probes are paced by the server: beside another test it caught 3 of the 5 it needs
-def test_a_replica_paused_with_debug_sleep_shows_up_as_its_apply(tmp_path):
+def test_a_replica_paused_with_debug_sleep_shows_up_on_the_replica(tmp_path):
     rec = tmp_path / "p.vtrace"
     proc = subprocess.Popen([VT, "record", *COMMON, "--duration", "2.5", "--repeat", "1", "--inject-fsync-delay", "1ms",
                              "--server-config", "enable-debug-command=yes", "-o", str(rec)],
@@ -195,12 +195,16 @@ def test_a_replica_paused_with_debug_sleep_shows_up_as_its_apply(tmp_path):
     runs = [r for r in decode(recfmt.read(rec)).runs if r.status == "ok"]
     parts = [p for run, links in repl._links(runs) for _, p in repl._probe_chains(run, links)]
     assert len(parts) >= 5
-    paused = [p for p in parts if p["replica_apply_us"] + p["link_us"] >= 100_000]
-    assert paused, max(p["replica_apply_us"] for p in parts)
-    # the pause is the replica's: the probes it caught spent it reaching the replica's main thread,
-    # not on the primary (its durability stays at its 1 ms fsync's scale)
-    assert all(p["primary_durability_us"] < 50_000 for p in paused), paused
-    assert max(p["replica_apply_us"] for p in paused) >= 150_000
+    # the pause lands in the replica's part the probe was in when it began: its apply (the stream's bytes
+    # not yet read), or its ack (written to its AOF, the GETACK not yet answered: all three caught in one
+    # CI run, 202-208 ms of ack each)
+    replica = ("link_us", "replica_apply_us", "replica_aof_us", "replica_ack_us")
+    paused = [p for p in parts if sum(p[k] for k in replica) >= 100_000]
+    assert paused, max(sum(p[k] for k in replica) for p in parts)
+    # the pause is the replica's, not the primary's (its durability and its reply stay at its 1 ms
+    # fsync's scale)
+    assert all(p["primary_durability_us"] < 50_000 and p["primary_reply_us"] < 50_000 for p in paused), paused
+    assert max(sum(p[k] for k in replica) for p in paused) >= 150_000
 
 
 def _valkey_server() -> str:
