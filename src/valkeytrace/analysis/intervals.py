@@ -58,10 +58,12 @@ def model_sd(measured: float | None, simulated: float | None) -> float:
 
 
 def pooled_miss(misses) -> float:
-    """One figure's miss on the baseline is one draw of how far the model is off (a p50 paced by the
-    fsync can come out exact where a change of the offload's wait moves it 5%, as CI saw): the root mean
-    square of the op's misses over every figure the self-check reproduced (its rate, mean, p50, p95, p99:
-    those measured and simulated both)."""
+    """The root mean square of misses: a latency's range takes at least that of the op's latencies the
+    self-check reproduced (mean, p50, p95, p99; those measured and simulated both), the rate at least that
+    of itself and the mean (analysis/predict.self_check). One figure's miss is one draw of how far the
+    model is off, and the p50 and the rate are the two the fit chose the CPU split on: a fsync-paced p50
+    came out within 0.3% of its baseline and missed by 5% under a gather window in CI, where the same
+    baseline's p95 was 9% off."""
     m = list(misses)
     return float(np.sqrt(np.mean(np.square(m)))) if m else 0.0
 

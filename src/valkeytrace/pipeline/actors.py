@@ -17,8 +17,6 @@ import operator
 from collections import deque
 from typing import Any
 
-import numpy as np
-
 _DRAWS = 4096
 
 
@@ -34,34 +32,6 @@ class Draws:
         v = self.buf[self.i]
         self.i += 1
         return v
-
-
-class Stream:
-    """A simulation's per-request draws from a stream of their own, in blocks: a scalar draw from numpy
-    costs ~2 µs (a key per request was a fifth of a prediction's CPU); a block makes each a list index.
-    key(): the request's key, uniform in [0, keyspace); delay(): a reply's extra delay on its way, the
-    fitted jitter (0 unless a uniform draw falls under its share: then an exponential one of its mean)."""
-
-    def __init__(self, rng, keyspace: int, jitter):
-        self.rng, self.keyspace = rng, max(1, int(keyspace))
-        self.share = jitter.share if jitter is not None and jitter.share else 0.0
-        self.mean_us = jitter.mean_us if self.share else 0.0
-        self.keys: list[int] = []
-        self.delays: list[float] = []
-        self.ki = self.di = 0
-
-    def key(self) -> int:
-        if self.ki >= len(self.keys):
-            self.keys, self.ki = self.rng.integers(self.keyspace, size=_DRAWS).tolist(), 0
-        self.ki += 1
-        return self.keys[self.ki - 1]
-
-    def delay(self) -> float:
-        if self.di >= len(self.delays):
-            u, e = self.rng.random(_DRAWS), self.rng.standard_exponential(_DRAWS)
-            self.delays, self.di = np.where(u < self.share, e * self.mean_us, 0.0).tolist(), 0
-        self.di += 1
-        return self.delays[self.di - 1]
 
 
 class Noise:
@@ -165,8 +135,9 @@ class _Client:
     seq: int
 
     def reply(self, conn: int, t: float) -> None:
-        if self.sim.draws.share:
-            t += self.sim.draws.delay()
+        j = self.sim.p.jitter
+        if j is not None and j.share and self.sim.rng.random() < j.share:
+            t += float(self.sim.rng.exponential(j.mean_us))
         self.seq += 1
         heapq.heappush(self.replies, (t, self.seq, conn))
         self.cpu.want(self, t + self.cost.wake_us)
@@ -188,8 +159,8 @@ class ClosedClient(_Client):
         self.cost = sim.p.client
 
     def run_pass(self, t: float) -> float:
-        c, sim, op = self.cost, self.sim, self.op
-        key = sim.draws.key
+        c, sim, keyspace, op = self.cost, self.sim, self.sim.p.keyspace, self.op
+        rng = sim.rng
         # epoll's ready list, in the order the events became ready: the write events the last pass
         # registered, and the replies as they arrived
         ready = [(w, 1, conn) for w, conn in self.writes]
@@ -203,7 +174,7 @@ class ClosedClient(_Client):
             if is_write:
                 t = fin(t, c.write_us)
                 sent[conn] = t
-                sim.arrive(t, conn, op, key())
+                sim.arrive(t, conn, op, int(rng.integers(keyspace)))
             else:
                 t = fin(t, c.read_us)
                 if warm <= t < sim.end:
@@ -289,7 +260,7 @@ class OpenClient(_Client):
     def _send(self, t: float, due: float, conn: int) -> float:
         t = self.cpu.noise.finish(t, self.cost.write_us)
         self.due[conn] = (due, t)
-        self.sim.arrive(t, conn, self.op, self.sim.draws.key())
+        self.sim.arrive(t, conn, self.op, int(self.sim.rng.integers(self.sim.p.keyspace)))
         return t
 
     def pass_end(self, t: float) -> None:
