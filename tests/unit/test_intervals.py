@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from valkeytrace.analysis import calibration, intervals, predict
+from valkeytrace.analysis import calibration, intervals
 from valkeytrace.recording import format as recfmt
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -81,24 +81,3 @@ def test_each_simulated_window_draws_a_pass_of_its_own(two_speeds):
     assert {"cpu_split", "jitter_share"} <= set(cal.fitted)
     assert all(v.source for v in cal.inputs.values())
     assert not {"slow_mode_weight", "emulation_us_per_request"} & set(cal.inputs)
-
-
-def test_a_prediction_from_two_speeds_is_wider_than_from_one(two_speeds):
-    """The same recording with its slow pass made as fast as the others: the range narrows (two speeds in one
-    recording widen it) and the TPS moves toward the fast figure."""
-    import msgspec
-    from valkeytrace.recording.model import decode
-    doc = decode(two_speeds)
-    change = predict.Change(offload="durable")
-    wide = predict.predict(doc, change, [("read-heavy", 64)]).cells[0].ops["GET"]
-    passes = [r.demand for r in doc.runs if r.workload == "read-heavy" and r.demand and r.demand.host_cpu]
-    fast = min(passes, key=lambda p: p.host_cpu.server_cores + p.host_cpu.clients_cores)
-    one = msgspec.structs.replace(doc, runs=[msgspec.structs.replace(r, demand=fast) if r.demand else r for r in doc.runs])
-    narrow = predict.predict(one, change, [("read-heavy", 64)]).cells[0].ops["GET"]
-    width = lambda o, k: o.interval[k][1] / o.interval[k][0]  # noqa: E731
-    assert width(wide, "tps") > width(narrow, "tps") and width(wide, "p50_us") > width(narrow, "p50_us")
-    assert narrow.tps > wide.tps
-    for o in (wide, narrow):
-        for k in ("tps", "p50_us", "p95_us", "p99_us"):
-            lo, hi = o.interval[k]
-            assert lo <= getattr(o, k) <= hi, (k, o)
