@@ -70,6 +70,30 @@ def test_two_cohorts_wait_two_jobs_and_are_counted():
     # each write's time in the server, from its arrival to its reply: the median of the simulation's own
     assert d.residence_p50_us == pytest.approx(float(np.median(server["truth_residence_us"])), abs=0.01)
     assert 4000 < d.residence_p50_us < 2 * 4000 + 1000  # between one job and two
+    # each reply leaves 10 µs after its job's end; it waited from its read (5 µs after arriving) to that end
+    assert d.release_hop_p50_us == pytest.approx(10, abs=0.01)
+    assert 3000 < d.durable_wait_p50_us < 8000
+
+
+def test_replies_that_wait_for_no_sync_have_no_durable_hop():
+    """everysec: a sync a second on bio_aof, each write answered 50 µs after it arrives; the last sync before
+    a reply ended up to a second earlier, which is no hop of the reply's (it was 288 ms in a compare once)."""
+    req, ev = [], []
+    for i in range(20_000):  # 2 s of writes on 10 connections, one every 100 µs
+        a = i * 100.0
+        req += [(a, i % 10, 0, 0), (a + 5, i % 10, 1, 100), (a + 50, i % 10, 2, 100)]
+    for s_us in (300_000.0, 1_300_000.0):
+        ev.append([int(s_us * 1e3), 20_000, 200, "aof_write", "call"])
+        ev.append([int((s_us + 20) * 1e3), 5_000_000, 200, "fdatasync", "call"])
+    cols = {"events": ["arrive", "recv", "send"], "offset_ns": [int(r[0] * 1e3) for r in req],
+            "conn": [r[1] for r in req], "event": [r[2] for r in req], "tid": [r[3] for r in req]}
+    threads = [{"tid": 100, "name": "valkey-server", "role": "main", "calls": {}},
+               {"tid": 200, "name": "bio_aof", "role": "bio_aof", "calls": {"fdatasync": hist(2)}}]
+    d = run_durability({"window_ns": 2_000_000_000, "threads": threads, "requests": cols,
+                        "blocked_timeline": {"events": ev}})
+    assert d.thread == "bio_aof" and d.jobs == 2 and d.jobs_waited_per_write < 0.01
+    assert d.residence_p50_us == pytest.approx(50, abs=0.01)
+    assert d.release_hop_p50_us is None and d.durable_wait_p50_us is None
 
 
 @pytest.mark.parametrize("gather_us", [300, 1000])

@@ -11,7 +11,8 @@ arrival, read and reply): the same record for any build, whichever thread makes 
   ended in that interval (mean); release_hop_p50_us: from the last sync's end before a reply to the
   reply (the median write's): the hop a durable reply takes to its socket (an I/O thread's, under
   io-threads: the main thread's handoff, the I/O thread's wake-up and write); durable_wait_p50_us:
-  from the server's read of a write to that sync's end (the median write's);
+  from the server's read of a write to that sync's end (the median write's); both over the writes a
+  sync ended for, and None unless they are half the writes or more (everysec: no reply waits);
   writes_per_job: writes answered per job;
 - arrival_spread_us: after a job's end, the writes it released come back (their clients' next
   requests): how far apart those arrivals are, the spread of one cohort (median over jobs);
@@ -139,10 +140,14 @@ def run_durability(server) -> WindowDurability | None:
     rec.writes, rec.write_clients, rec.jobs_waited_per_write = len(reqs), clients, float(waited.mean())
     rec.residence_p50_us = float(np.median(arr[:, 3] - arr[:, 1])) / 1e3
     last = np.searchsorted(ends, arr[:, 3], side="right") - 1  # the last durability event before each reply
-    hops = arr[last >= 0, 3] - ends[last[last >= 0]]
-    rec.release_hop_p50_us = float(np.median(hops)) / 1e3 if len(hops) else None
-    waits = ends[last[last >= 0]] - arr[last >= 0, 2]  # read by the server -> that sync's end
-    rec.durable_wait_p50_us = float(np.median(np.maximum(waits, 0))) / 1e3 if len(waits) else None
+    # a durable reply's hop and wait: only where most replies waited for a sync (under everysec a reply
+    # waits for none, and the last sync before it ended up to a second earlier: no hop of its)
+    held = (waited >= 1) & (last >= 0)
+    if held.sum() * 2 >= len(reqs):
+        hops = arr[held, 3] - ends[last[held]]
+        rec.release_hop_p50_us = float(np.median(hops)) / 1e3
+        waits = ends[last[held]] - arr[held, 2]  # read by the server -> that sync's end
+        rec.durable_wait_p50_us = float(np.median(np.maximum(waits, 0))) / 1e3
     rec.writes_per_job = len(reqs) / len(ends)
     rec.cohorts = max(1, int(round(clients / rec.writes_per_job)))
     # a cohort: the replies one job released, and when their clients' next requests arrived
