@@ -150,8 +150,9 @@ def run_durability(server) -> WindowDurability | None:
         rec.durable_wait_p50_us = float(np.median(np.maximum(waits, 0))) / 1e3
     rec.writes_per_job = len(reqs) / len(ends)
     rec.cohorts = max(1, int(round(clients / rec.writes_per_job)))
-    # a cohort: the replies one job released, and when their clients' next requests arrived
-    released = np.searchsorted(ends, arr[:, 3], side="right") - 1
+    # a cohort: the replies one job released (the last before each reply: `last`), and when their
+    # clients' next requests arrived
+    released = last
     nxt: dict[int, list] = {}
     order = np.lexsort((arr[:, 3], arr[:, 0]))
     for a, b in zip(order[:-1], order[1:]):

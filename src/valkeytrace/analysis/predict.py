@@ -286,16 +286,15 @@ def self_check(cal: Calibration) -> SelfCheck:
     for op in ops:
         measured, runs = cal.measured.get(op) or Measured(), cal.per_run.get(op, {})
         misses = {k: model_sd(getattr(measured, k), getattr(ops[op], k)) for k in FIGURES_CHECKED}
-        seen = [k for k in FIGURES_CHECKED if getattr(measured, k) and getattr(ops[op], k)]
+        seen = {k: m for k, m in misses.items() if getattr(measured, k) and getattr(ops[op], k)}
         # a latency: the op's latencies' misses; the rate: its own and the mean latency's (a closed loop's
         # rate is its clients over the mean latency: one miss seen twice, the mean not fitted)
-        pooled = {"tps": pooled_miss(misses[k] for k in seen if k in ("tps", "mean_us")),
-                  "latency": pooled_miss(misses[k] for k in seen if k != "tps")}
+        pooled = {"tps": pooled_miss(m for k, m in seen.items() if k in ("tps", "mean_us")),
+                  "latency": pooled_miss(m for k, m in seen.items() if k != "tps")}
         for k in FIGURES_CHECKED:
             groups = cells["tps" if k == "tps" else "p50_us"] or [runs.get(k, [])]
             widen.setdefault(op, {})[k] = (shift_sd(groups), max(misses[k], pooled["tps" if k == "tps" else "latency"]))
     return SelfCheck(ops, widen)
-
 
 
 def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None = None,

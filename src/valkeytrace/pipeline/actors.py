@@ -13,9 +13,10 @@ processes share, the stalls other tasks put on a CPU, and the clients themselves
 from __future__ import annotations
 
 import heapq
-import operator
 from collections import deque
 from typing import Any
+
+import numpy as np
 
 _DRAWS = 4096
 
@@ -24,14 +25,14 @@ class Draws:
     """Pre-drawn samples of one Sampler, refilled as used."""
 
     def __init__(self, sampler, rng):
-        self.sampler, self.rng, self.buf, self.i = sampler, rng, [], 0
+        self.sampler, self.rng, self.buf, self.i = sampler, rng, np.empty(0), 0
 
     def next(self) -> float:
         if self.i >= len(self.buf):
-            self.buf, self.i = self.sampler.draws(self.rng, _DRAWS).tolist(), 0
+            self.buf, self.i = self.sampler.draws(self.rng, _DRAWS), 0
         v = self.buf[self.i]
         self.i += 1
-        return v
+        return float(v)
 
 
 class Noise:
@@ -42,8 +43,6 @@ class Noise:
         self.draws = Draws(interference.stall, rng) if self.rate else None  # used only with a rate
         self.rng = rng
         self.start, self.end = self._next(0.0)
-        if not self.rate:  # no stall ever: a piece of work ends its length later (a C call, ~19M a prediction)
-            self.finish = operator.add  # type: ignore[method-assign,assignment]
 
     def _next(self, after: float) -> tuple:
         if not self.rate:
