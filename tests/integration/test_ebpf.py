@@ -315,7 +315,7 @@ def sleeper(n):
 sys.stdin.readline()  # the tracer is loaded
 a = threading.Thread(target=sleeper, args=(200,)); a.start()
 print("A", a.native_id, flush=True); a.join()
-time.sleep(1.5)  # the tracer's refresh frees A's slot before B exists
+time.sleep(2.5)  # the tracer's refresh (a poll a second, on the tids' change) frees A's slot before B exists
 b = threading.Thread(target=sleeper, args=(10 ** 6,)); b.start()
 print("B", b.native_id, time.monotonic(), flush=True)
 sys.stdin.readline()
@@ -342,7 +342,7 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
         assert line[0] == "A" and int(line[1]) - child.pid >= MAX_SLOTS, line
         tid_a = int(line[1])
         tracer._poller = threading.Thread(target=tracer._poll, daemon=True)
-        tracer._poller.start()  # refreshes slots twice a second, as in a recording
+        tracer._poller.start()  # refreshes slots when the tids change (a poll a second), as in a recording
         time.sleep(0.5)
         tracer.window_begin()
         slot_a = tracer._extra.get(tid_a)
@@ -350,8 +350,11 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
         line = child.stdout.readline().split()
         assert line[0] == "B", line
         tid_b, b_started = int(line[1]), float(line[2])
-        time.sleep(1.2)  # two refreshes at least: B gets a slot, then sleeps on in it
+        deadline = time.monotonic() + 4
+        while tracer._extra.get(tid_b) is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the next poll sees a new tid and refreshes: B gets a slot
         assert tracer._extra.get(tid_b) == slot_a  # B took A's slot
+        time.sleep(0.5)  # and sleeps on in it
         win = tracer.window_end()
         lifetime_ns = (time.monotonic() - b_started) * 1e9
     finally:

@@ -38,7 +38,9 @@ def test_unbounded_offload_holds_rate_times_stall(tmp_path):
     c, m = _cell(side)
     want = RATE * STALL_S
     assert 0.6 * want <= m["held_replies_peak"] <= 1.4 * want, (m["held_replies_peak"], want)
-    assert m["held_bytes_peak"] >= 5 * m["held_replies_peak"]  # "+OK\r\n" each, at least
+    # "+OK\r\n" each, at least; the two peaks may be two samples' (the gauges are read one after the other,
+    # a reply added between them: 15,600 B against 3,121 replies once)
+    assert m["held_bytes_peak"] >= 5 * 0.99 * m["held_replies_peak"]
     assert len(m["timeline"]) >= 10 * 2.5, len(m["timeline"])  # 10 Hz or more over the window
     assert m["stalls"], "the window's stalls are not in the recording"
     op = c["ops"]["SET"]

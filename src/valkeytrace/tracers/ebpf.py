@@ -37,8 +37,10 @@ from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACE
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
-POLL_INTERVAL_S = 0.25  # 4 wakeups a second; the ring buffer holds ~130K events (ebpf_plan.RINGBUF_PAGES)
-REFRESH_EVERY = 2  # polls between refreshes of thread names and AOF fds (twice a second)
+# The poller wakes once a second (each wakeup costs this VM 0.1-1 ms of CPU, docs/performance.md, stop 67);
+# after a drain of BUSY_RECORDS or more (the ring buffer holds ~130K) again after BUSY_POLL_S
+POLL_INTERVAL_S, BUSY_POLL_S, BUSY_RECORDS = 1.0, 0.25, 20_000
+FULL_REFRESH_EVERY = 10  # polls between refreshes of thread names and AOF fds when nothing seemed to change
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_PERIOD_S = 1.0
 # fraction of time beforeSleep is probed (record --loop-sample): each hit costs the main thread a
@@ -66,10 +68,9 @@ class EbpfTracer(Tracer):
         if inject or delay_control or shim_delays:
             self.shim_library = shim_library()
         self.bpf: Any = None
-        self._events: list[bytes] = []
-        self._events_lock = threading.Lock()
         self._consume_lock = threading.Lock()  # libbpf's ring_buffer__consume is not re-entrant
         self._refresh_lock = threading.Lock()
+        self._seen: tuple | None = None  # (the server's tids, its AOF directory's mtime) at the last look
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self._loop_probe: Any = None
@@ -414,29 +415,43 @@ class EbpfTracer(Tracer):
         self.bpf.open_ring_buffer(b"block_events", int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))),
                                   int(ffi.cast("uintptr_t", self._sink)))
 
-    def _consume(self):
-        """Move what the ring buffer holds into self._events (one bytes object per drain)."""
+    def _consume(self, take: bool = False) -> bytes:
+        """Drain the ring buffer into the native sink, where the window's records stay (no Python object
+        per drain); take: hand them over and empty the sink (the window's edges)."""
         with self._consume_lock:
             bpf, sink = self.bpf, self._sink
             if bpf is None or sink is None:
-                return
+                return b""
             bpf.ring_buffer_consume()
-            if sink.len:
-                blob = ffi.buffer(sink.buf, sink.len)[:]
-                sink.len = 0
-                with self._events_lock:
-                    self._events.append(blob)
+            if not take or not sink.len:
+                return b""
+            blob = ffi.buffer(sink.buf, sink.len)[:]
+            sink.len = 0
+            return blob
+
+    def _changed(self) -> bool:
+        """Whether the server's threads (their tids) or its AOF directory (its mtime: a rewrite's new file)
+        may have changed since the last look: a directory listing and a stat, not a read of every fd."""
+        try:
+            now = (frozenset(os.listdir(f"/proc/{self.pid}/task")), os.stat(self.aof_dir).st_mtime_ns)
+        except OSError:
+            now = None
+        seen, self._seen = self._seen, now
+        return now is None or now != seen
 
     def _poll(self):
-        system.lower_thread_priority()  # the ring buffer holds ~10 s of records: a late poll loses nothing
-        n = 0
-        while not self._stop.wait(POLL_INTERVAL_S):
+        system.lower_thread_priority()  # the ring buffer holds seconds of records: a late poll loses nothing
+        n, wait = 0, POLL_INTERVAL_S
+        while not self._stop.wait(wait):
             if self.bpf is None:
                 break
             try:
+                before = self._sink.records if self._sink is not None else 0
                 self._consume()
+                busy = self._sink is not None and self._sink.records - before >= BUSY_RECORDS
+                wait = BUSY_POLL_S if busy else POLL_INTERVAL_S
                 n += 1
-                if n % REFRESH_EVERY == 0:
+                if self._changed() or n % FULL_REFRESH_EVERY == 0:
                     self._refresh()
             except Exception:
                 if self._stop.is_set():
@@ -466,9 +481,7 @@ class EbpfTracer(Tracer):
         self._cost.edge()
         self._requests(requests)
         self._refresh()
-        self._consume()
-        with self._events_lock:
-            self._events.clear()
+        self._consume(take=True)  # what came before the window
         self._begin = ebpf_pool.read_snapshot(self)
         self._cost.begin(self.bpf)
 
@@ -478,9 +491,7 @@ class EbpfTracer(Tracer):
             end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
         end = ebpf_pool.read_snapshot(self, end_mono_ns)
         self._requests(False)
-        self._consume()
+        events = self._consume(take=True)
         self._refresh()
-        with self._events_lock:
-            events, self._events = self._events, []
-        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), events, self.info),
+        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events] if events else [], self.info),
                 "tracer_cost": self._cost.end(self.bpf, self._uprobes)}

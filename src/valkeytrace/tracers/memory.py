@@ -9,7 +9,8 @@ Three sources, each read where it can answer while the server's main thread cann
   the normal clients' output buffers, `aof_delayed_fsync`. INFO is answered by the main thread, so it is
   asked on a thread of its own: a main thread stalled in fdatasync (appendfsync always) answers late, and
   the samples of that time carry the last answer with its age (`info_age_s`), never a made-up figure.
-INFO is asked INFO_HZ times a second, the other sources SAMPLE_HZ (attached: ATTACHED_HZ).
+INFO is asked INFO_HZ times a second, the other sources SAMPLE_HZ; attached (ATTACHED_HZ), both once a
+second on one thread, the sample after each answer.
 
 Each sample: [t_s, held_replies, held_bytes, dirty_keys, aof_buffer_bytes, rss_kb, used_memory,
 clients_normal_bytes, info_age_s, behind_replies] (COLUMNS); a figure no source gives is None. held_replies
@@ -25,20 +26,36 @@ import time
 
 SAMPLE_HZ = 20
 INFO_HZ = 10        # INFO asks the main thread (two sections, ~2.5 kB of reply): half the samples' rate
-ATTACHED_HZ = (4, 1)  # a server someone else runs (record --attach): the tracer process under 0.6% of a core (#60)
+ATTACHED_HZ = (1, 1)  # a server someone else runs (record --attach): a wakeup costs the tracer ~0.5 ms under load (#60)
 INFO_STALE_S = 0.5  # an INFO answer older than this (or 1.5 of its periods) is not a figure of the sample's moment
 COLUMNS = ("t_s", "held_replies", "held_bytes", "dirty_keys", "aof_buffer_bytes", "rss_kb", "used_memory",
            "clients_normal_bytes", "info_age_s", "behind_replies")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def rss_kb(pid: int) -> int | None:
-    """The process's resident set in kB (statm's second field), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * PAGE_KB
-    except (OSError, ValueError, IndexError):
-        return None
+class Statm:
+    """The process's resident set in kB (statm's second field), from one fd kept open: a read of it is one
+    syscall (an open, read and close each time cost 3x that on this VM, docs/performance.md, stop 67)."""
+
+    def __init__(self, pid: int):
+        try:
+            self.fd: int | None = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None
+
+    def rss_kb(self) -> int | None:
+        """None once the process is gone."""
+        if self.fd is None:
+            return None
+        try:
+            return int(os.pread(self.fd, 256, 0).split()[1]) * PAGE_KB
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 INFO_KEYS = ("used_memory", "mem_clients_normal", "aof_buffer_length", "aof_delayed_fsync")
@@ -106,15 +123,21 @@ class MemorySampler:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.t0 = 0.0
+        self._statm: Statm | None = None
 
     def start(self) -> None:
+        """Two threads, the samples' and INFO's; one when both have the same rate (attached: each wakeup of
+        the tracer costs it ~1 ms of CPU under load on this VM), a sample then taken after each answer."""
+        self._statm = Statm(self.pid)
         self.t0 = time.monotonic()
-        for fn, name in ((self._sample, "vt-memory"), (self._ask_info, "vt-memory-info")):
+        jobs = (((self._sample, "vt-memory"), (self._ask_info, "vt-memory-info")) if self.info_period != self.period
+                else ((lambda: self._ask_info(sample=True), "vt-memory"),))
+        for fn, name in jobs:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
-    def _ask_info(self) -> None:
+    def _ask_info(self, sample: bool = False) -> None:
         sock = None
         while not self._stop.is_set():
             try:
@@ -126,6 +149,8 @@ class MemorySampler:
                 if sock is not None:
                     sock.close()
                 sock = None
+            if sample:
+                self.samples.append(self._row())
             self._stop.wait(self.info_period)
         if sock is not None:
             sock.close()
@@ -140,7 +165,7 @@ class MemorySampler:
         shim_aof = g["aof_queued_bytes"] if g else 0
         return [round(now - self.t0, 3),
                 g["held_now"] if g else None, g["held_bytes_now"] if g else None, g["dirty_keys_now"] if g else None,
-                None if valkey_aof is None else valkey_aof + shim_aof, rss_kb(self.pid),
+                None if valkey_aof is None else valkey_aof + shim_aof, self._statm.rss_kb() if self._statm else None,
                 int(info["used_memory"]) if fresh and "used_memory" in info else None,
                 int(info["mem_clients_normal"]) if fresh and "mem_clients_normal" in info else None, age,
                 g["behind_now"] if g else None]
@@ -156,6 +181,8 @@ class MemorySampler:
         for t in self._threads:
             t.join(3)
         self.samples.append(self._row())
+        if self._statm is not None:
+            self._statm.close()
         d = self.delayed_fsync
         stalls = self.stalls.between(self.t0, time.monotonic()) if self.stalls is not None else None
         return {"hz": round(1 / self.period), "columns": list(COLUMNS), "samples": self.samples, "stalls": stalls,
