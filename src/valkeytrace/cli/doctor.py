@@ -115,10 +115,16 @@ def _check_bpf_cache(add) -> None:
     from valkeytrace.tracers import bpf_cache
 
     d = bpf_cache.directory()
+    try:
+        exists = d is not None and d.exists()
+    except OSError as exc:  # HOME another user's (setpriv keeps it): a directory this user cannot even look at
+        add(Check("compile cache", WARN, f"{d}: cannot be read ({exc.strerror}): every record compiles",
+                  "VALKEYTRACE_BPF_CACHE=DIR, or XDG_CACHE_HOME of this user's", needed_for_ebpf=False))
+        return
     if d is None:
         add(Check("compile cache", OK, "off (VALKEYTRACE_BPF_CACHE): every record compiles its probes",
                   needed_for_ebpf=False))
-    elif not d.exists():
+    elif not exists:
         add(Check("compile cache", OK, f"{d}: none yet (the first eBPF record compiles and keeps its probes)",
                   needed_for_ebpf=False))
     elif bpf_cache.private(d):
