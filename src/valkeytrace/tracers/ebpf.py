@@ -38,7 +38,7 @@ from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, windo
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
 # The poller wakes once a second (each wakeup costs this VM 0.1-1 ms of CPU, docs/performance.md, stop 67);
-# after a drain of BUSY_RECORDS or more (the ring buffer holds ~130K) again after BUSY_POLL_S
+# every BUSY_POLL_S while request events are on or after a drain of BUSY_RECORDS (the ring buffer holds ~130K)
 POLL_INTERVAL_S, BUSY_POLL_S, BUSY_RECORDS = 1.0, 0.25, 20_000
 FULL_REFRESH_EVERY = 10  # polls between refreshes of thread names and AOF fds when nothing seemed to change
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
@@ -72,6 +72,7 @@ class EbpfTracer(Tracer):
         self._refresh_lock = threading.Lock()
         self._seen: tuple | None = None  # (the server's tids, its AOF directory's mtime) at the last look
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the poller looks again now: stopping, or request events turned on
         self._poller: threading.Thread | None = None
         self._loop_probe: Any = None
         self.names: dict[int, str] = {}
@@ -351,6 +352,7 @@ class EbpfTracer(Tracer):
         if self.delay_control:
             self.delay_control.close()
         self._stop.set()
+        self._wake.set()
         if self._sampler is not None:
             self._sampler.join(timeout=5)
             self._sampler = None
@@ -416,8 +418,7 @@ class EbpfTracer(Tracer):
                                   int(ffi.cast("uintptr_t", self._sink)))
 
     def _consume(self, take: bool = False) -> bytes:
-        """Drain the ring buffer into the native sink, where the window's records stay (no Python object
-        per drain); take: hand them over and empty the sink (the window's edges)."""
+        """Drain the ring buffer into the native sink (no Python object per drain); take: its records, emptied."""
         with self._consume_lock:
             bpf, sink = self.bpf, self._sink
             if bpf is None or sink is None:
@@ -430,8 +431,7 @@ class EbpfTracer(Tracer):
             return blob
 
     def _changed(self) -> bool:
-        """Whether the server's threads (their tids) or its AOF directory (its mtime: a rewrite's new file)
-        may have changed since the last look: a directory listing and a stat, not a read of every fd."""
+        """Whether the server's tids or its AOF directory's mtime (a rewrite's new file) changed since the last look."""
         try:
             now = (frozenset(os.listdir(f"/proc/{self.pid}/task")), os.stat(self.aof_dir).st_mtime_ns)
         except OSError:
@@ -442,14 +442,16 @@ class EbpfTracer(Tracer):
     def _poll(self):
         system.lower_thread_priority()  # the ring buffer holds seconds of records: a late poll loses nothing
         n, wait = 0, POLL_INTERVAL_S
-        while not self._stop.wait(wait):
-            if self.bpf is None:
+        while True:
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set() or self.bpf is None:
                 break
             try:
                 before = self._sink.records if self._sink is not None else 0
                 self._consume()
                 busy = self._sink is not None and self._sink.records - before >= BUSY_RECORDS
-                wait = BUSY_POLL_S if busy else POLL_INTERVAL_S
+                wait = BUSY_POLL_S if busy or self._requests_on else POLL_INTERVAL_S
                 n += 1
                 if self._changed() or n % FULL_REFRESH_EVERY == 0:
                     self._refresh()
@@ -476,6 +478,7 @@ class EbpfTracer(Tracer):
             except Exception:
                 pass  # a kernel without one of them: the record says no per-write figures
         self._requests_on = on
+        self._wake.set()  # request events come ~100K a second: polled every BUSY_POLL_S while on
 
     def window_begin(self, requests: bool = False):
         self._cost.edge()
