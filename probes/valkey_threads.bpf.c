@@ -1,19 +1,20 @@
 /*
  * valkey_threads.bpf.c: where each thread of one valkey-server spends its time.
  *
- * Measures, per thread of process TARGET_TGID, aggregated in the kernel:
- *   - fdatasync / fsync latency (log-linear histograms, valkeytrace.h), count, total, max;
- *   - AOF write(2) latency and bytes;
+ * Measures, per thread of process TARGET_TGID:
+ *   - every fdatasync / fsync call and AOF write(2) (its start, length and bytes), as a record in the
+ *     ring buffer: the tracer builds the histograms from them; only a call whose record the ring buffer
+ *     could not take goes into the thread's histogram here (log-linear, valkeytrace.h);
+ * and, aggregated in the kernel:
  *   - off-CPU time from sched_switch and sched_wakeup, by state (runnable = waiting for a CPU:
  *     preempted, or woken and not yet running; sleeping; uninterruptible = I/O, each until the
  *     wake-up) and by the call the thread was inside (fdatasync/fsync, AOF write, epoll_wait = idle, other);
  *   - main-thread event-loop iterations: beforeSleep -> beforeSleep (uprobe), or, without the
  *     symbol (LOOP_FROM_EPOLL=1), epoll_wait return -> return;
  *   - flushAppendOnlyFile calls and durations (uprobe + uretprobe, when attached);
- *   - every main-thread off-CPU interval >= BLOCK_THRESHOLD_NS, and every fdatasync/fsync call
- *     and AOF write on any thread, as an event in a ring buffer, submitted without waking the reader
- *     (userspace polls on a timer); failed submissions are counted in `lost`, never dropped
- *     silently.
+ *   - every main-thread off-CPU interval >= BLOCK_THRESHOLD_NS, as a record in the same ring buffer,
+ *     submitted without waking the reader (userspace polls on a timer); failed submissions are
+ *     counted in `lost`, never dropped silently.
  *
  * Sources for the calls:
  *   - TRACE_FS_SYNC=1 (default when the AOF lives on ext4): fdatasync/fsync from the raw
@@ -152,7 +153,8 @@ static __always_inline int slot_of(u32 tid)
     return -1;
 }
 
-static __always_inline void emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
+/* 1 when the record went into the ring buffer; 0 when it was full (counted in `lost`) */
+static __always_inline int emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
 {
     /* written in place (reserve, then submit): no copy through the stack */
     struct vt_block_event *ev = block_events.ringbuf_reserve(sizeof(struct vt_block_event));
@@ -161,7 +163,7 @@ static __always_inline void emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause
         u64 *l = lost.lookup(&zero);
         if (l)
             __sync_fetch_and_add(l, 1);
-        return;
+        return 0;
     }
     ev->start_ns = start_ns;
     ev->duration_ns = dur;
@@ -171,6 +173,7 @@ static __always_inline void emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause
     ev->bytes = bytes;
     ev->pad = 0;
     block_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+    return 1;
 }
 
 static __always_inline void emit(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state)
@@ -267,9 +270,12 @@ static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 t
     dur = now - start;
     if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
         bytes = 0;
-    account(slot, tid, kind, dur, bytes);
-    if (kind == VT_CALL_FDATASYNC || kind == VT_CALL_FSYNC || kind == VT_CALL_AOF_WRITE)
-        emit(tid, start, dur, kind, VT_EVENT_CALL);
+    /* an fsync or AOF write is its record (bytes included): the tracer builds the window's histograms
+     * from the records, and the kernel's histogram counts only the calls the ring buffer could not
+     * take. Both for one call cost ~15-20 ns of BPF per request more (docs/performance.md, stop 67). */
+    if (kind != VT_CALL_FDATASYNC && kind != VT_CALL_FSYNC && kind != VT_CALL_AOF_WRITE
+        || !emit_bytes(tid, start, dur, kind, VT_EVENT_CALL, (u32)bytes))
+        account(slot, tid, kind, dur, bytes);
 #if LOOP_FROM_EPOLL
     if (kind == VT_CALL_EPOLL_WAIT && tid == MAIN_TID) {
         int zero = 0;

@@ -126,3 +126,39 @@ def test_the_two_backends_counts_are_compared_per_role():
     out = backend_disagreements(_doc(ebpf, shim=[main_thread(0, 0, 0, 0, calls(1100))]))
     assert sorted((o.figures["call"], o.figures["ebpf"], o.figures["shim"]) for o in out) \
         == [("aof_write", 1000, 1100), ("fsync", 1000, 1100)], out
+
+
+def _call_events(rows):
+    """Ring-buffer records of whole calls: (start_ns, duration_ns, tid, kind name, bytes)."""
+    from valkeytrace.layout import BLOCK_EVENT_DTYPE, EVENT_CALL
+
+    arr = np.zeros(len(rows), dtype=BLOCK_EVENT_DTYPE)
+    for i, (start, dur, tid, kind, nbytes) in enumerate(rows):
+        arr[i]["start_ns"], arr[i]["duration_ns"], arr[i]["tid"] = start, dur, tid
+        arr[i]["cause"], arr[i]["state"], arr[i]["bytes"] = CALL_NAMES.index(kind), EVENT_CALL, nbytes
+    return [arr.tobytes()]
+
+
+def test_fsyncs_and_aof_writes_are_counted_from_their_records_plus_what_the_kernel_counted():
+    """The probe records each fsync and AOF write and leaves them out of the kernel's histogram unless
+    the ring buffer was full: the window's histogram is the records that ended inside it plus the
+    kernel's difference (its fallback), by tid."""
+    names, slots = {PID: "valkey-server", PID + 2: "bio_aof"}, {0: PID, 2: PID + 2}
+    a = snap(1_000_000, {0: thread_rec(PID), 2: thread_rec(PID + 2, [5000] * 3)}, {0: off(PID), 2: off(PID + 2)})
+    b = snap(9_000_000, {0: thread_rec(PID), 2: thread_rec(PID + 2, [5000] * 3 + [7000])}, {0: off(PID), 2: off(PID + 2)})
+    events = _call_events([
+        (500_000, 400_000, PID + 2, "fdatasync", 0),    # ended before the window: not its
+        (1_000_000, 300_000, PID + 2, "fdatasync", 0),
+        (2_000_000, 900_000, PID + 2, "fdatasync", 0),
+        (8_500_000, 600_000, PID + 2, "fdatasync", 0),  # ends after the window's end: the next window's
+        (3_000_000, 20_000, PID, "aof_write", 64),
+        (4_000_000, 30_000, PID, "aof_write", 128),
+    ])
+    win = w.window_metrics(a, b, PID, names, slots, events, {})
+    by = {t["name"]: t["calls"] for t in win["threads"]}
+    sync = by["bio_aof"]["fdatasync"]
+    assert sync["count"] == 3 and sync["sum_ns"] == 300_000 + 900_000 + 7000  # two records + the kernel's one
+    assert sync["max_ns"] == 900_000
+    write = by["valkey-server"]["aof_write"]
+    assert write["count"] == 2 and write["sum_ns"] == 50_000 and write["bytes"] == 192
+    assert "fdatasync" not in by["valkey-server"]

@@ -16,8 +16,9 @@ import msgspec
 import numpy as np
 
 from valkeytrace._native import lib
-from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_ARRIVE, EVENT_STATE_NAMES, HIST_BUCKETS,
-                                STATE_NAMES)
+from valkeytrace.histogram import LatencyHistogram
+from valkeytrace.layout import (BLOCK_EVENT_DTYPE, CALL_NAMES, EVENT_ARRIVE, EVENT_CALL, EVENT_STATE_NAMES,
+                                HIST_BUCKETS, STATE_NAMES)
 from valkeytrace.recording import document
 from valkeytrace.roles import thread_role
 from valkeytrace.server import threads as thr
@@ -26,6 +27,7 @@ from valkeytrace.tracers.windows import histogram_delta
 MAX_SLOTS = lib.VT_SHIM_MAX_THREADS  # direct slots (probes/valkey_threads.bpf.c MAX_SLOTS)
 EXTRA_SLOTS = 16  # EXTRA_SLOTS there
 ALL_SLOTS = MAX_SLOTS + EXTRA_SLOTS
+RECORDED_CALLS = [CALL_NAMES.index(k) for k in ("fdatasync", "fsync", "aof_write")]  # a record each (the probe)
 OFFCPU_DTYPE = np.dtype([("tid", "<u8"), ("ns", "<u8", (len(CALL_NAMES), len(STATE_NAMES))), ("charged_ns", "<u8")])
 SINCE_DTYPE = np.dtype([("start_ns", "<u8"), ("tid", "<u4"), ("cause", "<u2"), ("state", "<u2")])
 
@@ -90,6 +92,8 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
                    info: dict) -> dict:
     """The recording's `server` dict for one window: raw per-thread data, nothing derived."""
     threads: dict[int, dict] = {}
+    arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE).view(np.recarray) if events else None
+    recorded = call_records(arr, a.mono_ns, b.mono_ns) if arr is not None else {}
     for slot, tid in slots.items():
         if slot not in b.threads:
             continue
@@ -102,11 +106,8 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
         mine = int(tb.tid) in (0, tid)  # else the slot's calls are another thread's (it took the slot after this one)
         if mine and ta is not None and ta.tid != tb.tid:
             ta = None  # the slot changed hands within the window: its totals restarted from zero
-        for kind, call in enumerate(CALL_NAMES if mine else ()):
-            hb, ha = tb.hist[kind], (ta.hist[kind] if ta is not None else None)
-            rec = histogram_delta(hb.buckets, ha.buckets if ha is not None else 0, int(hb.sum_ns),
-                                  int(ha.sum_ns) if ha is not None else 0, int(hb.max_ns),
-                                  int(tb.bytes[kind]) - (int(ta.bytes[kind]) if ta is not None else 0))
+        for kind, call in enumerate(CALL_NAMES):
+            rec = _calls(tb, ta, kind, mine, recorded.get((tid, kind)))
             if rec is not None:
                 entry["calls"][call] = rec
         owner_b, off_b, charged_b = b.offcpu.get(slot, (0, None, 0))
@@ -121,8 +122,7 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
                 entry["charged_on_cpu_ns"] = charged
         threads[tid] = entry
     timeline, requests = b"[]", None
-    if events:
-        arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE).view(np.recarray)
+    if arr is not None:
         is_req = arr.state >= EVENT_ARRIVE
         reqs = arr[is_req]
         # one copy of the window's intervals, not two (tens of thousands of records under load: the
@@ -145,6 +145,40 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
     if requests is not None:
         out["requests"] = requests
     return out
+
+
+def call_records(arr: np.ndarray, begin_ns: int, end_ns: int) -> dict:
+    """{(tid, call kind): (durations, bytes)} of the fsync and AOF-write records that ended in [begin_ns,
+    end_ns): the calls the kernel's histogram no longer counts (probes/valkey_threads.bpf.c end_call_of)."""
+    ev = arr.view(np.recarray)
+    end = ev.start_ns + ev.duration_ns
+    keep = (ev.state == EVENT_CALL) & np.isin(ev.cause, RECORDED_CALLS) & (end >= begin_ns) & (end < end_ns)
+    ev = ev[keep]
+    out = {}
+    for tid, kind in set(zip(ev.tid.tolist(), ev.cause.tolist())):
+        mine = (ev.tid == tid) & (ev.cause == kind)
+        out[(tid, kind)] = (ev.duration_ns[mine].astype(np.uint64), int(ev.bytes[mine].sum()))
+    return out
+
+
+def _calls(tb, ta, kind: int, mine: bool, records) -> dict | None:
+    """One call kind's window histogram: the kernel's difference (every call of a kind not recorded; of an
+    fsync or AOF write, those whose record the ring buffer could not take) plus its records' (by tid: a slot
+    that changed hands still has its records)."""
+    hb, ha = tb.hist[kind], (ta.hist[kind] if ta is not None else None)
+    after, before = (hb.buckets, ha.buckets if ha is not None else 0) if mine else (0, 0)
+    sum_a, sum_b = (int(hb.sum_ns), int(ha.sum_ns) if ha is not None else 0) if mine else (0, 0)
+    bytes_ = int(tb.bytes[kind]) - (int(ta.bytes[kind]) if ta is not None else 0) if mine else 0
+    counted = mine and bool(np.any(np.asarray(after) - np.asarray(before)))
+    max_ns = int(hb.max_ns) if counted else 0
+    if records is not None:
+        durations, nbytes = records
+        h = LatencyHistogram.from_values(durations)
+        after = np.asarray(after, dtype=np.uint64) + h.bucket_counts  # 0 + counts: a new array either way
+        sum_a, bytes_, max_ns = sum_a + h.sum_ns, bytes_ + nbytes, max(max_ns, h.max_ns)
+    if not np.any(np.asarray(after) - np.asarray(before)):
+        return None
+    return histogram_delta(after, before, sum_a, sum_b, max_ns, bytes_)
 
 
 REQUEST_EVENTS = ("arrive", "recv", "send")
