@@ -87,6 +87,29 @@ def _mount(fstype: str, path: str) -> bool:
     return res.returncode == 0
 
 
+_SYMBOLS: dict = {}
+
+
+def kernel_function_range(name: str) -> tuple[int, int] | None:
+    """[start, end) of a kernel function's code from /proc/kallsyms (end: the next symbol's address), or None
+    where it is absent or the addresses are hidden (zero: kptr_restrict, not root). Read once a process."""
+    if name not in _SYMBOLS:
+        start, addrs = None, []
+        try:
+            with open("/proc/kallsyms") as f:
+                for line in f:
+                    a, t, sym = line.split()[:3]
+                    if t in "tT":
+                        addrs.append(int(a, 16))
+                        if sym == name:
+                            start = addrs[-1]
+        except (OSError, ValueError):
+            start = None
+        after = [a for a in addrs if a > start] if start else []
+        _SYMBOLS[name] = (start, min(after)) if after else None
+    return _SYMBOLS[name]
+
+
 def tracepoint_exists(category: str, event: str) -> bool:
     tfs = tracefs_dir()
     return tfs is not None and _exists(Path(tfs, "events", category, event, "id"))

@@ -413,3 +413,64 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         for lp in loads:
             lp.stop()
         srv.stop()
+
+
+OFFLOAD_SHAPE = """
+import os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+stop = threading.Event()
+def syncer():  # another thread makes the writes durable, as #3381's offload does
+    while not stop.is_set():
+        os.fdatasync(fd)
+        time.sleep(0.001)
+sys.stdin.readline()  # the tracer is loaded
+t = threading.Thread(target=syncer); t.start()
+print("go", flush=True)
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    os.write(fd, b"x" * 100)  # the main thread appends, 2 ms apart
+    time.sleep(0.002)
+stop.set(); t.join()
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, tmp_path):
+    """ext4 starts a journal handle after a write's last folio (the size update, once its page was written
+    back): that start must not begin another write, or, with the fsyncs on another thread and no program on
+    every switch (attached), the main thread's next write would run from there (2 ms apart here: every write
+    ~2 ms, not its few us). Witness: the main thread's AOF writes' mean against the 2 ms between them."""
+    from valkeytrace.tracers import ebpf_pool
+    from valkeytrace.tracers.ebpf import EbpfTracer
+    from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
+
+    aof = tmp_path / "appendonly.aof.1.incr.aof"
+    child = subprocess.Popen([sys.executable, "-c", OFFLOAD_SHAPE, str(aof)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    tracer = EbpfTracer()
+    try:
+        tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
+        plan = tracer.plan(None, str(tmp_path), attached=True)  # as record --attach: no program on every switch
+        tracer._load(plan, None)
+        tracer._open_events()
+        ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)  # (a switch inside another syscall ends a write)
+        ebpf_pool.set_target(tracer.bpf, child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "go"
+        tracer._refresh()  # the syncer thread and the AOF fd
+        tracer.window_begin()
+        assert child.stdout.readline().strip() == "done"
+        win = tracer.window_end()
+    finally:
+        tracer.stop()
+        child.stdin.write("stop\n")
+        child.stdin.close()
+        child.wait(timeout=10)
+    main = next(t for t in win["threads"] if t["tid"] == child.pid)
+    writes = main["calls"]["aof_write"]
+    assert writes["count"] >= 300, writes["count"]
+    assert writes["sum_ns"] / writes["count"] < 500_000, writes["sum_ns"] / writes["count"]  # a phantom: ~2 ms
+    syncs = next(t for t in win["threads"] if t["tid"] != child.pid)["calls"]["fdatasync"]
+    assert syncs["count"] >= 300, syncs["count"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from valkeytrace import system
 from valkeytrace.errors import VTError
 from valkeytrace.layout import SHIM_THREAD_DTYPE
 from valkeytrace.server import threads as thr
@@ -74,8 +75,13 @@ def parked() -> int:
 
 
 def set_target(bpf, pid: int) -> None:
-    """The server the program traces (0: none)."""
+    """The server the program traces (0: none); and where ext4_dirty_inode's code lies, when the program
+    begins AOF writes at the journal start (probes/vt_sched.bpf.h: only the mtime update's start begins one)."""
     bpf[b"target"].put(0, pid)
+    if b"dirty_inode_ip" in getattr(bpf, "tables", {}):
+        lo, hi = system.kernel_function_range("ext4_dirty_inode") or (0, 0)
+        bpf[b"dirty_inode_ip"].put(0, lo)
+        bpf[b"dirty_inode_ip"].put(1, hi)
 
 
 def detach(bpf) -> tuple[list, list]:
