@@ -110,7 +110,7 @@ RAW_TRACEPOINT_PROBE(ext4_write_begin) { return fs_write_step(); }
  * last folio (the size update; 15K of 16.6K starts in a window under `always` here): that one must not
  * begin another write (it would run until the next call's begin). Only a start called from
  * ext4_dirty_inode begins one: its code's [start, end) from /proc/kallsyms in dirty_inode_ip
- * (tracers/ebpf_pool.set_target); [0, 0): any caller, as before.
+ * (tracers/ebpf_pool.set_journal_caller); [0, 0): any caller, as before.
  * TP_PROTO(struct inode *, int blocks, int rsv_blocks, int revoke_creds, int type, unsigned long IP) */
 BPF_ARRAY(dirty_inode_ip, u64, 2);
 RAW_TRACEPOINT_PROBE(ext4_journal_start_inode)

@@ -37,10 +37,10 @@ from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACE
 from valkeytrace.tracers.ebpf_window import assign_extra_slots, slot_tids, window_metrics
 from valkeytrace.tracers.emulation import preload_env, shim_library
 
-# The poller wakes once a second (each wakeup costs this VM 0.1-1 ms of CPU, docs/performance.md, stop 67);
-# every BUSY_POLL_S while request events are on or after a drain of BUSY_RECORDS (the ring buffer holds ~130K)
-POLL_INTERVAL_S, BUSY_POLL_S, BUSY_RECORDS = 1.0, 0.25, 20_000
-FULL_REFRESH_EVERY = 10  # polls between refreshes of thread names and AOF fds when nothing seemed to change
+# a poll a second (a wakeup costs this VM 0.1-1 ms of CPU, docs/performance.md, stop 67); BUSY_POLL_S while
+# request events are on or after a drain of BUSY_RECORDS (the ring buffer holds ~130K); threads and AOF fds
+# refreshed when they changed, and every FULL_REFRESH_EVERY polls
+POLL_INTERVAL_S, BUSY_POLL_S, BUSY_RECORDS, FULL_REFRESH_EVERY = 1.0, 0.25, 20_000, 10
 SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_PERIOD_S = 1.0
 # fraction of time beforeSleep is probed (record --loop-sample): each hit costs the main thread a
@@ -236,6 +236,7 @@ class EbpfTracer(Tracer):
                                              raw_functions=self.REQUEST_PROBES.values())
         self._compile_s += time.monotonic() - t0
         ebpf_pool.set_target(self.bpf, self.pid or 0)  # the tracepoints fire from the load on
+        ebpf_pool.set_journal_caller(self.bpf)
 
     def _reuse(self, loaded: ebpf_pool.Loaded) -> tuple:
         """A parked program taken over: its maps zeroed, its tracepoints attached again."""
@@ -426,8 +427,7 @@ class EbpfTracer(Tracer):
             bpf.ring_buffer_consume()
             if not take or not sink.len:
                 return b""
-            blob = ffi.buffer(sink.buf, sink.len)[:]
-            sink.len = 0
+            blob, sink.len = ffi.buffer(sink.buf, sink.len)[:], 0  # copied first, then emptied
             return blob
 
     def _changed(self) -> bool:
@@ -448,10 +448,10 @@ class EbpfTracer(Tracer):
             if self._stop.is_set() or self.bpf is None:
                 break
             try:
-                before = self._sink.records if self._sink is not None else 0
+                before = self._sink.records  # the sink exists while the program is loaded
                 self._consume()
-                busy = self._sink is not None and self._sink.records - before >= BUSY_RECORDS
-                wait = BUSY_POLL_S if busy or self._requests_on else POLL_INTERVAL_S
+                busy = self._requests_on or self._sink.records - before >= BUSY_RECORDS
+                wait = BUSY_POLL_S if busy else POLL_INTERVAL_S
                 n += 1
                 if self._changed() or n % FULL_REFRESH_EVERY == 0:
                     self._refresh()
@@ -496,5 +496,5 @@ class EbpfTracer(Tracer):
         self._requests(False)
         events = self._consume(take=True)
         self._refresh()
-        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events] if events else [], self.info),
+        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events], self.info),
                 "tracer_cost": self._cost.end(self.bpf, self._uprobes)}

@@ -18,7 +18,8 @@ from valkeytrace.tracers import PROBES_DIR, probe_source
 MAIN_PROBE = "valkey_threads"
 RINGBUF_PAGES = 1024  # 4 MiB (mapped twice: 8 MB of the tracer's RSS): ~130k events (32 B) between polls,
 # 0.25 s apart while request events are on (ebpf.BUSY_POLL_S; 1 s otherwise): a write-only window of an
-# unthrottled server (no injected delay) times ~100k socket events a second, and the poller runs at low priority (a full buffer is counted in `lost`, never silent)
+# unthrottled server (no injected delay) times ~100k socket events a second, and the poller runs at low
+# priority (a full buffer is counted in `lost`, never silent)
 LOOP_SYMBOL = "beforeSleep"
 FLUSH_SYMBOL = "flushAppendOnlyFile"
 # the shim's timed calls (csrc/shim.c): its fdatasync/fsync wrappers call these unless the

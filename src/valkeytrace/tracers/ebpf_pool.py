@@ -75,9 +75,13 @@ def parked() -> int:
 
 
 def set_target(bpf, pid: int) -> None:
-    """The server the program traces (0: none); and where ext4_dirty_inode's code lies, when the program
-    begins AOF writes at the journal start (probes/vt_sched.bpf.h: only the mtime update's start begins one)."""
+    """The server the program traces (0: none)."""
     bpf[b"target"].put(0, pid)
+
+
+def set_journal_caller(bpf) -> None:
+    """Where ext4_dirty_inode's code lies, for a program that begins AOF writes at the journal start
+    (probes/vt_sched.bpf.h: only the mtime update's start begins one); once a compiled program."""
     if b"dirty_inode_ip" in getattr(bpf, "tables", {}):
         lo, hi = system.kernel_function_range("ext4_dirty_inode") or (0, 0)
         bpf[b"dirty_inode_ip"].put(0, lo)

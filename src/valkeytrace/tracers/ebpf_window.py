@@ -92,7 +92,8 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
                    info: dict) -> dict:
     """The recording's `server` dict for one window: raw per-thread data, nothing derived."""
     threads: dict[int, dict] = {}
-    arr = np.frombuffer(b"".join(events), dtype=BLOCK_EVENT_DTYPE).view(np.recarray) if events else None
+    blob = b"".join(events)
+    arr = np.frombuffer(blob, dtype=BLOCK_EVENT_DTYPE).view(np.recarray) if blob else None
     recorded = call_records(arr, a.mono_ns, b.mono_ns) if arr is not None else {}
     for slot, tid in slots.items():
         if slot not in b.threads:
@@ -147,10 +148,9 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
     return out
 
 
-def call_records(arr: np.ndarray, begin_ns: int, end_ns: int) -> dict:
+def call_records(ev: np.recarray, begin_ns: int, end_ns: int) -> dict:
     """{(tid, call kind): (durations, bytes)} of the fsync and AOF-write records that ended in [begin_ns,
     end_ns): the calls the kernel's histogram no longer counts (probes/valkey_threads.bpf.c end_call_of)."""
-    ev = arr.view(np.recarray)
     end = ev.start_ns + ev.duration_ns
     keep = (ev.state == EVENT_CALL) & np.isin(ev.cause, RECORDED_CALLS) & (end >= begin_ns) & (end < end_ns)
     ev = ev[keep]
@@ -165,20 +165,18 @@ def _calls(tb, ta, kind: int, mine: bool, records) -> dict | None:
     """One call kind's window histogram: the kernel's difference (every call of a kind not recorded; of an
     fsync or AOF write, those whose record the ring buffer could not take) plus its records' (by tid: a slot
     that changed hands still has its records)."""
-    hb, ha = tb.hist[kind], (ta.hist[kind] if ta is not None else None)
-    after, before = (hb.buckets, ha.buckets if ha is not None else 0) if mine else (0, 0)
-    sum_a, sum_b = (int(hb.sum_ns), int(ha.sum_ns) if ha is not None else 0) if mine else (0, 0)
-    bytes_ = int(tb.bytes[kind]) - (int(ta.bytes[kind]) if ta is not None else 0) if mine else 0
-    counted = mine and bool(np.any(np.asarray(after) - np.asarray(before)))
-    max_ns = int(hb.max_ns) if counted else 0
+    counts, sum_ns, max_ns, bytes_ = np.zeros(HIST_BUCKETS, dtype=np.uint64), 0, 0, 0
+    if mine:
+        hb, ha = tb.hist[kind], (ta.hist[kind] if ta is not None else None)
+        counts = hb.buckets - (ha.buckets if ha is not None else 0)
+        sum_ns = int(hb.sum_ns) - (int(ha.sum_ns) if ha is not None else 0)
+        bytes_ = int(tb.bytes[kind]) - (int(ta.bytes[kind]) if ta is not None else 0)
+        max_ns = int(hb.max_ns) if counts.any() else 0  # all-time: histogram_delta keeps it only if in the window
     if records is not None:
         durations, nbytes = records
         h = LatencyHistogram.from_values(durations)
-        after = np.asarray(after, dtype=np.uint64) + h.bucket_counts  # 0 + counts: a new array either way
-        sum_a, bytes_, max_ns = sum_a + h.sum_ns, bytes_ + nbytes, max(max_ns, h.max_ns)
-    if not np.any(np.asarray(after) - np.asarray(before)):
-        return None
-    return histogram_delta(after, before, sum_a, sum_b, max_ns, bytes_)
+        counts, sum_ns, bytes_, max_ns = counts + h.bucket_counts, sum_ns + h.sum_ns, bytes_ + nbytes, max(max_ns, h.max_ns)
+    return histogram_delta(counts, 0, sum_ns, 0, max_ns, bytes_)
 
 
 REQUEST_EVENTS = ("arrive", "recv", "send")
