@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "events.h"
+#include "valkeytrace.h"
 
 int vt_event_sink_collect(void *ctx, void *data, size_t size)
 {
@@ -44,4 +45,26 @@ void vt_event_sink_free(struct vt_event_sink *s)
     free(s->buf);
     s->buf = NULL;
     s->len = s->cap = 0;
+}
+
+/* Every CPU's call log (valkeytrace.h): the records past its tail appended to the sink (keep = 0:
+ * dropped, a log emptied between launches), the tail moved to the head read first. base: the mmapped
+ * array, stride bytes an element, size records a log. Returns the records taken. */
+uint64_t vt_call_logs_take(struct vt_event_sink *sink, uint8_t *base, size_t stride, unsigned ncpu, uint64_t size,
+                           int keep)
+{
+    uint64_t taken = 0;
+    for (unsigned cpu = 0; cpu < ncpu; cpu++) {
+        struct vt_call_log_head *h = (struct vt_call_log_head *)(base + (size_t)cpu * stride);
+        const uint8_t *recs = (const uint8_t *)(h + 1);
+        uint64_t head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE), tail = h->tail;
+        if (head - tail > size) /* not written by the probe: a log the tracer does not know */
+            tail = head - size;
+        for (uint64_t i = tail; keep && i != head; i++)
+            vt_event_sink_collect(sink, (void *)(recs + (i & (size - 1)) * sizeof(struct vt_block_event)),
+                                  sizeof(struct vt_block_event));
+        taken += head - tail;
+        __atomic_store_n(&h->tail, head, __ATOMIC_RELEASE); /* the slots are the probe's again */
+    }
+    return taken;
 }

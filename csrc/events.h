@@ -1,4 +1,4 @@
-/* events.h: the eBPF ring buffer's consumer, in C (events.c). */
+/* events.h: the eBPF ring buffer's and call logs' consumer, in C (events.c). */
 #ifndef VALKEYTRACE_EVENTS_H
 #define VALKEYTRACE_EVENTS_H
 #include <stddef.h>
@@ -17,4 +17,6 @@ struct vt_event_sink {
 
 int vt_event_sink_collect(void *ctx, void *data, size_t size);
 void vt_event_sink_free(struct vt_event_sink *sink);
+uint64_t vt_call_logs_take(struct vt_event_sink *sink, uint8_t *base, size_t stride, unsigned ncpu, uint64_t size,
+                           int keep);
 #endif

@@ -168,6 +168,8 @@ struct vt_event_sink {
 
 int vt_event_sink_collect(void *ctx, void *data, size_t size);
 void vt_event_sink_free(struct vt_event_sink *sink);
+uint64_t vt_call_logs_take(struct vt_event_sink *sink, uint8_t *base, size_t stride, unsigned ncpu, uint64_t size,
+                           int keep);
 
 size_t vt_shim_region_size(void);
 int vt_shim_region_init(void *base, size_t len, uint64_t inject_delay_ns);

@@ -70,9 +70,9 @@ struct vt_hist {
     vt_u64 buckets[VT_HIST_BUCKETS];
 };
 
-/* One main-thread off-CPU interval longer than the threshold (state = VT_STATE_*), one
- * fdatasync/fsync or AOF write on any thread (state = VT_EVENT_CALL), or one moment of a client
- * request (VT_EVENT_ARRIVE/RECV/SEND), sent through the ring buffer. */
+/* One main-thread off-CPU interval longer than the threshold (state = VT_STATE_*) or one moment of
+ * a client request (VT_EVENT_ARRIVE/RECV/SEND), sent through the ring buffer; or one fdatasync/fsync
+ * or AOF write on any thread (state = VT_EVENT_CALL), written into its CPU's call log. */
 struct vt_block_event {
     vt_u64 start_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
     vt_u64 duration_ns;
@@ -82,6 +82,19 @@ struct vt_block_event {
     vt_u32 bytes; /* VT_EVENT_RECV/SEND: the bytes read or written (the replication link's offsets) */
     vt_u32 pad;
 };
+
+/* A CPU's call log (probes/valkey_threads.bpf.c; csrc/events.c reads it): this header, then
+ * VT_CALL_LOG_SIZE(bits) records, in an array map the tracer mmaps, one element per CPU. Only the
+ * CPU's own programs write head (they never run two at once on a CPU); only the tracer writes tail.
+ * A record is written at head & (size - 1) while head - tail < size, else the call is counted in
+ * the kernel's histogram instead: no record is overwritten before the tracer took it. */
+struct vt_call_log_head {
+    vt_u64 head;    /* records written */
+    vt_u64 pad0[7]; /* head and tail on their own cache lines */
+    vt_u64 tail;    /* records taken */
+    vt_u64 pad1[7];
+};
+#define VT_CALL_LOG_SIZE(bits) (1ull << (bits))
 
 /* The LD_PRELOAD shim's shared-memory region (a file in /dev/shm made by valkeytrace, mode 0600,
  * named by $VALKEYTRACE_SHM): a header, then VT_SHIM_MAX_THREADS thread slots. A thread claims a

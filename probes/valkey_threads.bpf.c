@@ -2,9 +2,9 @@
  * valkey_threads.bpf.c: where each thread of one valkey-server spends its time.
  *
  * Measures, per thread of process TARGET_TGID:
- *   - every fdatasync / fsync call and AOF write(2) (its start, length and bytes), as a record in the
- *     ring buffer: the tracer builds the histograms from them; only a call whose record the ring buffer
- *     could not take goes into the thread's histogram here (log-linear, valkeytrace.h);
+ *   - every fdatasync / fsync call and AOF write(2) (its start, length and bytes), as a record in its
+ *     CPU's call log (vt_calllog.bpf.h): the tracer builds the histograms from them; only a call a full
+ *     log could not take goes into the thread's histogram here (log-linear, valkeytrace.h);
  * and, aggregated in the kernel:
  *   - off-CPU time from sched_switch and sched_wakeup, by state (runnable = waiting for a CPU:
  *     preempted, or woken and not yet running; sleeping; uninterruptible = I/O, each until the
@@ -20,7 +20,8 @@
  *   - TRACE_FS_SYNC=1 (default when the AOF lives on ext4): fdatasync/fsync from the raw
  *     ext4_sync_file_enter/exit tracepoints, on every thread; AOF writes from ext4's first step
  *     for them to the write_end of their last byte, when the saved syscall number and fd say a
- *     write(2) on an AOF fd is under way (TASK_STACK_OFFSET); no uprobe then;
+ *     write(2) on an AOF fd is under way (TASK_STACK_OFFSET), or, once they did, when a write_begin
+ *     is on the same inode (vt_fswrite.bpf.h); no uprobe then;
  *   - call sites (AOF writes without the syscall number, and fsyncs off ext4): uprobes on the server's own
  *     code, a pair per site: the `call fdatasync/fsync/write` instruction (on_site_*) and the
  *     first direct branch after it returns (on_site_exit); both instructions are emulated by the
@@ -48,8 +49,9 @@
  * kernel struct from the headers (they may belong to another kernel version). The traced server's
  * pid is not compiled in: userspace writes it into `target` at each launch, so one compiled program
  * serves every launch of a valkeytrace process (tracers/ebpf.py's pool). Parameters come as
- * -D cflags: BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES,
- * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_JOURNAL_START, TRACE_SCHED, TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET
+ * -D cflags: BLOCK_THRESHOLD_NS, LOOP_FROM_EPOLL, RINGBUF_PAGES, CALL_LOG_BITS, CALL_LOG_CPUS,
+ * TRACE_REQUESTS, TRACE_SYSCALLS, TRACE_FS_SYNC, FS_CTIME_START, FS_JOURNAL_START, TRACE_SCHED,
+ * TASK_PID_OFFSET, TASK_TGID_OFFSET, TASK_RUNTIME_OFFSET, TASK_STACK_OFFSET, TASK_PT_REGS
  * (none is a pid: a compiled program is kept across processes too, tracers/bpf_cache.py).
  */
 #include <uapi/linux/ptrace.h>
@@ -64,6 +66,7 @@ struct inflight_call {
     u64 start_ns;
     u64 bytes;     /* requested, for an AOF write timed at its call site */
     u64 remaining; /* bytes the filesystem has still to copy (TRACE_FS_SYNC: the write's end) */
+    u64 pos0;      /* the file position it began at, while its length is unread (vt_fswrite.bpf.h) */
     u32 kind;
     u32 depth; /* 1 inside a probed shim wrapper: the wrapper is the call, nested syscalls are not */
 };
@@ -211,6 +214,8 @@ static __always_inline void account(int slot, u32 tid, u32 kind, u64 dur, u64 by
         t->bytes[kind] += bytes;
 }
 
+#include "vt_calllog.bpf.h" /* the calls' records */
+
 /* The current thread's in-flight call (its slot and tid too), or NULL when the current task is
  * not a thread of the target */
 static __always_inline struct inflight_call *current_inflight(int *slot, u32 *tid)
@@ -270,11 +275,11 @@ static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 t
     dur = now - start;
     if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
         bytes = 0;
-    /* an fsync or AOF write is its record (bytes included): the tracer builds the window's histograms
-     * from the records, and the kernel's histogram counts only the calls the ring buffer could not
-     * take. Both for one call cost ~15-20 ns of BPF per request more (docs/performance.md, stop 67). */
+    /* an fsync or AOF write is its record in the CPU's call log (bytes included): the tracer builds the
+     * window's histograms from the records, and the kernel's histogram counts only the calls a full log
+     * could not take. Both for one call cost ~15-20 ns of BPF per request more (docs/performance.md). */
     if (kind != VT_CALL_FDATASYNC && kind != VT_CALL_FSYNC && kind != VT_CALL_AOF_WRITE
-        || !emit_bytes(tid, start, dur, kind, VT_EVENT_CALL, (u32)bytes))
+        || !log_call(tid, start, dur, kind, (u32)bytes))
         account(slot, tid, kind, dur, bytes);
 #if LOOP_FROM_EPOLL
     if (kind == VT_CALL_EPOLL_WAIT && tid == MAIN_TID) {
@@ -306,52 +311,6 @@ int on_site_fdatasync(struct pt_regs *ctx) { return call_enter(VT_CALL_FDATASYNC
 int on_site_fsync(struct pt_regs *ctx) { return call_enter(VT_CALL_FSYNC, 0); }
 int on_site_aof_write(struct pt_regs *ctx) { return call_enter(VT_CALL_AOF_WRITE, PT_REGS_PARM3(ctx)); }
 int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
-
-#if TRACE_FS_SYNC
-/* ext4's own tracepoints, raw (no trace record built); they run only when some process syncs or
- * writes an ext4 file, never for other syscalls. Each costs far less than a uprobe hit inside
- * valkey-server, on the main thread's fsync path (docs/performance.md has both).
- *
- * fdatasync/fsync: ext4_sync_file enter/exit, on every thread. The time is the filesystem's sync:
- * the whole call but the syscall entry and fd lookup (well under a microsecond).
- * TP_PROTO(struct file *file, int datasync) / TP_PROTO(struct inode *inode, int ret). */
-RAW_TRACEPOINT_PROBE(ext4_sync_file_enter)
-{
-    return call_enter(ctx->args[1] ? VT_CALL_FDATASYNC : VT_CALL_FSYNC, 0);
-}
-
-RAW_TRACEPOINT_PROBE(ext4_sync_file_exit)
-{
-    return call_exit(-1);
-}
-
-/* AOF write(2) ends when ext4 has copied the requested bytes into the page cache: the write_end
- * of its last folio (one per folio; TP_PROTO(struct inode *inode, loff_t pos, unsigned int len,
- * unsigned int copied)). Not in the figure: the syscall's return path after that copy (unlock,
- * fsnotify), under a microsecond. It begins (aof_write_from_syscall below, when the syscall
- * number can be read) at ext4's first step for it: the journal start of the mtime update, or the
- * write_begin of its first folio, or, when the thread blocks before either (the inode lock, the
- * journal), at that context switch: every blocked moment is in it, the few on-CPU microseconds
- * of syscall entry and fd lookup before ext4 is reached are not. Without the syscall number it
- * begins at its call site (one uprobe, on_site_aof_write, the length in its third argument). */
-static __always_inline int write_copied(u64 copied)
-{
-    u32 tid = 0;
-    int slot;
-    struct inflight_call *in = current_inflight(&slot, &tid);
-    if (!in || !in->start_ns || in->kind != VT_CALL_AOF_WRITE || in->depth)
-        return 0;
-    if (copied < in->remaining) {
-        in->remaining -= copied;
-        return 0;
-    }
-    return end_call_of(in, slot, tid, -1, 0); /* the thread's call found once, not again */
-}
-
-RAW_TRACEPOINT_PROBE(ext4_da_write_end) { return write_copied(ctx->args[3]); }
-RAW_TRACEPOINT_PROBE(ext4_write_end) { return write_copied(ctx->args[3]); }
-RAW_TRACEPOINT_PROBE(ext4_journalled_write_end) { return write_copied(ctx->args[3]); }
-#endif
 
 #if TRACE_SYSCALLS
 /* One raw tracepoint pair for every syscall instead of one tracepoint per syscall: no trace
@@ -394,6 +353,7 @@ RAW_TRACEPOINT_PROBE(sys_exit)
  * it (x86_64), and its tracepoint struct needs sigset_t, which bcc cannot resolve here. */
 
 #include "vt_sched.bpf.h" /* TRACE_SCHED: off-CPU intervals, the wait for a CPU */
+#include "vt_fswrite.bpf.h" /* TRACE_FS_SYNC: fsyncs and AOF writes from ext4's tracepoints */
 
 /* uprobe on beforeSleep: one event-loop iteration ends where the next begins */
 int on_before_sleep(struct pt_regs *ctx)

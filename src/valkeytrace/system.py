@@ -129,6 +129,19 @@ def kernel_release() -> str:
     return platform.release()
 
 
+def possible_cpus() -> int:
+    """The CPUs the kernel may ever bring up (per-CPU arrays are this long), from /sys; os.cpu_count() without it."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+        return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def kernel_at_least(major: int, minor: int) -> bool:
+    return _version_key(kernel_release())[:2] >= (major, minor)
+
+
 def headers_dir() -> Path:
     return Path("/lib/modules", kernel_release(), "build")
 

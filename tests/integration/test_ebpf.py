@@ -327,6 +327,7 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
     """Thread churn: thread A (an extra slot: its tid is past the direct range) sleeps 1 s and
     exits; thread B, started later, takes A's slot. B's off-CPU time in a window that began
     while A owned the slot is B's own (at most its lifetime), not A's history plus B's."""
+    from valkeytrace.tracers import ebpf_events
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.tracers.ebpf_window import MAX_SLOTS
 
@@ -335,7 +336,7 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
     try:
         tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
         tracer._load(tracer.plan(None, str(tmp_path)), None)
-        tracer._open_events()
+        tracer._events = ebpf_events.Events(tracer.bpf)
         child.stdin.write("go\n")
         child.stdin.flush()
         line = child.stdout.readline().split()
@@ -441,7 +442,7 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
     back): that start must not begin another write, or, with the fsyncs on another thread and no program on
     every switch (attached), the main thread's next write would run from there (2 ms apart here: every write
     ~2 ms, not its few us). Witness: the main thread's AOF writes' mean against the 2 ms between them."""
-    from valkeytrace.tracers import ebpf_pool
+    from valkeytrace.tracers import ebpf_events, ebpf_pool
     from valkeytrace.tracers.ebpf import EbpfTracer
     from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
 
@@ -453,7 +454,7 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
         tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
         plan = tracer.plan(None, str(tmp_path), attached=True)  # as record --attach: no program on every switch
         tracer._load(plan, None)
-        tracer._open_events()
+        tracer._events = ebpf_events.Events(tracer.bpf)
         ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)  # (a switch inside another syscall ends a write)
         ebpf_pool.set_target(tracer.bpf, child.pid)
         child.stdin.write("go\n")
@@ -474,3 +475,64 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
     assert writes["sum_ns"] / writes["count"] < 500_000, writes["sum_ns"] / writes["count"]  # a phantom: ~2 ms
     syncs = next(t for t in win["threads"] if t["tid"] != child.pid)["calls"]["fdatasync"]
     assert syncs["count"] >= 300, syncs["count"]
+
+
+BOUNDARY_WRITES = """
+import os, sys, threading, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+stop = threading.Event()
+def syncer():
+    while not stop.is_set():
+        os.fdatasync(fd)
+        time.sleep(0.001)
+t = threading.Thread(target=syncer); t.start()
+print("ready", flush=True)
+sys.stdin.readline()  # the window is open
+n = nbytes = 0
+for i in range(150):
+    size = os.fstat(fd).st_size
+    for chunk in (4096 - size % 4096, 4096, 10000, 100):  # to a page boundary, a whole page, three pages, a few bytes
+        nbytes += os.write(fd, b"x" * chunk)
+        n += 1
+    time.sleep(0.002)
+stop.set(); t.join()
+print("done", n, nbytes, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_every_aof_write_is_counted_once_with_its_bytes_where_it_ends_on_a_page_boundary(needs_bpf, tmp_path):
+    """A write begun from its inode (its length not read) ends at the first folio the copy leaves short of a
+    page boundary: writes that fill a page exactly, or span several, need the length from the registers.
+    Witness: the writer's own count and bytes, against the probe's (attached: no program on every switch)."""
+    from valkeytrace.tracers import ebpf_events, ebpf_pool
+    from valkeytrace.tracers.ebpf import EbpfTracer
+    from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
+
+    aof = tmp_path / "appendonly.aof.1.incr.aof"
+    child = subprocess.Popen([sys.executable, "-c", BOUNDARY_WRITES, str(aof)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    tracer = EbpfTracer()
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
+        tracer._load(tracer.plan(None, str(tmp_path), attached=True), None)
+        tracer._events = ebpf_events.Events(tracer.bpf)
+        ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)
+        ebpf_pool.set_target(tracer.bpf, child.pid)
+        tracer._refresh()
+        tracer.window_begin()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        done, n, nbytes = child.stdout.readline().split()
+        assert done == "done"
+        win = tracer.window_end()
+    finally:
+        tracer.stop()
+        child.stdin.write("stop\n")
+        child.stdin.close()
+        child.wait(timeout=10)
+    writes = next(t for t in win["threads"] if t["tid"] == child.pid)["calls"]["aof_write"]
+    assert (writes["count"], writes["bytes"]) == (int(n), int(nbytes))
+    assert writes["sum_ns"] / writes["count"] < 500_000, writes  # none runs on into the next (2 ms apart)
+    assert win["lost_events"] == 0

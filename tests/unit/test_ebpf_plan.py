@@ -59,3 +59,9 @@ def test_uprobes_for_call_sites_the_loop_sample_and_the_shim():
     p = make()
     sampled, always, shim = ebpf_plan.uprobes("/bin/v", p, [], "/lib/shim.so", loop_duty=0.005)
     assert sampled is None and shim and {u.path for u in always} == {"/lib/shim.so"}
+
+
+def test_the_call_logs_share_a_fixed_budget_over_the_cpus_within_bounds():
+    from valkeytrace.tracers.ebpf_plan import call_log_bits
+    # 16 MiB of 32-byte records: 32K a CPU on a small host, fewer as CPUs are added, never under 1K
+    assert [call_log_bits(n) for n in (1, 2, 16, 64, 512, 100_000)] == [15, 15, 15, 13, 10, 10]

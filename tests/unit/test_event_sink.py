@@ -92,3 +92,48 @@ def test_timeline_json_is_the_rows_whatever_the_chunk():
     for chunk in (1, 3, 10, 4096):
         assert msgspec.json.decode(timeline_json(arr, 5000, chunk)) == rows
     assert timeline_json(arr[:0], 5000) == b"[]"
+
+
+def call_logs(cpus: int, size: int) -> np.ndarray:
+    """Per-CPU call logs laid out as the probe's mmapped array (csrc/valkeytrace.h: a 128-byte head, then
+    size records): head at byte 0, tail at byte 64 of each."""
+    return np.zeros(cpus * (128 + size * BLOCK_EVENT_DTYPE.itemsize), dtype=np.uint8)
+
+
+def write_calls(logs: np.ndarray, cpu: int, size: int, starts) -> None:
+    """What the probe does per call: the record at head % size, then head + 1."""
+    stride = 128 + size * BLOCK_EVENT_DTYPE.itemsize
+    head = logs[cpu * stride:cpu * stride + 8].view(np.uint64)
+    recs = logs[cpu * stride + 128:(cpu + 1) * stride].view(BLOCK_EVENT_DTYPE)
+    for s in starts:
+        recs[int(head[0]) % size] = (s, 10, 7, 1, 3, 100, 0)
+        head[0] += 1
+
+
+def test_call_logs_are_taken_from_every_cpu_across_the_wrap_and_once():
+    # GIVEN two CPUs' logs of 8 records, CPU 1 having wrapped (12 written, 5 taken before)
+    size, cpus = 8, 2
+    logs = call_logs(cpus, size)
+    stride = 128 + size * BLOCK_EVENT_DTYPE.itemsize
+    write_calls(logs, 0, size, [1, 2, 3])
+    write_calls(logs, 1, size, range(100, 105))
+    sink = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize})
+    base = ffi.from_buffer("uint8_t[]", logs)
+    try:
+        assert lib.vt_call_logs_take(sink, base, stride, cpus, size, 1) == 8
+        write_calls(logs, 1, size, range(105, 112))  # 7 more: slots 5..11 % 8, past the end
+        sink.len = 0
+        # THEN the second take returns exactly the 7 new records, in order, and moves both tails to the heads
+        assert lib.vt_call_logs_take(sink, base, stride, cpus, size, 1) == 7
+        got = np.frombuffer(ffi.buffer(sink.buf, sink.len)[:], dtype=BLOCK_EVENT_DTYPE)
+        assert got["start_ns"].tolist() == list(range(105, 112))
+        assert (got["state"] == 3).all() and (got["bytes"] == 100).all()
+        tails = [int(logs[c * stride + 64:c * stride + 72].view(np.uint64)[0]) for c in range(cpus)]
+        assert tails == [3, 12]
+        # AND a take with nothing new returns nothing; one that drops (keep=0) moves the tail all the same
+        assert lib.vt_call_logs_take(sink, base, stride, cpus, size, 1) == 0
+        write_calls(logs, 0, size, [4])
+        assert lib.vt_call_logs_take(sink, base, stride, cpus, size, 0) == 1 and sink.records == 15
+    finally:
+        ffi.release(base)
+        lib.vt_event_sink_free(sink)

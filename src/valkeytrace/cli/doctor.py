@@ -155,9 +155,7 @@ def _check_tracepoints(add) -> None:
         add(Check("ext4 tracepoints", WARN, "missing " + ", ".join(missing) + ": fsync and AOF writes are timed "
                   "at call-site uprobes instead (costlier: docs/performance.md)", needed_for_ebpf=False)
             if missing else Check("ext4 tracepoints", OK, f"{len(fs)} present (fsync and AOF writes of an AOF on "
-                                  "ext4, no uprobe)" + ("" if system.tracepoint_exists(*ebpf_plan.FS_JOURNAL_START)
-                                                        else "; no ext4_journal_start_inode (kernel < 6.5): an "
-                                                        "AOF write begins at its first write_begin")))
+                                  "ext4, no uprobe)" + _write_begin_note()))
         missing = absent(TRACEPOINTS_FALLBACK)
         add(Check("syscall tracepoints", WARN, "missing " + ", ".join(missing) + ": no syscall fallback (a stripped "
                   "binary off ext4) and no --socket-writes under eBPF", "a kernel with CONFIG_FTRACE_SYSCALLS",
@@ -165,6 +163,16 @@ def _check_tracepoints(add) -> None:
             if missing else Check("syscall tracepoints", OK, "fdatasync/fsync and raw_syscalls present (the "
                                   "fallback source and --socket-writes)"))
 
+
+
+def _write_begin_note() -> str:
+    """Where an AOF write begins, when not at the mtime update's ctime (multigrain timestamps, 6.13+)."""
+    from valkeytrace.tracers import ebpf_plan
+    if system.tracepoint_exists(*ebpf_plan.FS_CTIME_START):
+        return ""
+    if system.tracepoint_exists(*ebpf_plan.FS_JOURNAL_START):
+        return "; no timestamp:ctime_ns_xchg (kernel < 6.13): an AOF write begins at its journal start (1.3 runs a write)"
+    return "; no ext4_journal_start_inode (kernel < 6.5): an AOF write begins at its first write_begin"
 
 
 def _check_probes(add) -> None:

@@ -18,17 +18,16 @@ drained by a C callback of the native core (csrc/events.c), never a Python call 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from typing import Any
 
 from valkeytrace import environment, system
-from valkeytrace._native import ffi, lib
 from valkeytrace.errors import VTError
-from valkeytrace.layout import BLOCK_EVENT_DTYPE
 from valkeytrace.server import threads as thr
-from valkeytrace.tracers import bcc_child, bpf_cost, ebpf_pool, elf, probe_source, sites
+from valkeytrace.tracers import bcc_child, bpf_cost, ebpf_events, ebpf_pool, elf, probe_source, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import require_bcc
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACEPOINTS, SYSNR_CANDIDATES, Plan, aof_dir_of,
@@ -41,7 +40,6 @@ from valkeytrace.tracers.emulation import preload_env, shim_library
 # request events are on or after a drain of BUSY_RECORDS (the ring buffer holds ~130K); threads and AOF fds
 # refreshed when they changed, and every FULL_REFRESH_EVERY polls
 POLL_INTERVAL_S, BUSY_POLL_S, BUSY_RECORDS, FULL_REFRESH_EVERY = 1.0, 0.25, 20_000, 10
-SINK_MAX_BYTES = 256 << 20  # events held between window edges (24 B each): ~11M
 LOOP_PERIOD_S = 1.0
 # fraction of time beforeSleep is probed (record --loop-sample): each hit costs the main thread a
 # few µs, and while attached nearly every (spinning) iteration is a hit, so the duty is roughly
@@ -68,7 +66,6 @@ class EbpfTracer(Tracer):
         if inject or delay_control or shim_delays:
             self.shim_library = shim_library()
         self.bpf: Any = None
-        self._consume_lock = threading.Lock()  # libbpf's ring_buffer__consume is not re-entrant
         self._refresh_lock = threading.Lock()
         self._seen: tuple | None = None  # (the server's tids, its AOF directory's mtime) at the last look
         self._stop = threading.Event()
@@ -92,7 +89,7 @@ class EbpfTracer(Tracer):
         self._tps: list = []
         self._raw_tps: list = []
         self._sampler: threading.Thread | None = None
-        self._sink: Any = None
+        self._events: ebpf_events.Events | None = None  # the records' sources and their sink
         self._begin: Any = None
         self._pool_key: tuple | None = None  # set once started: the program is parked under it when stopped
         self._settled: tuple = ()  # (plan, call sites, why syscalls, idle cause): what a reuse takes over
@@ -142,7 +139,7 @@ class EbpfTracer(Tracer):
         try:
             if loaded is None:
                 call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
-                self._open_events()
+                self._events = ebpf_events.Events(self.bpf)
                 if not p.switches:  # record --attach: the start-up check done, no program on every switch
                     ebpf_pool.detach_named(self.bpf, SWITCH_TRACEPOINTS)
             else:
@@ -240,7 +237,7 @@ class EbpfTracer(Tracer):
 
     def _reuse(self, loaded: ebpf_pool.Loaded) -> tuple:
         """A parked program taken over: its maps zeroed, its tracepoints attached again."""
-        self.bpf, self._defines, self._sink = loaded.bpf, loaded.defines, loaded.sink
+        self.bpf, self._defines, self._events = loaded.bpf, loaded.defines, loaded.events
         ebpf_pool.reset(loaded)
         ebpf_pool.set_target(self.bpf, self.pid)
         ebpf_pool.attach(self.bpf, loaded.tracepoints, loaded.raw_tracepoints)
@@ -249,7 +246,7 @@ class EbpfTracer(Tracer):
     def _park(self) -> bool:
         """Detach everything and park the program for the next launch (ebpf_pool); False when it
         cannot be (a launch that failed to start): then it is unloaded."""
-        if self._pool_key is None or self._sink is None or not self._settled:
+        if self._pool_key is None or self._events is None or not self._settled:
             return False
         try:
             if self._attached:
@@ -260,14 +257,12 @@ class EbpfTracer(Tracer):
             else:
                 tps, raw = self._tps, self._raw_tps
             ebpf_pool.set_target(self.bpf, 0)
-            with self._consume_lock:
-                self.bpf.ring_buffer_consume()
-                self._sink.len = 0
+            self._events.discard(self.bpf)
         except Exception:
             return False
         p, call_sites, why, idle = self._settled
         return ebpf_pool.park(self._pool_key, ebpf_pool.Loaded(self.bpf, p, call_sites, why, idle, self._defines,
-                                                               self._sink, tps, raw, set(self._aof_fds)))
+                                                               self._events, tps, raw, set(self._aof_fds)))
 
     def _check_sysnr(self) -> str | None:
         """Find where this kernel keeps a sleeping task's syscall number: one of ours sleeps in
@@ -361,7 +356,7 @@ class EbpfTracer(Tracer):
             self._poller.join(timeout=2)
             self._poller = None
         if self.bpf is not None and self._park():
-            self.bpf, self._sink = None, None
+            self.bpf, self._events = None, None
         if self.bpf is not None:
             try:
                 if self._attached and self._uprobes:
@@ -369,13 +364,14 @@ class EbpfTracer(Tracer):
                         self._detach_uprobes()
                     except Exception:
                         pass  # cleanup() below detaches whatever is left, one by one
-                with self._consume_lock:
+                events = self._events
+                with events.lock if events is not None else contextlib.nullcontext():
                     self.bpf.cleanup()  # detaches uprobes and tracepoints, closes maps and programs
             finally:
                 self.bpf = None
-                sink, self._sink = self._sink, None
-                if sink is not None:
-                    lib.vt_event_sink_free(sink)
+                events, self._events = self._events, None
+                if events is not None:
+                    events.free()
 
     # -- background work ----------------------------------------------------------------------
     def _refresh(self):
@@ -393,6 +389,8 @@ class EbpfTracer(Tracer):
             table.put(fd, 1)
         for fd in self._aof_fds - fds:
             table.put(fd, 0)
+        if fds != self._aof_fds and b"aof_inodes" in self.bpf.tables:
+            self.bpf[b"aof_inodes"].clear()  # the inodes the probe learnt name these files, or freed ones
         self._aof_fds = fds
         # a thread whose tid - pid falls outside the direct range gets one of the extra slots
         extra, self.untracked_threads = assign_extra_slots(live, self.pid, self._extra)
@@ -410,25 +408,10 @@ class EbpfTracer(Tracer):
         """{slot: tid} of every thread seen."""
         return slot_tids(self.names, self.pid, self._extra)
 
-    def _open_events(self):
-        """The ring buffer, consumed by the native core's C callback (csrc/events.c): a Python
-        callback per record cost several µs each, ~3K records a second under `always`."""
-        self._sink = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize,
-                                                        "max_bytes": SINK_MAX_BYTES})
-        self.bpf.open_ring_buffer(b"block_events", int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))),
-                                  int(ffi.cast("uintptr_t", self._sink)))
-
     def _consume(self, take: bool = False) -> bytes:
-        """Drain the ring buffer into the native sink (no Python object per drain); take: its records, emptied."""
-        with self._consume_lock:
-            bpf, sink = self.bpf, self._sink
-            if bpf is None or sink is None:
-                return b""
-            bpf.ring_buffer_consume()
-            if not take or not sink.len:
-                return b""
-            blob, sink.len = ffi.buffer(sink.buf, sink.len)[:], 0  # copied first, then emptied
-            return blob
+        """The ring buffer and the call logs drained into the native sink; take: its records, emptied."""
+        bpf, events = self.bpf, self._events
+        return events.consume(bpf, take) if bpf is not None and events is not None else b""
 
     def _changed(self) -> bool:
         """Whether the server's tids or its AOF directory's mtime (a rewrite's new file) changed since the last look."""
@@ -440,17 +423,18 @@ class EbpfTracer(Tracer):
         return now is None or now != seen
 
     def _poll(self):
-        system.lower_thread_priority()  # the ring buffer holds seconds of records: a late poll loses nothing
+        system.lower_thread_priority()  # the ring buffer and the logs hold seconds of records: a late poll loses nothing
         n, wait = 0, POLL_INTERVAL_S
         while True:
             self._wake.wait(wait)
             self._wake.clear()
-            if self._stop.is_set() or self.bpf is None:
+            events = self._events  # it exists while the program is loaded
+            if self._stop.is_set() or self.bpf is None or events is None:
                 break
             try:
-                before = self._sink.records  # the sink exists while the program is loaded
+                before = events.records
                 self._consume()
-                busy = self._requests_on or self._sink.records - before >= BUSY_RECORDS
+                busy = self._requests_on or events.records - before >= BUSY_RECORDS
                 wait = BUSY_POLL_S if busy else POLL_INTERVAL_S
                 n += 1
                 if self._changed() or n % FULL_REFRESH_EVERY == 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -13,9 +14,11 @@ from typing import NamedTuple
 import msgspec
 
 from valkeytrace import environment, system
+from valkeytrace.layout import BLOCK_EVENT_DTYPE
 from valkeytrace.tracers import PROBES_DIR, probe_source
 
 MAIN_PROBE = "valkey_threads"
+CALL_LOG_BYTES = 16 << 20  # every CPU's call log together, at most (probes/vt_calllog.bpf.h)
 RINGBUF_PAGES = 1024  # 4 MiB (mapped twice: 8 MB of the tracer's RSS): ~130k events (32 B) between polls,
 # 0.25 s apart while request events are on (ebpf.BUSY_POLL_S; 1 s otherwise): a write-only window of an
 # unthrottled server (no injected delay) times ~100k socket events a second, and the poller runs at low
@@ -32,7 +35,7 @@ SHIM_SYMBOLS = {"vt_shim_fdatasync": "on_shim_fdatasync_enter", "vt_shim_fsync":
 #            (uprobe pairs, tracers/sites.py); nothing runs for other processes or syscalls;
 #   fs       when the AOF directory is on ext4: fdatasync/fsync from the raw ext4_sync_file
 #            enter/exit tracepoints instead of call sites, and AOF writes from ext4's own steps:
-#            its first (journal start, write_begin, or a context switch inside write(aof fd))
+#            its first (the mtime update, write_begin, or a context switch inside write(aof fd))
 #            to the write_end that copies its last byte. Telling an AOF write needs the syscall
 #            number and fd from the saved user registers (sched, and the offset check at
 #            start); without them the start stays a call-site uprobe. A tracepoint hit costs far
@@ -62,7 +65,9 @@ REQUEST_TRACEPOINTS = (("sock", "sock_recv_length"), ("sock", "sock_send_length"
 # the filesystems whose tracepoints the probe knows (TRACE_FS_SYNC), and the ones it attaches
 FS_TRACEPOINTS = {"ext4": ("ext4_sync_file_enter", "ext4_sync_file_exit", "ext4_da_write_begin", "ext4_write_begin",
                            "ext4_da_write_end", "ext4_write_end", "ext4_journalled_write_end")}
-# where an AOF write can begin earlier than its first write_begin, when the kernel has it (6.5+)
+# where an AOF write can begin earlier than its first write_begin: the mtime update's ctime (multigrain
+# timestamps, 6.13+: once per changed time), else its journal start (6.5+: 1.3 runs a write)
+FS_CTIME_START = ("timestamp", "ctime_ns_xchg")
 FS_JOURNAL_START = ("ext4", "ext4_journal_start_inode")
 # byte offsets past task_struct.stack where the saved user orig_ax may sit (THREAD_SIZE 16K or
 # 32K with KASAN, stack padding 0 or 16 with FRED): the probe checks which one holds, in order
@@ -166,21 +171,32 @@ def _btf_task_offsets(btf: str) -> TaskOffsets:
     return TaskOffsets(**offsets)
 
 
+def call_log_bits(cpus: int) -> int:
+    """log2 of the records each CPU's call log holds (probes/vt_calllog.bpf.h): CALL_LOG_BYTES over the
+    CPUs, 1K to 32K records (a second of ~30K calls a CPU between two takes at most; past that, the
+    kernel's histograms count the calls)."""
+    return max(10, min(15, int(math.log2(CALL_LOG_BYTES // BLOCK_EVENT_DTYPE.itemsize // max(cpus, 1)))))
+
+
 def probe_defines(*, block_threshold_ns: int, loop_from_epoll: bool, groups=DEFAULT_GROUPS) -> dict:
     """The program's -D parameters: all but the server's pid, which the `target` map holds (one compiled
     program serves every launch: tracers/ebpf_pool.py)."""
     sched = "sched" in groups
     offsets = task_offsets() if sched else TaskOffsets()
+    ctime = "fs" in groups and system.tracepoint_exists(*FS_CTIME_START)
+    cpus = system.possible_cpus()
     return {"BLOCK_THRESHOLD_NS": block_threshold_ns,
             "LOOP_FROM_EPOLL": int(loop_from_epoll), "RINGBUF_PAGES": RINGBUF_PAGES,
+            "CALL_LOG_CPUS": cpus, "CALL_LOG_BITS": call_log_bits(cpus),
             "TRACE_REQUESTS": int("requests" in groups and all(system.tracepoint_exists(c, e)
                                                               for c, e in REQUEST_TRACEPOINTS)),
             "TRACE_SYSCALLS": int("syscalls" in groups),
             "TRACE_FS_SYNC": int("fs" in groups and "syscalls" not in groups),
-            "FS_JOURNAL_START": int("fs" in groups and system.tracepoint_exists(*FS_JOURNAL_START)),
+            "FS_CTIME_START": int(ctime),
+            "FS_JOURNAL_START": int("fs" in groups and not ctime and system.tracepoint_exists(*FS_JOURNAL_START)),
             "TRACE_SCHED": int(sched), "TASK_PID_OFFSET": offsets.pid,
             "TASK_TGID_OFFSET": offsets.tgid if offsets.pid else 0, "TASK_RUNTIME_OFFSET": offsets.sum_exec_runtime,
-            "TASK_STACK_OFFSET": offsets.stack}
+            "TASK_STACK_OFFSET": offsets.stack, "TASK_PT_REGS": int(sched and system.kernel_at_least(5, 15))}
 
 
 def call_source(syscalls: bool, fs_sync: bool, fstype: str | None, write_sites: bool = True,

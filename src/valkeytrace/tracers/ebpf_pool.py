@@ -27,21 +27,21 @@ from valkeytrace.tracers.ebpf_window import OFFCPU_DTYPE, SINCE_DTYPE, Snapshot,
 
 # the arrays a launch leaves state in (per-slot figures, open intervals, counters): zeroed before reuse
 ZEROED_ARRAYS = (b"threads", b"inflight", b"offcpu_since", b"offcpu", b"func_start", b"run_states", b"loop_last",
-                 b"lost", b"extra_count", b"requests_on")
+                 b"lost", b"extra_count", b"requests_on", b"aof_inodes")
 CLEARED_HASHES = (b"extra_slots", b"server_socks")
 
 
 @dataclass
 class Loaded:
     """A compiled program and what was settled with it (the probe plan after any fallback, the call
-    sites found in the binary, the idle cause's source, the ring buffer's sink)."""
+    sites found in the binary, the idle cause's source, the records' sink)."""
     bpf: Any
     plan: Any
     call_sites: list
     why_syscalls: str | None
     idle: str | None
     defines: dict
-    sink: Any
+    events: Any  # tracers/ebpf_events.Events: the records' sources and their sink
     tracepoints: list = field(default_factory=list)      # detached while parked, attached on reuse
     raw_tracepoints: list = field(default_factory=list)
     aof_fds: set = field(default_factory=set)            # aof_fds entries the last launch set
@@ -152,6 +152,6 @@ def read_snapshot(tracer: Any, mono_ns: int | None = None) -> Snapshot:
                                       dtype=SHIM_THREAD_DTYPE).view(np.recarray)[0].copy()  # fields by attribute
         offcpu[slot] = offcpu_reading(_lookup(bpf[b"offcpu"], slot, OFFCPU_DTYPE.itemsize),
                                       _lookup(bpf[b"offcpu_since"], slot, SINCE_DTYPE.itemsize), mono_ns)
-    sink = tracer._sink  # records the kernel kept but the sink could not
-    lost = bpf[b"lost"].value(0) + (int(sink.dropped) if sink is not None else 0)
+    events = tracer._events  # records the kernel kept but the sink could not
+    lost = bpf[b"lost"].value(0) + (int(events.sink.dropped) if events is not None else 0)
     return Snapshot(mono_ns, threads, offcpu, lost, sched)

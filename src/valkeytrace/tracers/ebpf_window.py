@@ -129,8 +129,11 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
         # one copy of the window's intervals, not two (tens of thousands of records under load: the
         # tracer's peak RSS is at this moment of each window)
         keep = ~is_req & (arr.start_ns + arr.duration_ns > a.mono_ns) & (arr.start_ns < b.mono_ns)
-        timeline = timeline_json(arr[keep], a.mono_ns)
+        rows = arr[keep]
         del arr, keep
+        # in end order, as they were written: the calls come from per-CPU logs, the blocks from the ring buffer
+        timeline = timeline_json(rows[np.argsort(rows.start_ns + rows.duration_ns, kind="stable")], a.mono_ns)
+        del rows
         reqs = reqs[(reqs.start_ns >= a.mono_ns) & (reqs.start_ns < b.mono_ns)]
         requests = request_columns(reqs, a.mono_ns) if len(reqs) else None
     out = document.server_window(
