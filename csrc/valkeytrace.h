@@ -83,8 +83,9 @@ struct vt_block_event {
     vt_u32 pad;
 };
 
-/* A CPU's call log (probes/valkey_threads.bpf.c; csrc/events.c reads it): this header, then
- * VT_CALL_LOG_SIZE(bits) records, in an array map the tracer mmaps, one element per CPU. Only the
+/* A CPU's call log (probes/vt_calllog.bpf.h; csrc/events.c reads it): this header, then
+ * VT_CALL_LOG_SIZE(bits) records, back to back per CPU in an array map of vt_block_event elements
+ * the tracer mmaps. Only the
  * CPU's own programs write head (they never run two at once on a CPU); only the tracer writes tail.
  * A record is written at head & (size - 1) while head - tail < size, else the call is counted in
  * the kernel's histogram instead: no record is overwritten before the tracer took it. */

@@ -8,29 +8,31 @@
  * preemption off, and no interrupt logs a call.
  * CALL_LOG_BITS: log2 of the records a CPU's log holds; CALL_LOG_CPUS: the possible CPUs.
  */
-struct vt_call_log {
-    struct vt_call_log_head h;
-    struct vt_block_event rec[VT_CALL_LOG_SIZE(CALL_LOG_BITS)];
-};
-BPF_F_TABLE("array", u32, struct vt_call_log, call_logs, CALL_LOG_CPUS, BPF_F_MMAPABLE);
+/* CPU c's log is the CALL_LOG_STRIDE elements from c * CALL_LOG_STRIDE: its head (in the first, the
+ * tail in the third: the header's 128 bytes) and its records. One record an element, not one log: bcc
+ * generates code for every element of a value's array (a 32K-record value took 16 s to compile). */
+#define CALL_LOG_RECORDS VT_CALL_LOG_SIZE(CALL_LOG_BITS)
+#define CALL_LOG_STRIDE (CALL_LOG_RECORDS + sizeof(struct vt_call_log_head) / sizeof(struct vt_block_event))
+BPF_F_TABLE("array", u32, struct vt_block_event, call_logs, CALL_LOG_CPUS * CALL_LOG_STRIDE, BPF_F_MMAPABLE);
 
 /* 1 when the call went into its CPU's log; 0 when the log was full (counted in `lost`) */
 static __always_inline int log_call(u32 tid, u64 start_ns, u64 dur, u32 kind, u32 bytes)
 {
-    u32 cpu = bpf_get_smp_processor_id();
-    struct vt_call_log *l = call_logs.lookup(&cpu);
-    u64 head;
-    if (!l)
+    u32 at = bpf_get_smp_processor_id() * CALL_LOG_STRIDE, tail_at = at + 2, rec_at;
+    u64 *head = (u64 *)call_logs.lookup(&at), *tail = (u64 *)call_logs.lookup(&tail_at), h;
+    struct vt_block_event *ev;
+    if (!head || !tail)
         return 0;
-    head = l->h.head;
-    if (head - *(volatile u64 *)&l->h.tail >= VT_CALL_LOG_SIZE(CALL_LOG_BITS)) {
+    h = *head;
+    rec_at = at + 4 + (u32)(h & (CALL_LOG_RECORDS - 1));
+    ev = h - *(volatile u64 *)tail < CALL_LOG_RECORDS ? call_logs.lookup(&rec_at) : 0;
+    if (!ev) {
         int zero = 0;
         u64 *lost_n = lost.lookup(&zero);
         if (lost_n)
             __sync_fetch_and_add(lost_n, 1);
         return 0;
     }
-    struct vt_block_event *ev = &l->rec[head & (VT_CALL_LOG_SIZE(CALL_LOG_BITS) - 1)];
     ev->start_ns = start_ns;
     ev->duration_ns = dur;
     ev->tid = tid;
@@ -39,6 +41,6 @@ static __always_inline int log_call(u32 tid, u64 start_ns, u64 dur, u32 kind, u3
     ev->bytes = bytes;
     ev->pad = 0;
     asm volatile("" ::: "memory"); /* the record before the head that publishes it (x86: stores in order) */
-    *(volatile u64 *)&l->h.head = head + 1;
+    *(volatile u64 *)head = h + 1;
     return 1;
 }

@@ -336,7 +336,7 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
     try:
         tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
         tracer._load(tracer.plan(None, str(tmp_path)), None)
-        tracer._events = ebpf_events.Events(tracer.bpf)
+        tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
         child.stdin.write("go\n")
         child.stdin.flush()
         line = child.stdout.readline().split()
@@ -454,7 +454,7 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
         tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
         plan = tracer.plan(None, str(tmp_path), attached=True)  # as record --attach: no program on every switch
         tracer._load(plan, None)
-        tracer._events = ebpf_events.Events(tracer.bpf)
+        tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
         ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)  # (a switch inside another syscall ends a write)
         ebpf_pool.set_target(tracer.bpf, child.pid)
         child.stdin.write("go\n")
@@ -517,7 +517,7 @@ def test_every_aof_write_is_counted_once_with_its_bytes_where_it_ends_on_a_page_
         assert child.stdout.readline().strip() == "ready"
         tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
         tracer._load(tracer.plan(None, str(tmp_path), attached=True), None)
-        tracer._events = ebpf_events.Events(tracer.bpf)
+        tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
         ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)
         ebpf_pool.set_target(tracer.bpf, child.pid)
         tracer._refresh()

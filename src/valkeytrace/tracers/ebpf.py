@@ -139,7 +139,7 @@ class EbpfTracer(Tracer):
         try:
             if loaded is None:
                 call_sites, why_syscalls, idle = self._load(p, finder, binary if late else None)
-                self._events = ebpf_events.Events(self.bpf)
+                self._events = ebpf_events.Events(self.bpf, self._defines)
                 if not p.switches:  # record --attach: the start-up check done, no program on every switch
                     ebpf_pool.detach_named(self.bpf, SWITCH_TRACEPOINTS)
             else:

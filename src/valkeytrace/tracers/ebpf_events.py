@@ -16,12 +16,13 @@ LOG_HEADER = 128  # struct vt_call_log_head (csrc/valkeytrace.h)
 
 
 class CallLogs:
-    """The call_logs array mapped into this process: one log per CPU, LOG_HEADER bytes then its records."""
+    """The call_logs array mapped into this process: per CPU, LOG_HEADER bytes then 2^bits records."""
 
-    def __init__(self, table):
-        self.stride = (table.value_size + 7) & ~7  # an array's elements are 8-byte aligned
-        self.cpus = table.max_entries
-        self.size = (table.value_size - LOG_HEADER) // BLOCK_EVENT_DTYPE.itemsize
+    def __init__(self, table, cpus: int, bits: int):
+        self.cpus, self.size = cpus, 1 << bits
+        self.stride = LOG_HEADER + self.size * BLOCK_EVENT_DTYPE.itemsize  # elements of 32 bytes, back to back
+        if table.value_size != BLOCK_EVENT_DTYPE.itemsize or table.max_entries * table.value_size != cpus * self.stride:
+            raise ValueError(f"call_logs: {table.max_entries} x {table.value_size} B is not {cpus} logs of {self.size}")
         length = -(-self.stride * self.cpus // mmap.PAGESIZE) * mmap.PAGESIZE
         self._map = mmap.mmap(table.map_fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._base = ffi.from_buffer("uint8_t[]", self._map)
@@ -38,13 +39,14 @@ class Events:
     """A loaded program's record sources and the sink they fill; one lock serialises every take (libbpf's
     ring_buffer__consume is not re-entrant)."""
 
-    def __init__(self, bpf):
+    def __init__(self, bpf, defines: dict):
         self.lock = threading.Lock()
         self.sink: Any = ffi.new("struct vt_event_sink *", {"record_size": BLOCK_EVENT_DTYPE.itemsize,
                                                             "max_bytes": SINK_MAX_BYTES})
         bpf.open_ring_buffer(b"block_events", int(ffi.cast("uintptr_t", ffi.addressof(lib, "vt_event_sink_collect"))),
                              int(ffi.cast("uintptr_t", self.sink)))
-        self.logs = CallLogs(bpf[b"call_logs"]) if b"call_logs" in getattr(bpf, "tables", {}) else None
+        self.logs = (CallLogs(bpf[b"call_logs"], defines["CALL_LOG_CPUS"], defines["CALL_LOG_BITS"])
+                     if b"call_logs" in getattr(bpf, "tables", {}) else None)
 
     @property
     def records(self) -> int:
