@@ -260,7 +260,8 @@ static __always_inline int write_enter(int fd)
 
 /* ret: the syscall's return value (bytes written) when known, else < 0 and the requested bytes
  * recorded at the call site count; wrapper: the end of a shim wrapper (begin_call) */
-static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 tid, long ret, u32 wrapper)
+static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 tid, long ret, u32 wrapper,
+                                       int in_tracepoint)
 {
     u64 start, dur, now, bytes;
     u32 kind;
@@ -275,11 +276,14 @@ static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 t
     dur = now - start;
     if (kind != VT_CALL_AOF_WRITE && kind != VT_CALL_SOCKET_WRITE)
         bytes = 0;
-    /* an fsync or AOF write is its record in the CPU's call log (bytes included): the tracer builds the
-     * window's histograms from the records, and the kernel's histogram counts only the calls a full log
-     * could not take. Both for one call cost ~15-20 ns of BPF per request more (docs/performance.md). */
+    /* an fsync or AOF write is its record (bytes included): the tracer builds the window's histograms
+     * from the records, and the kernel's histogram counts only the calls whose record was refused. Both
+     * for one call cost ~15-20 ns of BPF per request more (docs/performance.md). Ended in one of ext4's
+     * tracepoints (preemption off: a CPU's log has one writer at a time), the record goes into the CPU's
+     * call log; in a uprobe or a syscall tracepoint (both can be preempted), into the ring buffer. */
     if (kind != VT_CALL_FDATASYNC && kind != VT_CALL_FSYNC && kind != VT_CALL_AOF_WRITE
-        || !log_call(tid, start, dur, kind, (u32)bytes))
+        || !(in_tracepoint ? log_call(tid, start, dur, kind, (u32)bytes)
+                           : emit_bytes(tid, start, dur, kind, VT_EVENT_CALL, (u32)bytes)))
         account(slot, tid, kind, dur, bytes);
 #if LOOP_FROM_EPOLL
     if (kind == VT_CALL_EPOLL_WAIT && tid == MAIN_TID) {
@@ -295,22 +299,22 @@ static __always_inline int end_call_of(struct inflight_call *in, int slot, u32 t
     return 0;
 }
 
-static __always_inline int end_call(long ret, u32 wrapper)
+static __always_inline int end_call(long ret, u32 wrapper, int in_tracepoint)
 {
     u32 tid = 0;
     int slot;
     struct inflight_call *in = current_inflight(&slot, &tid);
-    return end_call_of(in, slot, tid, ret, wrapper);
+    return end_call_of(in, slot, tid, ret, wrapper, in_tracepoint);
 }
 
-static __always_inline int call_exit(long ret) { return end_call(ret, 0); }
+static __always_inline int call_exit(long ret, int in_tracepoint) { return end_call(ret, 0, in_tracepoint); }
 
 /* Call sites (tracers/sites.py): the call instruction, and the first direct branch after the
  * call returns. The call's arguments are in their registers at the call instruction. */
 int on_site_fdatasync(struct pt_regs *ctx) { return call_enter(VT_CALL_FDATASYNC, 0); }
 int on_site_fsync(struct pt_regs *ctx) { return call_enter(VT_CALL_FSYNC, 0); }
 int on_site_aof_write(struct pt_regs *ctx) { return call_enter(VT_CALL_AOF_WRITE, PT_REGS_PARM3(ctx)); }
-int on_site_exit(struct pt_regs *ctx) { return call_exit(-1); }
+int on_site_exit(struct pt_regs *ctx) { return call_exit(-1, 0); }
 
 #if TRACE_SYSCALLS
 /* One raw tracepoint pair for every syscall instead of one tracepoint per syscall: no trace
@@ -346,7 +350,7 @@ RAW_TRACEPOINT_PROBE(sys_exit)
 {
     if ((bpf_get_current_pid_tgid() >> 32) != TARGET_TGID)
         return 0;
-    return call_exit((long)ctx->args[1]); /* only a call our sys_enter started is completed */
+    return call_exit((long)ctx->args[1], 0); /* only a call our sys_enter started is completed */
 }
 #endif /* TRACE_SYSCALLS */
 /* epoll_pwait is not traced: glibc's epoll_wait uses the epoll_wait syscall where the arch has
@@ -446,4 +450,4 @@ int on_sk_data_ready(struct bpf_raw_tracepoint_args *ctx)
 /* The shim's fdatasync/fsync wrappers (real call + injected delay): the wrapper is the call. */
 int on_shim_fdatasync_enter(struct pt_regs *ctx) { return begin_call(VT_CALL_FDATASYNC, 0, 1); }
 int on_shim_fsync_enter(struct pt_regs *ctx) { return begin_call(VT_CALL_FSYNC, 0, 1); }
-int on_shim_sync_return(struct pt_regs *ctx) { return end_call(-1, 1); }
+int on_shim_sync_return(struct pt_regs *ctx) { return end_call(-1, 1, 0); }

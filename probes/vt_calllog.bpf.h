@@ -4,8 +4,9 @@
  * takes the records in place (csrc/events.c): a call costs one record's stores and the head's, on lines
  * only this CPU writes. A ring buffer record took its lock, its producer and consumer positions and its
  * data, on four pages: ~100-170 ns a call here, the most of any part of the probe (docs/performance.md).
- * Two programs never write one CPU's log at once: ext4's tracepoints and the uprobes run with
- * preemption off, and no interrupt logs a call.
+ * Two programs never write one CPU's log at once: only calls ended in ext4's tracepoints are logged
+ * here, and those run with preemption off (a uprobe's program, or a syscall tracepoint's, can be
+ * preempted: their calls go through the ring buffer), and no interrupt logs a call.
  * CALL_LOG_BITS: log2 of the records a CPU's log holds; CALL_LOG_CPUS: the possible CPUs.
  */
 /* CPU c's log is the CALL_LOG_STRIDE elements from c * CALL_LOG_STRIDE: its head (in the first, the

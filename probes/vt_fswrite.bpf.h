@@ -16,7 +16,7 @@ RAW_TRACEPOINT_PROBE(ext4_sync_file_enter)
 
 RAW_TRACEPOINT_PROBE(ext4_sync_file_exit)
 {
-    return call_exit(-1);
+    return call_exit(-1, 1);
 }
 
 #define REMAINING_UNKNOWN (~0ull) /* an AOF write begun from its inode: its length not read (write_copied) */
@@ -142,14 +142,14 @@ static __always_inline int write_copied(u64 pos, u32 len, u32 copied)
             in->remaining = uc.dx - done;
             return 0;
         }
-        return end_call_of(in, slot, tid, (long)done, 0);
+        return end_call_of(in, slot, tid, (long)done, 0, 1);
     }
 #endif
     if (copied < in->remaining) {
         in->remaining -= copied;
         return 0;
     }
-    return end_call_of(in, slot, tid, -1, 0); /* the thread's call found once, not again */
+    return end_call_of(in, slot, tid, -1, 0, 1); /* the thread's call found once, not again */
 }
 
 RAW_TRACEPOINT_PROBE(ext4_da_write_end) { return write_copied(ctx->args[1], ctx->args[2], ctx->args[3]); }
