@@ -25,6 +25,7 @@ from valkeytrace.analysis.calibration import Calibration, CalibrationError, Inpu
 from valkeytrace.analysis.intervals import LEVEL, Spread, model_sd, pooled_miss, shift_sd, spread
 from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
 from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
+from valkeytrace.pipeline.pool import simulate_many
 from valkeytrace.pipeline.sim import simulate
 
 FIGURES_CHECKED = ("tps", "p50_us", "p95_us", "p99_us", "mean_us")  # what the self-check reproduces
@@ -167,15 +168,14 @@ def simulate_windows(cal: Calibration, change: Change | None, n: int = SIM_RUNS,
     pass's costs and a window's calls and stalls (Calibration.variant), every CPU cost times `cpu`; seeded:
     the same figures each time (and the same draws at every `cpu`)."""
     rng = np.random.default_rng(DRAW_SEED)
-    out = []
+    jobs = []
     for k in range(n):
         p = cal.variant(rng)
         if cpu != 1.0:
             p = replace(p, server=_scaled(p.server, cpu), client=replace(p.client, read_us=p.client.read_us * cpu,
                                                                           write_us=p.client.write_us * cpu))
-        p = apply(cal, change or Change(), p)
-        out.append(simulate(p, seed=k + 1))
-    return out
+        jobs.append((apply(cal, change or Change(), p), k + 1))
+    return simulate_many(jobs)  # drawn here in order, each seeded: the same windows on any number of CPUs
 
 
 def _scaled(s, f: float):
