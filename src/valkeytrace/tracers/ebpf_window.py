@@ -122,20 +122,8 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
             if charged > 0:
                 entry["charged_on_cpu_ns"] = charged
         threads[tid] = entry
-    timeline, requests = b"[]", None
-    if arr is not None:
-        is_req = arr.state >= EVENT_ARRIVE
-        reqs = arr[is_req]
-        # one copy of the window's intervals, not two (tens of thousands of records under load: the
-        # tracer's peak RSS is at this moment of each window)
-        keep = ~is_req & (arr.start_ns + arr.duration_ns > a.mono_ns) & (arr.start_ns < b.mono_ns)
-        rows = arr[keep]
-        del arr, keep
-        # in end order, as they were written: the calls come from per-CPU logs, the blocks from the ring buffer
-        timeline = timeline_json(rows[np.argsort(rows.start_ns + rows.duration_ns, kind="stable")], a.mono_ns)
-        del rows
-        reqs = reqs[(reqs.start_ns >= a.mono_ns) & (reqs.start_ns < b.mono_ns)]
-        requests = request_columns(reqs, a.mono_ns) if len(reqs) else None
+    timeline, requests = _timeline(arr, a.mono_ns, b.mono_ns) if arr is not None else (b"[]", None)
+    del arr
     out = document.server_window(
         backend="ebpf", window_ns=b.mono_ns - a.mono_ns, pid=pid, threads=list(threads.values()),
         lost_events=int(b.lost - a.lost),
@@ -149,6 +137,20 @@ def window_metrics(a: Snapshot, b: Snapshot, pid: int, names: dict, slots: dict,
     if requests is not None:
         out["requests"] = requests
     return out
+
+
+def _timeline(arr: np.recarray, begin_ns: int, end_ns: int) -> tuple[bytes, dict | None]:
+    """The window's blocked-timeline rows as JSON, in end order as they were written (the calls come from
+    per-CPU logs, the blocks from the ring buffer), and its client requests' columns (None without)."""
+    is_req = arr.state >= EVENT_ARRIVE
+    reqs = arr[is_req]
+    # one copy of the window's intervals, not two (tens of thousands of records under load: the
+    # tracer's peak RSS is at this moment of each window)
+    rows = arr[~is_req & (arr.start_ns + arr.duration_ns > begin_ns) & (arr.start_ns < end_ns)]
+    timeline = timeline_json(rows[np.argsort(rows.start_ns + rows.duration_ns, kind="stable")], begin_ns)
+    del rows
+    reqs = reqs[(reqs.start_ns >= begin_ns) & (reqs.start_ns < end_ns)]
+    return timeline, request_columns(reqs, begin_ns) if len(reqs) else None
 
 
 def call_records(ev: np.recarray, begin_ns: int, end_ns: int) -> dict:
