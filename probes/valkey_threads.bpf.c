@@ -156,18 +156,19 @@ static __always_inline int slot_of(u32 tid)
     return -1;
 }
 
-/* 1 when the record went into the ring buffer; 0 when it was full (counted in `lost`) */
-static __always_inline int emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
+/* A record refused (its ring buffer or call log full): counted in `lost`, never dropped silently. 0. */
+static __always_inline int count_lost(void)
 {
-    /* written in place (reserve, then submit): no copy through the stack */
-    struct vt_block_event *ev = block_events.ringbuf_reserve(sizeof(struct vt_block_event));
-    if (!ev) {
-        int zero = 0;
-        u64 *l = lost.lookup(&zero);
-        if (l)
-            __sync_fetch_and_add(l, 1);
-        return 0;
-    }
+    int zero = 0;
+    u64 *l = lost.lookup(&zero);
+    if (l)
+        __sync_fetch_and_add(l, 1);
+    return 0;
+}
+
+static __always_inline void fill_event(struct vt_block_event *ev, u32 tid, u64 start_ns, u64 dur, u32 cause,
+                                       u32 state, u32 bytes)
+{
     ev->start_ns = start_ns;
     ev->duration_ns = dur;
     ev->tid = tid;
@@ -175,6 +176,16 @@ static __always_inline int emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause,
     ev->state = state;
     ev->bytes = bytes;
     ev->pad = 0;
+}
+
+/* 1 when the record went into the ring buffer; 0 when it was full (counted in `lost`) */
+static __always_inline int emit_bytes(u32 tid, u64 start_ns, u64 dur, u32 cause, u32 state, u32 bytes)
+{
+    /* written in place (reserve, then submit): no copy through the stack */
+    struct vt_block_event *ev = block_events.ringbuf_reserve(sizeof(struct vt_block_event));
+    if (!ev)
+        return count_lost();
+    fill_event(ev, tid, start_ns, dur, cause, state, bytes);
     block_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
     return 1;
 }

@@ -1,6 +1,6 @@
 /*
  * vt_calllog.bpf.h: each CPU's log of the fsyncs and AOF writes its threads ended (put in its place
- * as text in probes/valkey_threads.bpf.c, after `lost` and `account`). The tracer mmaps the array and
+ * as text in probes/valkey_threads.bpf.c, after `count_lost`, `fill_event` and `account`). The tracer mmaps the array and
  * takes the records in place (csrc/events.c): a call costs one record's stores and the head's, on lines
  * only this CPU writes. A ring buffer record took its lock, its producer and consumer positions and its
  * data, on four pages: ~100-170 ns a call here, the most of any part of the probe (docs/performance.md).
@@ -27,20 +27,9 @@ static __always_inline int log_call(u32 tid, u64 start_ns, u64 dur, u32 kind, u3
     h = *head;
     rec_at = at + 4 + (u32)(h & (CALL_LOG_RECORDS - 1));
     ev = h - *(volatile u64 *)tail < CALL_LOG_RECORDS ? call_logs.lookup(&rec_at) : 0;
-    if (!ev) {
-        int zero = 0;
-        u64 *lost_n = lost.lookup(&zero);
-        if (lost_n)
-            __sync_fetch_and_add(lost_n, 1);
-        return 0;
-    }
-    ev->start_ns = start_ns;
-    ev->duration_ns = dur;
-    ev->tid = tid;
-    ev->cause = kind;
-    ev->state = VT_EVENT_CALL;
-    ev->bytes = bytes;
-    ev->pad = 0;
+    if (!ev)
+        return count_lost();
+    fill_event(ev, tid, start_ns, dur, kind, VT_EVENT_CALL, bytes);
     asm volatile("" ::: "memory"); /* the record before the head that publishes it (x86: stores in order) */
     *(volatile u64 *)head = h + 1;
     return 1;

@@ -359,10 +359,7 @@ def test_a_slot_that_changes_hands_starts_its_new_thread_from_zero(needs_bpf, tm
         win = tracer.window_end()
         lifetime_ns = (time.monotonic() - b_started) * 1e9
     finally:
-        tracer.stop()
-        child.stdin.write("stop\n")
-        child.stdin.close()
-        child.wait(timeout=10)
+        stop_both(tracer, child)
     b = next(t for t in win["threads"] if t["tid"] == tid_b)
     off_b = sum(v for st in b["off_cpu_ns"].values() for v in st.values())
     # sleeping since it got the slot, and no more than it lived (A slept 2 s in the slot before it)
@@ -416,6 +413,31 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         srv.stop()
 
 
+def stop_both(tracer, child) -> None:
+    """The tracer stopped (if it started), then the traced child told to exit and waited for."""
+    if tracer is not None:
+        tracer.stop()
+    child.stdin.write("stop\n")
+    child.stdin.close()
+    child.wait(timeout=10)
+
+
+def attached_tracer(pid: int, aof_dir):
+    """The eBPF tracer on process pid as record --attach loads it (no program on every switch: a switch inside
+    another syscall would end a write), its records' sources open."""
+    from valkeytrace.tracers import ebpf_events, ebpf_pool
+    from valkeytrace.tracers.ebpf import EbpfTracer
+    from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
+
+    tracer = EbpfTracer()
+    tracer.pid, tracer.aof_dir = pid, str(aof_dir)
+    tracer._load(tracer.plan(None, str(aof_dir), attached=True), None)
+    tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
+    ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)
+    ebpf_pool.set_target(tracer.bpf, pid)
+    return tracer
+
+
 OFFLOAD_SHAPE = """
 import os, sys, threading, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -442,21 +464,12 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
     back): that start must not begin another write, or, with the fsyncs on another thread and no program on
     every switch (attached), the main thread's next write would run from there (2 ms apart here: every write
     ~2 ms, not its few us). Witness: the main thread's AOF writes' mean against the 2 ms between them."""
-    from valkeytrace.tracers import ebpf_events, ebpf_pool
-    from valkeytrace.tracers.ebpf import EbpfTracer
-    from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
-
     aof = tmp_path / "appendonly.aof.1.incr.aof"
     child = subprocess.Popen([sys.executable, "-c", OFFLOAD_SHAPE, str(aof)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
-    tracer = EbpfTracer()
+    tracer = None
     try:
-        tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
-        plan = tracer.plan(None, str(tmp_path), attached=True)  # as record --attach: no program on every switch
-        tracer._load(plan, None)
-        tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
-        ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)  # (a switch inside another syscall ends a write)
-        ebpf_pool.set_target(tracer.bpf, child.pid)
+        tracer = attached_tracer(child.pid, tmp_path)
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "go"
@@ -465,10 +478,7 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
         assert child.stdout.readline().strip() == "done"
         win = tracer.window_end()
     finally:
-        tracer.stop()
-        child.stdin.write("stop\n")
-        child.stdin.close()
-        child.wait(timeout=10)
+        stop_both(tracer, child)
     main = next(t for t in win["threads"] if t["tid"] == child.pid)
     writes = main["calls"]["aof_write"]
     assert writes["count"] >= 300, writes["count"]
@@ -505,21 +515,13 @@ def test_every_aof_write_is_counted_once_with_its_bytes_where_it_ends_on_a_page_
     """A write begun from its inode (its length not read) ends at the first folio the copy leaves short of a
     page boundary: writes that fill a page exactly, or span several, need the length from the registers.
     Witness: the writer's own count and bytes, against the probe's (attached: no program on every switch)."""
-    from valkeytrace.tracers import ebpf_events, ebpf_pool
-    from valkeytrace.tracers.ebpf import EbpfTracer
-    from valkeytrace.tracers.ebpf_plan import SWITCH_TRACEPOINTS
-
     aof = tmp_path / "appendonly.aof.1.incr.aof"
     child = subprocess.Popen([sys.executable, "-c", BOUNDARY_WRITES, str(aof)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
-    tracer = EbpfTracer()
+    tracer = None
     try:
         assert child.stdout.readline().strip() == "ready"
-        tracer.pid, tracer.aof_dir = child.pid, str(tmp_path)
-        tracer._load(tracer.plan(None, str(tmp_path), attached=True), None)
-        tracer._events = ebpf_events.Events(tracer.bpf, tracer._defines)
-        ebpf_pool.detach_named(tracer.bpf, SWITCH_TRACEPOINTS)
-        ebpf_pool.set_target(tracer.bpf, child.pid)
+        tracer = attached_tracer(child.pid, tmp_path)
         tracer._refresh()
         tracer.window_begin()
         child.stdin.write("go\n")
@@ -528,10 +530,7 @@ def test_every_aof_write_is_counted_once_with_its_bytes_where_it_ends_on_a_page_
         assert done == "done"
         win = tracer.window_end()
     finally:
-        tracer.stop()
-        child.stdin.write("stop\n")
-        child.stdin.close()
-        child.wait(timeout=10)
+        stop_both(tracer, child)
     writes = next(t for t in win["threads"] if t["tid"] == child.pid)["calls"]["aof_write"]
     assert (writes["count"], writes["bytes"]) == (int(n), int(nbytes))
     assert writes["sum_ns"] / writes["count"] < 500_000, writes  # none runs on into the next (2 ms apart)
