@@ -87,7 +87,7 @@ RAW_TRACEPOINT_PROBE(ext4_write_begin) { return fs_write_step(ctx->args[0], ctx-
 /* The mtime update (file_modified -> inode_set_ctime_current -> ext4_dirty_inode's journal start)
  * comes before the first write_begin: a write blocked in it (the inode's journal handle) begins at
  * its ctime update. Kernels with multigrain timestamps (6.13+) trace that update once per changed
- * time (ext4 has them since): ~1 run per 30 writes under `always` here, against 1.3 a write for
+ * time (ext4 has them since): ~1 run per 10 writes in check 31 here, against 1.3 a write for
  * ext4_journal_start_inode, whose starts after a write's last folio (the size update) and inside
  * fsync's writeback must not begin one. Not only writes update it (a truncate does): the registers
  * are read. TP_PROTO(struct inode *, u32 old, u32 new, u32 cur) */
