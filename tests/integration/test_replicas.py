@@ -104,17 +104,23 @@ def test_the_replica_own_fsync_delay_moves_the_replica_aof_part_by_that_much(bot
         assert 0.9 * primary <= part <= 2.5 * primary + 1000, (part, primary)
 
 
+# the cap witness's syncs: 5 ms each. Whether a SET's bytes reach the replica before its sync ends is a race
+# with the replica's scheduling: at +2 ms, on four test workers over two CPUs, once 2,609 of 5,609 immediate
+# writes were seen dirty (the witness asks half); a longer sync holds the race's outcome without the load's
+CAP_DELAY = "5ms"
+
+
 def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_at_zero(tmp_path):
-    early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "early-ack",
+    early = _record(tmp_path / "e.vtrace", "--inject-fsync-delay", CAP_DELAY, "--emulate-offload", "early-ack",
                     duration=1)["replication"]
     assert early["early_checked"] >= 100 and early["early_propagated"] >= 0.5 * early["early_checked"], early
     # the durable offload as #3381 was reviewed (the default): its replies wait, its stream does not; readers on
     # the replica (whose own fsync is not delayed) follow the writers
-    imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable", *READERS,
+    imm = _record(tmp_path / "i.vtrace", "--inject-fsync-delay", CAP_DELAY, "--emulate-offload", "durable", *READERS,
                   duration=1)
     assert imm["replication"]["early_propagated"] >= 0.5 * imm["replication"]["early_checked"], imm["replication"]
     # per SET, from the kernel: its bytes reached the replica before the primary's sync that made it durable
-    # ended, by most of that sync (+2 ms each)
+    # ended, by most of that sync (+5 ms each)
     dirty = imm["replication"]["dirty"]
     assert dirty["writes"] >= 100 and dirty["writes_seen_dirty"] >= 0.5 * dirty["writes"], dirty
     assert dirty["window_p50_us"] >= 1000, dirty
@@ -124,16 +130,16 @@ def test_the_cap_witness_counts_early_ack_and_immediate_and_committed_keeps_it_a
     # after the value's SET was sent had ended (the kernel's syncs)
     assert dirty["reads"] >= 100 and dirty["reads_dirty"] > 0, dirty
     imm_get = imm["ops"]["REPLICA_GET"]["p50_us"]
-    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
+    durable = _record(tmp_path / "d.vtrace", "--inject-fsync-delay", CAP_DELAY, "--emulate-offload", "durable",
                       "--offload-replicas", "committed", *READERS, duration=1.5)
     r = durable["replication"]
     assert r["early_propagated"] == 0 and r["early_checked"] >= 100, r
     assert r["dirty"]["writes"] >= 100 and r["dirty"]["writes_seen_dirty"] == 0, r["dirty"]
     assert r["dirty"]["reads_checked"] >= 100 and r["dirty"]["reads_dirty"] == 0, r["dirty"]
-    assert r["lag_p50_us"] >= 1900, r  # held until its job (>= 2 ms) ended
+    assert r["lag_p50_us"] >= 4900, r  # held until its job (>= 5 ms) ended
     # replica-blocking: the stream leaves at once, the replica holds reads of keys written past the committed
-    # offset: no dirty read, and the readers pay (their keys were just written: each waits for a job of >= 2 ms)
-    rb = _record(tmp_path / "b.vtrace", "--inject-fsync-delay", "2ms", "--emulate-offload", "durable",
+    # offset: no dirty read, and the readers pay (their keys were just written: each waits for a job of >= 5 ms)
+    rb = _record(tmp_path / "b.vtrace", "--inject-fsync-delay", CAP_DELAY, "--emulate-offload", "durable",
                  "--offload-replicas", "replica-blocking", *READERS, duration=1)
     d = rb["replication"]["dirty"]
     assert d["writes_seen_dirty"] >= 0.5 * d["writes"] and d["reads_checked"] >= 100 and d["reads_dirty"] == 0, d
