@@ -16,10 +16,11 @@ system:
 $(VENV)/bin/python:
 	@$(PY_SYS) -m venv --system-site-packages $(VENV)
 
-# bcc's Python bindings are Debian's (for /usr/bin/python3): hence --system-site-packages.
+# bcc's Python bindings are Debian's (for /usr/bin/python3): hence --system-site-packages. --no-compile: pip
+# byte-compiles every installed file (~470 MB: 24 -> 17 s here, 2026-12-06); Python compiles what it imports
 $(STAMP): $(VENV)/bin/python $(SOURCES)
 	@echo "setup: installing valkeytrace into $(VENV)"
-	@$(PIP) install '.[test]' >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@$(PIP) install --no-compile '.[test]' >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@rm -rf build
 	@touch $@
 
