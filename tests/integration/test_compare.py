@@ -17,8 +17,8 @@ from vtcli import VT, tagged, tagged_env, vt
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-COMMON = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
-          "--keyspace", "500", "--appendfsync", "everysec", "--backend", "none"]
+COMMON = ["--workload", "read-heavy", "--no-demand-pass", "--sizes", "64", "--duration", "1", "--repeat", "1",
+          "--io-threads", "1", "--keyspace", "500", "--appendfsync", "everysec", "--backend", "none"]
 
 
 def test_per_side_options_are_refused_in_common(tmp_path):

@@ -296,7 +296,8 @@ def test_signal_during_record_keeps_measured_runs_and_leaves_nothing(tmp_path, s
     # started as a non-interactive shell starts a background job: SIGINT inherited ignored (the
     # signal was lost so once in a fresh clone's `make test`: exit 0, nothing on stderr)
     proc = subprocess.Popen([VT, "record", "--workload", "read-heavy", "--sizes", "64,256", "--repeat", "3",
-                             "--duration", "2", "--keyspace", "500", "--backend", backend, "-o", str(out)],
+                             "--duration", "2", "--keyspace", "500", "--backend", backend, "--no-demand-pass",
+                             "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:

@@ -18,8 +18,8 @@ from valkeytrace.server.process import connect, free_port
 from vtcli import VT, tagged, vt
 
 pytestmark = pytest.mark.integration
-SHORT = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--keyspace", "500",
-         "--io-threads", "1", "--backend", "none"]
+SHORT = ["--workload", "read-heavy", "--no-demand-pass", "--sizes", "64", "--duration", "1", "--repeat", "1",
+         "--keyspace", "500", "--io-threads", "1", "--backend", "none"]
 
 
 def one_line(res):
