@@ -27,9 +27,9 @@ $(STAMP): $(VENV)/bin/python $(SOURCES)
 # the unit tests (no server, no timing) and the integration tests that assert no timing, on four workers
 # (two CPUs: the servers' tests wait on their windows; four took 4:26 against 4:58 on three, 2026-12-06.
 # Two tests failed once under four's contention and were made to hold under it: the replicas' cap witness
-# (its syncs 5 ms, not 2) and the CPU-speed test (paired samples). Each file's tests on one worker,
-# --dist loadfile, so
-# a module's shared recordings are made once); then those marked `timed` (they assert what a real server's
+# (its syncs 5 ms, not 2) and the CPU-speed test (paired samples). Each file's tests on one worker
+# (--dist loadfile, tests/conftest.py), so a module's shared recordings are made once, but for
+# test_benchmarks.py's, spread one by one); then those marked `timed` (they assert what a real server's
 # timing gives) one at a time, nothing beside them
 test: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile -m "not timed" --durations=15 tests/unit tests/integration
