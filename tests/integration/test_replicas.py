@@ -257,7 +257,7 @@ def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_record
             time.sleep(0.2)
         # the replica observed in one window that spans the primary's recording (merge pairs each of
         # the primary's windows with it and joins them where they overlap)
-        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "12", "--repeat", "1",
+        observe = subprocess.Popen([VT, "record", "--attach", str(servers[1].pid), "--duration", "10", "--repeat", "1",
                                     "-o", str(tmp_path / "ar.vtrace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
         probes_loaded(observe.pid)  # its window open before the primary's load begins
@@ -265,9 +265,9 @@ def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_record
         res = vt("record", "--attach", servers[0].pid, "--workload", "write-only", "--sizes", "64", "--duration", "1.5",
                  "--repeat", "1", "--keyspace", "500", "-o", tmp_path / "ap.vtrace", timeout=300)
         skip_unless_recorded(res)
-        # the primary's recording inside the replica's window (6.1 s of its 12 here): else merge has no overlap
+        # the primary's recording inside the replica's window (6.1 s of its 10 here): else merge has no overlap
         took = time.monotonic() - t0
-        assert took < 11, f"the primary's recording took {took:.1f} s"
+        assert took < 9.5, f"the primary's recording took {took:.1f} s"
         out, err = observe.communicate(timeout=180)
         assert observe.returncode == 0, err
     finally:
@@ -310,7 +310,7 @@ def test_merge_refuses_what_is_not_one_system(tmp_path):
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
-@pytest.mark.timed
+# not timed: a difference of one +1 s job between two modes, run beside the first phase's other tests
 def test_a_replica_joining_under_load_gets_its_full_sync_once_durable_under_committed():
     """committed (B) for a full sync: every stream byte, the payload and its end included, waits in the
     primary's shim for the AOF bytes queued before it; a replica that joins while every primary fdatasync takes
