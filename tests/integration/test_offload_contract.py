@@ -358,7 +358,7 @@ def test_an_aborted_shutdown_leaves_the_fsync_off_the_main_thread():
     shutdown off. The offload must go on taking the fdatasync off the main thread (the signal's mark made
     every later sync drain on it: fsync-on-main, silently). Measured: PINGs stay fast while a SET's 300 ms
     job runs, and the SET itself still waits for it."""
-    target, stats = launch("durable", delay_ms=300)
+    target, stats = launch("durable", delay_ms=300, config={"repl-diskless-sync-delay": "0"})  # the sync at once
     replica = EmbeddedServer(io_threads=1, server_config={"replicaof": f"127.0.0.1 {target.port}"})
     try:
         a = Conn(target.port)

@@ -238,7 +238,8 @@ def test_two_nodes_recorded_apart_and_merged_give_the_lag_of_one_launched_record
     base = ["--bind", "127.0.0.1", "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--io-threads", "1"]
     (tmp_path / "p").mkdir()
     (tmp_path / "r").mkdir()
-    servers = [subprocess.Popen([*vs, "--port", str(pport), "--dir", str(tmp_path / "p"), *base],
+    servers = [subprocess.Popen([*vs, "--port", str(pport), "--dir", str(tmp_path / "p"), *base,
+                                 "--repl-diskless-sync-max-replicas", "1"],  # as record --replicas launches it
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     servers.append(subprocess.Popen([*vs, "--port", str(rport), "--dir", str(tmp_path / "r"), *base,
                                      "--replicaof", "127.0.0.1", str(pport)],
