@@ -153,7 +153,6 @@ class Recorder:
         # (its runs need no calibration pass), and which launch measured each cell's demand pass
         self.memo = memo if memo is not None else SideMemo()
         self.launch = next(LAUNCHES)
-        self._rates_before = dict(self.memo.rates)  # the side's earlier launches' (RateMemo)
         # this launch's keyspace (scenarios.Load.keyspace_state); an attached server's other clients may
         # write its keys between our runs: filled each time
         self.keyspace_state: dict | None = None if getattr(target, "mode", "") == "attach" else {}
@@ -279,7 +278,6 @@ class Recorder:
         load = None
         if self.client is not None:
             load = scenarios.Load.for_server(self.target, self.client, rates=self.memo.rates,
-                                             rates_known=self._rates_before,
                                              keyspace_state=self.keyspace_state,
                                              keyspace=s.keyspace, get_clients=s.get_clients,
                                              set_clients=s.set_clients, write_clients=s.write_clients, rate=rate,

@@ -119,8 +119,8 @@ def test_the_window_lasts_as_asked_and_the_text_shows_the_jsons_figures(tmp_path
     res = vt("record", "--workload", "read-heavy", "--sizes", "64", "--duration", "2", "--repeat", "2",
              "--keyspace", "500", "--io-threads", "1", "--backend", "shim", "--no-demand-pass", "-o", rec, timeout=300)
     assert res.returncode == 0, res.stderr
-    # a window is a count of requests at the rate calibrated just before it: it lasts as asked as far
-    # as the rate holds (12% slower once in CI: 2.25 s); half or twice would be a fault
+    # a window is a count of requests at the rate calibrated before it (the second: the first's own rate):
+    # it lasts as asked as far as the rate holds (12% slower once in CI: 2.25 s); half or twice would be a fault
     for r in recfmt.read(rec)["runs"]:
         assert 1.8 <= r["window_end"] - r["window_start"] <= 2.2, r["window_end"] - r["window_start"]
     d = json.loads(vt("report", rec, "--format", "json").stdout)

@@ -56,7 +56,6 @@ class Load:
     # a request due while all wait is held, late) or "grow" (a pool that grows, then pipelines)
     pool: str = "clients"
     rates: dict | None = field(default=None, compare=False)  # RateMemo's store: the recorder's, per side
-    rates_known: dict | None = field(default=None, compare=False)  # and what it held as the launch began
     # the launch's keyspace: {"size": S} while every key holds a value of S bytes (a fill of S, then
     # SETs of S only): a read-heavy run of S needs no fill then
     keyspace_state: dict | None = field(default=None, compare=False)
@@ -91,7 +90,7 @@ class Load:
         if self.rates is None:
             return None
         return RateMemo(self.rates, (test, size, self.get_clients if test == "GET" else self.write_clients,
-                                     run.get("workload"), run.get("fsync_extra_delay_ns") or 0), self.rates_known)
+                                     run.get("workload"), run.get("fsync_extra_delay_ns") or 0))
 
 
 # the benchmark scripts' cell: read-heavy, 64 B, GET c=50 under SET c=8, 20000 keys (filled fast)
