@@ -15,6 +15,8 @@ KNOBS = {
                           "(benchmarks/overhead.py --probes)",
     "VALKEYTRACE_LOOP_DUTY": "fraction of each second the beforeSleep uprobe of record --loop-sample is "
                              "attached (default 0.005)",
+    "VALKEYTRACE_AOF_WRITE_DUTY": "fraction of each second an observing window (no load of ours) times AOF writes "
+                                  "(tracers/sampling.py; default 0.25, 1: all of them)",
     "VALKEYTRACE_RAW_SCHED": "0: no task_struct offsets from BTF, hence the regular sched_switch tracepoint and "
                              "no idle cause (default 1)",
     "VALKEYTRACE_CACHE": "where report keeps a comparison's what-if (the model's simulations) to render it again "
@@ -51,7 +53,15 @@ def probe_groups_override() -> set[str] | None:
 
 
 def loop_duty(default: float = 0.005) -> float:
-    value = os.environ.get("VALKEYTRACE_LOOP_DUTY")
+    return _duty("VALKEYTRACE_LOOP_DUTY", default)
+
+
+def aof_write_duty(default: float) -> float:
+    return _duty("VALKEYTRACE_AOF_WRITE_DUTY", default)
+
+
+def _duty(name: str, default: float) -> float:
+    value = os.environ.get(name)
     try:
         duty = float(value) if value else default
     except ValueError:

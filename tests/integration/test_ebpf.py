@@ -305,7 +305,9 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
     """record --attach on a busy server: runs[].tracer.cost lists every program with the kernel's counts, the
     scheduler's programs ran for the start-up check only (0 runs in the window: nothing on every switch), the
     main thread's on-CPU time is the kernel's schedstat (within what the test reads from /proc around the
-    recording), and kernel.bpf_stats_enabled is as it was found."""
+    recording), and kernel.bpf_stats_enabled is as it was found. The window observes (no load of ours): the
+    AOF writes are timed for a share of it (tracers/sampling.py), as the kernel's own run counts show, and
+    their count estimated from the sample is the fdatasyncs' (every one timed; under always one write each)."""
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import bpf_cost
     from valkeytrace.workload import keyspace
@@ -339,6 +341,14 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] > 100, progs  # every fdatasync of the server
         assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
         cell = doc["runs"][0]["cells"][0]["server"]
+        share = cell["sampled"]["aof_write"]
+        assert 0.12 <= share <= 0.45, cell["sampled"]
+        begins, syncs = (progs[f"raw_tracepoint__{n}"]["runs"] for n in ("ext4_da_write_begin", "ext4_sync_file_enter"))
+        assert 0.5 * share <= begins / syncs <= 1.6 * share, (begins, syncs, share)  # detached the rest of the time
+        main = {t["role"]: t for t in cell["threads"]}["main"]
+        assert 0.7 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 1.4, (main["aof_write"], main["fdatasync"])
+        text = vt("report", str(p)).stdout
+        assert "AOF writes timed" in text, text[-1500:]
         assert cell["sched_traced"] is False
         on_cpu_ms = cell["main_thread"]["on_cpu_pct"] / 100 * cell["main_thread"]["wall_ms"]
         assert 0 < on_cpu_ms * 1e6 <= (cpu1 - cpu0) * 1.02, (on_cpu_ms, (cpu1 - cpu0) / 1e6)

@@ -17,13 +17,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import msgspec
+
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.analysis.durability import durability
 from valkeytrace.analysis.note import Note
 from valkeytrace.analysis.summary import (BUDGET, SYNC_CALLS, TIMED_CALLS, BackendCounts, CallStats, CrossCheck,
                                           MainThread,
                                           ServerSummary, Stalls, ThreadRole, budget_category)
-from valkeytrace.recording.model import Document, Run, ServerWindow, ThreadRecord, decode, decode_as
+from valkeytrace.recording.model import Document, Histogram, Run, ServerWindow, ThreadRecord, decode, decode_as
 from valkeytrace.roles import ROLES, thread_role
 
 CALLS = TIMED_CALLS
@@ -103,6 +105,17 @@ def role_of(t: ThreadRecord, w: ServerWindow) -> str:
     return thread_role(t.tid, main_tid, t.name) if t.name and main_tid else t.role
 
 
+def estimated(rec: Histogram, share: float | None) -> Histogram:
+    """A call timed for a share of its window (probe.sampled: an observing window's AOF writes) as the whole
+    window's estimate: its count, total time and bytes over the share; its distribution the sample's."""
+    if not share or share >= 1.0:
+        return rec
+    k = 1.0 / share
+    return msgspec.structs.replace(rec, count=round(rec.count * k), sum_ns=round(rec.sum_ns * k),
+                                   buckets=[(i, round(c * k)) for i, c in rec.buckets],
+                                   bytes=None if rec.bytes is None else round(rec.bytes * k))
+
+
 def _windows(raws: list) -> list[ServerWindow]:
     return [decode_as(r, ServerWindow) for r in raws if r]
 
@@ -120,7 +133,10 @@ def summarize_server(raws: list) -> ServerSummary | None:
     # timed call": reports say so
     on_cpu_measured = any("sched" in w.probe.probe_groups for w in ws)
     for w in ws:
+        sampled = w.probe.sampled or {}
         for t in w.threads:
+            if sampled:
+                t = msgspec.structs.replace(t, calls={c: estimated(rec, sampled.get(c)) for c, rec in t.calls.items()})
             role = role_of(t, w)
             r = roles.setdefault(role, _RoleAcc())
             r.in_sync_ns += sync_blocked_ns(t)
@@ -164,6 +180,8 @@ def summarize_server(raws: list) -> ServerSummary | None:
                          lost_events=sum(w.lost_events or 0 for w in ws), blocked_events=events,
                          loop_source=probe.loop_source, call_source=probe.call_source,
                          untimed=probe.untimed, durability=durability(ws), cross_check=cross,
+                         sampled={c: sum((w.probe.sampled or {}).get(c, 1.0) for w in ws) / len(ws)
+                                  for c in {c for w in ws for c in (w.probe.sampled or {})}},
                          server_exits=sum(1 for w in ws if w.server_exit))
 
 

@@ -184,6 +184,7 @@ class ServerSummary:
     loop_source: str | None = None
     call_source: str | None = None
     untimed: list = field(default_factory=list)
+    sampled: dict = field(default_factory=dict)  # call -> the share of its windows it was timed (estimated from it)
     durability: Durability | None = None
     cross_check: CrossCheck | None = None
     server_exits: int = 0   # windows the server's end cut short (runs[].server_exit)

@@ -282,6 +282,9 @@ def _server_notes(cell, srv: ServerSummary, m: MainThread, wall_ms: float, cost)
         notes.append((f"off-CPU intervals added up to {m.off_cpu_over_wall_pct:.0f}% of the window (intervals "
                       "straddling its edges): the budget is scaled to 100%", True))
     notes.append(_loop_note(srv, m))
+    notes += [(f"{ {'aof_write': 'AOF writes'}.get(call, call)} timed {100 * share:.0f}% of the time (an observing window samples them: "
+               "their distribution is the sample's, their count, total and bytes estimated from it)", False)
+              for call, share in sorted(srv.sampled.items())]
     host = cell.host_cpu
     if host is not None and host.server_steal_ms is not None:
         notes.append((f"the hypervisor's steal on the server's CPU: {host.server_steal_ms:,.0f} ms per window of "

@@ -67,9 +67,9 @@ class ReplicaSet:
         for tracer, target in zip(self.tracers, self.targets):
             tracer.start(target)
 
-    def window_begin(self, requests: bool = False) -> None:
+    def window_begin(self, requests: bool = False, observe: bool = False) -> None:
         for tracer in self.tracers:
-            tracer.window_begin(requests=requests)
+            tracer.window_begin(requests=requests, observe=observe)
 
     def window_end(self) -> list:
         return [tracer.window_end() for tracer in self.tracers]

@@ -40,9 +40,10 @@ class Tracer:
     def pause(self, target) -> None:
         """Stop tracing for a while; resume() continues."""
 
-    def window_begin(self, requests: bool = False) -> None:
+    def window_begin(self, requests: bool = False, observe: bool = False) -> None:
         """A measured window opens; requests: time each client request too (the eBPF backend's
-        request events, for a write-only cell's durability record)."""
+        request events, for a write-only cell's durability record); observe: no load of ours runs in
+        it (the eBPF backend then times a sample of the AOF writes: tracers/sampling.py)."""
 
     def window_end(self, end_mono_ns: int | None = None):
         """The window closes (at end_mono_ns, CLOCK_MONOTONIC, when the server ended before now): its

@@ -39,9 +39,9 @@ class EbpfWithShimTracer(Tracer):
         self.shim.pause(target)
         self.ebpf.pause(target)
 
-    def window_begin(self, requests: bool = False):
+    def window_begin(self, requests: bool = False, observe: bool = False):
         self.shim.window_begin()
-        self.ebpf.window_begin(requests)
+        self.ebpf.window_begin(requests)  # every AOF write: the cross-check compares the two backends' counts
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         metrics = self.ebpf.window_end(end_mono_ns)

@@ -27,7 +27,7 @@ from typing import Any
 from valkeytrace import environment, system
 from valkeytrace.errors import VTError
 from valkeytrace.server import threads as thr
-from valkeytrace.tracers import bcc_child, bpf_cost, ebpf_events, ebpf_pool, elf, probe_source, sites
+from valkeytrace.tracers import bcc_child, bpf_cost, ebpf_events, ebpf_pool, elf, probe_source, sampling, sites
 from valkeytrace.tracers.base import Tracer
 from valkeytrace.tracers.bcc_load import require_bcc
 from valkeytrace.tracers.ebpf_plan import (LOOP_SYMBOL, MAIN_PROBE, SWITCH_TRACEPOINTS, SYSNR_CANDIDATES, Plan, aof_dir_of,
@@ -79,6 +79,8 @@ class EbpfTracer(Tracer):
         self._extra: dict[int, int] = {}
         self.untracked_threads: set[int] = set()
         self.loop_duty = environment.loop_duty(DEFAULT_LOOP_DUTY)
+        self.write_duty = environment.aof_write_duty(sampling.AOF_WRITE_DUTY)  # observing windows only
+        self._writes: sampling.WriteSampler | None = None
         self.pid: Any = None
         self.target: Any = None
         self.aof_dir: Any = None
@@ -349,6 +351,8 @@ class EbpfTracer(Tracer):
             self.delay_control.close()
         self._stop.set()
         self._wake.set()
+        if self._writes is not None:
+            self._writes.stop()
         if self._sampler is not None:
             self._sampler.join(timeout=5)
             self._sampler = None
@@ -464,21 +468,30 @@ class EbpfTracer(Tracer):
         self._requests_on = on
         self._wake.set()  # request events come ~100K a second: polled every BUSY_POLL_S while on
 
-    def window_begin(self, requests: bool = False):
+    def window_begin(self, requests: bool = False, observe: bool = False):
         self._cost.edge()
         self._requests(requests)
+        self._writes = writes = sampling.WriteSampler(self.bpf, self.slot_tids, self.write_duty if observe and not requests
+                                                      else 1.0)
         self._refresh()
         self._consume(take=True)  # what came before the window
         self._begin = ebpf_pool.read_snapshot(self)
         self._cost.begin(self.bpf)
+        writes.start()
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         self._cost.stop()
+        writes, self._writes = self._writes, None
+        if writes is not None:
+            writes.stop()  # every program attached again
         if end_mono_ns is not None:  # a server that ended just as the window opened: an empty window
             end_mono_ns = max(end_mono_ns, self._begin.mono_ns)
         end = ebpf_pool.read_snapshot(self, end_mono_ns)
         self._requests(False)
         events = self._consume(take=True)
         self._refresh()
-        return {**window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events], self.info),
-                "tracer_cost": self._cost.end(self.bpf, self._uprobes)}
+        out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events], self.info)
+        share = writes.share(self._begin.mono_ns / 1e9, end.mono_ns / 1e9) if writes is not None else 1.0
+        if share < 1.0:
+            out["probe"]["sampled"] = {"aof_write": round(share, 4)}
+        return {**out, "tracer_cost": self._cost.end(self.bpf, self._uprobes)}

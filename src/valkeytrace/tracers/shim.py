@@ -79,7 +79,7 @@ class ShimTracer(Tracer):
         return ShimSnapshot(mono_ns or time.monotonic_ns(), self.region.snapshot(), names,
                             thr.schedstats(self.pid, names), self.region.dropped_calls)
 
-    def window_begin(self, requests: bool = False):
+    def window_begin(self, requests: bool = False, observe: bool = False):
         self._begin = self._snap()
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:

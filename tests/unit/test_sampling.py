@@ -1,0 +1,83 @@
+"""The AOF-write sampler's logic (tracers/sampling.py) against a stand-in for a loaded program (it records
+what is attached and detached), and the estimate an observing window's sampled calls give (analysis/server.py).
+The real programs, attached and detached under load, are test_ebpf.py's attached-cost test."""
+import time
+
+from valkeytrace.analysis.server import estimated
+from valkeytrace.recording.model import Histogram
+from valkeytrace.tracers import sampling
+
+
+class Program:
+    """What the sampler touches of a loaded program: its raw tracepoints, attached or not, and a thread in an
+    AOF write until `busy` seconds have passed."""
+
+    def __init__(self, busy_s: float = 0.0):
+        self.raw_tracepoint_fds = {tp: 1 for tp in sampling.BEGINS[:3] + sampling.ENDS}
+        self.log: list = []
+        self.until = time.monotonic() + busy_s
+
+    def detach_raw_tracepoint(self, tp):
+        self.raw_tracepoint_fds.pop(tp)
+        self.log.append(("detach", tp, time.monotonic()))
+
+    def attach_raw_tracepoint(self, tp, fn_name):
+        assert fn_name == b"raw_tracepoint__" + tp
+        self.raw_tracepoint_fds[tp] = 1
+        self.log.append(("attach", tp, time.monotonic()))
+
+    def __getitem__(self, name):
+        assert name == b"inflight"
+        prog = self
+
+        class Inflight:
+            def raw(self, slot):
+                kind = sampling.CALL_NAMES.index("aof_write") if time.monotonic() < prog.until else 0
+                return (7).to_bytes(8, "little") + bytes(24) + kind.to_bytes(4, "little") + bytes(4)
+        return Inflight()
+
+
+def test_a_write_in_flight_keeps_its_end_attached_and_the_begins_go_first():
+    prog = Program(busy_s=0.05)
+    s = sampling.WriteSampler(prog, lambda: {0: 100})
+    s._spans = [[time.monotonic(), 0.0]]  # as start() leaves it, without its thread
+    s._detach()
+    order = [tp for what, tp, _ in prog.log]
+    assert order[:3] == list(sampling.BEGINS[:3]) and set(order[3:]) == set(sampling.ENDS), order
+    # the ends stayed until the write in flight ended (50 ms), not longer than DRAIN_S
+    first_begin, first_end = prog.log[0][2], prog.log[3][2]
+    assert 0.04 <= first_end - first_begin <= sampling.DRAIN_S + 0.05
+    s._attach()
+    order = [tp for what, tp, _ in prog.log[6:]]
+    assert order[:3] == list(sampling.ENDS), order  # nothing begins that nothing would end
+    assert set(prog.raw_tracepoint_fds) == set(sampling.BEGINS[:3] + sampling.ENDS)
+
+
+def test_the_share_is_the_attached_time_within_the_window():
+    s = sampling.WriteSampler(Program(), lambda: {})
+    s._spans = [[10.0, 10.25], [11.0, 11.25], [12.0, 0.0]]  # on 0.25 s a second, on again at 12 until now
+    assert s.share(10.0, 12.0) == 0.25
+    assert s.share(10.1, 11.1) == (0.15 + 0.1) / 1.0
+    assert abs(s.share(11.5, 12.5) - 0.5) < 1e-9  # the open span counts to the window's end
+
+
+def test_stop_leaves_every_program_attached_and_a_full_duty_never_detaches():
+    prog = Program()
+    s = sampling.WriteSampler(prog, lambda: {}, duty=0.5)
+    s.start()
+    time.sleep(sampling.PERIOD_S * 0.75)  # inside the first detached half
+    s.stop()
+    assert set(prog.raw_tracepoint_fds) == set(sampling.BEGINS[:3] + sampling.ENDS)
+    full = Program()
+    s = sampling.WriteSampler(full, lambda: {}, duty=1.0)
+    s.start()
+    s.stop()
+    assert full.log == [] and s.share(s._spans[0][0], time.monotonic()) == 1.0
+
+
+def test_a_sampled_histogram_is_estimated_for_the_whole_window():
+    rec = Histogram(count=250, sum_ns=2_500_000, min_ns=1000, max_ns=90_000, buckets=[(10, 200), (40, 50)], bytes=25_000)
+    est = estimated(rec, 0.25)
+    assert (est.count, est.sum_ns, est.bytes, est.buckets) == (1000, 10_000_000, 100_000, [(10, 800), (40, 200)])
+    assert (est.min_ns, est.max_ns) == (1000, 90_000)  # the sample's extremes, as seen
+    assert estimated(rec, None) is rec and estimated(rec, 1.0) is rec
