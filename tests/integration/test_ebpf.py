@@ -306,8 +306,10 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
     scheduler's programs ran for the start-up check only (0 runs in the window: nothing on every switch), the
     main thread's on-CPU time is the kernel's schedstat (within what the test reads from /proc around the
     recording), and kernel.bpf_stats_enabled is as it was found. The window observes (no load of ours): the
-    AOF writes are timed for a share of it (tracers/sampling.py), as the kernel's own run counts show, and
-    their count estimated from the sample is the fdatasyncs' (every one timed; under always one write each)."""
+    AOF writes are timed for a share of it (tracers/sampling.py), and their count estimated from the sample is
+    the fdatasyncs' (every one timed; under always one write each). (The programs' run counts are not the
+    witness here: ext4's tracepoints run for every process's writes, the other tests' beside this one.)"""
+    from valkeytrace.recording import format as recfmt
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import bpf_cost
     from valkeytrace.workload import keyspace
@@ -343,10 +345,14 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         cell = doc["runs"][0]["cells"][0]["server"]
         share = cell["sampled"]["aof_write"]
         assert 0.12 <= share <= 0.45, cell["sampled"]
-        begins, syncs = (progs[f"raw_tracepoint__{n}"]["runs"] for n in ("ext4_da_write_begin", "ext4_sync_file_enter"))
-        assert 0.5 * share <= begins / syncs <= 1.6 * share, (begins, syncs, share)  # detached the rest of the time
         main = {t["role"]: t for t in cell["threads"]}["main"]
-        assert 0.7 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 1.4, (main["aof_write"], main["fdatasync"])
+        # the sample's writes over the share: within 1% of the fdatasyncs alone over 8 s (check 31's scenario,
+        # docs/performance.md); beside three busy loops, over 2 s (two sampled quarters), 0.53-0.58 twice in 5:
+        # the writes come in bursts. Bound to what tells the estimate from the raw sample (x0.25) or one scaled
+        # twice (x4)
+        timed = next(t for t in recfmt.read(p)["runs"][0]["server"]["threads"] if t["tid"] == srv.pid)["calls"]
+        assert timed["aof_write"]["count"] < main["aof_write"]["count"], (timed["aof_write"], main["aof_write"])
+        assert 0.45 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 2.2, (main["aof_write"], main["fdatasync"])
         text = vt("report", str(p)).stdout
         assert "AOF writes timed" in text, text[-1500:]
         assert cell["sched_traced"] is False
