@@ -475,9 +475,9 @@ class EbpfTracer(Tracer):
                                                       else 1.0)
         self._refresh()
         self._consume(take=True)  # what came before the window
+        writes.start()  # its first quarter from before the window's edge
         self._begin = ebpf_pool.read_snapshot(self)
         self._cost.begin(self.bpf)
-        writes.start()
 
     def window_end(self, end_mono_ns: int | None = None) -> dict:
         self._cost.stop()

@@ -99,8 +99,8 @@ class WriteSampler:
         self._attach()
 
     def share(self, t0: float, t1: float) -> float:
-        """The share of [t0, t1] (monotonic seconds) the programs were attached."""
-        if t1 <= t0:
+        """The share of [t0, t1] (monotonic seconds) the programs were attached: 1.0 when nothing was sampled."""
+        if t1 <= t0 or len(self._spans) == 1 and not self._spans[0][1]:
             return 1.0
         on = sum(max(0.0, min(off or t1, t1) - max(on, t0)) for on, off in self._spans)
         return min(1.0, on / (t1 - t0))
