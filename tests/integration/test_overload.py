@@ -13,7 +13,10 @@ import pytest
 
 from vtcli import report_json, vt
 
-pytestmark = [pytest.mark.integration, pytest.mark.timed]
+# not timed (the first phase, beside three other workers): each figure is against the injected stall and the
+# offered rate, which the load's closed loop does not set; held 4 of 4 beside three busy loops or three of
+# that phase's files (2026-12-06)
+pytestmark = [pytest.mark.integration]
 
 RATE, STALL_S, PERIOD_S, N = 8000, 0.4, 1.2, 600
 
