@@ -117,7 +117,17 @@ def estimated(rec: Histogram, share: float | None) -> Histogram:
 
 
 def _windows(raws: list) -> list[ServerWindow]:
-    return [decode_as(r, ServerWindow) for r in raws if r]
+    """The windows, typed; a sampled call's histograms (probe.sampled) as the whole window's estimates."""
+    ws = [decode_as(r, ServerWindow) for r in raws if r]
+    return [w if not w.probe.sampled else msgspec.structs.replace(w, threads=[
+        msgspec.structs.replace(t, calls={c: estimated(rec, w.probe.sampled.get(c)) for c, rec in t.calls.items()})
+        for t in w.threads]) for w in ws]
+
+
+def _sampled(ws: list[ServerWindow]) -> dict[str, float]:
+    """call -> the mean share of the windows it was timed, for the calls some window sampled."""
+    calls = {c for w in ws for c in (w.probe.sampled or {})}
+    return {c: sum((w.probe.sampled or {}).get(c, 1.0) for w in ws) / len(ws) for c in calls}
 
 
 def summarize_server(raws: list) -> ServerSummary | None:
@@ -133,10 +143,7 @@ def summarize_server(raws: list) -> ServerSummary | None:
     # timed call": reports say so
     on_cpu_measured = any("sched" in w.probe.probe_groups for w in ws)
     for w in ws:
-        sampled = w.probe.sampled or {}
         for t in w.threads:
-            if sampled:
-                t = msgspec.structs.replace(t, calls={c: estimated(rec, sampled.get(c)) for c, rec in t.calls.items()})
             role = role_of(t, w)
             r = roles.setdefault(role, _RoleAcc())
             r.in_sync_ns += sync_blocked_ns(t)
@@ -179,9 +186,7 @@ def summarize_server(raws: list) -> ServerSummary | None:
                          sched_traced=all("sched" in w.probe.probe_groups for w in ws),
                          lost_events=sum(w.lost_events or 0 for w in ws), blocked_events=events,
                          loop_source=probe.loop_source, call_source=probe.call_source,
-                         untimed=probe.untimed, durability=durability(ws), cross_check=cross,
-                         sampled={c: sum((w.probe.sampled or {}).get(c, 1.0) for w in ws) / len(ws)
-                                  for c in {c for w in ws for c in (w.probe.sampled or {})}},
+                         untimed=probe.untimed, durability=durability(ws), cross_check=cross, sampled=_sampled(ws),
                          server_exits=sum(1 for w in ws if w.server_exit))
 
 
