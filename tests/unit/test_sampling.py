@@ -44,9 +44,9 @@ def test_a_write_in_flight_keeps_its_end_attached_and_the_begins_go_first():
     s._detach()
     order = [tp for what, tp, _ in prog.log]
     assert order[:3] == list(sampling.BEGINS[:3]) and set(order[3:]) == set(sampling.ENDS), order
-    # the ends stayed until the write in flight ended (50 ms), not longer than DRAIN_S
+    # the ends stayed until the write in flight ended (50 ms), not longer than END_WAIT_S
     first_begin, first_end = prog.log[0][2], prog.log[3][2]
-    assert 0.04 <= first_end - first_begin <= sampling.DRAIN_S + 0.05
+    assert 0.04 <= first_end - first_begin <= sampling.END_WAIT_S + 0.05
     s._attach()
     order = [tp for what, tp, _ in prog.log[6:]]
     assert order[:3] == list(sampling.ENDS), order  # nothing begins that nothing would end

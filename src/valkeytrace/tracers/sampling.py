@@ -11,7 +11,7 @@ estimated from it (analysis/server.py scales them by the share), and the share i
 every AOF write, so it is never sampled.
 
 Detaching never cuts a write in two: the programs that begin one go first; those that end one stay until
-no AOF write is in flight (or DRAIN_S passed: a write blocked that long is timed when it ends, whenever
+no AOF write is in flight (or END_WAIT_S passed: a write blocked that long is timed when it ends, whenever
 that is, as an unsampled one would be)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from valkeytrace.layout import CALL_NAMES
 
 AOF_WRITE_DUTY = 0.25  # the share of each PERIOD_S the AOF-write programs are attached
 PERIOD_S = 1.0
-DRAIN_S = 0.2
+END_WAIT_S = 0.2
 BEGINS = (b"ext4_da_write_begin", b"ext4_write_begin", b"ctime_ns_xchg", b"ext4_journal_start_inode")
 ENDS = (b"ext4_da_write_end", b"ext4_write_end", b"ext4_journalled_write_end")
 _AOF_WRITE = CALL_NAMES.index("aof_write")
@@ -76,7 +76,7 @@ class WriteSampler:
         for tp in self.begins:
             self.bpf.detach_raw_tracepoint(tp=tp)
         self._spans[-1][1] = time.monotonic()
-        deadline = time.monotonic() + DRAIN_S
+        deadline = time.monotonic() + END_WAIT_S
         while aof_write_in_flight(self.bpf, self.slots()) and time.monotonic() < deadline:
             time.sleep(0.002)
         for tp in self.ends:
