@@ -75,6 +75,15 @@ def test_stop_leaves_every_program_attached_and_a_full_duty_never_detaches():
     assert full.log == [] and s.share(s._spans[0][0] - 1.0, time.monotonic()) == 1.0  # never detached: all of it
 
 
+def test_stop_attaches_what_a_failed_detach_left_detached():
+    prog = Program()
+    s = sampling.WriteSampler(prog, lambda: {})
+    s._spans = [[time.monotonic(), 0.0]]
+    prog.detach_raw_tracepoint(sampling.BEGINS[0])  # a detach that failed after its first program
+    s.stop()
+    assert set(prog.raw_tracepoint_fds) == set(sampling.BEGINS[:3] + sampling.ENDS)
+
+
 def test_a_sampled_histogram_is_estimated_for_the_whole_window():
     rec = Histogram(count=250, sum_ns=2_500_000, min_ns=1000, max_ns=90_000, buckets=[(10, 200), (40, 50)], bytes=25_000)
     est = estimated(rec, 0.25)

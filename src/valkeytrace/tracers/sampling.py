@@ -89,14 +89,14 @@ class WriteSampler:
         self._spans.append([time.monotonic(), 0.0])
 
     def stop(self) -> None:
-        """Everything attached again (a parked or paused program is detached and attached as a whole)."""
+        """Everything attached again (a parked or paused program is detached and attached as a whole), also
+        after a detach that failed half way (the server gone)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        if self._spans and not self._spans[-1][1]:
-            return
-        self._attach()
+        if any(tp not in self.bpf.raw_tracepoint_fds for tp in self.ends + self.begins):
+            self._attach()
 
     def share(self, t0: float, t1: float) -> float:
         """The share of [t0, t1] (monotonic seconds) the programs were attached: 1.0 when nothing was sampled."""
