@@ -215,7 +215,7 @@ class Recorder:
             loop[3] = self.offload.snapshot() if self.offload is not None else None
             if traced:  # a write-only cell: its requests timed too, for its durability record
                 requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))
-                observe = workload == "none" and not requests  # a server's own load only: cheap to leave attached
+                observe = workload == "none"  # a server's own load only: cheap to leave attached
                 self.tracer.window_begin(requests=requests, observe=observe)
                 if self.replicas is not None:
                     self.replicas.window_begin(requests=requests, observe=observe)

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from valkeytrace.layout import CALL_NAMES
+from valkeytrace.tracers import ebpf_pool
 
 AOF_WRITE_DUTY = 0.25  # the share of each PERIOD_S the AOF-write programs are attached
 PERIOD_S = 1.0
@@ -44,8 +45,9 @@ class WriteSampler:
     """Attaches and detaches the AOF-write programs of a loaded probe, duty of each PERIOD_S, on a thread
     of its own between start() and stop(); share() says how much of a stretch they were attached."""
 
-    def __init__(self, bpf: Any, slots, duty: float = AOF_WRITE_DUTY):
-        self.bpf, self.slots, self.duty = bpf, slots, duty
+    def __init__(self, bpf: Any, slot_tids, duty: float = AOF_WRITE_DUTY):
+        """slot_tids(): {slot: tid} of the target's threads now (EbpfTracer.slot_tids)."""
+        self.bpf, self.slot_tids, self.duty = bpf, slot_tids, duty
         attached = set(bpf.raw_tracepoint_fds)
         self.begins = [tp for tp in BEGINS if tp in attached]
         self.ends = [tp for tp in ENDS if tp in attached]
@@ -77,15 +79,14 @@ class WriteSampler:
             self.bpf.detach_raw_tracepoint(tp=tp)
         self._spans[-1][1] = time.monotonic()
         deadline = time.monotonic() + END_WAIT_S
-        while aof_write_in_flight(self.bpf, self.slots()) and time.monotonic() < deadline:
+        while aof_write_in_flight(self.bpf, self.slot_tids()) and time.monotonic() < deadline:
             time.sleep(0.002)
         for tp in self.ends:
             self.bpf.detach_raw_tracepoint(tp=tp)
 
     def _attach(self) -> None:
-        for tp in self.ends + self.begins:  # its ends first: no write begins that nothing would end
-            if tp not in self.bpf.raw_tracepoint_fds:
-                self.bpf.attach_raw_tracepoint(tp=tp, fn_name=b"raw_tracepoint__" + tp)
+        # its ends first: no write begins that nothing would end
+        ebpf_pool.attach(self.bpf, [], [tp for tp in self.ends + self.begins if tp not in self.bpf.raw_tracepoint_fds])
         self._spans.append([time.monotonic(), 0.0])
 
     def stop(self) -> None:
