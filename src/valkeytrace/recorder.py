@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from valkeytrace import stopping, system
+from valkeytrace import environment, stopping, system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
@@ -23,6 +23,7 @@ from valkeytrace.server.process import Exit
 from valkeytrace.server.view import LoopCount, ServerView
 from valkeytrace.tracers import offload as voff
 from valkeytrace.workload import scenarios
+from valkeytrace.workload.benchmark import WINDOW_ACCEPT
 
 
 # runs per --fsync-sensitivity level, whatever --repeat: under `always` a run's GET p50 sits on
@@ -68,6 +69,8 @@ class Settings:
     pool: str = "clients"    # --connections: the open loop's connections (clients: fixed, one in flight; grow)
     demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
     replica_get_clients: int = 0  # --replica-get-clients: readers on the first replica during write-only
+    # how far a closed-loop window may miss duration_s and be kept ($VALKEYTRACE_WINDOW_ACCEPT)
+    window_accept: float = field(default_factory=lambda: environment.window_accept(WINDOW_ACCEPT))
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
@@ -75,6 +78,7 @@ class Settings:
                 "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
                 "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs,
+                "window_accept": self.window_accept,
                 **({} if self.demand_pass else {"demand_pass": False}),
                 **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate,
                                     "connections": self.pool} if self.rates else {})}
@@ -285,7 +289,7 @@ class Recorder:
                                              arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked,
                                              stall_log=self.stalls.path if self.stalls is not None else None,
                                              replica_port=self.replicas.targets[0].port if self.replicas else None,
-                                             replica_readers=s.replica_get_clients)
+                                             replica_readers=s.replica_get_clients, window_accept=s.window_accept)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit

@@ -175,7 +175,7 @@ def op_record(report, role: str) -> dict:
                    max_us=lat.max * US_PER_MS, percentile_distribution=report.percentile_distribution,
                    cumulative_distribution=report.cumulative_distribution, progress=report.progress,
                    command=report.command, calibration_rps=report.calibration_rps, calibration_s=report.calibration_s,
-                   attempts=report.attempts, client_cpu_s=report.client_cpu_s)
+                   attempts=report.attempts, tries=report.tries, client_cpu_s=report.client_cpu_s)
 
 
 def background_op(*, clients: int, tps: float | None, mean_ms: float | None, samples: int, progress: list,

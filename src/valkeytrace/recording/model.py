@@ -126,6 +126,7 @@ class Op(Record):
     calibration_rps: NonNeg | None = None  # the rate the run was sized by
     calibration_s: NonNeg | None = None  # seconds its calibration pass took (0: sized by an earlier run's rate)
     attempts: NonNegInt | None = None  # windows measured to land on --duration (the last one kept)
+    tries: list[tuple[NonNegInt, NonNeg]] = _l()  # each of them: [requests, window seconds]
     client_cpu_s: NonNeg | None = None  # the client's CPU time
     progress_samples: NonNegInt | None = None  # background op: progress lines inside the window
     note: str | None = None      # how the op's figures were taken
@@ -341,6 +342,7 @@ class Settings(Record):
     backend: str | None = None   # the tracer
     fsync_sensitivity_ns: list[NonNegInt] = _l()  # --fsync-sensitivity's added delays
     fsync_sensitivity_runs: NonNegInt | None = None  # runs per added delay
+    window_accept: NonNeg | None = None  # a window within this share of duration_s kept, else measured again
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
     set_rate: NonNeg | None = None  # read-heavy's background SETs open-loop at this rate (null: closed loop)

@@ -12,6 +12,7 @@ import os
 import resource
 import select
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -258,29 +259,36 @@ def measured_client(report: ClientReport | None) -> MeasuredClient:
 
 # a try within this share of --duration is kept (check 19 holds windows to 10%): 0.62 extra windows a
 # run over 646 runs of the suite; the misses are the rate's own moves between tries (13-33% off in 12
-# of 22 tries sampled, none between 7.5 and 10%: a wider bound would not have kept them)
+# of 22 tries sampled, none between 7.5 and 10%: a wider bound would not have kept them). The default of
+# $VALKEYTRACE_WINDOW_ACCEPT (recorder.Settings.window_accept, recorded in the settings)
 WINDOW_ACCEPT = 0.075
 # a first run's guess at the client's start (its connections, before its first request): 55-74 ms
 # median over 360 windows of the suite (window less the client's own seconds); later runs learn theirs
 STARTUP_GUESS_S = 0.06
 WINDOW_ATTEMPTS = 4
+RATES_KEPT = 3  # a run is sized by the median of its cell's last three windows (RateMemo.get)
 
 
 class RateMemo:
     """The rate a cell ran at, kept for its next run in one process (a repeat, a later launch of the side under
     compare): a run sized by it needs no calibration pass. Keyed by what sets the rate (the side, the cell,
     the added fsync delay); updated with each window's own rate. Sized by the last window's own rate, first
-    tries miss 7.5% less often than sized by a calibration pass just before (the suite's timed phase,
-    2026-12-06: 10 windows run again in 72 runs, against 27), and each such pass is a second of load."""
+    tries missed 7.5% less often than sized by a calibration pass just before (the suite's timed phase,
+    2026-12-06: 10 windows run again in 72 runs, against 27), and each such pass is a second of load; by the
+    median of the last three windows' (get()), a window whose rate moved no longer sizes the next alone."""
 
     def __init__(self, store: dict, key: tuple):
         self.store, self.key = store, key
 
     def get(self) -> float | None:
-        return self.store.get(self.key)
+        """The median of the cell's last RATES_KEPT windows' rates: one window's rate alone moved +-8-12%
+        from the last here (GETs taking one or two fsync cycles), and sizing a run by one that had moved
+        missed --duration in turn."""
+        seen = self.store.get(self.key)
+        return statistics.median(seen) if seen else None
 
     def put(self, rate: float) -> None:
-        self.store[self.key] = rate
+        self.store[self.key] = (self.store.get(self.key) or [])[-(RATES_KEPT - 1):] + [rate]
 
     def startup(self, test: str, clients: int) -> float:
         """Seconds a window spends beyond its requests (the client connecting its clients, their first
@@ -305,7 +313,7 @@ class RateMemo:
 
 
 def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=None, on_end=None,
-                 memo: RateMemo | None = None) -> ClientReport:
+                 memo: RateMemo | None = None, accept: float = WINDOW_ACCEPT) -> ClientReport:
     """Calibrate (or take the rate the memo kept), then run the test argv_of(requests) gives for about
     duration_s; return its parsed report.
 
@@ -323,13 +331,15 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
     startup, bias = ((memo.startup(test, clients), memo.bias(test, clients))
                      if memo is not None and memo.learned(test, clients) else (STARTUP_GUESS_S, 1.0))
     rate = known or (calibrated or 0.0) * bias
+    tries: list[tuple[int, float]] = []
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         sized_by = rate
         requests = max(int(rate * max(duration_s - startup, duration_s / 2)), clients * 20)
         report = run_requests(client, argv_of(requests),
                               timeout_s=duration_s * 4 + 30, on_start=on_start, on_end=on_end)
         took, own = report.window_s, report.seconds
-        # the run is the window: one that missed --duration by more than WINDOW_ACCEPT (the rate
+        tries.append((requests, took or 0.0))
+        # the run is the window: one that missed --duration by more than `accept` (the rate
         # moves +-10-15% between tries under appendfsync always, as GETs take one or two fsync
         # cycles; a window of 2.27 s for 2 s was kept once when a second try was allowed the
         # whole tolerance) is measured again, sized by its own rate (the median of the rates seen
@@ -345,8 +355,8 @@ def run_measured(client: BenchmarkClient, argv_of, duration_s: float, on_start=N
             rate = requests / took
         if took and memo is not None:
             memo.put(rate)
-        if not took or off <= WINDOW_ACCEPT:
+        if not took or off <= accept:
             break
-    report.calibration_rps, report.attempts = sized_by, attempt
+    report.calibration_rps, report.attempts, report.tries = sized_by, attempt, tries
     report.calibration_s = calibration_s  # 0: sized by the rate an earlier run of the cell kept
     return report

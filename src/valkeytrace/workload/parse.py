@@ -88,6 +88,7 @@ class ClientReport(msgspec.Struct, kw_only=True):
     calibration_rps: float | None = None
     calibration_s: float | None = None
     attempts: int | None = None
+    tries: list = []                    # [[requests, window seconds], ...] each window measured, the last kept
 
 
 def _float(s: str) -> float:

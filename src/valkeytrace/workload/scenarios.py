@@ -29,8 +29,8 @@ from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.openloop import OpenLoopClient, Spec, op_record, replica_op_record, replica_reads
-from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, calibrate,
-                                            client_argv, measured_client, run_measured, run_requests)
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, WINDOW_ACCEPT, BenchmarkError, ClientProcess, RateMemo,
+                                            calibrate, client_argv, measured_client, run_measured, run_requests)
 
 BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
 DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: under a second at ~70K GET/s here
@@ -63,6 +63,7 @@ class Load:
     stall_log: str | None = None  # the shim's stall log (tracers/stalls.py): open-loop latencies split by stall
     replica_port: int | None = None  # --replica-get-clients: readers on this replica during write-only
     replica_readers: int = 0
+    window_accept: float = WINDOW_ACCEPT  # a closed-loop window within this share of its duration is kept
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
                   readers: bool = False) -> "OpenLoopClient":
@@ -234,7 +235,8 @@ class ReadHeavy:
             document.set_op(run, "GET", op_record(result))
             return MeasuredClient(result.cpu_s)
         report = run_measured(ld.client, lambda n: ld.argv("GET", ld.get_clients, size, n), duration_s,
-                              on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size))
+                              on_start=on_start, on_end=on_end, memo=ld.memo(run, "GET", size),
+                              accept=ld.window_accept)
         document.set_op(run, "GET", document.op_record(report, "measured"))
         return measured_client(report)  # (under --set-rate it was the report itself: the client's CPU was lost)
 
@@ -279,7 +281,8 @@ class WriteOnly:
                 run["replica_reads"] = replica_reads(result.replica, ld.replica_readers)
             return MeasuredClient(result.cpu_s)
         report = run_measured(ld.client, lambda n: ld.argv("SET", ld.write_clients, size, n), duration_s,
-                              on_start=begin, on_end=end, memo=ld.memo(run, "SET", size))
+                              on_start=begin, on_end=end, memo=ld.memo(run, "SET", size),
+                              accept=ld.window_accept)
         document.set_op(run, "SET", document.op_record(report, "measured"))
         return measured_client(report)
 
