@@ -29,14 +29,14 @@ $(STAMP): $(VENV)/bin/python $(SOURCES)
 # Two tests failed once under four's contention and were made to hold under it: the replicas' cap witness
 # (its syncs 5 ms, not 2) and the CPU-speed test (paired samples). Each file's tests on one worker
 # (--dist loadfile, tests/conftest.py), so a module's shared recordings are made once, but for
-# test_benchmarks.py's, spread one by one). None of them judges a window's length: each closed-loop window is
-# kept within half its --duration (VALKEYTRACE_WINDOW_ACCEPT=0.5; a window that misses --duration by more than
-# 7.5% is otherwise measured again, and under four workers' contention a run took 2.9 windows); then those marked
-# `timed` (they assert what a real server's timing gives) one at a time, nothing beside them, windows as
-# a user's
+# test_benchmarks.py's, spread one by one); then those marked `timed` (they assert what a real server's
+# timing gives) one at a time, nothing beside them. A closed-loop window that misses --duration by more than
+# 7.5% is measured again (up to 4 windows): the suite's tests, but the one that judges a window's length at
+# that default, keep a window within 50% (first phase: under four workers' contention a calibrated run took
+# 2.9 windows) or 15% (timed: a window's rate moves 8-15% from the last here) of it ($VALKEYTRACE_WINDOW_ACCEPT)
 test: setup
 	VALKEYTRACE_WINDOW_ACCEPT=0.5 $(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile -m "not timed" --durations=15 tests/unit tests/integration
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m timed --durations=15 tests/integration
+	VALKEYTRACE_WINDOW_ACCEPT=0.15 $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m timed --durations=15 tests/integration
 
 unit: setup
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from valkeytrace import system
+from valkeytrace import environment, system
 from valkeytrace.workloads import REPLICA_OP
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
@@ -63,7 +63,8 @@ class Load:
     stall_log: str | None = None  # the shim's stall log (tracers/stalls.py): open-loop latencies split by stall
     replica_port: int | None = None  # --replica-get-clients: readers on this replica during write-only
     replica_readers: int = 0
-    window_accept: float = WINDOW_ACCEPT  # a closed-loop window within this share of its duration is kept
+    # a closed-loop window within this share of its duration is kept (recorder.Settings.window_accept)
+    window_accept: float = field(default_factory=lambda: environment.window_accept(WINDOW_ACCEPT))
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
                   readers: bool = False) -> "OpenLoopClient":
