@@ -97,7 +97,7 @@ def test_socket_writes_on_request_come_from_the_syscall_source(tmp_path):
     # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
     assert s["call_source"] == "syscalls"
     assert s["untimed"] == []
-    assert s["main_thread"]["fdatasync_count"] > 100
+    assert s["main_thread"]["fdatasync_count"] > 50 * s["main_thread"]["wall_ms"] / 1000  # always: 50/s or more
     assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
 
 
@@ -108,7 +108,7 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     # THEN every write is closed by ext4's write_end of its last page: one per fdatasync, and
     # each carries at least one value
     m, w = s["main_thread"], roles(s)["main"]["aof_write"]
-    assert m["fdatasync_count"] > 50
+    assert m["fdatasync_count"] > 25 * m["wall_ms"] / 1000
     assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert w["bytes"] >= 16384 * w["count"]
     # and without --socket-writes no syscall is traced: socket writes are not timed, and say so
@@ -129,7 +129,8 @@ def test_call_sites_time_the_aof_path_without_the_default_sources(tmp_path, prob
     assert s["call_source"] == source
     # THEN every main-thread fdatasync is timed, one per AOF write, and none on bio_aof
     m = s["main_thread"]
-    assert m["fdatasync_count"] > 100
+    assert m["fdatasync_count"] > 50 * m["wall_ms"] / 1000  # 50/s or more (a window's length is within make
+    # test's first phase's VALKEYTRACE_WINDOW_ACCEPT: 83 in a 1.39 s window for 2 s under its contention once)
     assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
 
@@ -261,7 +262,7 @@ def test_measure_overhead_runs_in_either_order_and_leaves_the_matrix_traced(need
         run = rec.run_one(1, "read-heavy", 64)
         assert run["status"] == "ok", run["error"]
         main = summarize_server([run["server"]]).main_thread
-        assert main.fdatasync_count > 100  # appendfsync always: traced after the pair
+        assert main.fdatasync_count > 100 * main.wall_ms / 1000  # appendfsync always: traced after the pair
     finally:
         tracer.stop()
         srv.stop()
