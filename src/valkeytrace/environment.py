@@ -18,8 +18,8 @@ KNOBS = {
     "VALKEYTRACE_AOF_WRITE_DUTY": "fraction of each second an observing window (no load of ours) times AOF writes "
                                   "(tracers/sampling.py; default 0.25, 1: all of them)",
     "VALKEYTRACE_WINDOW_ACCEPT": "share of --duration a closed-loop window may miss by and be kept; one that misses "
-                                 "by more is measured again, up to 4 windows (default 0.075; 1: the first window "
-                                 "whatever its length)",
+                                 "by more is measured again, up to 4 windows (default 0.075; recorded as "
+                                 "settings.window_accept)",
     "VALKEYTRACE_RAW_SCHED": "0: no task_struct offsets from BTF, hence the regular sched_switch tracepoint and "
                              "no idle cause (default 1)",
     "VALKEYTRACE_CACHE": "where report keeps a comparison's what-if (the model's simulations) to render it again "
@@ -56,24 +56,25 @@ def probe_groups_override() -> set[str] | None:
 
 
 def loop_duty(default: float = 0.005) -> float:
-    return _duty("VALKEYTRACE_LOOP_DUTY", default)
+    return _share("VALKEYTRACE_LOOP_DUTY", default)
 
 
 def aof_write_duty(default: float) -> float:
-    return _duty("VALKEYTRACE_AOF_WRITE_DUTY", default)
+    return _share("VALKEYTRACE_AOF_WRITE_DUTY", default)
 
 
 def window_accept(default: float) -> float:
-    return _duty("VALKEYTRACE_WINDOW_ACCEPT", default, most=float("inf"))
+    return _share("VALKEYTRACE_WINDOW_ACCEPT", default, most=float("inf"))
 
 
-def _duty(name: str, default: float, most: float = 1.0) -> float:
+def _share(name: str, default: float, most: float = 1.0) -> float:
+    """The variable's value if it is a number in (0, most], else default."""
     value = os.environ.get(name)
     try:
-        duty = float(value) if value else default
+        share = float(value) if value else default
     except ValueError:
         return default
-    return duty if 0 < duty <= most else default
+    return share if 0 < share <= most else default
 
 
 def raw_sched() -> bool:
