@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from valkeytrace import environment, stopping, system
+from valkeytrace import stopping, system
 from valkeytrace.errors import VTError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
@@ -23,7 +23,7 @@ from valkeytrace.server.process import Exit
 from valkeytrace.server.view import LoopCount, ServerView
 from valkeytrace.tracers import offload as voff
 from valkeytrace.workload import scenarios
-from valkeytrace.workload.benchmark import WINDOW_ACCEPT
+from valkeytrace.workload.benchmark import window_accept
 
 
 # runs per --fsync-sensitivity level, whatever --repeat: under `always` a run's GET p50 sits on
@@ -70,7 +70,7 @@ class Settings:
     demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
     replica_get_clients: int = 0  # --replica-get-clients: readers on the first replica during write-only
     # how far a closed-loop window may miss duration_s and be kept ($VALKEYTRACE_WINDOW_ACCEPT)
-    window_accept: float = field(default_factory=lambda: environment.window_accept(WINDOW_ACCEPT))
+    window_accept: float = field(default_factory=window_accept)
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from valkeytrace import system
+from valkeytrace import environment, system
 from valkeytrace.system import MeasuredClient
 from valkeytrace.errors import VTError
 from valkeytrace.workload import placement
@@ -261,6 +261,13 @@ def measured_client(report: ClientReport | None) -> MeasuredClient:
 # of 22 tries sampled, none between 7.5 and 10%: a wider bound would not have kept them). The default of
 # $VALKEYTRACE_WINDOW_ACCEPT (recorder.Settings.window_accept, recorded in the settings)
 WINDOW_ACCEPT = 0.075
+
+
+def window_accept() -> float:
+    """The share a window may miss --duration by and be kept: $VALKEYTRACE_WINDOW_ACCEPT, else WINDOW_ACCEPT."""
+    return environment.window_accept(WINDOW_ACCEPT)
+
+
 # a first run's guess at the client's start (its connections, before its first request): 55-74 ms
 # median over 360 windows of the suite (window less the client's own seconds); later runs learn theirs
 STARTUP_GUESS_S = 0.06
