@@ -97,7 +97,7 @@ def test_socket_writes_on_request_come_from_the_syscall_source(tmp_path):
     # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
     assert s["call_source"] == "syscalls"
     assert s["untimed"] == []
-    assert s["main_thread"]["fdatasync_count"] > 50 * s["main_thread"]["wall_ms"] / 1000  # always: 50/s or more
+    assert s["main_thread"]["fdatasync_count"] > 10 * s["main_thread"]["wall_ms"] / 1000  # always: see below
     assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
 
 
@@ -108,7 +108,7 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     # THEN every write is closed by ext4's write_end of its last page: one per fdatasync, and
     # each carries at least one value
     m, w = s["main_thread"], roles(s)["main"]["aof_write"]
-    assert m["fdatasync_count"] > 25 * m["wall_ms"] / 1000
+    assert m["fdatasync_count"] > 10 * m["wall_ms"] / 1000  # the loop's rate, the CPU's (as above)
     assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert w["bytes"] >= 16384 * w["count"]
     # and without --socket-writes no syscall is traced: socket writes are not timed, and say so
@@ -129,8 +129,9 @@ def test_call_sites_time_the_aof_path_without_the_default_sources(tmp_path, prob
     assert s["call_source"] == source
     # THEN every main-thread fdatasync is timed, one per AOF write, and none on bio_aof
     m = s["main_thread"]
-    assert m["fdatasync_count"] > 50 * m["wall_ms"] / 1000  # 50/s or more (a window's length is within make
-    # test's first phase's VALKEYTRACE_WINDOW_ACCEPT: 83 in a 1.39 s window for 2 s under its contention once)
+    # 10/s or more: the rate is the loop's, and the loop's is the CPU's (alone ~hundreds/s; under make
+    # test's first phase's four workers on two CPUs 60/s once, 110 in 2.66 s = 41/s another time)
+    assert m["fdatasync_count"] > 10 * m["wall_ms"] / 1000
     assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
 
