@@ -17,8 +17,9 @@ KNOBS = {
                              "attached (default 0.005)",
     "VALKEYTRACE_AOF_WRITE_DUTY": "fraction of each second an observing window (no load of ours) times AOF writes "
                                   "(tracers/sampling.py; default 0.25, 1: all of them)",
-    "VALKEYTRACE_WINDOW_ACCEPT": "share of --duration a closed-loop window may miss by and be kept; one that misses "
-                                 "by more is measured again, up to 4 windows (default 0.075; recorded as "
+    "VALKEYTRACE_WINDOW_ACCEPT": "SHORT[,LONG]: the shares of --duration a closed-loop window may run short of and "
+                                 "long past and be kept (LONG: SHORT when not given, `any`: no bound); one further "
+                                 "off is measured again, up to 4 windows (default 0.075; recorded as "
                                  "settings.window_accept)",
     "VALKEYTRACE_RAW_SCHED": "0: no task_struct offsets from BTF, hence the regular sched_switch tracepoint and "
                              "no idle cause (default 1)",
@@ -63,18 +64,31 @@ def aof_write_duty(default: float) -> float:
     return _share("VALKEYTRACE_AOF_WRITE_DUTY", default)
 
 
-def window_accept(default: float) -> float:
-    return _share("VALKEYTRACE_WINDOW_ACCEPT", default, most=float("inf"))
+def window_accept(default: float) -> tuple[float, float | None]:
+    """(short, long) from VALKEYTRACE_WINDOW_ACCEPT=SHORT[,LONG] (long None: `any`), else (default, default)."""
+    short, _, long = (os.environ.get("VALKEYTRACE_WINDOW_ACCEPT") or "").partition(",")
+    first = _number(short, float("inf"))
+    if first is None:  # unset, or SHORT not a share: the whole value ignored
+        return default, default
+    if long.strip().lower() == "any":
+        return first, None
+    second = _number(long, float("inf"))
+    return first, first if second is None else second
 
 
 def _share(name: str, default: float, most: float = 1.0) -> float:
     """The variable's value if it is a number in (0, most], else default."""
-    value = os.environ.get(name)
+    share = _number(os.environ.get(name), most)
+    return default if share is None else share
+
+
+def _number(value: str | None, most: float) -> float | None:
+    """value as a number in (0, most], else None."""
     try:
-        share = float(value) if value else default
+        share = float(value) if value and value.strip() else None
     except ValueError:
-        return default
-    return share if 0 < share <= most else default
+        return None
+    return share if share is not None and 0 < share <= most else None
 
 
 def raw_sched() -> bool:

@@ -23,7 +23,7 @@ from valkeytrace.server.process import Exit
 from valkeytrace.server.view import LoopCount, ServerView
 from valkeytrace.tracers import offload as voff
 from valkeytrace.workload import scenarios
-from valkeytrace.workload.benchmark import window_accept
+from valkeytrace.workload.benchmark import WindowAccept, window_accept
 
 
 # runs per --fsync-sensitivity level, whatever --repeat: under `always` a run's GET p50 sits on
@@ -70,7 +70,7 @@ class Settings:
     demand_pass: bool = True  # --no-demand-pass: no GET-only passes for the model (it calibrates on the windows)
     replica_get_clients: int = 0  # --replica-get-clients: readers on the first replica during write-only
     # how far a closed-loop window may miss duration_s and be kept ($VALKEYTRACE_WINDOW_ACCEPT)
-    window_accept: float = field(default_factory=window_accept)
+    window_accept: WindowAccept = field(default_factory=window_accept)
 
     def as_recorded(self) -> dict:
         """The recording's `settings`."""
@@ -78,7 +78,7 @@ class Settings:
                 "duration_s": self.duration_s, "keyspace": self.keyspace, "get_clients": self.get_clients,
                 "set_clients": self.set_clients, "write_clients": self.write_clients, "backend": self.backend,
                 "fsync_sensitivity_ns": list(self.sensitivity), "fsync_sensitivity_runs": self.sensitivity_runs,
-                "window_accept": self.window_accept,
+                "window_accept": list(self.window_accept),
                 **({} if self.demand_pass else {"demand_pass": False}),
                 **({"rates": list(self.rates), "arrival": self.arrival, "set_rate": self.set_rate,
                                     "connections": self.pool} if self.rates else {})}

@@ -33,6 +33,26 @@ def test_loop_duty(monkeypatch, value, expected):
     assert environment.loop_duty(0.005) == expected
 
 
+@pytest.mark.parametrize("value, expected", [
+    (None, (0.075, 0.075)), ("0.2", (0.2, 0.2)), ("0.2,any", (0.2, None)), ("0.2, ANY", (0.2, None)),
+    ("0.2,0.5", (0.2, 0.5)), ("0.2,x", (0.2, 0.2)), ("x,any", (0.075, 0.075)), ("0", (0.075, 0.075)),
+    ("3", (3.0, 3.0)), ("", (0.075, 0.075))])
+def test_window_accept(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("VALKEYTRACE_WINDOW_ACCEPT", raising=False)
+    else:
+        monkeypatch.setenv("VALKEYTRACE_WINDOW_ACCEPT", value)
+    assert environment.window_accept(0.075) == expected
+
+
+@pytest.mark.parametrize("accept, took, kept", [
+    ((0.2, 0.2), 2.39, True), ((0.2, 0.2), 2.41, False), ((0.2, 0.2), 1.61, True), ((0.2, 0.2), 1.59, False),
+    ((0.2, None), 15.0, True), ((0.2, None), 1.59, False), ((0.2, 0.5), 2.9, True), ((0.2, 0.5), 3.1, False)])
+def test_a_window_is_kept_within_its_acceptance_either_way(accept, took, kept):
+    from valkeytrace.workload.benchmark import WindowAccept
+    assert WindowAccept(*accept).keeps(took, 2.0) is kept
+
+
 def test_probe_groups_override(monkeypatch):
     from valkeytrace.tracers import ebpf_plan
 

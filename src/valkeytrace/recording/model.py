@@ -342,7 +342,7 @@ class Settings(Record):
     backend: str | None = None   # the tracer
     fsync_sensitivity_ns: list[NonNegInt] = _l()  # --fsync-sensitivity's added delays
     fsync_sensitivity_runs: NonNegInt | None = None  # runs per added delay
-    window_accept: NonNeg | None = None  # a window within this share of duration_s kept, else measured again
+    window_accept: tuple[NonNeg, NonNeg | None] | None = None  # [short, long] shares of duration_s a window is kept in
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
     set_rate: NonNeg | None = None  # read-heavy's background SETs open-loop at this rate (null: closed loop)

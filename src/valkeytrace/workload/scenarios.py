@@ -29,8 +29,9 @@ from valkeytrace.workload import keyspace as ks
 from valkeytrace.workload import placement
 from valkeytrace.workload.clients import BenchmarkClient
 from valkeytrace.workload.openloop import OpenLoopClient, Spec, op_record, replica_op_record, replica_reads
-from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, calibrate,
-                                            client_argv, measured_client, run_measured, run_requests, window_accept)
+from valkeytrace.workload.benchmark import (ENDLESS_REQUESTS, BenchmarkError, ClientProcess, RateMemo, WindowAccept,
+                                            calibrate, client_argv, measured_client, run_measured, run_requests,
+                                            window_accept)
 
 BACKGROUND_SETTLE_S = 0.3  # the background load is running before the measured window opens
 DEMAND_REQUESTS_PER_CLIENT = 1000  # the GET-only demand pass: under a second at ~70K GET/s here
@@ -63,8 +64,8 @@ class Load:
     stall_log: str | None = None  # the shim's stall log (tracers/stalls.py): open-loop latencies split by stall
     replica_port: int | None = None  # --replica-get-clients: readers on this replica during write-only
     replica_readers: int = 0
-    # a closed-loop window within this share of its duration is kept (recorder.Settings.window_accept)
-    window_accept: float = field(default_factory=window_accept)
+    # how far a closed-loop window may miss its duration and be kept (recorder.Settings.window_accept)
+    window_accept: WindowAccept = field(default_factory=window_accept)
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
                   readers: bool = False) -> "OpenLoopClient":
