@@ -29,7 +29,7 @@ import numpy as np
 from valkeytrace.analysis import calls
 from valkeytrace.analysis.calls import (AOF, SYNC_CALLS, CalibrationError, PassCost, Stalls, call_lengths, cell_runs,
                                         durable_by, rates_of)
-from valkeytrace.analysis.fitting import cost_params, fit_jitter, fit_split
+from valkeytrace.analysis.fitting import cost_params, fit_jitters, fit_split
 from valkeytrace.pipeline.params import ClientCosts, Durability, Group, Jitter, Params, Sampler, ServerCosts
 from valkeytrace.recording.model import Document, Run, decode
 
@@ -274,9 +274,9 @@ def _draws(cal: Calibration, costs: list[PassCost], split: float, extra: float, 
            share: float | None) -> None:
     """One Draw per pass: its costs, and its jitter fitted to its own p99."""
     said, shares = [], []
-    for i, c in enumerate(costs):
-        server, client = cost_params(c, split, extra, wake, sync_cpu, share)
-        jitter, how = fit_jitter(replace(cal.params, server=server, client=client), c, i)
+    sides = [cost_params(c, split, extra, wake, sync_cpu, share) for c in costs]
+    fits = fit_jitters([(replace(cal.params, server=srv, client=cli), c) for (srv, cli), c in zip(sides, costs)])
+    for (server, client), (jitter, how) in zip(sides, fits):
         cal.draws.append(Draw(server, client, jitter))
         shares.append(jitter.share if jitter else 0.0)
         said.append(how)

@@ -10,7 +10,7 @@ import numpy as np
 
 from valkeytrace.analysis.calls import PassCost
 from valkeytrace.pipeline.params import ClientCosts, Group, Jitter, Params, ServerCosts
-from valkeytrace.pipeline.sim import simulate
+from valkeytrace.pipeline.pool import simulate_many
 
 SPLIT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)  # a request's server and client CPU in its read, the rest in its reply
 JITTER_MAX = 0.05          # at most this share of the replies delayed
@@ -44,8 +44,8 @@ def fit_split(params_at, op: str, p50: float | None, tps: float | None, noise: f
     if not p50:
         return middle, {}
     tried, score = {}, {}
-    for s in SPLIT_GRID:
-        r = simulate(params_at(s), seed).ops.get(op)
+    for s, res in zip(SPLIT_GRID, simulate_many([(params_at(s), seed) for s in SPLIT_GRID])):  # side by side
+        r = res.ops.get(op)
         if r is None or not r.p50_us:
             continue
         tried[s] = (r.p50_us, r.tps)
@@ -57,14 +57,26 @@ def fit_split(params_at, op: str, p50: float | None, tps: float | None, noise: f
     return min(near, key=lambda s: (abs(s - middle), s)), tried
 
 
-def fit_jitter(params: Params, p: PassCost, index: int) -> tuple[Jitter | None, str]:
-    """The share of replies delayed on their way (by an exponential delay whose mean puts the pass's p99
-    where it was measured when 1% of them are), so that this GET-only pass, simulated with its own
-    costs, comes out at its own measured p99: by bisection over one simulated pass."""
-    if not p.p99_us or not p.clients or not p.seconds:
-        return None, "not fitted (the pass has no p99)"
-    base = replace(params, groups=(Group("GET", p.clients),), duration_s=p.seconds, warmup_s=0.05, jitter=None)
-    lat = simulate(base, seed=JITTER_SEED + index).ops["GET"].latencies_us
+def fit_jitters(cases: list[tuple[Params, PassCost]]) -> list[tuple[Jitter | None, str]]:
+    """Each GET-only pass's share of replies delayed on their way (by an exponential delay whose mean puts the
+    pass's p99 where it was measured when 1% of them are), so that the pass, simulated with its own costs
+    (its Params), comes out at its own measured p99: by bisection over one simulated pass each (the passes
+    simulated side by side, pipeline/pool.py)."""
+    out: list[tuple[Jitter | None, str] | None] = [None] * len(cases)
+    jobs, which = [], []
+    for i, (params, p) in enumerate(cases):
+        if not p.p99_us or not p.clients or not p.seconds:
+            out[i] = (None, "not fitted (the pass has no p99)")
+            continue
+        base = replace(params, groups=(Group("GET", p.clients),), duration_s=p.seconds, warmup_s=0.05, jitter=None)
+        jobs.append((base, JITTER_SEED + i))
+        which.append(i)
+    for i, res in zip(which, simulate_many(jobs)):
+        out[i] = _bisect(res.ops["GET"].latencies_us, cases[i][1], i)
+    return [o for o in out if o is not None]
+
+
+def _bisect(lat, p: PassCost, index: int) -> tuple[Jitter | None, str]:
     if lat is None or not len(lat):
         return None, "not fitted (the simulated pass answered nothing)"
     p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))

@@ -342,7 +342,9 @@ class Settings(Record):
     backend: str | None = None   # the tracer
     fsync_sensitivity_ns: list[NonNegInt] = _l()  # --fsync-sensitivity's added delays
     fsync_sensitivity_runs: NonNegInt | None = None  # runs per added delay
-    window_accept: tuple[NonNeg, NonNeg | None] | None = None  # [short, long] shares of duration_s a window is kept in
+    # [short, long] shares of duration_s a window is kept within (one share, either way: stop 71's). Not a
+    # tuple: msgspec 0.23 crashes converting [x, null] to tuple[NonNeg, NonNeg | None] | NonNeg
+    window_accept: list[NonNeg | None] | NonNeg | None = None
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
     set_rate: NonNeg | None = None  # read-heavy's background SETs open-loop at this rate (null: closed loop)
