@@ -1,6 +1,10 @@
 """The pipeline simulation against cases solved by hand: one client (every step of its cycle known),
 one cohort under a gather window longer than any arrival spread, the cohorts that a window shorter
 than the clients' turnaround leaves, and the main thread's path under appendfsync always."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from valkeytrace.pipeline.params import (ClientCosts, Durability, Group, Interference, Jitter, Params, Sampler,
@@ -170,3 +174,24 @@ def test_a_fixed_pool_under_always_saturates_at_its_connections_per_cycle():
     assert o.p99_us > 0.3e6, o.p99_us
     grown = simulate(params([Group("GET", 10, rate=20000.0, pool="grow"), Group("SET", 1, measured=False)])).ops["GET"]
     assert not grown.open.saturated and grown.p99_us < 3 * (A + F), grown.open
+
+
+def test_windows_side_by_side_are_the_serial_ones_even_from_a_script_on_stdin():
+    """pipeline/pool.simulate_many spawns its workers, which import the caller's main module: a script read
+    from stdin has none to import, and its windows are simulated in its own process instead, the same ones."""
+    script = "\n".join([
+        "from valkeytrace.pipeline.params import *",
+        "from valkeytrace.pipeline.pool import simulate_many",
+        "from valkeytrace.pipeline.sim import simulate",
+        "p = Params(groups=(Group('GET', 4), Group('SET', 2, measured=False)),",
+        "           server=ServerCosts(read_us={'GET': 4.0, 'SET': 4.0}, write_us=3.0, wake_us=10.0, deliver_us=3.0),",
+        "           client=ClientCosts(read_us=5.0, write_us=6.0, wake_us=10.0),",
+        "           durability=Durability('durable', Sampler((400.0,)), Sampler((20.0,))), keyspace=50,",
+        "           duration_s=0.2, warmup_s=0.05)",
+        "many = simulate_many([(p, 1), (p, 2)])",
+        "one = [simulate(p, 1), simulate(p, 2)]",
+        "print([m.ops['GET'].p99_us for m in many] == [o.ops['GET'].p99_us for o in one] and many[0].events > 0)",
+    ])
+    res = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "VALKEYTRACE_SIM_WORKERS": "2"})
+    assert res.returncode == 0 and res.stdout.strip() == "True", res.stderr[-2000:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from valkeytrace.pipeline.params import Params, SimResult
 from valkeytrace.pipeline.sim import simulate
@@ -36,4 +37,8 @@ def simulate_many(jobs: list[tuple[Params, int]]) -> list[SimResult]:
         return [_one(job) for job in jobs]
     if _POOL is None:  # spawned, not forked: the caller may hold threads (a tracer's) and locks
         _POOL = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
-    return list(_POOL.map(_one, jobs))
+    try:
+        return list(_POOL.map(_one, jobs))
+    except BrokenProcessPool:  # a worker could not start (a caller's script read from stdin) or was killed
+        _POOL = None
+        return [_one(job) for job in jobs]
