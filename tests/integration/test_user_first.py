@@ -123,9 +123,13 @@ def test_the_window_lasts_as_asked_and_the_text_shows_the_jsons_figures(tmp_path
     assert res.returncode == 0, res.stderr
     assert recfmt.read(rec)["settings"]["window_accept"] == [0.075, 0.075]  # a user's acceptance, as recorded
     # a window is a count of requests at the rate calibrated before it (the second: the first's own rate):
-    # it lasts as asked as far as the rate holds (12% slower once in CI: 2.25 s); half or twice would be a fault
+    # it lasts as asked, within the 7.5% and the window's edges (~25 ms), unless all four tries missed, the last
+    # kept then (the recording has each: once in CI 2.44, 1.79, 1.65, 2.28 s for 2, the host's GET rate moving
+    # 36-49K/s between them); half or twice would be a fault
     for r in recfmt.read(rec)["runs"]:
-        assert 1.8 <= r["window_end"] - r["window_start"] <= 2.2, r["window_end"] - r["window_start"]
+        took, tries = r["window_end"] - r["window_start"], r["ops"]["GET"]["tries"]
+        assert abs(took - 2) <= 2 * 0.075 + 0.05 or len(tries) == 4, (took, tries)
+        assert 1.5 <= took <= 2.5 and abs(took - tries[-1][1]) <= 0.05, (took, tries)
     d = json.loads(vt("report", rec, "--format", "json").stdout)
     cell = d["runs"][0]["cells"][0]
     assert cell["server"]["main_thread"]["loop_iterations"] > 0  # INFO's count under the shim too
