@@ -24,12 +24,16 @@ def test_no_module_reads_a_knob_itself():
                 f"{path.relative_to(ROOT)} reads {name}: use valkeytrace.environment"
 
 
+def _set(monkeypatch, name: str, value: str | None) -> None:
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("value, expected", [(None, 0.005), ("0.02", 0.02), ("0", 0.005), ("2", 0.005), ("x", 0.005)])
 def test_loop_duty(monkeypatch, value, expected):
-    if value is None:
-        monkeypatch.delenv("VALKEYTRACE_LOOP_DUTY", raising=False)
-    else:
-        monkeypatch.setenv("VALKEYTRACE_LOOP_DUTY", value)
+    _set(monkeypatch, "VALKEYTRACE_LOOP_DUTY", value)
     assert environment.loop_duty(0.005) == expected
 
 
@@ -38,10 +42,7 @@ def test_loop_duty(monkeypatch, value, expected):
     ("0.2,0.5", (0.2, 0.5)), ("0.2,x", (0.2, 0.2)), ("x,any", (0.075, 0.075)), ("0", (0.075, 0.075)),
     ("3", (3.0, 3.0)), ("", (0.075, 0.075))])
 def test_window_accept(monkeypatch, value, expected):
-    if value is None:
-        monkeypatch.delenv("VALKEYTRACE_WINDOW_ACCEPT", raising=False)
-    else:
-        monkeypatch.setenv("VALKEYTRACE_WINDOW_ACCEPT", value)
+    _set(monkeypatch, "VALKEYTRACE_WINDOW_ACCEPT", value)
     assert environment.window_accept(0.075) == expected
 
 
