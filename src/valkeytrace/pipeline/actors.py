@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 _DRAWS = 4096
-KEY_STREAM = 1  # the keys' stream: the simulation's seed and this (everything else draws from the seed's own)
 
 
 class Draws:
@@ -34,22 +33,6 @@ class Draws:
         v = self.buf[self.i]
         self.i += 1
         return float(v)
-
-
-class Keys:
-    """The keys the requests ask for, uniform over the keyspace (the benchmark's -r), drawn in blocks from a
-    stream of their own: a numpy draw each was 28% of a simulation's time (py-spy, 2026-12-06)."""
-
-    def __init__(self, keyspace: int, seed: int):
-        self.rng, self.keyspace = np.random.default_rng([seed, KEY_STREAM]), keyspace
-        self.buf: list = []
-        self.i = 0
-
-    def next(self) -> int:
-        if self.i >= len(self.buf):
-            self.buf, self.i = self.rng.integers(self.keyspace, size=_DRAWS).tolist(), 0
-        self.i += 1
-        return self.buf[self.i - 1]
 
 
 class Noise:
@@ -95,14 +78,11 @@ class Engine:
         heapq.heappush(self.heap, (t, self.seq, fn, arg))
 
     def run(self, until: float) -> None:
-        heap, pop, n = self.heap, heapq.heappop, 0
-        try:
-            while heap and heap[0][0] <= until:
-                t, _, fn, arg = pop(heap)
-                n += 1
-                fn(t, arg)
-        finally:
-            self.events += n
+        heap = self.heap
+        while heap and heap[0][0] <= until:
+            t, _, fn, arg = heapq.heappop(heap)
+            self.events += 1
+            fn(t, arg)
 
 
 class CPU:
@@ -178,7 +158,8 @@ class ClosedClient(_Client):
         self.cost = sim.p.client
 
     def run_pass(self, t: float) -> float:
-        c, sim, op = self.cost, self.sim, self.op
+        c, sim, keyspace, op = self.cost, self.sim, self.sim.p.keyspace, self.op
+        rng = sim.rng
         # epoll's ready list, in the order the events became ready: the write events the last pass
         # registered, and the replies as they arrived
         ready = [(w, 1, conn) for w, conn in self.writes]
@@ -186,20 +167,18 @@ class ClosedClient(_Client):
             a, _, conn = heapq.heappop(self.replies)
             ready.append((a, 0, conn))
         ready.sort()
-        writes: deque = deque()
-        self.writes = writes
-        warm, end, lat, sent, fin = sim.warm, sim.end, self.latencies, self.sent, self.cpu.noise.finish
-        write_us, read_us, arrive, key, again = c.write_us, c.read_us, sim.arrive, sim.keys.next, writes.append
+        self.writes = deque()
+        warm, lat, sent, fin = sim.warm, self.latencies, self.sent, self.cpu.noise.finish
         for _, is_write, conn in ready:
             if is_write:
-                t = fin(t, write_us)
+                t = fin(t, c.write_us)
                 sent[conn] = t
-                arrive(t, conn, op, key())
+                sim.arrive(t, conn, op, int(rng.integers(keyspace)))
             else:
-                t = fin(t, read_us)
-                if warm <= t < end:
+                t = fin(t, c.read_us)
+                if warm <= t < sim.end:
                     lat.append(t - sent[conn])
-                again((t, conn))
+                self.writes.append((t, conn))
         return fin(t, c.pass_us)
 
     def pass_end(self, t: float) -> None:
@@ -280,7 +259,7 @@ class OpenClient(_Client):
     def _send(self, t: float, due: float, conn: int) -> float:
         t = self.cpu.noise.finish(t, self.cost.write_us)
         self.due[conn] = (due, t)
-        self.sim.arrive(t, conn, self.op, self.sim.keys.next())
+        self.sim.arrive(t, conn, self.op, int(self.sim.rng.integers(self.sim.p.keyspace)))
         return t
 
     def pass_end(self, t: float) -> None:

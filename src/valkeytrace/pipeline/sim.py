@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from valkeytrace.workloads import SATURATED_SHARE
-from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Keys, Noise, OpenClient
+from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient
 from valkeytrace.pipeline.params import OpenFigures, OpResult, Params, SimResult
 
 
@@ -99,7 +99,6 @@ class _Sim:
     def __init__(self, p: Params, seed: int):
         self.p = p
         self.rng = np.random.default_rng(seed)
-        self.keys = Keys(p.keyspace, seed)
         self.eng = Engine()
         self.warm = p.warmup_s * 1e6
         self.end = (p.warmup_s + p.duration_s) * 1e6
