@@ -349,12 +349,12 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         assert 0.12 <= share <= 0.45, cell["sampled"]
         main = {t["role"]: t for t in cell["threads"]}["main"]
         # the sample's writes over the share: within 1% of the fdatasyncs alone over 8 s (check 31's scenario,
-        # docs/performance.md); beside three busy loops, over 2 s (two sampled quarters), 0.53-0.58 twice in 5:
-        # the writes come in bursts. Bound to what tells the estimate from the raw sample (x0.25) or one scaled
-        # twice (x4)
+        # docs/performance.md); beside three busy loops, over 2 s (two sampled quarters), 0.53-0.58 twice in 5,
+        # 0.43 once in CI's first phase (340 estimated of 788): the writes come in bursts. Bound to what tells the
+        # estimate from the raw sample (x0.25 of it: ~0.11-0.15 here) or one scaled twice (x4)
         timed = next(t for t in recfmt.read(p)["runs"][0]["server"]["threads"] if t["tid"] == srv.pid)["calls"]
         assert timed["aof_write"]["count"] < main["aof_write"]["count"], (timed["aof_write"], main["aof_write"])
-        assert 0.45 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 2.2, (main["aof_write"], main["fdatasync"])
+        assert 0.3 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 2.2, (main["aof_write"], main["fdatasync"])
         text = vt("report", str(p)).stdout
         assert "AOF writes timed" in text, text[-1500:]
         assert cell["sched_traced"] is False
