@@ -62,18 +62,12 @@ def fit_jitters(cases: list[tuple[Params, PassCost]]) -> list[tuple[Jitter | Non
     pass's p99 where it was measured when 1% of them are), so that the pass, simulated with its own costs
     (its Params), comes out at its own measured p99: by bisection over one simulated pass each (the passes
     simulated side by side, pipeline/pool.py)."""
-    out: list[tuple[Jitter | None, str] | None] = [None] * len(cases)
-    jobs, which = [], []
-    for i, (params, p) in enumerate(cases):
-        if not p.p99_us or not p.clients or not p.seconds:
-            out[i] = (None, "not fitted (the pass has no p99)")
-            continue
-        base = replace(params, groups=(Group("GET", p.clients),), duration_s=p.seconds, warmup_s=0.05, jitter=None)
-        jobs.append((base, JITTER_SEED + i))
-        which.append(i)
-    for i, res in zip(which, simulate_many(jobs)):
-        out[i] = _bisect(res.ops["GET"].latencies_us, cases[i][1], i)
-    return [o for o in out if o is not None]
+    fittable = [i for i, (_, p) in enumerate(cases) if p.p99_us and p.clients and p.seconds]
+    jobs = [(replace(cases[i][0], groups=(Group("GET", cases[i][1].clients),), duration_s=cases[i][1].seconds,
+                     warmup_s=0.05, jitter=None), JITTER_SEED + i) for i in fittable]
+    sims = dict(zip(fittable, simulate_many(jobs)))
+    return [_bisect(sims[i].ops["GET"].latencies_us, p, i) if i in sims else (None, "not fitted (the pass has no p99)")
+            for i, (_, p) in enumerate(cases)]
 
 
 def _bisect(lat, p: PassCost, index: int) -> tuple[Jitter | None, str]:

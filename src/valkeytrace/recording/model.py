@@ -342,8 +342,8 @@ class Settings(Record):
     backend: str | None = None   # the tracer
     fsync_sensitivity_ns: list[NonNegInt] = _l()  # --fsync-sensitivity's added delays
     fsync_sensitivity_runs: NonNegInt | None = None  # runs per added delay
-    # [short, long] shares of duration_s a window is kept within (one share, either way: stop 71's). Not a
-    # tuple: msgspec 0.23 crashes converting [x, null] to tuple[NonNeg, NonNeg | None] | NonNeg
+    # [short, long] shares of duration_s a window is kept within (a single share, either way, in recordings of
+    # 2026-12-06 before). Not a tuple: msgspec 0.23 crashes converting [x, null] to tuple[...] | NonNeg
     window_accept: list[NonNeg | None] | NonNeg | None = None
     rates: list[NonNeg] = _l()   # --rates: the open-loop rates, a cell each
     arrival: str | None = None   # the open loop's arrivals: poisson or uniform
