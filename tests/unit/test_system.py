@@ -84,24 +84,34 @@ def test_a_busy_neighbour_on_the_cpu_is_not_a_slow_cpu():
     cpu = min(os.sched_getaffinity(0))
     hog = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
                             "import time\nt = time.time() + 60\nwhile time.time() < t: pass"])
-    cpu_ratio, wall_ratio = [], []
+
+    def hog_ran_ns() -> int:  # the kernel's own count of the neighbour's time on a CPU (schedstat)
+        with open(f"/proc/{hog.pid}/schedstat") as f:
+            return int(f.read().split()[0])
+
+    cpu_ratio, hog_share, hog_alone = [], [], []
     try:
         for _ in range(15):
             pair = []
             for sig in (signal.SIGSTOP, signal.SIGCONT):
                 os.kill(hog.pid, sig)
                 time.sleep(0.01)
-                t = time.monotonic()
+                t, ran = time.monotonic(), hog_ran_ns()
                 ms = cpuspeed.samples(cpu, 1, 300_000, 0.0)[0]
-                pair.append((ms, time.monotonic() - t))
-            (alone, alone_wall), (shared, shared_wall) = pair
+                pair.append((ms, time.monotonic() - t, hog_ran_ns() - ran))
+            (alone, alone_wall, ran_alone), (shared, shared_wall, ran_shared) = pair
             cpu_ratio.append(shared / alone)
-            wall_ratio.append(shared_wall / alone_wall)
+            hog_alone.append(ran_alone / 1e9 / alone_wall)
+            hog_share.append(ran_shared / 1e9 / shared_wall)
     finally:
         hog.kill()
         hog.wait()
-    # the CPU time did not follow the neighbour; the witness: it took the CPU (the wall clock says so:
-    # ~2x alone, 1.37x once in CI and 1.14x in another (2026-12-06), whose other workers also ran on this
-    # CPU beside the "alone" samples; a neighbour that never ran would read 1.0)
-    assert statistics.median(cpu_ratio) <= 1.25, (cpu_ratio, wall_ratio)
-    assert statistics.median(wall_ratio) >= 1.08, (cpu_ratio, wall_ratio)
+    # the CPU time did not follow the neighbour. The witness that the neighbour took the CPU is the kernel's,
+    # not the wall clock's (which the suite's other workers blur: 1.14x once in CI against ~2x alone): the
+    # stopped neighbour ran next to nothing beside the "alone" samples (16 us once, its stop taking effect late
+    # under load), and beside the "shared" ones it ran on the
+    # sampler's CPU for a share of the wall time that a fair scheduler gives one of the two (0.5), or one of
+    # four (0.25) with both of the suite's other CPU-bound workers pushed there as well
+    assert statistics.median(cpu_ratio) <= 1.25, (cpu_ratio, hog_share)
+    assert statistics.median(hog_alone) <= 0.01, hog_alone
+    assert statistics.median(hog_share) >= 0.25, (cpu_ratio, hog_share)
