@@ -113,6 +113,10 @@ class AckedWrites:
         for path in list(self._files):
             self.merge(path)
 
+    def parts(self) -> list[dict]:
+        """runs[].durability_check.runs: each run's part, in order."""
+        return [{k: v for k, v in asdict(r).items() if v is not None} for r in sorted(self.runs.values(), key=lambda r: r.run)]
+
     def unread(self) -> str | None:
         """Why some run's acknowledged writes could not be read, or None."""
         bad = [f"runs[{r.run}] ({r.unread})" for r in self.runs.values() if r.unread]
@@ -164,23 +168,24 @@ def verify(binary: str, aof_dir: str, settings: dict[str, str], acked: AckedWrit
 
     acked.collect()
     dirname = settings.get("appenddirname") or "appendonlydir"
-    method = (f"the server killed (SIGKILL) after the last window; a copy of {dirname}/ loaded by a plain "
+    method = (f"the server killed (SIGKILL) after the last window (or when it died); a copy of {dirname}/ loaded by a plain "
               f"{os.path.basename(binary)} (no shim) with its {', '.join(sorted(settings)) or 'default AOF settings'}; "
               "each key's acknowledged SETs looked up (every run's, one that failed too)")
     unread = acked.unread()
     out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": method,
-                 "runs": [asdict(r) for r in sorted(acked.runs.values(), key=lambda r: r.run)],
-                 **({"error": unread} if unread else {})}
+                 "runs": acked.parts(), **({"error": unread} if unread else {})}
     src = os.path.join(aof_dir, dirname)
+    failed = None
     if not os.path.isdir(src):
-        return {**out, "error": "; ".join(filter(None, (f"no AOF directory at {src}", unread)))}
-    try:
-        found = _reload(binary, src, {**settings, "appenddirname": dirname}, acked)
-    except _StillLoading as exc:
-        return {**out, "error": "; ".join(filter(None, (str(exc), unread)))}
-    except (OSError, VTError, ValkeyError) as exc:  # the reload failed: nothing claimed
-        return {**out, "error": "; ".join(filter(None, (f"the reload failed: {exc}", unread)))}
-    return {**out, **found}
+        failed = f"no AOF directory at {src}"
+    else:
+        try:
+            out.update(_reload(binary, src, {**settings, "appenddirname": dirname}, acked))
+        except _StillLoading as exc:
+            failed = str(exc)
+        except (OSError, VTError, ValkeyError) as exc:
+            failed = f"the reload failed: {exc}"
+    return {**out, "error": "; ".join(filter(None, (failed, unread)))} if failed else out
 
 
 def _reload(binary: str, src: str, settings: dict[str, str], acked: AckedWrites) -> dict:
