@@ -153,8 +153,8 @@ def test_a_clock_step_between_runs_reports_nothing_the_reload_holds(tmp_path):
     assert mark.read_text() == "stepped\n"  # the second run's client, alone, saw the step
     runs = recfmt.read(out)["runs"]
     check = runs[-1]["durability_check"]
-    assert [r["run"] for r in check["runs"]] == [0, 1] and all(r["writes_acked"] > 2000 for r in check["runs"]), check
     assert check["acked"] == 300 and check["acked_missing"] == 0 and "error" not in check, check
+    assert [r["run"] for r in check["runs"]] == [0, 1] and all(r["writes_acked"] > 2000 for r in check["runs"]), check
 
 
 class _SlowLoad(srv.EmbeddedServer):
