@@ -224,3 +224,30 @@ def test_a_custom_appendfilename_is_reloaded(tmp_path):
     assert check["acked"] > 1000 and check["acked_missing"] == 0 and "error" not in check, check
     assert "appendfilename" in check["method"]
     assert not tagged(res.tag)  # the server and the reload both ended
+
+
+def test_a_run_whose_client_was_killed_claims_nothing(tmp_path):
+    """The first run's open-loop client SIGKILLed mid-window: what it saw acknowledged is lost with it, so the
+    check cannot say nothing was lost: it says which run it could not read, and claims nothing (the second
+    run's keys are still compared). Its file once was skipped without a word: "none of N missing"."""
+    out = tmp_path / "client.vtrace"
+    proc = subprocess.Popen([VT, "record", *QUICK, "--io-threads", "1", "--duration", "2", "--repeat", "2",
+                             "--keyspace", "1000", "--rate", "2000", "--backend", "none", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        server = _partial_server(Path(str(out) + ".partial"))
+        client = _openloop_client(server["port"])
+        time.sleep(0.3 + 0.8)
+        client.kill()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    runs = recfmt.read(out)["runs"]
+    assert [r["status"] for r in runs] == ["failed", "ok"], ([r["status"] for r in runs], err[-2000:])
+    check = runs[-1]["durability_check"]
+    assert "runs[0]" in check.get("error", "") and "nothing is claimed" in check["error"], check
+    assert check["runs"][0]["unread"] and "unread" not in check["runs"][1], check["runs"]
+    assert check["acked"] > 500 and check["acked_missing"] == 0, check  # the second run's, compared all the same
+    assert "could not run" in err or "could not be read" in err, err[-2000:]
