@@ -273,7 +273,7 @@ def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> Non
     c = decode_as(check, DurabilityCheck)
     if c.error:
         echo(f"warning: --verify-durability: {c.error}")
-    else:
+    if not c.error or c.acked_missing:  # a loss found in what could be read is said all the same
         echo(f"note: --verify-durability: {c.acked_missing} of {c.acked} acknowledged keys missing from the reloaded AOF")
 
 
