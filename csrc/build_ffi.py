@@ -15,7 +15,7 @@ ffibuilder.cdef((CSRC / "native_api.h").read_text())
 ffibuilder.set_source(
     "valkeytrace._native",
     '#include "hist.h"\n#include "shim_region.h"\n#include "events.h"\n#include "vt_sched.h"\n#include "vt_bpfstats.h"\n#include "offload_layout.h"\n#include "vt_load.h"\n',
-    sources=["csrc/hist.c", "csrc/shim_region.c", "csrc/events.c", "csrc/vt_sched.c", "csrc/vt_bpfstats.c", "csrc/vt_load.c", "csrc/vt_arrivals.c", "csrc/vt_reader.c"],  # relative: setup.py runs the build from the project root
+    sources=["csrc/hist.c", "csrc/shim_region.c", "csrc/events.c", "csrc/vt_sched.c", "csrc/vt_bpfstats.c", "csrc/vt_load.c", "csrc/vt_arrivals.c", "csrc/vt_inflight.c", "csrc/vt_reader.c"],  # relative: setup.py runs the build from the project root
     include_dirs=["csrc"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["m"],

@@ -223,6 +223,7 @@ struct vt_load_config {
     uint64_t *seen;
     uint64_t *reads;
     uint64_t reads_cap;
+    uint64_t seq_epoch;
 };
 
 struct vt_reader_stats {

@@ -17,7 +17,6 @@ static uint64_t clock_ns(clockid_t id)
 }
 
 uint64_t vt_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-uint64_t vt_real_ns(void) { return clock_ns(CLOCK_REALTIME); }
 
 uint64_t vt_rand(uint64_t *state)
 {

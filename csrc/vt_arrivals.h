@@ -10,8 +10,7 @@
 
 #include "vt_grow.h" /* vt_grow: the growing arrays */
 
-uint64_t vt_mono_ns(void); /* CLOCK_MONOTONIC */
-uint64_t vt_real_ns(void); /* CLOCK_REALTIME: rises across processes (a SET's sequence) */
+uint64_t vt_mono_ns(void); /* CLOCK_MONOTONIC: only rises (the schedule, and a SET's sequence, vt_load.h) */
 uint64_t vt_rand(uint64_t *state); /* xorshift64*: state never 0 */
 /* n due moments over [from, from + span): evenly spaced (uniform), or Poisson spacings scaled so that
  * the n-th falls inside the span (a Poisson process given its count: the count is the rate's);

@@ -33,6 +33,7 @@
 #include "hist.h"
 #include "stall_log.h"
 #include "vt_arrivals.h"
+#include "vt_inflight.h"
 
 #define MAX_EVENTS 256
 #define READ_BUF (64 * 1024)
@@ -40,8 +41,9 @@
 struct pending {
     uint64_t due, end_off, sent;
     uint64_t seq;   /* --verify-durability: the SET's sequence, in its value (0: not kept) */
-    uint64_t floor; /* the oldest sequence of its key in flight when it was sent (itself, or one before) */
+    uint64_t floor; /* the oldest of it and its key's SETs in flight on other connections as it was sent */
     uint32_t key;
+    uint32_t node;  /* its entry among its key's SETs in flight (vt_inflight.h), 0: none */
 };
 
 struct lconn {
@@ -66,10 +68,7 @@ struct loader {
     char *req;                  /* the request's bytes, its key (and a kept SET's sequence) rewritten in place */
     uint32_t req_len, key_at, val_at;
     uint64_t last_seq;
-    /* per key, --verify-durability: SETs in flight, the oldest of their sequences (a lower bound once that
-     * one is answered: never above the truth), the latest acknowledged sequence */
-    uint32_t *inflight;
-    uint64_t *inflight_min, *latest;
+    struct vt_inflight fl; /* per key, SETs carrying a sequence: those in flight, and the floor each sets */
     struct vt_reader rd; /* readers on a replica (cfg->readers), GETs of the key sent last */
     uint32_t last_key;
 };
@@ -180,17 +179,17 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
     char key[20];
     uint32_t k = (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
     uint64_t seq = 0, floor = 0;
+    uint32_t node = 0;
     snprintf(key, sizeof(key), "%012u", (unsigned)k);
     memcpy(l->req + l->key_at, key, 12);
     l->last_key = k;
-    if (l->val_at) { /* a later value always has a larger sequence: the wall clock's ns, strictly rising */
-        seq = vt_real_ns();
+    if (l->val_at) { /* a later value always has a larger sequence: a clock that only rises, strictly */
+        seq = vt_mono_ns() + l->cfg->seq_epoch;
         seq = l->last_seq = seq > l->last_seq ? seq : l->last_seq + 1;
         snprintf(key, sizeof(key), "%016llx", (unsigned long long)seq);
         memcpy(l->req + l->val_at, key, 16);
-        if (l->inflight[k]++ == 0)
-            l->inflight_min[k] = seq;
-        floor = l->inflight_min[k];
+        if (!(node = vt_inflight_sent(&l->fl, k, (uint32_t)(c - l->c), seq, &floor)))
+            return -1;
     }
     if (c->qh && c->qt == c->qcap) { /* the answered head's room first: the queue grows only when full */
         memmove(c->q, c->q + c->qh, (size_t)(c->qt - c->qh) * sizeof(struct pending));
@@ -204,7 +203,7 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
     memcpy(c->out + c->out_len, l->req, l->req_len);
     c->out_len += l->req_len;
     c->queued += l->req_len;
-    c->q[c->qt++] = (struct pending){due, c->queued, 0, seq, floor, k};
+    c->q[c->qt++] = (struct pending){due, c->queued, 0, seq, floor, k, node};
     l->res->pipelined += (uint64_t)pipelined;
     flush(l, c, now);
     return 0;
@@ -236,6 +235,7 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
     if (c->qh == c->qt)
         return; /* a reply no request of ours asked for */
     struct pending p = c->q[c->qh++];
+    vt_inflight_answered(&l->fl, p.key, p.node); /* no longer in flight, whatever the reply */
     if (c->qh == c->qt) {
         c->qh = c->qt = c->unstamped = 0; /* empty: from the start again (the indices never run on) */
         if (l->held_n) { /* the oldest request waiting goes out on the connection just answered */
@@ -250,14 +250,12 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
     }
     if (c->reply.kind == '-')
         l->res->errors++, l->res->rejected++;
-    if (p.seq)
-        l->inflight[p.key]--;
-    /* acknowledged: the latest of this key's kept, as the oldest write the reload may hold instead (one in
+    /* acknowledged: the key holds it or a later write from now on, so one at its floor or above (one in
      * flight beside it on another connection may have run after it: the server orders connections) */
     if (c->reply.kind == '+' && p.seq && l->cfg->acked) {
         l->res->acked++;
-        if (p.seq > l->latest[p.key])
-            l->latest[p.key] = p.seq, l->cfg->acked[p.key] = p.floor;
+        if (p.floor > l->cfg->acked[p.key])
+            l->cfg->acked[p.key] = p.floor;
     }
     if (p.due < l->ws || p.due >= l->we)
         return;
@@ -326,15 +324,12 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     vt_hist_reset(&res->in_stall);
     vt_hist_reset(&res->outside);
     int closed = cfg->rate == 0, bad = cfg->rate < 0 || build_request(&l);
-    if (!bad && l.val_at) {
-        size_t n = cfg->keyspace ? cfg->keyspace : 1;
-        l.inflight = calloc(n, sizeof(uint32_t)), l.inflight_min = calloc(n, 8), l.latest = calloc(n, 8);
-        bad = !l.inflight || !l.inflight_min || !l.latest;
-    }
+    if (!bad && l.val_at)
+        bad = vt_inflight_init(&l.fl, cfg->keyspace);
     if (bad || (cfg->acked && cfg->op == VT_LOAD_SET && !l.val_at)) {
         res->error = EINVAL;
         snprintf(res->message, sizeof(res->message), "a rate of 0 or more is needed (and values of 16 B or more to keep acknowledged SETs)");
-        free(l.inflight), free(l.inflight_min), free(l.latest), free(l.req);
+        vt_inflight_free(&l.fl), free(l.req);
         return -1;
     }
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* wake when a request is due, not 50 µs after */
@@ -342,7 +337,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     if (l.ep < 0) {
         res->error = errno;
         snprintf(res->message, sizeof(res->message), "epoll_create1: %s", strerror(res->error));
-        free(l.inflight), free(l.inflight_min), free(l.latest), free(l.req);
+        vt_inflight_free(&l.fl), free(l.req);
         return -1;
     }
     for (int i = 0; i < (cfg->conns > 0 ? cfg->conns : 1); i++) {
@@ -459,7 +454,7 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
     free(l.idle);
     free(l.held);
     free(l.req);
-    free(l.inflight), free(l.inflight_min), free(l.latest);
+    vt_inflight_free(&l.fl);
     free(warm);
     free(due);
     return res->error ? -1 : 0;

@@ -43,7 +43,8 @@ struct vt_load_config {
     uint64_t seed;
     int marker_fd;          /* "B\n" written when the window begins, "E\n" when its last request is due (-1: none) */
     uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
-                             * 16 hex digits) of the key's latest acknowledged SET, raised as replies come; NULL: none */
+                             * 16 hex digits) the reload must hold at least: the largest floor (vt_inflight.h) of the
+                             * key's acknowledged SETs, raised as replies come; NULL: none */
     const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
     const char *replica_host; /* record --replica-get-clients: readers on this replica (vt_reader.h) */
     int replica_port;
@@ -51,6 +52,8 @@ struct vt_load_config {
     uint64_t *seen;         /* keyspace entries: per key the largest sequence a reader saw (NULL: not kept) */
     uint64_t *reads;        /* 3 x reads_cap: per read in the window, its value's sequence, send, receive */
     uint64_t reads_cap;
+    uint64_t seq_epoch;     /* a SET's sequence: CLOCK_MONOTONIC's ns plus this (the launch's, one for all its runs:
+                             * its wall clock minus its CLOCK_MONOTONIC, taken once), so a clock step never reorders */
 };
 
 struct vt_load_result {

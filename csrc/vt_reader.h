@@ -2,7 +2,7 @@
  * vt_reader.h: readers on a replica inside the open-loop client's loop (record --replica-get-clients):
  * N connections to a replica, one GET in flight each, each GET of the key the writers sent last (a reader
  * that follows the writers: when the replica holds a value its primary has not made durable, it is the
- * one read). Each reply's value carries its SET's sequence (the writer's wall clock, vt_load.c): kept per
+ * one read). Each reply's value carries its SET's sequence (the writer's CLOCK_MONOTONIC plus the launch's epoch, vt_load.h): kept per
  * key (the largest seen: the phantom check's input) and per read (its sequence, send and receive
  * moments: the dirty-read check's), with the reads' latency in a histogram of their own.
  */
@@ -40,7 +40,7 @@ struct vt_reader {
     uint64_t ws, we;     /* the window: a read counts when sent in it; none is sent after it */
     uint64_t *seen;      /* per key: the largest sequence read (NULL: not kept) */
     uint32_t keyspace;
-    uint64_t *log;       /* 3 per read: sequence, send, receive (CLOCK_MONOTONIC; the sequence CLOCK_REALTIME) */
+    uint64_t *log;       /* 3 per read: sequence, send, receive (CLOCK_MONOTONIC; the sequence that plus seq_epoch) */
     uint64_t log_cap;    /* reads the log holds */
     struct vt_reader_stats *st;
 };

@@ -314,6 +314,8 @@ class Recorder:
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:
         run = document.new_run(self.doc, workload, size, repeat,
                                extra_delay_ns if self.settings.sensitivity else None)
+        if self.acked is not None:  # its clients' acknowledged writes are this run's (runs[].durability_check.runs)
+            self.acked.begin_run()
         if rate:
             s = self.settings
             run["load"] = {"mode": "open", "rate": rate, "arrival": s.arrival, "pool": "fixed" if s.pool == "clients" else "grow",

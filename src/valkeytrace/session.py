@@ -259,8 +259,8 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
 
 def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> None:
     """--verify-durability: the server killed, its AOF reloaded by a plain server, every acknowledged SET looked
-    up; the result on the launch's last run (it covers every run's writes)."""
-    from valkeytrace.workload.durability_check import verify
+    up; the result on the launch's last run (it covers every run's writes, a failed run's too)."""
+    from valkeytrace.workload.durability_check import reload_settings, verify
 
     runs = recorder.doc["runs"]
     if not runs:
@@ -268,12 +268,12 @@ def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> Non
     target.kill()
     cfg = server.config
     binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
-    check = verify(binary, cfg.get("dir") or "", cfg.get("appenddirname") or "appendonlydir", recorder.acked)
+    check = verify(binary, cfg.get("dir") or "", reload_settings(cfg), recorder.acked)
     runs[-1]["durability_check"] = check
     c = decode_as(check, DurabilityCheck)
     if c.error:
         echo(f"warning: --verify-durability: {c.error}")
-    else:
+    if not c.error or c.acked_missing:  # a loss found in what could be read is said all the same
         echo(f"note: --verify-durability: {c.acked_missing} of {c.acked} acknowledged keys missing from the reloaded AOF")
 
 

@@ -31,6 +31,7 @@ static void *track_realloc(void *p, size_t n)
 #undef realloc
 #include "../../csrc/vt_load.c"
 #include "../../csrc/vt_reader.c"
+#include "../../csrc/vt_inflight.c"
 
 static int listen_fd, pause_us;
 
@@ -128,7 +129,7 @@ int main(void)
     }
     int kept = 0;
     for (int i = 0; i < 1000; i++)
-        kept += keys[i] > 1000000000000000000ull; /* a wall clock's ns: after 2001 */
+        kept += keys[i] > 0; /* a sequence: CLOCK_MONOTONIC's ns (plus an epoch of 0 here) */
     if (kept < 500) {
         printf("acked: only %d of 1000 keys have a sequence after %llu SETs\n", kept, (unsigned long long)r.acked);
         return 1;

@@ -11,7 +11,7 @@ from valkeytrace.workload.openloop import OpenLoopClient, OpenLoopError
 def test_a_silent_child_is_ended_at_the_deadline():
     client = object.__new__(OpenLoopClient)
     client.proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    client.timeout = 0.5
+    client.timeout, client.acked = 0.5, None
     t0 = time.monotonic()
     with pytest.raises(OpenLoopError, match="did not finish in time"):
         client.run()

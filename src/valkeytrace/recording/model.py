@@ -226,10 +226,18 @@ class MemorySeries(Record):
     sources: dict = _d()         # where each figure comes from
 
 
+class AckedRun(Record):
+    run: NonNegInt = 0           # its index in runs[]
+    writes_acked: NonNegInt = 0  # acknowledged SETs its clients kept (a failed run's too: up to its end)
+    keys: NonNegInt = 0          # keys it acknowledged a SET of
+    unread: str | None = None    # why its clients' acknowledged writes could not be read (then nothing is claimed)
+
+
 class DurabilityCheck(Record):
-    acked: NonNegInt = 0         # keys with an acknowledged SET the client kept (its latest value each)
-    acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks that value or a later one
+    acked: NonNegInt = 0         # keys with an acknowledged SET the clients kept (each key's floor)
+    acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks the floor's value and every later one
     writes_acked: NonNegInt | None = None  # acknowledged SETs in all (several per key)
+    runs: list[AckedRun] = _l()  # the runs whose clients' acknowledged writes it checked (2026-12-07 on)
     examples: list[dict] = _l()  # a few missing: key, the acknowledged sequence, what the reload holds
     method: str | None = None    # how it was checked
     error: str | None = None     # why it could not be (then nothing is claimed)

@@ -51,11 +51,13 @@ def durability_sentence(label: str, check) -> str | None:
     """--verify-durability's result in one sentence (a loss first in every report), or None."""
     if check is None:
         return None
-    if check.error:
-        return f"{label}: the durability check could not run: {check.error}"
-    if check.acked_missing:
+    if check.acked_missing:  # a loss found is said even when part of the check could not run
         ex = check.examples[0] if check.examples else {}
         return (f"{label}: {check.acked_missing:,} of {check.acked:,} acknowledged writes missing from the AOF after "
-                f"the server was killed" + (f" (e.g. {ex.get('key')}: {ex.get('reloaded') or 'absent'})" if ex else ""))
-    return (f"{label}: none of {check.acked:,} acknowledged keys missing from the AOF after the server was killed "
+                f"the server was killed" + (f" (e.g. {ex.get('key')}: {ex.get('reloaded') or 'absent'})" if ex else "")
+                + (f"; and {check.error}" if check.error else ""))
+    if check.error:
+        return f"{label}: the durability check could not run: {check.error}"
+    runs = f", the writes of {len(check.runs)} run{'s' if len(check.runs) != 1 else ''}" if check.runs else ""
+    return (f"{label}: none of {check.acked:,} acknowledged keys{runs} missing from the AOF after the server was killed "
             "(SIGKILL: what the kernel had written survives a process crash; a power loss is not tested)")

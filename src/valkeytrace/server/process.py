@@ -75,9 +75,13 @@ def listening_ports(pid: int) -> list[int]:
     return sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN})
 
 
-def _ping(host: str, port: int) -> bool:
+def _ping(host: str, port: int, loading_is_ready: bool = False) -> bool:
+    from valkey.exceptions import BusyLoadingError
+
     try:
         return bool(connect(host, port, timeout=1.0).ping())
+    except BusyLoadingError:  # it answers, loading its data first
+        return loading_is_ready
     except Exception:
         return False
 
@@ -191,6 +195,7 @@ class LaunchedServer(Target):
     invoking user (run_as), unless the caller passes run_as=None (--as-root)."""
 
     ready_timeout_s = READY_TIMEOUT_S
+    loading_is_ready = False  # ready when it answers "loading" (the caller waits for the load itself)
     run_as: tuple[int, int] | None = None
     proc: Any = None  # its subprocess.Popen, None once stopped
 
@@ -282,7 +287,7 @@ class LaunchedServer(Target):
                                    f"PING; last output: {self.last_output()}"))
             ports = [port_known] if port_known else listening_ports(self.proc.pid)
             for port in ports:
-                if _ping(self.host, port):
+                if _ping(self.host, port, self.loading_is_ready):
                     self.port = port
                     return
             time.sleep(0.05)
@@ -353,9 +358,9 @@ class EmbeddedServer(LaunchedServer):
     def __init__(self, appendfsync: str = "always", io_threads: int | None = None,
                  server_config: dict[str, str] | None = None, binary: str | None = None,
                  env: dict | None = None, keep_dir: bool = False, run_as: tuple[int, int] | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S, port: int | None = None):
+                 ready_timeout_s: float = READY_TIMEOUT_S, port: int | None = None, loading_is_ready: bool = False):
         super().__init__()
-        self.run_as, self.ready_timeout_s = run_as, ready_timeout_s
+        self.run_as, self.ready_timeout_s, self.loading_is_ready = run_as, ready_timeout_s, loading_is_ready
         self.binary = binary or binaries.embedded_server()
         self.workdir = tempfile.mkdtemp(prefix="valkeytrace-server-")
         self._own_workdir = not keep_dir

@@ -1,15 +1,22 @@
 """record --verify-durability: nothing acknowledged lost, witnessed.
 
-The open-loop client (csrc/vt_load.c) writes each SET's sequence (the wall clock's ns, strictly rising)
-into the value's first 16 hex digits and keeps, per key, what the reload must hold at least: the latest
-SET the server acknowledged (+OK) or, when other SETs of that key were in flight on other connections as it
-was sent, the oldest of those (the server orders connections as it reads them: one sent earlier may have
-run later and be the value that stays). After the launch's last window the server is killed with SIGKILL (a crash: nothing
-drained, nothing flushed), a copy of its AOF directory is loaded by a plain valkey-server (the same
-binary, no shim, on a port of its own), and every key the clients saw acknowledged is read back: the
-value there must carry that sequence or a later one. A key that is missing, or holds an earlier value,
-or a value without a sequence (a write by someone else) is an acknowledged write lost. Overlapping writes
-make the check weaker for their key (a reload holding the overlapping earlier write passes), never wrong.
+The open-loop client (csrc/vt_load.c) writes each SET's sequence into the value's first 16 hex digits: its
+CLOCK_MONOTONIC ns plus the launch's epoch (AckedWrites.epoch: the wall clock minus CLOCK_MONOTONIC, taken
+once), so a later value always carries a larger sequence, in every run of the launch, whatever the wall
+clock does between them. Per key it keeps what the reload must hold at least: for each SET the server
+acknowledged (+OK), its floor, the oldest of it and the SETs of that key in flight on other connections as it
+was sent (the server runs a connection's requests in order and orders connections as it reads them: one
+still unanswered on another connection may have run after it and be the value that stays); the largest
+floor of the key's acknowledged SETs (csrc/vt_inflight.h). Each run's client writes those to a file of its
+own, whether its run ended well or not (a server that dies mid-window drops exactly the writes acknowledged
+just before); AckedWrites folds every run's in and says which runs contributed. After the launch's last
+window the server is killed with SIGKILL (a crash: nothing drained, nothing flushed), a copy of its AOF
+directory is loaded by a plain valkey-server (the same binary, no shim, on a port of its own, with the killed
+server's appenddirname and appendfilename), and every key the clients saw acknowledged is read back: the
+value there must carry that sequence or a later one. A key that is missing, or holds an earlier value, or a
+value without a sequence (a write by someone else) is an acknowledged write lost. Overlapping writes make the
+check weaker for their key (a reload holding the overlapping earlier write passes), never wrong. Nothing is
+claimed when a run's file could not be read or the reload did not finish loading (`error`).
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -25,34 +33,94 @@ from valkeytrace.errors import VTError
 BATCH = 1000      # keys per MGET
 EXAMPLES = 5
 LOAD_TIMEOUT_S = 60.0
+CARRIED = ("appenddirname", "appendfilename")  # the killed server's settings its AOF is found by
+
+
+def write_kept(path: str, count: int, per_key: np.ndarray) -> None:
+    """A run's file: the count (acknowledged SETs, or reads), then one uint64 per key."""
+    with open(path, "wb") as f:
+        np.array([count], dtype=np.uint64).tofile(f)
+        per_key.astype(np.uint64, copy=False).tofile(f)
+
+
+def read_kept(path: str, keyspace: int) -> tuple[int, np.ndarray] | str:
+    """(count, per key) from a run's file, or why it cannot be read."""
+    try:
+        got = np.fromfile(path, dtype=np.uint64)
+    except OSError as exc:
+        return "its client ended before writing them" if isinstance(exc, FileNotFoundError) else str(exc)
+    if got.size != keyspace + 1:
+        return f"its client's file holds {got.size * 8} of {(keyspace + 1) * 8} bytes"
+    return int(got[0]), got[1:]
+
+
+@dataclass
+class RunPart:
+    """One run's part (runs[].durability_check.runs[]): its index in runs[]."""
+    run: int
+    writes_acked: int = 0
+    keys: int = 0
+    unread: str | None = None  # why its acknowledged writes could not be read (then nothing is claimed)
 
 
 class AckedWrites:
-    """The launch's acknowledged SETs: each open-loop SET run writes its keys' latest sequences to a file
-    of its own (next_path); merge() folds it in (the latest per key)."""
+    """The launch's acknowledged SETs: each open-loop SET run writes its keys' floors to a file of its own
+    (next_path, registered to `run`: the launch's current runs[] index, begin_run() as the recorder appends one:
+    it appends every run); merge() folds it in (the largest per key), after the run whatever its end; collect()
+    folds in any a run left."""
 
     def __init__(self, keyspace: int):
         self.keyspace = keyspace
         self.latest = np.zeros(keyspace, dtype=np.uint64)
         self.seen = np.zeros(keyspace, dtype=np.uint64)  # replica readers (--replica-get-clients): the latest read
         self.writes = 0
+        self.epoch = time.time_ns() - time.monotonic_ns()  # every run's sequences on one clock that only rises
+        self.run, self._begun = 0, 0
+        self.runs: dict[int, RunPart] = {}
+        self._files: dict[str, tuple[int, str]] = {}  # path -> (run, "latest" or "seen"), not yet merged
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-acked-")
         self._n = 0
 
-    def next_path(self) -> str:
-        self._n += 1
-        return os.path.join(self.dir, f"run-{self._n}.u64")
+    def begin_run(self) -> None:
+        self.run, self._begun = self._begun, self._begun + 1
 
-    def merge(self, path: str, writes: int, into: str = "latest") -> None:
-        """A run's file folded into `latest` (acknowledged) or `seen` (what replica readers read)."""
-        try:
-            got = np.fromfile(path, dtype=np.uint64)
-        except OSError:
+    def next_path(self, into: str = "latest") -> str:
+        self._n += 1
+        path = os.path.join(self.dir, f"run-{self._n}.u64")
+        self._files[path] = (self.run, into)
+        self.runs.setdefault(self.run, RunPart(self.run))
+        return path
+
+    def merge(self, path: str) -> None:
+        """A run's file folded into `latest` (acknowledged) or `seen` (what replica readers read), or the run
+        marked unread."""
+        if path not in self._files:
             return
-        if got.size == self.keyspace:
-            np.maximum(getattr(self, into), got, out=getattr(self, into))
-            self.writes += writes
+        run, into = self._files.pop(path)
+        part, got = self.runs[run], read_kept(path, self.keyspace)
+        if isinstance(got, str):
+            part.unread = part.unread or (got if into == "latest" else f"its replica readers' file: {got}")
+            return
+        count, per_key = got
+        np.maximum(getattr(self, into), per_key, out=getattr(self, into))
+        if into == "latest":
+            part.writes_acked += count
+            part.keys += int(np.count_nonzero(per_key))
+            self.writes += count
         os.unlink(path)
+
+    def collect(self) -> None:
+        for path in list(self._files):
+            self.merge(path)
+
+    def parts(self) -> list[dict]:
+        """runs[].durability_check.runs: each run's part, in order."""
+        return [{k: v for k, v in asdict(r).items() if v is not None} for r in sorted(self.runs.values(), key=lambda r: r.run)]
+
+    def unread(self) -> str | None:
+        """Why some run's acknowledged writes could not be read, or None."""
+        bad = [f"runs[{r.run}] ({r.unread})" for r in self.runs.values() if r.unread]
+        return f"the acknowledged writes of {', '.join(bad)} could not be read: nothing is claimed" if bad else None
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -84,38 +152,71 @@ def _compare(client, latest: np.ndarray) -> tuple[int, int, list[dict]]:
     return int(keys.size), missing, examples
 
 
-def verify(binary: str, aof_dir: str, appenddirname: str, acked: AckedWrites) -> dict:
-    """runs[].durability_check: the killed server's AOF (aof_dir/appenddirname) loaded by a plain server."""
+def reload_settings(config: dict) -> dict[str, str]:
+    """The killed server's settings its AOF is found by (CARRIED), from its config (CONFIG GET's)."""
+    return {k: str(config[k]) for k in CARRIED if config.get(k)}
+
+
+class _StillLoading(VTError):
+    pass
+
+
+def verify(binary: str, aof_dir: str, settings: dict[str, str], acked: AckedWrites) -> dict:
+    """runs[].durability_check: the killed server's AOF (aof_dir/appenddirname) loaded by a plain server run with
+    `settings` (reload_settings(): its appenddirname and appendfilename; anything else given is passed on too)."""
+    from valkey.exceptions import ValkeyError
+
+    acked.collect()
+    dirname = settings.get("appenddirname") or "appendonlydir"
+    method = (f"the server killed (SIGKILL) after the last window (or when it died); a copy of {dirname}/ loaded by a plain "
+              f"{os.path.basename(binary)} (no shim) with its {', '.join(sorted(settings)) or 'default AOF settings'}; "
+              "each key's acknowledged SETs looked up (every run's, one that failed too)")
+    unread = acked.unread()
+    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": method,
+                 "runs": acked.parts(), **({"error": unread} if unread else {})}
+    src = os.path.join(aof_dir, dirname)
+    failed = None
+    if not os.path.isdir(src):
+        failed = f"no AOF directory at {src}"
+    else:
+        try:
+            out.update(_reload(binary, src, {**settings, "appenddirname": dirname}, acked))
+        except _StillLoading as exc:
+            failed = str(exc)
+        except (OSError, VTError, ValkeyError) as exc:
+            failed = f"the reload failed: {exc}"
+    return {**out, "error": "; ".join(filter(None, (failed, unread)))} if failed else out
+
+
+def _reload(binary: str, src: str, settings: dict[str, str], acked: AckedWrites) -> dict:
+    """A copy of src loaded by a plain server; the acknowledged (and replica-read) keys compared once it has
+    loaded all of it (_StillLoading past LOAD_TIMEOUT_S: nothing compared)."""
     from valkeytrace.server import process as srv
 
-    method = (f"the server killed (SIGKILL) after the last window; a copy of {appenddirname}/ loaded by a plain "
-              f"{os.path.basename(binary)} (no shim); each key's latest acknowledged SET looked up")
-    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": method}
-    src = os.path.join(aof_dir, appenddirname)
-    if not os.path.isdir(src):
-        return {**out, "error": f"no AOF directory at {src}"}
     work = tempfile.mkdtemp(prefix="valkeytrace-reload-")
     try:
-        shutil.copytree(src, os.path.join(work, appenddirname))
-        server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, ready_timeout_s=LOAD_TIMEOUT_S,
-                                    server_config={"dir": work, "appenddirname": appenddirname,
-                                                   "aof-load-truncated": "yes"}, env=_plain_env())
+        shutil.copytree(src, os.path.join(work, os.path.basename(src)))
+        server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, loading_is_ready=True,
+                                    server_config={**settings, "dir": work, "aof-load-truncated": "yes"},
+                                    env=_plain_env())
         try:
             client = srv.connect(server.host, server.port or 0, timeout=30.0)
             deadline = time.monotonic() + LOAD_TIMEOUT_S
-            while int(client.info("persistence").get("loading", 0)) and time.monotonic() < deadline:
+            while int(client.info("persistence").get("loading", 0)):
+                if time.monotonic() >= deadline:
+                    raise _StillLoading(f"the reload was still loading the AOF after {LOAD_TIMEOUT_S:g} s: "
+                                        "nothing compared")
                 time.sleep(0.05)
             checked, missing, examples = _compare(client, acked.latest)
-            seen, phantoms, phantom_examples = _compare(client, acked.seen) if acked.seen.any() else (0, 0, [])
+            found: dict = {"acked": checked, "acked_missing": missing, "examples": examples}
+            if acked.seen.any():
+                seen, phantoms, phantom_examples = _compare(client, acked.seen)
+                found.update(replica_reads_checked=seen, phantom_reads=phantoms, phantom_examples=phantom_examples)
+            return found
         finally:
             server.stop()
-    except (OSError, VTError) as exc:
-        return {**out, "error": f"the reload failed: {exc}"}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {**out, "acked": checked, "acked_missing": missing, "examples": examples,
-            **({"replica_reads_checked": seen, "phantom_reads": phantoms, "phantom_examples": phantom_examples}
-               if acked.seen.any() else {})}
 
 
 def _plain_env() -> dict:

@@ -73,7 +73,9 @@ class Spec:
     replica_port: int | None = None  # --replica-get-clients: readers on this replica (csrc/vt_reader.c)
     readers: int = 0
     seen_path: str | None = None   # and each key's largest sequence they read, written here
-
+    # a SET's sequence: CLOCK_MONOTONIC's ns plus this (durability_check.AckedWrites.epoch: the launch's, so that
+    # every run's sequences rise on one clock); None: this process's wall clock minus its CLOCK_MONOTONIC
+    seq_epoch: int | None = None
 
     def argv(self) -> list[str]:
         """This run as the module's command line (main() below)."""
@@ -84,7 +86,8 @@ class Spec:
                     ["--acked-file", self.acked_path] if self.acked_path else []) + (
                     ["--stall-log", self.stall_log] if self.stall_log else []) + (
                     ["--replica-port", str(self.replica_port), "--readers", str(self.readers)]
-                    if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else [])
+                    if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else []) + (
+                    ["--seq-epoch", str(self.seq_epoch)] if self.seq_epoch is not None else [])
 
 
 def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
@@ -103,6 +106,7 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
+    cfg.seq_epoch = spec.seq_epoch if spec.seq_epoch is not None else time.time_ns() - time.monotonic_ns()
     if spec.rate == 0:  # closed loop: one request in flight on each connection, the next sent as it is answered
         cfg.conns = cfg.max_conns = spec.connections or 50
         cfg.hold = 1
@@ -187,19 +191,11 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
     if soft < pool + 64:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, pool + 256), hard))
     cpu0 = time.process_time()
-    clock_offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()  # a sequence -> CLOCK_MONOTONIC
     lib.vt_load_run(cfg, res)
     cpu_s = time.process_time() - cpu0
+    _keep(ffi, spec, acked, int(res.acked), seen, int(res.replica.reads))  # a run that failed too: what was acknowledged
     if res.error:
         raise OpenLoopError(f"the open-loop client: {ffi.string(res.message).decode()}")
-    if acked is not None and spec.acked_path:
-        import numpy as np
-
-        np.frombuffer(ffi.buffer(acked), dtype=np.uint64).tofile(spec.acked_path)
-    if seen is not None and spec.seen_path:
-        import numpy as np
-
-        np.frombuffer(ffi.buffer(seen), dtype=np.uint64).tofile(spec.seen_path)
     split = {name: _hist(getattr(res, name)) for name in ("in_stall", "outside")} if stall_map is not None else {}
     counts = {k: int(getattr(res, k)) for k in ("due", "sent", "answered", "answered_in_window", "answered_drained",
                                                  "late", "errors", "unanswered", "rejected", "acked", "conns",
@@ -210,13 +206,24 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
                            "cpu_s": cpu_s, "pool": "fixed" if spec.connections else "grow",
                            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}, LoadResult)
     if spec.readers:
-        out.replica = _replica(ffi, cfg, res.replica, clock_offset)
+        out.replica = _replica(ffi, cfg, res.replica, int(cfg.seq_epoch))
     return out
+
+
+def _keep(ffi, spec: Spec, acked, count: int, seen, reads: int) -> None:
+    """The run's acknowledged floors and its readers' sequences, each in its file (durability_check.write_kept)."""
+    import numpy as np
+
+    from valkeytrace.workload.durability_check import write_kept
+
+    for per_key, path, n in ((acked, spec.acked_path, count), (seen, spec.seen_path, reads)):
+        if per_key is not None and path:
+            write_kept(path, n, np.frombuffer(ffi.buffer(per_key), dtype=np.uint64))
 
 
 def _replica(ffi, cfg, st, clock_offset: int) -> ReplicaResult:
     """The replica readers' counts, latency and their reads' log (every log_stride-th read with a sequence):
-    the value's SET sent, the GET sent, its reply read, all CLOCK_MONOTONIC ns."""
+    the value's SET sent, the GET sent, its reply read, all CLOCK_MONOTONIC ns (a sequence less the epoch)."""
     import numpy as np
 
     log = np.frombuffer(ffi.buffer(cfg.reads, 3 * 8 * int(st.logged)), dtype=np.uint64).reshape(-1, 3).astype(np.int64)
@@ -349,14 +356,13 @@ class OpenLoopClient:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+            if self.acked is not None:  # whatever the run's end (a failed one's too)
+                for path in filter(None, (self.spec.acked_path, self.spec.seen_path)):
+                    self.acked.merge(path)
         t.join(2)
         if result is None:
             last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
             raise OpenLoopError(f"the open-loop client failed: {last}")
-        if self.acked is not None and self.spec.acked_path:
-            self.acked.merge(self.spec.acked_path, result.acked)
-        if self.acked is not None and self.spec.seen_path:
-            self.acked.merge(self.spec.seen_path, 0, into="seen")
         return result
 
 
@@ -377,11 +383,12 @@ def main(argv=None) -> int:
     ap.add_argument("--replica-port", type=int, default=None)
     ap.add_argument("--readers", type=int, default=0)
     ap.add_argument("--seen-file", default=None)
+    ap.add_argument("--seq-epoch", type=int, default=None)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file),
+                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file, a.seq_epoch),
                    marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)

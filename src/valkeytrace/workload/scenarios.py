@@ -72,11 +72,12 @@ class Load:
         """rate 0: a closed loop over `clients` connections; readers: the replica readers beside it."""
         path = self.acked.next_path() if self.acked is not None and op == "SET" else None
         readers = readers and bool(self.replica_readers and self.replica_port)
-        seen = self.acked.next_path() if readers and self.acked is not None else None
+        seen = self.acked.next_path("seen") if readers and self.acked is not None else None
         spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
                     connections=clients if self.pool == "clients" or not rate else None, acked_path=path,
                     stall_log=self.stall_log, replica_port=self.replica_port if readers else None,
-                    readers=self.replica_readers if readers else 0, seen_path=seen)
+                    readers=self.replica_readers if readers else 0, seen_path=seen,
+                    seq_epoch=self.acked.epoch if self.acked is not None else None)
         return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
