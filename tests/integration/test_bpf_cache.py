@@ -107,9 +107,14 @@ def prog_id(fd: int) -> int:
 
 def loaded_ids(ids, wait_s: float = 2.0) -> set[int]:
     """Which of these program ids the kernel still holds (a link's release is deferred: waited for)."""
+    import shutil
     import subprocess
     import time
 
+    from vtcli import must_have
+
+    if shutil.which("bpftool") is None:
+        must_have("bpftool (Debian's bpftool package): the kernel's own list of loaded programs")
     deadline = time.monotonic() + wait_s
     while True:
         left = {i for i in ids if subprocess.run(["bpftool", "prog", "show", "id", str(i)],

@@ -309,7 +309,7 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
     main thread's on-CPU time is the kernel's schedstat (within what the test reads from /proc around the
     recording), and kernel.bpf_stats_enabled is as it was found. The window observes (no load of ours): the
     AOF writes are timed for a share of it (tracers/sampling.py), and their count estimated from the sample is
-    the fdatasyncs' (every one timed; under always one write each). (The programs' run counts are not the
+    the fdatasyncs' (every one timed; under always one write each), also beside a busy loop. (The programs' run counts are not the
     witness here: ext4's tracepoints run for every process's writes, the other tests' beside this one.)"""
     from valkeytrace.recording import format as recfmt
     from valkeytrace.server.process import EmbeddedServer
@@ -323,13 +323,15 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
             return int(f.read().split()[0])
 
     srv = EmbeddedServer(appendfsync="always", io_threads=2)
-    loads = []
+    loads, hogs = [], []
     found = bpf_cost.stats_state()
     try:
         keyspace.fill(srv.client(), 2000, 64)
         client = find_client()
         loads = [ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 2000, ENDLESS_REQUESTS))
                  for test, c in (("SET", 4), ("GET", 16))]
+        # a busy loop beside it: the contention under which the sampled estimate read half the truth
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
         time.sleep(0.5)
         cpu0 = on_cpu_ns(srv.pid)
         p = tmp_path / "att.vtrace"
@@ -341,26 +343,42 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         doc = report_json(p)
         cost = doc["runs"][0]["tracer"]["cost"]
         progs = {x["name"]: x for x in cost["programs"]}
-        assert cost["counted"] and cost["requests"] > 1000 and cost["bpf_ns_per_request"] > 0, cost
-        assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] > 100, progs  # every fdatasync of the server
-        assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
         cell = doc["runs"][0]["cells"][0]["server"]
+        main = {t["role"]: t for t in cell["threads"]}["main"]
+        est, syncs = main["aof_write"]["count"], main["fdatasync"]["count"]
+        # how much the server did is the CPU's (a busy loop beside it, the suite's other workers, other tenants:
+        # 487 requests over the 2 s once where 1,000 was the floor): the floors are the server's own counts in
+        # the same window. Its requests (INFO) are at least its fdatasyncs (under always each follows a SET of
+        # its iteration), and the fsync program ran for every one of them (its run count: every process's)
+        assert syncs >= 20, main["fdatasync"]  # enough for the 10% below to mean something
+        assert cost["counted"] and cost["requests"] >= syncs and cost["bpf_ns_per_request"] > 0, cost
+        assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] >= syncs, progs
+        assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
         share = cell["sampled"]["aof_write"]
         assert 0.12 <= share <= 0.45, cell["sampled"]
-        main = {t["role"]: t for t in cell["threads"]}["main"]
-        # the sample's writes over the share: within 1% of the fdatasyncs alone over 8 s (check 31's scenario,
-        # docs/performance.md); beside three busy loops, over 2 s (two sampled quarters), 0.53-0.58 twice in 5,
-        # 0.43 once in CI's first phase (340 estimated of 788): the writes come in bursts. Bound to what tells the
-        # estimate from the raw sample (x0.25 of it: ~0.11-0.15 here) or one scaled twice (x4)
+        # the sample's writes over the share of the window's writes it holds: the share of the main thread's
+        # fdatasyncs in the sampled spans (tracers/sampling.estimate). Over the share of the time it read
+        # 0.43-0.58 of the fdatasyncs beside busy loops (their bursts: 3 to 59 fdatasyncs per 125 ms); in 23
+        # spans beside three busy loops (2026-12-07) the writes timed in a span were its fdatasyncs, one for
+        # one (one span one off): so the estimate within 10% (the old 0.7-1.4, tightened), and its stated
+        # uncertainty covers what it missed by
+        assert abs(est - syncs) <= 0.1 * syncs, (main["aof_write"], main["fdatasync"])
+        rse = cell["sampled_rse"]["aof_write"]
+        assert abs(est - syncs) <= 3 * rse * est + 2, (est, syncs, rse)
+        # the witness that the AOF-write programs were detached the rest of the time (the kernel's run counts
+        # are not: ext4's tracepoints run for every process's writes, other tests' beside this one): the raw
+        # sample, as the kernel's records timed it, is the share of the server's own fdatasyncs, not all of them
         timed = next(t for t in recfmt.read(p)["runs"][0]["server"]["threads"] if t["tid"] == srv.pid)["calls"]
-        assert timed["aof_write"]["count"] < main["aof_write"]["count"], (timed["aof_write"], main["aof_write"])
-        assert 0.3 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 2.2, (main["aof_write"], main["fdatasync"])
+        assert abs(timed["aof_write"]["count"] - share * syncs) <= 0.1 * share * syncs + 2, (timed["aof_write"], share, syncs)
         text = vt("report", str(p)).stdout
         assert "AOF writes timed" in text, text[-1500:]
         assert cell["sched_traced"] is False
         on_cpu_ms = cell["main_thread"]["on_cpu_pct"] / 100 * cell["main_thread"]["wall_ms"]
         assert 0 < on_cpu_ms * 1e6 <= (cpu1 - cpu0) * 1.02, (on_cpu_ms, (cpu1 - cpu0) / 1e6)
     finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
         for lp in loads:
             lp.stop()
         srv.stop()
