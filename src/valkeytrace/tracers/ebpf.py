@@ -492,5 +492,5 @@ class EbpfTracer(Tracer):
         self._refresh()
         out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events], self.info)
         if writes is not None:  # a sampled window: the share of its AOF writes timed, and its uncertainty
-            out["probe"].update(writes.sampled(self._begin.mono_ns, end.mono_ns, events, self.pid))
+            out["probe"].update(writes.sampled(self._begin, end, events, self.pid))
         return {**out, "tracer_cost": self._cost.end(self.bpf, self._uprobes)}

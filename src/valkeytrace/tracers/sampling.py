@@ -118,27 +118,44 @@ class WriteSampler:
         on = sum(max(0.0, min(off or t1, t1) - max(on, t0)) for on, off in self._spans)
         return min(1.0, on / (t1 - t0))
 
-    def sampled(self, t0_ns: int, t1_ns: int, records: bytes, tid: int) -> dict:
+    def sampled(self, a, b, records: bytes, tid: int) -> dict:
         """The window's probe fields for its sample (none when every write was timed): `sampled`, the share of
         the window's AOF writes the sample holds, and `sampled_rse`, the relative standard error of the count
-        estimated from it (absent when one span cannot tell). records: the window's call records (ebpf_events);
-        tid: the thread that writes the AOF (the main thread)."""
-        t0, t1 = t0_ns / 1e9, t1_ns / 1e9
+        estimated from it (absent when one span cannot tell). a, b: the window's edge readings
+        (ebpf_window.Snapshot); records: its call records (ebpf_events); tid: the thread that writes the AOF."""
+        t0, t1 = a.mono_ns / 1e9, b.mono_ns / 1e9
         if self.share(t0, t1) >= 1.0:
             return {}
         ev = np.frombuffer(records[:len(records) - len(records) % BLOCK_EVENT_DTYPE.itemsize], dtype=BLOCK_EVENT_DTYPE)
         ev = ev[(ev["state"] == EVENT_CALL) & (ev["tid"] == tid)]
         at = ev["start_ns"] / 1e9
         writes, syncs = at[ev["cause"] == _AOF_WRITE], at[np.isin(ev["cause"], _SYNCS)]
-        share, rse = estimate([(max(on, t0), min(off or t1, t1)) for on, off in self._spans], t0, t1, writes, syncs)
+        spans = [(max(on, t0), min(off or t1, t1)) for on, off in self._spans]
+        share, rse = estimate(spans, t0, t1, writes, syncs, unrecorded(a, b, tid, _SYNCS))
+        sample = int(((writes >= t0) & (writes < t1)).sum())
+        if sample:  # the report scales the kernel's count, which holds the writes a full call log had no room for
+            share = min(1.0, share * (sample + unrecorded(a, b, tid, [_AOF_WRITE])) / sample)
         return {"sampled": {"aof_write": round(share, 4)}, **({"sampled_rse": {"aof_write": round(rse, 4)}}
                                                               if rse is not None else {})}
 
 
-def estimate(spans, t0: float, t1: float, writes, syncs) -> tuple[float, float | None]:
+def unrecorded(a, b, tid: int, kinds) -> int:
+    """The calls of these kinds tid made between readings a and b that left no record (the kernel's histogram
+    counts only those: a call log that was full, probes/valkey_threads.bpf.c end_call_of)."""
+    n = 0
+    for slot, t in b.threads.items():
+        was = a.threads.get(slot)
+        if int(t.tid) == tid:
+            n += sum(int(t.hist[k].buckets.sum()) - (int(was.hist[k].buckets.sum()) if was is not None
+                                                     and int(was.tid) == tid else 0) for k in kinds)
+    return max(n, 0)
+
+
+def estimate(spans, t0: float, t1: float, writes, syncs, unrecorded_syncs: int = 0) -> tuple[float, float | None]:
     """(share, rse) of a sample taken in spans [(on, off)] of the window [t0, t1] (seconds): the share of the
     window's AOF writes the spans hold, and the relative standard error of the count estimated as the sample's
-    over that share. writes, syncs: the start times of the AOF writes timed and of the writing thread's fsyncs.
+    over that share. writes, syncs: the start times of the AOF writes timed and of the writing thread's fsyncs
+    (their records); unrecorded_syncs: its fsyncs in the window that left no record.
 
     The load's rate is not steady: under CPU contention the main thread's iterations come in bursts (3 to 59
     fdatasyncs per 125 ms beside three busy loops), so the share of the time the spans cover (two quarter
@@ -155,7 +172,7 @@ def estimate(spans, t0: float, t1: float, writes, syncs) -> tuple[float, float |
     time_x = np.array([off - on for on, off in spans])
     sync_x = np.array([((syncs >= on) & (syncs < off)).sum() for on, off in spans], dtype=float)
     f = min(1.0, time_x.sum() / (t1 - t0)) if t1 > t0 else 1.0
-    total_syncs = float(((syncs >= t0) & (syncs < t1)).sum())
+    total_syncs = float(((syncs >= t0) & (syncs < t1)).sum()) + unrecorded_syncs
     by_syncs = sync_x.sum() > 0 and 2 * sync_x.sum() >= y.sum()
     x, big_x = (sync_x, total_syncs) if by_syncs else (time_x, t1 - t0)
     if not spans or not x.sum() or not y.sum():
