@@ -55,7 +55,7 @@ def test_the_sampled_estimate_is_the_servers_aof_writes_under_contention(needs_b
         out0 = n.value(0)
         tracer.window_begin(observe=True)
         in0 = n.value(0)
-        time.sleep(4.0)  # four sampled quarter seconds
+        time.sleep(2.0)  # two sampled quarter seconds, as record --attach --duration 2
         in1 = n.value(0)
         w = tracer.window_end()
         out1 = n.value(0)
@@ -71,14 +71,17 @@ def test_the_sampled_estimate_is_the_servers_aof_writes_under_contention(needs_b
             tracer.stop()
         srv.stop()
     main = next(t for t in w["threads"] if t["tid"] == srv.pid)
-    share, rse = w["probe"]["sampled"]["aof_write"], w["probe"]["sampled_rse"]["aof_write"]
+    share = w["probe"]["sampled"]["aof_write"]
     sample = decode_as(main["calls"]["aof_write"], Histogram)
     est = estimated(sample, share).count  # as the report counts them
     inner, outer = in1 - in0, out1 - out0
     assert inner >= 20, (inner, outer)  # enough writes for the bounds below to mean something
     assert sample.count < est  # a sample: the programs were detached part of the window
-    # the truth lies between the inner and outer counts; the estimate within its own stated uncertainty of it
-    # (3 standard errors, +1 for rounding) and within 15% (the old test's 0.7-1.4 of the fdatasyncs, tightened)
+    # the truth lies between the inner and outer counts. Within 15% (the old test's 0.7-1.4 of the fdatasyncs,
+    # tightened: beside a busy loop it read 1.000-1.005 of the write calls in 8 windows of 2 s, 2026-12-07,
+    # where the share of the time read 0.58-1.07, 4 of 8 outside this bound), and within the uncertainty it
+    # states (3 standard errors, +1 for the count's rounding)
     miss = max(inner - est, est - outer, 0)
+    assert miss <= 0.15 * inner, (est, inner, outer, share, sample.count)
+    rse = w["probe"]["sampled_rse"]["aof_write"]
     assert miss <= 3 * rse * est + 1, (est, inner, outer, share, rse, sample.count)
-    assert miss <= 0.15 * inner, (est, inner, outer, share, rse, sample.count)

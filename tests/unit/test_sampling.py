@@ -142,3 +142,23 @@ def test_a_steady_load_sampled_by_time_has_the_uncertainty_of_random_arrivals():
     share, rse = sampling.estimate(spans, 0.0, 8.0, writes, np.array([]))
     assert share == 0.25 and abs(len(writes) / share - 8000) <= 3 * rse * 8000
     assert 0.5 * np.sqrt(0.75 * 2000) / 2000 <= rse <= 3 * np.sqrt(0.75 * 2000) / 2000  # ~Poisson's 1.9%
+
+
+def test_calls_a_full_call_log_left_to_the_kernels_histogram_are_counted_by_thread():
+    """The kernel's histogram holds only the calls whose record a full call log refused: they count in the
+    share's totals (tracers/sampling.unrecorded), a slot another thread took counting from zero."""
+    from valkeytrace.layout import SHIM_THREAD_DTYPE
+    from valkeytrace.tracers.ebpf_window import Snapshot
+
+    def reading(tid, fsyncs, writes):
+        t = np.zeros(1, dtype=SHIM_THREAD_DTYPE).view(np.recarray)[0].copy()
+        t.tid = tid
+        t.hist[sampling._SYNCS[0]].buckets[3] = fsyncs
+        t.hist[sampling._AOF_WRITE].buckets[1] = writes
+        return t
+
+    a = Snapshot(0, {0: reading(5, 4, 1), 1: reading(9, 0, 0)}, {}, 0, {})
+    b = Snapshot(10 ** 9, {0: reading(5, 11, 3), 1: reading(6, 2, 0)}, {}, 0, {})
+    assert sampling.unrecorded(a, b, 5, sampling._SYNCS) == 7
+    assert sampling.unrecorded(a, b, 5, [sampling._AOF_WRITE]) == 2
+    assert sampling.unrecorded(a, b, 6, sampling._SYNCS) == 2  # slot 1 changed hands: from zero

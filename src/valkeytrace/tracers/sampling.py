@@ -126,10 +126,11 @@ class WriteSampler:
         t0, t1 = a.mono_ns / 1e9, b.mono_ns / 1e9
         if self.share(t0, t1) >= 1.0:
             return {}
-        ev = np.frombuffer(records[:len(records) - len(records) % BLOCK_EVENT_DTYPE.itemsize], dtype=BLOCK_EVENT_DTYPE)
-        ev = ev[(ev["state"] == EVENT_CALL) & (ev["tid"] == tid)]
-        at = ev["start_ns"] / 1e9
-        writes, syncs = at[ev["cause"] == _AOF_WRITE], at[np.isin(ev["cause"], _SYNCS)]
+        ev = np.frombuffer(records[:len(records) - len(records) % BLOCK_EVENT_DTYPE.itemsize],
+                           dtype=BLOCK_EVENT_DTYPE).view(np.recarray)
+        ev = ev[(ev.state == EVENT_CALL) & (ev.tid == tid)]
+        at = ev.start_ns / 1e9
+        writes, syncs = at[ev.cause == _AOF_WRITE], at[np.isin(ev.cause, _SYNCS)]
         spans = [(max(on, t0), min(off or t1, t1)) for on, off in self._spans]
         share, rse = estimate(spans, t0, t1, writes, syncs, unrecorded(a, b, tid, _SYNCS))
         sample = int(((writes >= t0) & (writes < t1)).sum())
