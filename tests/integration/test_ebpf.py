@@ -375,11 +375,12 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         # 0.43-0.58 of the fdatasyncs beside busy loops (their bursts: 3 to 59 fdatasyncs per 125 ms); beside a
         # busy loop, against the server's write(2) calls on its AOF counted apart (test_ebpf_sampled.py), it
         # read 1.000-1.005 of them in 8 windows of 2 s (the share of the time: 0.58-1.07), and the write calls
-        # were the fdatasyncs within 2. So within its stated uncertainty (3 standard errors) and 10% (the old
-        # 0.7-1.4, tightened)
+        # were the fdatasyncs within 2. So within the uncertainty it states from its own spans' spread (3
+        # standard errors, +2 for the window's edges), which is itself at most 10%: at worst 0.7-1.3 (the old
+        # 0.7-1.4), 0.35-6.7% stated in 9 attached recordings beside a busy loop (docs/performance.md, issue 71)
         rse = cell["sampled_rse"]["aof_write"]
+        assert rse <= 0.1, cell["sampled_rse"]
         assert abs(est - syncs) <= 3 * rse * est + 2, (est, syncs, rse, cell["lost_events"], share)
-        assert abs(est - syncs) <= 0.1 * syncs, (main["aof_write"], main["fdatasync"])
         # the witness that the AOF-write programs were detached the rest of the time (the kernel's run counts
         # are not: ext4's tracepoints run for every process's writes, other tests' beside this one): the raw
         # sample, as the kernel's records timed it, is the share of the server's own fdatasyncs, not all of them

@@ -77,11 +77,12 @@ def test_the_sampled_estimate_is_the_servers_aof_writes_under_contention(needs_b
     inner, outer = in1 - in0, out1 - out0
     assert inner >= 20, (inner, outer)  # enough writes for the bounds below to mean something
     assert sample.count < est  # a sample: the programs were detached part of the window
-    # the truth lies between the inner and outer counts. Within 15% (the old test's 0.7-1.4 of the fdatasyncs,
-    # tightened: beside a busy loop it read 1.000-1.005 of the write calls in 8 windows of 2 s, 2026-12-07,
-    # where the share of the time read 0.58-1.07, 4 of 8 outside this bound), and within the uncertainty it
-    # states (3 standard errors, +1 for the count's rounding)
+    # the truth lies between the inner and outer counts: the estimate within the uncertainty it states from its
+    # own spans' spread (3 standard errors, +1 for the count's rounding), which is itself at most 10%: at worst
+    # 0.7-1.3 of the truth (the old test's 0.7-1.4 of the fdatasyncs). Beside a busy loop it read 1.000-1.005 of
+    # the write calls in 8 windows of 2 s (2026-12-07), where the share of the time read 0.58-1.07; main's read
+    # 0.49-0.72 here in 3 of 3 runs (no uncertainty stated: held to the count's rounding)
     miss = max(inner - est, est - outer, 0)
-    assert miss <= 0.15 * inner, (est, inner, outer, share, sample.count)
-    rse = w["probe"]["sampled_rse"]["aof_write"]
+    rse = w["probe"].get("sampled_rse", {}).get("aof_write", 0.0)
     assert miss <= 3 * rse * est + 1, (est, inner, outer, share, rse, sample.count)
+    assert 0 < rse <= 0.1, w["probe"]
