@@ -88,3 +88,76 @@ def test_off_compiles_every_time(monkeypatch, needs_bpf):
         assert p.program_from == "compiler"
     finally:
         p.cleanup()
+
+
+# Two real programs (r0 = 0; exit) loaded as raw tracepoints, bcc's autoload order: the first attaches to a
+# real tracepoint, the second names one no kernel has, so the attach on load fails after the first took.
+NOOP = bytes([0xb7, 0, 0, 0, 0, 0, 0, 0]) + bytes([0x95, 0, 0, 0, 0, 0, 0, 0])
+AUTOLOAD = ["raw_tracepoint__sched_switch", "raw_tracepoint__vt_no_such_event"]
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def prog_id(fd: int) -> int:
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        return int(next(ln.split()[1] for ln in f if ln.startswith("prog_id:")))
+
+
+def loaded_ids(ids, wait_s: float = 2.0) -> set[int]:
+    """Which of these program ids the kernel still holds (a link's release is deferred: waited for)."""
+    import shutil
+    import subprocess
+    import time
+
+    from vtcli import must_have
+
+    if shutil.which("bpftool") is None:
+        must_have("bpftool (Debian's bpftool package): the kernel's own list of loaded programs")
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = {i for i in ids if subprocess.run(["bpftool", "prog", "show", "id", str(i)],
+                                                 capture_output=True).returncode == 0}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def test_a_failed_attach_on_load_leaves_no_fd_and_nothing_attached(needs_bpf):
+    from valkeytrace.tracers import bpf_fd
+
+    so = bpf_fd.lib()
+    before = open_fds()
+    funcs = {}
+    for name in AUTOLOAD:
+        fd = so.bcc_prog_load(bpf_cache.PROG_RAW_TRACEPOINT, name.encode(), NOOP, len(NOOP), b"GPL", 0, 0, None, 0)
+        assert fd >= 0, os.strerror(abs(fd))
+        funcs[name.encode()] = fd
+    map_fd = so.bcc_create_map(2, b"m", 4, 8, 1, 0)
+    ids = {prog_id(fd) for fd in funcs.values()}
+    with pytest.raises(Exception, match="vt_no_such_event"):
+        bpf_fd.Program(funcs, [bpf_fd.Map("m", map_fd, 4, 8, 1, 2)], [n.encode() for n in AUTOLOAD])
+    assert open_fds() == before, sorted(open_fds() - before, key=int)  # the programs', the map's, sched_switch's link
+    assert not loaded_ids(ids)  # nothing attached holds them: the kernel unloaded both
+
+
+def test_an_entry_whose_attach_fails_is_caught_removed_and_compiled_again(cache_dir):
+    """bpf_cache.load's fallback catches the attach's error (it raised a bare Exception past it): the entry is
+    removed, every fd it opened closed, nothing it attached stays, and the program is compiled instead."""
+    k = bpf_cache.key(PROGRAM, [], ())
+    bpf_cache.store(k, bpf_cache.Entry(bpf_cache.FORMAT, "GPL", 0, [
+        bpf_cache.CachedFunction(n, bpf_cache.PROG_RAW_TRACEPOINT, NOOP) for n in AUTOLOAD], [], AUTOLOAD))
+    (entry,) = cache_dir.glob("*.vtbpf")
+    before = open_fds()
+    assert bpf_cache.load(k) is None
+    assert open_fds() == before, sorted(open_fds() - before, key=int)
+    assert not entry.exists()
+    bpf_cache.store(k, bpf_cache.Entry(bpf_cache.FORMAT, "GPL", 0, [
+        bpf_cache.CachedFunction(n, bpf_cache.PROG_RAW_TRACEPOINT, NOOP) for n in AUTOLOAD], [], AUTOLOAD))
+    p = bcc_child.compile_program(PROGRAM, [])
+    try:
+        assert p.program_from == "compiler" and counted(p) >= CALLS
+    finally:
+        p.cleanup()
+    assert open_fds() == before, sorted(open_fds() - before, key=int)

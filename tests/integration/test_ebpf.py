@@ -44,6 +44,18 @@ def roles(server):
     return {t["role"]: t for t in server["threads"]}
 
 
+def fsync_floor(path) -> float:
+    """The fewest fdatasyncs a recorded window (appendfsync always) can hold, from the clients' own count in it:
+    each acknowledged SET was made durable by its iteration's fdatasync, and one fdatasync covers at most one
+    SET of each SET client (each waits for its reply): the SETs over the window over the clients. A constant
+    floor (100, then 50/s, then 10/s) was the CPU's rate, not the server's: 41/s under make test's first phase.
+    The clients' rate is over their whole run, the window inside it: x0.8 for its edges (a read-heavy window
+    beside other tenants, 2026-12-07: 53 fdatasyncs, 1.9x this floor unscaled, 225 SETs of 8 clients)."""
+    cell = report_json(path)["runs"][0]["cells"][0]
+    sets = cell["ops"]["SET"]
+    return 0.8 * sets["tps"] * cell["server"]["main_thread"]["wall_ms"] / 1000 / sets["clients"]
+
+
 @pytest.mark.timed  # the module\'s recordings: made once, with nothing beside them
 def test_always_fsyncs_on_the_main_thread_about_once_per_writing_iteration(recordings):
     s = recordings["always"]
@@ -97,7 +109,7 @@ def test_socket_writes_on_request_come_from_the_syscall_source(tmp_path):
     # THEN the calls come from syscalls, AOF writes and fdatasync as before, plus socket writes
     assert s["call_source"] == "syscalls"
     assert s["untimed"] == []
-    assert s["main_thread"]["fdatasync_count"] > 10 * s["main_thread"]["wall_ms"] / 1000  # always: see below
+    assert s["main_thread"]["fdatasync_count"] >= fsync_floor(tmp_path / "sys.vtrace") > 0
     assert sum(t["socket_write"]["count"] for t in s["threads"]) > 1000
 
 
@@ -108,7 +120,7 @@ def test_multi_page_aof_writes_end_at_their_last_page(tmp_path):
     # THEN every write is closed by ext4's write_end of its last page: one per fdatasync, and
     # each carries at least one value
     m, w = s["main_thread"], roles(s)["main"]["aof_write"]
-    assert m["fdatasync_count"] > 10 * m["wall_ms"] / 1000  # the loop's rate, the CPU's (as above)
+    assert m["fdatasync_count"] >= fsync_floor(tmp_path / "big.vtrace") > 0
     assert abs(w["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert w["bytes"] >= 16384 * w["count"]
     # and without --socket-writes no syscall is traced: socket writes are not timed, and say so
@@ -129,9 +141,9 @@ def test_call_sites_time_the_aof_path_without_the_default_sources(tmp_path, prob
     assert s["call_source"] == source
     # THEN every main-thread fdatasync is timed, one per AOF write, and none on bio_aof
     m = s["main_thread"]
-    # 10/s or more: the rate is the loop's, and the loop's is the CPU's (alone ~hundreds/s; under make
-    # test's first phase's four workers on two CPUs 60/s once, 110 in 2.66 s = 41/s another time)
-    assert m["fdatasync_count"] > 10 * m["wall_ms"] / 1000
+    # the rate is the loop's, and the loop's is the CPU's (alone ~hundreds/s; under make test's first phase's
+    # four workers on two CPUs 41/s once): the floor is the clients' own SETs in the window
+    assert m["fdatasync_count"] >= fsync_floor(tmp_path / "sites.vtrace") > 0
     assert abs(roles(s)["main"]["aof_write"]["count"] - m["fdatasync_count"]) <= 0.05 * m["fdatasync_count"]
     assert roles(s)["bio_aof"]["fdatasync"]["count"] == 0
 
@@ -309,7 +321,7 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
     main thread's on-CPU time is the kernel's schedstat (within what the test reads from /proc around the
     recording), and kernel.bpf_stats_enabled is as it was found. The window observes (no load of ours): the
     AOF writes are timed for a share of it (tracers/sampling.py), and their count estimated from the sample is
-    the fdatasyncs' (every one timed; under always one write each). (The programs' run counts are not the
+    the fdatasyncs' (every one timed; under always one write each), also beside a busy loop. (The programs' run counts are not the
     witness here: ext4's tracepoints run for every process's writes, the other tests' beside this one.)"""
     from valkeytrace.recording import format as recfmt
     from valkeytrace.server.process import EmbeddedServer
@@ -323,13 +335,15 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
             return int(f.read().split()[0])
 
     srv = EmbeddedServer(appendfsync="always", io_threads=2)
-    loads = []
+    loads, hogs = [], []
     found = bpf_cost.stats_state()
     try:
         keyspace.fill(srv.client(), 2000, 64)
         client = find_client()
         loads = [ClientProcess(client_argv(client, srv.host, srv.port, test, c, 64, 2000, ENDLESS_REQUESTS))
                  for test, c in (("SET", 4), ("GET", 16))]
+        # a busy loop beside it: the contention under which the sampled estimate read half the truth
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
         time.sleep(0.5)
         cpu0 = on_cpu_ns(srv.pid)
         p = tmp_path / "att.vtrace"
@@ -341,26 +355,46 @@ def test_attached_the_recording_states_its_own_cost_and_leaves_the_statistics_as
         doc = report_json(p)
         cost = doc["runs"][0]["tracer"]["cost"]
         progs = {x["name"]: x for x in cost["programs"]}
-        assert cost["counted"] and cost["requests"] > 1000 and cost["bpf_ns_per_request"] > 0, cost
-        assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] > 100, progs  # every fdatasync of the server
-        assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
         cell = doc["runs"][0]["cells"][0]["server"]
-        share = cell["sampled"]["aof_write"]
-        assert 0.12 <= share <= 0.45, cell["sampled"]
         main = {t["role"]: t for t in cell["threads"]}["main"]
-        # the sample's writes over the share: within 1% of the fdatasyncs alone over 8 s (check 31's scenario,
-        # docs/performance.md); beside three busy loops, over 2 s (two sampled quarters), 0.53-0.58 twice in 5,
-        # 0.43 once in CI's first phase (340 estimated of 788): the writes come in bursts. Bound to what tells the
-        # estimate from the raw sample (x0.25 of it: ~0.11-0.15 here) or one scaled twice (x4)
+        est, syncs = main["aof_write"]["count"], main["fdatasync"]["count"]
+        # how much the server did is the CPU's (a busy loop beside it, the suite's other workers, other tenants:
+        # 487 requests over the 2 s once where 1,000 was the floor): the floors are the server's own counts in
+        # the same window. Its requests (INFO) are at least its fdatasyncs (under always each follows a SET of
+        # its iteration), and the fsync program ran for every one of them (its run count: every process's)
+        assert syncs >= 20, main["fdatasync"]  # enough for the 10% below to mean something
+        assert cost["counted"] and cost["requests"] >= syncs and cost["bpf_ns_per_request"] > 0, cost
+        assert progs["raw_tracepoint__ext4_sync_file_exit"]["runs"] >= syncs, progs
+        assert progs["raw_tracepoint__sched_switch"]["runs"] == 0, progs  # detached after the start-up check
+        # the share of the window's writes the sample holds (the fsyncs in its spans: 0.09-0.28 of them beside a
+        # busy loop, where the spans were a quarter of the time; the spans' timing is test_sampling's)
+        share = cell["sampled"]["aof_write"]
+        assert 0 < share < 1, cell["sampled"]
+        # the sample's writes over the share of the window's writes it holds: the share of the main thread's
+        # fdatasyncs in the sampled spans (tracers/sampling.estimate). Over the share of the time it read
+        # 0.43-0.58 of the fdatasyncs beside busy loops (their bursts: 3 to 59 fdatasyncs per 125 ms); beside a
+        # busy loop, against the server's write(2) calls on its AOF counted apart (test_ebpf_sampled.py), it
+        # read 1.000-1.005 of them in 8 windows of 2 s (the share of the time: 0.58-1.07), and the write calls
+        # were the fdatasyncs within 2. So within the uncertainty it states from its own spans' spread (3
+        # standard errors, +2 for the window's edges), which is itself at most 10%: at worst 0.7-1.3 (the old
+        # 0.7-1.4), 0.35-6.7% stated in 9 attached recordings beside a busy loop (docs/performance.md, issue 71)
+        rse = cell["sampled_rse"]["aof_write"]
+        assert rse <= 0.1, cell["sampled_rse"]
+        assert abs(est - syncs) <= 3 * rse * est + 2, (est, syncs, rse, cell["lost_events"], share)
+        # the witness that the AOF-write programs were detached the rest of the time (the kernel's run counts
+        # are not: ext4's tracepoints run for every process's writes, other tests' beside this one): the raw
+        # sample, as the kernel's records timed it, is the share of the server's own fdatasyncs, not all of them
         timed = next(t for t in recfmt.read(p)["runs"][0]["server"]["threads"] if t["tid"] == srv.pid)["calls"]
-        assert timed["aof_write"]["count"] < main["aof_write"]["count"], (timed["aof_write"], main["aof_write"])
-        assert 0.3 <= main["aof_write"]["count"] / main["fdatasync"]["count"] <= 2.2, (main["aof_write"], main["fdatasync"])
+        assert abs(timed["aof_write"]["count"] - share * syncs) <= 0.1 * share * syncs + 2, (timed["aof_write"], share, syncs)
         text = vt("report", str(p)).stdout
         assert "AOF writes timed" in text, text[-1500:]
         assert cell["sched_traced"] is False
         on_cpu_ms = cell["main_thread"]["on_cpu_pct"] / 100 * cell["main_thread"]["wall_ms"]
         assert 0 < on_cpu_ms * 1e6 <= (cpu1 - cpu0) * 1.02, (on_cpu_ms, (cpu1 - cpu0) / 1e6)
     finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
         for lp in loads:
             lp.stop()
         srv.stop()

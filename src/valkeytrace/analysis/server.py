@@ -187,6 +187,8 @@ def summarize_server(raws: list) -> ServerSummary | None:
                          lost_events=sum(w.lost_events or 0 for w in ws), blocked_events=events,
                          loop_source=probe.loop_source, call_source=probe.call_source,
                          untimed=probe.untimed, durability=durability(ws), cross_check=cross, sampled=_sampled(ws),
+                         sampled_rse={c: max((w.probe.sampled_rse or {}).get(c, 0.0) for w in ws)
+                                      for c in {c for w in ws for c in (w.probe.sampled_rse or {})}},
                          server_exits=sum(1 for w in ws if w.server_exit))
 
 

@@ -185,6 +185,7 @@ class ServerSummary:
     call_source: str | None = None
     untimed: list = field(default_factory=list)
     sampled: dict = field(default_factory=dict)  # call -> the share of its windows it was timed (estimated from it)
+    sampled_rse: dict = field(default_factory=dict)  # call -> its estimated count's relative standard error (the largest)
     durability: Durability | None = None
     cross_check: CrossCheck | None = None
     server_exits: int = 0   # windows the server's end cut short (runs[].server_exit)

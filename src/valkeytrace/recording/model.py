@@ -72,6 +72,7 @@ class Probe(Record):
     call_source: str | None = None  # what timed the calls (tracepoints, the shim's wrappers)
     untimed: list[str] = _l()    # calls the backend could not time
     sampled: dict[str, float] | None = None  # calls timed for a share of the window only: call -> share
+    sampled_rse: dict[str, float] | None = None  # call -> the relative standard error of its estimated count
     inject: Any = None           # what the shim injected
     idle_cause: str | None = None  # the call the main thread sleeps in
     attach_ms: NonNeg | None = None   # how long the launch waited for its probes (compile and attach)

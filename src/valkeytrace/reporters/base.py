@@ -282,8 +282,10 @@ def _server_notes(cell, srv: ServerSummary, m: MainThread, wall_ms: float, cost)
         notes.append((f"off-CPU intervals added up to {m.off_cpu_over_wall_pct:.0f}% of the window (intervals "
                       "straddling its edges): the budget is scaled to 100%", True))
     notes.append(_loop_note(srv, m))
-    notes += [(f"{ {'aof_write': 'AOF writes'}.get(call, call)} timed {100 * share:.0f}% of the time (an observing window samples them: "
-               "their distribution is the sample's, their count, total and bytes estimated from it)", False)
+    notes += [(f"{ {'aof_write': 'AOF writes'}.get(call, call)} timed: {100 * share:.0f}% of them (an observing window samples them: "
+               "their distribution is the sample's, their count, total and bytes estimated from it"
+               + (f"; the count \u00b1{100 * srv.sampled_rse[call]:.0f}% at one standard error, from the spread of its samples)"
+                  if call in srv.sampled_rse else "; its uncertainty unknown: one sample)"), False)
               for call, share in sorted(srv.sampled.items())]
     host = cell.host_cpu
     if host is not None and host.server_steal_ms is not None:

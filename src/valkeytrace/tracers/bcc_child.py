@@ -10,6 +10,8 @@ attaches the same itself.
 """
 from __future__ import annotations
 
+import array
+import errno
 import os
 import socket
 import subprocess
@@ -20,6 +22,7 @@ import msgspec
 
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 250  # SCM_MAX_FD is 253 per message
+FD_SIZE = array.array("i").itemsize
 TIMEOUT_S = 120.0
 
 
@@ -66,18 +69,15 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=(), cache: boo
         ours.settimeout(TIMEOUT_S)
         try:
             ours.send(msgspec.json.encode(Request(text.decode(), list(cflags), list(raw_functions), key)))
-            data, fds, _, _ = socket.recv_fds(ours, MAX_MESSAGE, MAX_FDS)
-            for fd in fds:  # received without close-on-exec: no process we start may hold the programs
-                os.set_inheritable(fd, False)
+            data, fds = receive(ours)
         except OSError as exc:
             data, fds = b"", []
             proc.kill()
             err.write(f"\n{exc}".encode())
         proc.wait()
-        reply = msgspec.json.decode(data, type=Reply) if data else Reply(error=None)
+        reply = _decoded(data, fds)
         if not reply.funcs:
-            for fd in fds:
-                os.close(fd)
+            _close(fds)
             err.seek(0)
             lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
             clang = next((ln.strip() for ln in lines if "error:" in ln), None)  # the compiler's own first error
@@ -87,10 +87,44 @@ def compile_program(text: bytes, cflags: list[str], raw_functions=(), cache: boo
     funcs = {name.encode(): fd for name, fd in zip(reply.funcs, fds)}
     maps = [bpf_fd.Map(t.name, fd, t.key_size, t.value_size, t.max_entries, t.type)
             for t, fd in zip(reply.tables, fds[len(funcs):])]
-    program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply.autoload])
+    program = bpf_fd.Program(funcs, maps, [n.encode() for n in reply.autoload])  # on a failed attach it closes them
     program.compile_peak_rss_mb = reply.peak_rss_mb
     program.program_from = "compiler"
     return program
+
+
+def _close(fds) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One message and the fds it carries, close-on-exec from their arrival (no process we start may hold the
+    programs). A message cut short (its bytes or its fds: MSG_TRUNC, MSG_CTRUNC) closes the fds that came
+    and raises OSError."""
+    data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * FD_SIZE), socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, blob in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", blob[:len(blob) - len(blob) % FD_SIZE])
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        _close(fds)
+        raise OSError(errno.EMSGSIZE, f"the compiling child's reply was cut short ({len(data)} bytes, {len(fds)} "
+                      f"fds received; at most {MAX_MESSAGE} bytes and {MAX_FDS} fds)")
+    return data, fds
+
+
+def _decoded(data: bytes, fds: list[int]) -> Reply:
+    """The child's reply: one whose fds are not one per function and table, or that does not decode, closes
+    them and is an error reply."""
+    try:
+        reply = msgspec.json.decode(data, type=Reply) if data else Reply()
+    except msgspec.DecodeError as exc:
+        return Reply(error=f"the compiling child's reply could not be read ({exc})")
+    if reply.funcs and len(fds) != len(reply.funcs) + len(reply.tables):
+        return Reply(error=f"the compiling child sent {len(fds)} fds for {len(reply.funcs)} functions and "
+                           f"{len(reply.tables)} maps")
+    return reply
 
 
 def _compile(request: Request) -> tuple[Reply, list[int]]:

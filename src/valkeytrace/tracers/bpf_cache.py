@@ -168,24 +168,26 @@ def _load_entry(entry: Entry, opened: list[int]):
         funcs[fn.name.encode()] = fd
     for fd in opened:
         os.set_inheritable(fd, False)
+    opened.clear()  # the Program owns them now: one whose attach on load fails closes them itself
     return bpf_fd.Program(funcs, maps, [n.encode() for n in entry.autoload])
 
 
 def load(k: str):
     """The program of this key loaded from the cache (a bpf_fd.Program), or None: no entry, one that
-    is not private, or one that does not load (removed: the caller compiles and stores it again)."""
+    is not private, or one that does not load or whose attach on load fails (removed, every fd it opened
+    closed: the caller compiles and stores it again)."""
+    from valkeytrace.tracers import bpf_fd
+
     path = _path(k)
     if path is None or not private(path.parent) or not private(path):
         return None
-    opened: list[int] = []
+    opened: list[int] = []  # the fds made so far, until the Program owns them
     try:
         entry = msgspec.msgpack.decode(path.read_bytes(), type=Entry)
         if entry.format != FORMAT:
             raise ValueError(f"format {entry.format}")
         program = _load_entry(entry, opened)
-        os.utime(path)  # used: the last to go when the cache is pruned
-        return program
-    except (OSError, ValueError, msgspec.DecodeError):
+    except (OSError, ValueError, msgspec.DecodeError, bpf_fd.BpfError):  # BpfError: an attach on load failed
         for fd in opened:
             os.close(fd)
         try:
@@ -193,3 +195,8 @@ def load(k: str):
         except OSError:
             pass
         return None
+    try:
+        os.utime(path)  # used: the last to go when the cache is pruned
+    except OSError:
+        pass  # removed meanwhile by another tracer's pruning: the program is loaded all the same
+    return program

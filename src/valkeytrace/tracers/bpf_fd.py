@@ -17,6 +17,11 @@ BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
 _lib = None
 
 
+class BpfError(Exception):
+    """An attach, detach or lookup this module could not do (bcc's own BPF object raises a bare Exception for
+    the same: callers that catch Exception still catch this; a fallback catches it by name)."""
+
+
 def lib():
     """libbcc_bpf.so.0 (Debian's libbpfcc, beside python3-bpfcc): bpf(2) map calls, attach, ring buffers."""
     global _lib
@@ -102,7 +107,9 @@ def _evname(prefix: bytes, path: bytes, offset: int, pid: int) -> bytes:
 
 
 class Program:
-    """The compiled program by fd: the subset of bcc's BPF object the tracer uses, same names."""
+    """The compiled program by fd: the subset of bcc's BPF object the tracer uses, same names. It owns the
+    fds it is given from the start: when an attach on load fails, it closes them all (and detaches what it
+    had attached) before raising."""
 
     def __init__(self, funcs: dict[bytes, int], maps: list[Map], autoload: list[bytes]):
         self.funcs = {name: Function(name, fd) for name, fd in funcs.items()}
@@ -114,18 +121,22 @@ class Program:
         self._ringbuf = None
         self.compile_peak_rss_mb: float | None = None  # the compiling child's peak (bcc_child)
         self.program_from = "compiler"  # or "cache" (tracers/bpf_cache.py)
-        for name in autoload:  # what bcc attaches on load
-            if name.startswith(b"tracepoint__"):
-                self.attach_tracepoint(tp=name[len(b"tracepoint__"):].replace(b"__", b":", 1), fn_name=name)
-            elif name.startswith(b"raw_tracepoint__"):
-                self.attach_raw_tracepoint(tp=name[len(b"raw_tracepoint__"):], fn_name=name)
+        try:
+            for name in autoload:  # what bcc attaches on load
+                if name.startswith(b"tracepoint__"):
+                    self.attach_tracepoint(tp=name[len(b"tracepoint__"):].replace(b"__", b":", 1), fn_name=name)
+                elif name.startswith(b"raw_tracepoint__"):
+                    self.attach_raw_tracepoint(tp=name[len(b"raw_tracepoint__"):], fn_name=name)
+        except BaseException:
+            self.cleanup()  # the program owns every fd it was given: a failed attach leaves nothing attached or open
+            raise
 
     def __getitem__(self, name: bytes) -> Map:
         return self.tables[name]  # KeyError: a map not compiled in
 
     def _fd(self, fn_name: bytes) -> int:
         if fn_name not in self.funcs:
-            raise Exception(f"no BPF function {fn_name.decode()} in the program")
+            raise BpfError(f"no BPF function {fn_name.decode()} in the program")
         return self.funcs[fn_name].fd
 
     def load_func(self, fn_name: bytes, _kind=None) -> Function:
@@ -137,7 +148,7 @@ class Program:
         category, event = tp.split(b":", 1)
         fd = lib().bpf_attach_tracepoint(self._fd(fn_name), category, event)
         if fd < 0:
-            raise Exception(f"failed to attach BPF program {fn_name.decode()} to tracepoint {tp.decode()}")
+            raise BpfError(f"failed to attach BPF program {fn_name.decode()} to tracepoint {tp.decode()}")
         self.tracepoint_fds[tp] = fd
         self.attached.setdefault(fn_name, set()).add("tracepoint:" + tp.decode())
 
@@ -146,10 +157,10 @@ class Program:
 
     def attach_raw_tracepoint(self, tp: bytes, fn_name: bytes) -> None:
         if tp in self.raw_tracepoint_fds:
-            raise Exception(f"raw tracepoint {tp.decode()} is attached already")
+            raise BpfError(f"raw tracepoint {tp.decode()} is attached already")
         fd = lib().bpf_attach_raw_tracepoint(self._fd(fn_name), tp)
         if fd < 0:
-            raise Exception(f"failed to attach BPF program {fn_name.decode()} to raw tracepoint {tp.decode()}")
+            raise BpfError(f"failed to attach BPF program {fn_name.decode()} to raw tracepoint {tp.decode()}")
         self.raw_tracepoint_fds[tp] = fd
         self.attached.setdefault(fn_name, set()).add("raw_tracepoint:" + tp.decode())
 
@@ -162,7 +173,7 @@ class Program:
         if addr is None:
             addr = elf.symbol_address(path, sym.decode())
             if addr is None:
-                raise Exception(f"could not determine address of symbol {sym.decode()} in {path}")
+                raise BpfError(f"could not determine address of symbol {sym.decode()} in {path}")
         return elf.file_offset(path, addr)
 
     def _attach_u(self, kind: int, name: bytes, fn_name: bytes, pid: int, sym: bytes, addr: int | None) -> None:
@@ -170,14 +181,14 @@ class Program:
         ev = _evname(b"r" if kind == BPF_PROBE_RETURN else b"p", name, offset, pid)
         fd = lib().bpf_attach_uprobe(self._fd(fn_name), kind, ev, name, offset, pid, 0)
         if fd < 0:
-            raise Exception(f"failed to attach BPF to uprobe {name.decode()}:{offset:#x}")
+            raise BpfError(f"failed to attach BPF to uprobe {name.decode()}:{offset:#x}")
         self.uprobe_fds[ev] = fd
         self.attached.setdefault(fn_name, set()).add("uprobe")
 
     def _detach_u(self, prefix: bytes, name: bytes, pid: int, sym: bytes, addr: int | None) -> None:
         ev = _evname(prefix, name, self._where(name, sym, addr), pid)
         if ev not in self.uprobe_fds:
-            raise Exception(f"uprobe {ev.decode()} is not attached")
+            raise BpfError(f"uprobe {ev.decode()} is not attached")
         lib().bpf_close_perf_event_fd(self.uprobe_fds.pop(ev))
         lib().bpf_detach_uprobe(ev)
 
@@ -196,10 +207,10 @@ class Program:
     def open_ring_buffer(self, table: bytes, callback: int, ctx: int) -> None:
         """The ring buffer map drained by a C callback (its address) with ctx, on ring_buffer_consume()."""
         if self._ringbuf is not None:
-            raise Exception("one ring buffer per program")
+            raise BpfError("one ring buffer per program")
         self._ringbuf = lib().bpf_new_ringbuf(self[table].map_fd, callback, ctx)
         if not self._ringbuf:
-            raise Exception("cannot open the BPF ring buffer")
+            raise BpfError("cannot open the BPF ring buffer")
 
     def ring_buffer_consume(self) -> None:
         if self._ringbuf:

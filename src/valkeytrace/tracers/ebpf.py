@@ -491,7 +491,6 @@ class EbpfTracer(Tracer):
         events = self._consume(take=True)
         self._refresh()
         out = window_metrics(self._begin, end, self.pid, self.names, self.slot_tids(), [events], self.info)
-        share = writes.share(self._begin.mono_ns / 1e9, end.mono_ns / 1e9) if writes is not None else 1.0
-        if share < 1.0:
-            out["probe"]["sampled"] = {"aof_write": round(share, 4)}
+        if writes is not None:  # a sampled window: the share of its AOF writes timed, and its uncertainty
+            out["probe"].update(writes.sampled(self._begin, end, events, self.pid))
         return {**out, "tracer_cost": self._cost.end(self.bpf, self._uprobes)}
