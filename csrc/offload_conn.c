@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "offload.h"
+#include "offload_bound.h"
 #include "offload_conn_int.h"
 #include "offload_links.h"
 
@@ -35,6 +36,12 @@ int vt_conn_is_client(int fd)
 {
     struct conn *c = conn_of(fd);
     return c && __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
+}
+
+int vt_conn_holding(int fd)
+{
+    struct conn *c = conn_of(fd);
+    return c && __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* -- replies -------------------------------------------------------------------------------- */
@@ -120,6 +127,8 @@ static void commit_start(void *ctx, size_t off)
         c->hh += e->nh;
         c->qh++;
         vt_stat_add(&vt_off.stats->pending_now, (uint64_t)-1);
+        if (e->blocking)
+            vt_bound_uncounted(-1);
     }
     if (m->base + off < m->hold_from) { /* leaves now */
         vt_stat_add(&vt_off.stats->witness_checked, 1);
