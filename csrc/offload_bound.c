@@ -94,10 +94,14 @@ size_t vt_bound_read_budget(int fd, size_t count)
     if (!n || fd < 0 || fd >= VT_MAX_FD)
         return count;
     c = counted();
-    if (c < n) { /* room for n - c requests, each at least the smallest read so far */
+    if (c < n) { /* room for n - c requests, each at least the smallest read so far, after the rest of the
+                  * argument being read (a large value's bytes are not more requests) */
+        uint64_t left = vt_conn_bulk_left(fd);
         size = __atomic_load_n(&min_request, __ATOMIC_RELAXED);
         size = size ? size : FIRST_REQUEST;
-        return (n - c) < count / size + 1 ? (size_t)((n - c) * size) : count;
+        if (left >= count || (n - c) >= (count - left) / size + 1)
+            return count;
+        return (size_t)(left + (n - c) * size);
     }
     if (mode == VT_OVERFLOW_REJECT && !vt_conn_holding(fd))
         return count; /* its writes are rejected, its replies leave at once */

@@ -32,16 +32,12 @@ static struct conn *conns[MAX_FD];
 
 static struct conn *conn_of(int fd) { return fd >= 0 && fd < MAX_FD ? __atomic_load_n(&conns[fd], __ATOMIC_ACQUIRE) : NULL; }
 
+struct conn *vt_conn_get(int fd) { return conn_of(fd); }
+
 int vt_conn_is_client(int fd)
 {
     struct conn *c = conn_of(fd);
     return c && __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
-}
-
-int vt_conn_holding(int fd)
-{
-    struct conn *c = conn_of(fd);
-    return c && __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* -- replies -------------------------------------------------------------------------------- */

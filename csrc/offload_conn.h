@@ -23,6 +23,7 @@ typedef ssize_t (*vt_writev_fn)(int, const struct iovec *, int);
 void vt_conn_accepted(int fd);
 int vt_conn_is_client(int fd);
 int vt_conn_holding(int fd); /* 1: a client connection with replies held (the bound's reject pauses it) */
+uint64_t vt_conn_bulk_left(int fd); /* bytes still to come of the argument its requests are in (the bound's reads) */
 /* a write to a client connection: 1 when handled here (written, partly written, or held), *ret
  * what the caller returns (errno set when -1) */
 int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_writev_fn real);

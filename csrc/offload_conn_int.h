@@ -70,6 +70,7 @@ struct conn {
 };
 
 extern const struct vt_req_cb vt_conn_req_cb; /* ctx: the connection */
+struct conn *vt_conn_get(int fd); /* fd's connection, or NULL (offload_conn.c) */
 /* replies can no longer be matched with commands (offload_req.c) */
 void vt_conn_unsync(struct conn *c);
 /* what its queued commands made pending is settled: at what is queued now (they may have run),

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "offload.h"
 #include "offload_bound.h"
+#include "offload_conn.h"
 #include "offload_conn_int.h"
 #include "vt_grow.h"
 
@@ -105,6 +106,20 @@ void vt_conn_unsync(struct conn *c)
     vt_conn_settle_all(c, 1);
     c->unsynced = 1;
     vt_stat_add(&vt_off.stats->unsynced_conns, 1);
+}
+
+/* -- the bound's questions (offload_conn.h) ------------------------------------------------- */
+
+int vt_conn_holding(int fd)
+{
+    struct conn *c = vt_conn_get(fd);
+    return c && __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE) != 0;
+}
+
+uint64_t vt_conn_bulk_left(int fd)
+{
+    struct conn *c = vt_conn_get(fd);
+    return c ? vt_req_bulk_left(&c->rp) : 0; /* the thread that reads fd is the one that feeds its parser */
 }
 
 /* -- requests ------------------------------------------------------------------------------- */

@@ -233,6 +233,11 @@ char *vt_req_arg_at(const struct vt_req_parser *p)
     return p->state == RQ_BULK_CRLF ? (char *)p->arg_at : NULL; /* an inline command's words: none */
 }
 
+uint64_t vt_req_bulk_left(const struct vt_req_parser *p)
+{
+    return p->state == RQ_BULK_DATA && p->left > 0 ? (uint64_t)p->left : 0;
+}
+
 char *vt_req_arg_last(const struct vt_req_parser *p)
 {
     return p->state == RQ_BULK_CRLF && p->arg_end ? (char *)p->arg_end - 1 : NULL;

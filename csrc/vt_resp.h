@@ -71,6 +71,8 @@ char *vt_req_arg_at(const struct vt_req_parser *p);
 /* inside an arg callback: its last byte in the buffer being fed (a bulk argument is reported as that byte is
  * read, before the CRLF after it: the byte is always there), NULL for an empty or inline one */
 char *vt_req_arg_last(const struct vt_req_parser *p);
+/* bytes of the bulk argument being read still to come (0: none begun) */
+uint64_t vt_req_bulk_left(const struct vt_req_parser *p);
 
 struct vt_reply_framer {
     int state;
