@@ -17,8 +17,9 @@
  * reject: offload_req.c asks vt_bound_reject_write() for each write it parses and, when told so,
  * renames the command in the server's read buffer so the server answers it with an error and runs
  * nothing (an emulation's error: #3381's own would have its own text); a client whose replies are
- * held is paused as above (what it would be answered could only wait behind them, in memory), the
- * others are read and their writes rejected.
+ * held, or may be (commands not answered yet, one read in part and not rejected), is paused as above
+ * (what it would be answered could only wait behind them, in memory), the others are read and their
+ * writes rejected.
  */
 #define _GNU_SOURCE
 #include "offload_bound.h"
@@ -103,7 +104,7 @@ size_t vt_bound_read_budget(int fd, size_t count)
             return count;
         return (size_t)(left + (n - c) * size);
     }
-    if (mode == VT_OVERFLOW_REJECT && !vt_conn_holding(fd))
+    if (mode == VT_OVERFLOW_REJECT && !vt_conn_may_hold(fd))
         return count; /* its writes are rejected, its replies leave at once */
     pthread_mutex_lock(&mu);
     struct fdw *t = table();

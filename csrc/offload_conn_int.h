@@ -54,6 +54,7 @@ struct conn {
     int in_multi, tx_write, tx_wide_read;
     int rejecting; /* the command being parsed is a write rejected over the bound (renamed in the read buffer) */
     int tx_rejected; /* a write of the open transaction was rejected: the server aborts its EXEC */
+    int named;       /* the command being parsed has its name read: accepted, or rejecting */
     uint64_t req_bytes; /* the multibulk request being parsed, its bytes so far (the bound's request size) */
     char *rbuf;    /* the server's read buffer being parsed (writable: the server's own) */
     uint32_t tx_start, tx_wide;

@@ -94,7 +94,7 @@ void vt_conn_settle_all(struct conn *c, int defer)
     c->qh = c->qt = c->hh = c->ht = 0;
     c->tx_wide = 0;
     c->in_multi = 0;
-    c->tx_rejected = 0;
+    c->tx_rejected = c->named = 0;
 }
 
 /* replies can no longer be matched with commands: from now on every reply waits for every AOF
@@ -110,10 +110,16 @@ void vt_conn_unsync(struct conn *c)
 
 /* -- the bound's questions (offload_conn.h) ------------------------------------------------- */
 
-int vt_conn_holding(int fd)
+int vt_conn_may_hold(int fd)
 {
     struct conn *c = vt_conn_get(fd);
-    return c && __atomic_load_n(&c->held_n, __ATOMIC_ACQUIRE) != 0;
+    int may;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    may = c->held_n || c->qt != c->qh || (c->named && !c->rejecting);
+    pthread_mutex_unlock(&c->mu);
+    return may;
 }
 
 uint64_t vt_conn_bulk_left(int fd)
@@ -167,6 +173,7 @@ static void cb_begin(void *ctx, int64_t argc)
     c->known = 0;
     c->sub_wanted = 0;
     c->nh = 0;
+    c->named = 0;
     c->req_bytes = argc > 0 ? 3 + digits((uint64_t)argc) : 0; /* "*N\r\n" */
 }
 
@@ -177,6 +184,7 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
     if (c->req_bytes)
         c->req_bytes += 5 + digits(len) + len; /* "$L\r\n" data "\r\n" */
     if (i == 0) {
+        c->named = 1;
         c->nlen = len == plen && plen < VT_CMD_NAME ? plen : 0;
         memcpy(c->name, p, c->nlen);
         c->proto = c->nlen ? proto_of(p, plen) : P_NONE;
@@ -251,6 +259,7 @@ static void cb_end(void *ctx)
     int kind, wide = 0;
     vt_stat_add(&vt_off.stats->commands, 1);
     vt_bound_request_size(c->req_bytes);
+    c->named = 0;
     if (c->rejecting) { /* its reply is the server's error: nothing to wait for */
         vt_stat_add(&vt_off.stats->rejected_writes, 1);
         c->tx_rejected |= c->in_multi;
