@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "offload.h"
+#include "offload_bound.h"
 #include "offload_conn_int.h"
 #include "offload_links.h"
 
@@ -30,6 +31,8 @@
 static struct conn *conns[MAX_FD];
 
 static struct conn *conn_of(int fd) { return fd >= 0 && fd < MAX_FD ? __atomic_load_n(&conns[fd], __ATOMIC_ACQUIRE) : NULL; }
+
+struct conn *vt_conn_get(int fd) { return conn_of(fd); }
 
 int vt_conn_is_client(int fd)
 {
@@ -120,6 +123,8 @@ static void commit_start(void *ctx, size_t off)
         c->hh += e->nh;
         c->qh++;
         vt_stat_add(&vt_off.stats->pending_now, (uint64_t)-1);
+        if (e->blocking)
+            vt_bound_uncounted(-1);
     }
     if (m->base + off < m->hold_from) { /* leaves now */
         vt_stat_add(&vt_off.stats->witness_checked, 1);

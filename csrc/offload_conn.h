@@ -22,6 +22,10 @@ typedef ssize_t (*vt_writev_fn)(int, const struct iovec *, int);
 
 void vt_conn_accepted(int fd);
 int vt_conn_is_client(int fd);
+/* 1: a client connection whose next reply may be held: it holds replies, has commands not answered, or is
+ * inside one not rejected (the bound's reject does not read it: a rejected write's error would wait behind) */
+int vt_conn_may_hold(int fd);
+uint64_t vt_conn_bulk_left(int fd); /* bytes still to come of the argument its requests are in (the bound's reads) */
 /* a write to a client connection: 1 when handled here (written, partly written, or held), *ret
  * what the caller returns (errno set when -1) */
 int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_writev_fn real);

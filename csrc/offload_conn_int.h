@@ -24,7 +24,7 @@ enum { E_OTHER, E_WRITE, E_READ, E_WIDE_READ };
 enum { P_NONE, P_MULTI, P_EXEC, P_DISCARD, P_UNSYNC, P_CLIENT, P_REPLICA, P_SHUTDOWN, P_SHUTDOWN_ABORT };
 
 struct entry {
-    uint8_t kind, blocking;
+    uint8_t kind, blocking; /* blocking: left out of the bound's count (blocked in the server, or behind one) */
     uint16_t nwide; /* keyspace-wide writes it answers (pending until its reply) */
     uint32_t nh;    /* its hashes, next in the connection's hash queue */
 };
@@ -53,6 +53,9 @@ struct conn {
     /* MULTI ... EXEC: the queued commands' hashes wait at the queue's tail for EXEC */
     int in_multi, tx_write, tx_wide_read;
     int rejecting; /* the command being parsed is a write rejected over the bound (renamed in the read buffer) */
+    int tx_rejected; /* a write of the open transaction was rejected: the server aborts its EXEC */
+    int named;       /* the command being parsed has its name read: accepted, or rejecting */
+    uint64_t req_bytes; /* the multibulk request being parsed, its bytes so far (the bound's request size) */
     char *rbuf;    /* the server's read buffer being parsed (writable: the server's own) */
     uint32_t tx_start, tx_wide;
     struct entry *q;
@@ -68,6 +71,7 @@ struct conn {
 };
 
 extern const struct vt_req_cb vt_conn_req_cb; /* ctx: the connection */
+struct conn *vt_conn_get(int fd); /* fd's connection, or NULL (offload_conn.c) */
 /* replies can no longer be matched with commands (offload_req.c) */
 void vt_conn_unsync(struct conn *c);
 /* what its queued commands made pending is settled: at what is queued now (they may have run),

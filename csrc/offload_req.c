@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "offload.h"
 #include "offload_bound.h"
+#include "offload_conn.h"
 #include "offload_conn_int.h"
 #include "vt_grow.h"
 
@@ -38,6 +39,7 @@ static void push_entry(struct conn *c, int kind, int blocking, uint32_t nwide, u
 {
     if (c->unsynced)
         return;
+    blocking |= c->qt > c->qh && c->q[c->qt - 1].blocking; /* behind a blocked command: not run before it */
     if (c->qt == c->qcap && c->qh) {
         memmove(c->q, c->q + c->qh, (size_t)(c->qt - c->qh) * sizeof(struct entry));
         c->qt -= c->qh;
@@ -47,8 +49,10 @@ static void push_entry(struct conn *c, int kind, int blocking, uint32_t nwide, u
         vt_conn_unsync(c);
         return;
     }
-    c->q[c->qt++] = (struct entry){(uint8_t)kind, (uint8_t)blocking, (uint16_t)nwide, nh};
+    c->q[c->qt++] = (struct entry){(uint8_t)kind, (uint8_t)!!blocking, (uint16_t)nwide, nh};
     vt_stat_add(&vt_off.stats->pending_now, 1);
+    if (blocking)
+        vt_bound_uncounted(1);
 }
 
 /* hashes [from, to): what they made pending is settled: at seq (their commands may have run), or
@@ -73,8 +77,10 @@ static void settle(struct conn *c, uint32_t from, uint32_t to, int defer)
 void vt_conn_settle_all(struct conn *c, int defer)
 {
     uint64_t wide = c->tx_wide;
+    int64_t blocked = 0;
     for (uint32_t i = c->qh; i < c->qt; i++)
-        wide += c->q[i].nwide;
+        wide += c->q[i].nwide, blocked += c->q[i].blocking;
+    vt_bound_uncounted(-blocked);
     settle(c, c->hh, c->ht, defer);
     vt_stat_add(&vt_off.stats->pending_now, -(uint64_t)(c->qt - c->qh));
     for (uint64_t i = 0; i < wide; i++) {
@@ -88,6 +94,7 @@ void vt_conn_settle_all(struct conn *c, int defer)
     c->qh = c->qt = c->hh = c->ht = 0;
     c->tx_wide = 0;
     c->in_multi = 0;
+    c->tx_rejected = c->named = 0;
 }
 
 /* replies can no longer be matched with commands: from now on every reply waits for every AOF
@@ -99,6 +106,26 @@ void vt_conn_unsync(struct conn *c)
     vt_conn_settle_all(c, 1);
     c->unsynced = 1;
     vt_stat_add(&vt_off.stats->unsynced_conns, 1);
+}
+
+/* -- the bound's questions (offload_conn.h) ------------------------------------------------- */
+
+int vt_conn_may_hold(int fd)
+{
+    struct conn *c = vt_conn_get(fd);
+    int may;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    may = c->held_n || c->qt != c->qh || (c->named && !c->rejecting);
+    pthread_mutex_unlock(&c->mu);
+    return may;
+}
+
+uint64_t vt_conn_bulk_left(int fd)
+{
+    struct conn *c = vt_conn_get(fd);
+    return c ? vt_req_bulk_left(&c->rp) : 0; /* the thread that reads fd is the one that feeds its parser */
 }
 
 /* -- requests ------------------------------------------------------------------------------- */
@@ -115,18 +142,26 @@ static int proto_of(const char *n, size_t len)
     return P_NONE;
 }
 
-/* --offload-overflow reject: a write parsed over the bound is renamed in the server's read buffer
- * ("SET" to "#ET"), so the server answers "unknown command" and runs nothing; a name not whole in
- * this buffer, a transaction's, a replica's link: let through */
-static void reject(struct conn *c, size_t plen)
+/* --offload-overflow reject: a write parsed over the bound is renamed in the server's read buffer (its
+ * name's last byte: "SET" to "SE#", that byte always in the buffer being parsed, however the name was split
+ * across reads), so the server answers "unknown command" and runs nothing; inside MULTI, the server then
+ * aborts the EXEC. Let through: a replica's link, an inline command (its words are not located) */
+static void reject(struct conn *c)
 {
-    char *at = c->rbuf ? vt_req_arg_at(&c->rp) : NULL;
-    if (!at || !plen || !c->known || !(c->ci.flags & VT_CMD_F_WRITE) || c->in_multi || c->replica || c->unsynced ||
-        !vt_bound_reject_write())
+    char *last = c->rbuf ? vt_req_arg_last(&c->rp) : NULL;
+    if (!last || !c->known || !(c->ci.flags & VT_CMD_F_WRITE) || c->replica || !vt_bound_reject_write())
         return;
-    at[0] = '#';
+    *last = '#';
     c->rejecting = 1;
     c->known = 0;
+}
+
+static uint64_t digits(uint64_t v)
+{
+    uint64_t n = 1;
+    while (v >= 10)
+        v /= 10, n++;
+    return n;
 }
 
 static void cb_begin(void *ctx, int64_t argc)
@@ -138,19 +173,24 @@ static void cb_begin(void *ctx, int64_t argc)
     c->known = 0;
     c->sub_wanted = 0;
     c->nh = 0;
+    c->named = 0;
+    c->req_bytes = argc > 0 ? 3 + digits((uint64_t)argc) : 0; /* "*N\r\n" */
 }
 
 static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p, size_t plen)
 {
     struct conn *c = ctx;
     const struct vt_cmdinfo *ci = &c->ci;
+    if (c->req_bytes)
+        c->req_bytes += 5 + digits(len) + len; /* "$L\r\n" data "\r\n" */
     if (i == 0) {
+        c->named = 1;
         c->nlen = len == plen && plen < VT_CMD_NAME ? plen : 0;
         memcpy(c->name, p, c->nlen);
         c->proto = c->nlen ? proto_of(p, plen) : P_NONE;
         c->known = c->nlen && vt_cmds_lookup(p, plen, &c->ci);
         c->sub_wanted = c->argc > 1 && ((c->known && (ci->flags & VT_CMD_F_CONTAINER)) || c->proto == P_CLIENT);
-        reject(c, plen);
+        reject(c);
         return;
     }
     if (c->rejecting)
@@ -198,14 +238,31 @@ static void cb_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p
         vt_keys_pending(h & ~H_FLAGS, 1);
 }
 
+/* DISCARD, or EXEC of a transaction the server aborts: nothing queued runs, what it made pending is dropped */
+static void tx_drop(struct conn *c)
+{
+    for (uint32_t i = c->tx_start; i < c->ht; i++)
+        if (c->hv[i] & H_PEND)
+            vt_keys_pending(c->hv[i], -1);
+    for (uint32_t i = 0; i < c->tx_wide; i++)
+        vt_wide_pending(-1);
+    c->ht = c->tx_start;
+    c->in_multi = c->tx_rejected = 0;
+    c->tx_wide = 0;
+    push_entry(c, E_OTHER, 0, 0, 0);
+}
+
 static void cb_end(void *ctx)
 {
     struct conn *c = ctx;
     const struct vt_cmdinfo *ci = &c->ci;
     int kind, wide = 0;
     vt_stat_add(&vt_off.stats->commands, 1);
+    vt_bound_request_size(c->req_bytes);
+    c->named = 0;
     if (c->rejecting) { /* its reply is the server's error: nothing to wait for */
         vt_stat_add(&vt_off.stats->rejected_writes, 1);
+        c->tx_rejected |= c->in_multi;
         push_entry(c, E_OTHER, 0, 0, c->nh);
         return;
     }
@@ -224,9 +281,13 @@ static void cb_end(void *ctx)
     if (c->proto == P_MULTI && !c->in_multi) {
         c->in_multi = 1;
         c->tx_start = c->ht;
-        c->tx_write = c->tx_wide_read = 0;
+        c->tx_write = c->tx_wide_read = c->tx_rejected = 0;
         c->tx_wide = 0;
         push_entry(c, E_OTHER, 0, 0, c->nh);
+        return;
+    }
+    if (c->proto == P_EXEC && c->in_multi && c->tx_rejected) { /* EXECABORT: nothing queued runs */
+        tx_drop(c);
         return;
     }
     if (c->proto == P_EXEC && c->in_multi) {
@@ -239,16 +300,8 @@ static void cb_end(void *ctx)
             vt_stat_add(&vt_off.stats->write_commands, 1);
         return;
     }
-    if (c->proto == P_DISCARD && c->in_multi) { /* nothing queued runs: what it made pending is dropped */
-        for (uint32_t i = c->tx_start; i < c->ht; i++)
-            if (c->hv[i] & H_PEND)
-                vt_keys_pending(c->hv[i], -1);
-        for (uint32_t i = 0; i < c->tx_wide; i++)
-            vt_wide_pending(-1);
-        c->ht = c->tx_start;
-        c->in_multi = 0;
-        c->tx_wide = 0;
-        push_entry(c, E_OTHER, 0, 0, 0);
+    if (c->proto == P_DISCARD && c->in_multi) {
+        tx_drop(c);
         return;
     }
     if (c->proto == P_EXEC || c->proto == P_DISCARD || c->proto == P_MULTI) {
@@ -287,7 +340,8 @@ static void cb_end(void *ctx)
         push_entry(c, E_OTHER, 0, 0, 0);
         return;
     }
-    push_entry(c, kind, c->known && (ci->flags & VT_CMD_F_BLOCKING), (uint32_t)wide, c->nh);
+    /* BLPOP, WAIT, WAITAOF: blocked until another client's write (or a replica) releases them: not counted */
+    push_entry(c, kind, c->known && (ci->flags & (VT_CMD_F_BLOCKING | VT_CMD_F_DURABILITY)), (uint32_t)wide, c->nh);
 }
 
 static void cb_error(void *ctx) { vt_conn_unsync((struct conn *)ctx); }

@@ -134,7 +134,7 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
 {
     size_t i = 0;
     unsigned errors = p->errors;
-    p->arg_at = NULL; /* a bulk begun in an earlier buffer has no place in this one */
+    p->arg_at = p->arg_end = NULL; /* a bulk begun in an earlier buffer has no place in this one */
     while (i < n && p->state != RQ_ERROR && p->errors == errors) {
         char ch = b[i];
         switch (p->state) {
@@ -191,15 +191,19 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
             p->arg_at = b + i;
             p->state = p->left ? RQ_BULK_DATA : RQ_BULK_CRLF;
             p->num = 2; /* CRLF bytes to skip after the data */
+            if (!p->left) /* empty: complete now (no last byte) */
+                cb->arg(ctx, p->argi, p->len, p->hash, p->prefix, p->plen);
             break;
         case RQ_BULK_DATA: {
             size_t k = (size_t)p->left < n - i ? (size_t)p->left : n - i;
             arg_bytes(p, b + i, k);
             p->left -= (int64_t)k;
             i += k;
-            if (!p->left) {
+            if (!p->left) { /* reported as its last byte is read: that byte is in this buffer (vt_req_arg_last) */
                 p->state = RQ_BULK_CRLF;
                 p->num = 2;
+                p->arg_end = b + i;
+                cb->arg(ctx, p->argi, p->len, p->hash, p->prefix, p->plen);
             }
             break;
         }
@@ -207,7 +211,6 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
             i++;
             if (--p->num > 0)
                 break;
-            cb->arg(ctx, p->argi, p->len, p->hash, p->prefix, p->plen);
             if (++p->argi == p->argc) {
                 cb->end(ctx);
                 p->state = RQ_START;
@@ -228,6 +231,16 @@ enum { F_TYPE, F_NUM, F_NUM_LF, F_LINE, F_SKIP, F_ERROR };
 char *vt_req_arg_at(const struct vt_req_parser *p)
 {
     return p->state == RQ_BULK_CRLF ? (char *)p->arg_at : NULL; /* an inline command's words: none */
+}
+
+uint64_t vt_req_bulk_left(const struct vt_req_parser *p)
+{
+    return p->state == RQ_BULK_DATA && p->left > 0 ? (uint64_t)p->left : 0;
+}
+
+char *vt_req_arg_last(const struct vt_req_parser *p)
+{
+    return p->state == RQ_BULK_CRLF && p->arg_end ? (char *)p->arg_end - 1 : NULL;
 }
 
 void vt_reply_init(struct vt_reply_framer *f)

@@ -5,7 +5,8 @@
  *
  * Request parser: what a client sends (multibulk "*N\r\n$L\r\n..." or an inline line), as the
  * server reads it (the CRLF after a bulk is skipped, not checked, as valkey does). Each argument
- * is reported once complete: its index, length, 64-bit FNV-1a hash and first VT_ARG_PREFIX bytes.
+ * is reported once its bytes are all read (a bulk's CRLF may follow in the next buffer): its index, length,
+ * 64-bit FNV-1a hash and first VT_ARG_PREFIX bytes.
  * The AOF is the same protocol (multibulk only).
  *
  * Reply framer: what the server writes back (RESP2 and RESP3). It reports where each top-level
@@ -57,6 +58,7 @@ struct vt_req_parser {
     int64_t line_args;
     unsigned errors; /* protocol errors so far (survives vt_req_init) */
     const char *arg_at; /* the bulk argument being read, where it began in the buffer being fed (NULL: before it) */
+    const char *arg_end; /* one past its last byte, when that byte is in the buffer being fed (else NULL) */
 };
 
 void vt_req_init(struct vt_req_parser *p, int inline_ok);
@@ -66,6 +68,11 @@ void vt_req_feed(struct vt_req_parser *p, const char *buf, size_t n, const struc
 /* inside an arg callback: where the argument's bytes are in the buffer being fed, when all of them are
  * in it (NULL otherwise): the buffer's own memory (a caller that fed a writable buffer may change them) */
 char *vt_req_arg_at(const struct vt_req_parser *p);
+/* inside an arg callback: its last byte in the buffer being fed (a bulk argument is reported as that byte is
+ * read, before the CRLF after it: the byte is always there), NULL for an empty or inline one */
+char *vt_req_arg_last(const struct vt_req_parser *p);
+/* bytes of the bulk argument being read still to come (0: none begun) */
+uint64_t vt_req_bulk_left(const struct vt_req_parser *p);
 
 struct vt_reply_framer {
     int state;

@@ -177,6 +177,7 @@ class Recorder:
         self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
         self.stalls: Any = None    # tracers.stalls.StallLog under --inject-fsync-delay ...,stall:S/P
         self._cpu: list[system.CpuSnapshot] = []  # the window's CPU snapshots, at its edges
+        self._load: list[Any] = [None, None]  # the offload's counters before the load's client started, the window's figures
 
     def _write(self, path, data: bytes, durable: bool):
         recfmt.write(path, self.doc, data, durable=durable)
@@ -207,6 +208,7 @@ class Recorder:
         host's CPU accounting (self._cpu: snapshots; _host_cpu() turns them into cores)."""
         view = ServerView(self.target)
         loop: list[Any] = [None, None, None, None]  # INFO stats at begin and end (LoopCount), memory sampler, offload
+        self._load = [self.offload.snapshot() if self.offload is not None else None, None]  # before the client starts
         times: list[float] = [0.0]  # the window's start
         started, workload = run.get("started_at"), run.get("workload")
 
@@ -237,7 +239,7 @@ class Recorder:
             self._cpu.append(system.cpu_snapshot(self.target.pid, client_pids))
             figures = voff.window(loop[3], self.offload.snapshot()) if self.offload is not None else None
             if figures is not None:
-                run["offload"] = figures
+                run["offload"] = self._load[1] = figures
             metrics = self.tracer.window_end(gone.mono_ns if gone else None) if traced else None
             a, b = loop[0], loop[1]
             if metrics is not None:
@@ -310,6 +312,17 @@ class Recorder:
             window=lambda client_pids: self._window(run, traced, client_pids),
             with_demand=traced and not extra_delay_ns and self._demand_here(workload, size))
         self._host_cpu(run, client)
+        self._load_counts()
+
+    def _load_counts(self):
+        """The writes the server rejected over the whole load, from before its client started to its end (warm-up,
+        window, drain: what the client's ops.SET.rejected counts, every error reply it read), beside the window's
+        rejected_writes (its edges are the client's markers as the recorder reads them: the client's warm-up and
+        drain, and requests read late, fall outside)."""
+        (start, figures), self._load = self._load, [None, None]
+        end = self.offload.snapshot() if self.offload is not None and start is not None else None
+        if end is not None and figures is not None:
+            figures["load_rejected_writes"] = int(end.rejected_writes - start.rejected_writes)
 
     def run_one(self, repeat: int, workload: str, size: int, extra_delay_ns: int = 0, rate: float | None = None) -> dict:
         run = document.new_run(self.doc, workload, size, repeat,

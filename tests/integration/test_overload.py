@@ -4,7 +4,7 @@ emulated disk stalls STALL every PERIOD (--inject-fsync-delay 1ms,stall:...), on
 - the durable offload with no bound holds what Little's law says (rate x stall), and its memory samples
   come at 10 Hz or more; the stall split puts the requests due in a stall at the stall's length;
 - pause: held replies never pass the bound by more than a read's worth, nothing rejected;
-- reject: the clients count rejected writes, the server's own counter agrees, and --verify-durability
+- reject: the clients count rejected writes, the server's own counter over the same load agrees, and --verify-durability
   (the server killed, its AOF reloaded by a plain server) finds every acknowledged write;
 - the witness can fail: early-ack acknowledges before durable, and the same check finds writes lost;
 - everysec postpones its AOF writes while its fsync stalls: its AOF buffer peaks far above always's.
@@ -13,8 +13,7 @@ import pytest
 
 from vtcli import report_json, vt
 
-# timed (alone): in the first phase, beside three workers, the reject test's clients counted 7,971 rejected
-# writes to the server's 6,069 once in CI (2026-12-06), after holding 4 of 4 beside busy loops or other files
+# timed (alone): they assert what a real server's timing gives (held replies against rate x stall)
 pytestmark = [pytest.mark.integration, pytest.mark.timed]
 
 RATE, STALL_S, PERIOD_S, N = 8000, 0.4, 1.2, 600
@@ -65,12 +64,18 @@ def test_reject_counts_rejected_writes_and_loses_no_acknowledged_one(tmp_path):
     side = _record(tmp_path, "reject", "--emulate-offload", "durable", "--offload-max-pending", N,
                    "--offload-overflow", "reject", "--verify-durability")
     c, m = _cell(side)
-    assert m["held_replies_peak"] <= 1.2 * N, m["held_replies_peak"]
-    rejected = c["ops"]["SET"]["rejected"]
+    # and the rejected writes' errors behind them (the clients whose replies are held are not read meanwhile)
+    assert m["held_replies_peak"] + m["behind_replies_peak"] <= 1.2 * N, m
+    op = c["ops"]["SET"]
+    rejected = op["rejected"]
     assert rejected > 0
-    # the clients' count against the server's own (the shim's counter of writes it renamed): one run, one window
-    server = side["emulation"]["offload"]["rejected_writes"]
-    assert server >= rejected > 0.5 * server, (rejected, server)
+    # the clients' count (every error reply they read: warm-up, window, drain) against the server's own (the
+    # shim's counter of writes it renamed) over the same span, the whole load: equal, but for rejections whose
+    # reply a client gave up on. The window's counter (its edges the markers as the recorder read them) left out
+    # the warm-up's and those read after it: 7,971 to 6,069 once in CI
+    off = side["emulation"]["offload"]
+    assert rejected <= off["load_rejected_writes"] <= rejected + op["unanswered"], (rejected, off["load_rejected_writes"],
+                                                                                    off["rejected_writes"], op)
     dc = side["durability_check"]
     assert dc["acked"] > 1000 and dc["acked_missing"] == 0, dc
 

@@ -294,7 +294,7 @@ class Run(Record):
     host_cpu: HostCpu | None = None  # cores per consumer over the window, steal by CPU
     demand: Demand | None = None  # the GET-only pass the what-if builds on
     fsync_extra_delay_ns: NonNegInt | None = None  # --fsync-sensitivity: the run's added delay
-    offload: dict[str, Any] | None = None  # --emulate-offload: the virtual offload's counters over the window
+    offload: dict[str, Any] | None = None  # --emulate-offload: the virtual offload's counters over the window (and load_rejected_writes: over the whole load)
     launch: NonNegInt | None = None  # valkeytrace compare: the server launch the run belongs to
     replicas: list[ServerWindow] = _l()  # record --replicas: each replica's tracer window
     replication: Replication | None = None  # record --replicas: the durability probe's timings
