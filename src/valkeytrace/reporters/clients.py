@@ -136,7 +136,8 @@ def _single_tables(run: AnalysedRun, name: str) -> list[ClientTable]:
 
 
 def _compare_rows(inp: ReportInput, workload: str, names: tuple, predicted_label: str) -> list:
-    base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
+    base, cmp = inp.baseline, inp.comparison
+    assert cmp is not None  # client_tables: a compare's rows only
     predicted = predicted_ops(inp.whatif or [])
     table: list = []
     for i, r in enumerate(x for x in cmp.rows if x.workload == workload and x.op in (MEASURED_OP[workload], REPLICA_OP)):
