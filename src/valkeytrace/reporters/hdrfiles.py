@@ -13,7 +13,7 @@ from valkeytrace.analysis.hdr import CellLatency
 from valkeytrace.recording.document import US_PER_MS  # the histograms hold µs; the files show ms, as memtier's do
 
 # percentile ticks per half distance: with 25, the rows hold 50%, 90%, 95% and 99% exactly (with
-# HdrHistogram's default of 5, the row after 98.9% is 99.06%)
+# HdrHistogram's default of 5, the row after 98.91% is 99.06%)
 TICKS = 25
 
 
