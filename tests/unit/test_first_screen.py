@@ -48,11 +48,11 @@ def _table_rows(lines: list[str], first: str) -> list[list[str]]:
 def test_the_compare_fits_100_columns_with_short_side_names_and_a_legend(compared, monkeypatch):
     lines = _render(compared, 100, monkeypatch)
     assert max(len(x) for x in lines) <= 100
-    assert _label_breaks(lines) <= 2  # today's main: "virtual-offlo / ad-durable" and "predicted (model, / from / the baseline)"
+    assert _label_breaks(lines) <= 2
     assert lines[0].startswith("offload vs always")
     assert "always = fsync-always; offload = virtual-offload-durable" in lines[1]  # the one legend line
-    for name in ("always", "offload", "predicted", "delta"):
-        assert len(_table_rows(lines, name)) == 2, name  # a row of each table (read-heavy, write-only)
+    for name in ("always", "offload", "predicted", "delta"):  # before: "virtual-offlo / ad-durable", "predicted /
+        assert len(_table_rows(lines, name)) == 2, name  # (model, from / the baseline)": a row of each table
     # the model's figure on its row, its range alone on the line below (100 columns cannot hold both)
     pred = lines.index(next(x for x in lines if x.startswith("predicted ")))
     assert [c.strip() for c in SEP.split(lines[pred])][3:] == ["37.34", "1,171", "2,054", "3,682"]
