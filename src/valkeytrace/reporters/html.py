@@ -63,7 +63,7 @@ def _client_tables(inp: ReportInput) -> list[str]:
             out.append(_p(t.seed))
         if t.memory:
             out.append(_table((t.memory.title, *t.memory.columns), [(r, "") for r in t.memory.rows], "memory",
-                              f"What the server held ({t.title}), the peaks over each cell's windows"))
+                              "What the server held, the peaks over each cell's windows"))
             out += [_p(n) for n in t.memory.notes]
     if inp.comparison is not None:
         out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))

@@ -82,7 +82,7 @@ def _client_tables(inp: ReportInput, w):
         if t.seed:
             w(f"{t.seed}\n\n")
         if t.memory:
-            w(f"What the server held ({t.title}), the peaks over each cell's windows:\n\n")
+            w("What the server held, the peaks over each cell's windows:\n\n")
             _pipe_table(w, (t.memory.title, *t.memory.columns), t.memory.rows)
             w("".join(f"- {n}\n" for n in t.memory.notes) + ("\n" if t.memory.notes else ""))
     if inp.comparison is not None:
