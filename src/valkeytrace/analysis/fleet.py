@@ -102,13 +102,13 @@ def _recording_columns(path: str, d: Document) -> dict:
     emu, s = d.emulation, d.settings
     off = emu.offload
     delay = emu.fsync_delay.median_ns
-    return {"recording": os.path.basename(path), "label": d.label,
-            "side": next((x.side for x in d.launches if x.side), None), "created": d.created,
-            "valkeytrace_version": d.valkeytrace_version, "server_version": d.server.version,
-            "appendfsync": d.server.appendfsync, "io_threads": d.server.io_threads, "backend": s.backend,
-            "fsync_delay_ms": None if delay is None else delay / 1e6, "offload": off.mode if off else None,
-            "offload_gather_ms": off.gather_ns / 1e6 if off and off.gather_ns is not None else None,
-            "duration_s": s.duration_s, "repeat": s.repeat, "keyspace": s.keyspace}
+    # a row's columns (TableRow's names), not a document's keys
+    return dict(recording=os.path.basename(path), label=d.label, side=next((x.side for x in d.launches if x.side), None),
+                created=d.created, valkeytrace_version=d.valkeytrace_version, server_version=d.server.version,
+                appendfsync=d.server.appendfsync, io_threads=d.server.io_threads, backend=s.backend,
+                fsync_delay_ms=None if delay is None else delay / 1e6, offload=off.mode if off else None,
+                offload_gather_ms=off.gather_ns / 1e6 if off and off.gather_ns is not None else None,
+                duration_s=s.duration_s, repeat=s.repeat, keyspace=s.keyspace)
 
 
 def _op_columns(c: CellSummary, o: OpSummary) -> dict:

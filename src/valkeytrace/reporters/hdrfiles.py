@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from hdrh.log import HistogramLogWriter
 
 from valkeytrace.analysis.hdr import CellLatency
-from valkeytrace.recording.document import US_PER_MS  # the histograms hold µs; the files show ms, as memtier's do
+from valkeytrace.recording.document import US_PER_MS  # values held in µs, written in ms (as memtier writes them)
 
 # percentile ticks per half distance: with 25, the rows hold 50%, 90%, 95% and 99% exactly (with
 # HdrHistogram's default of 5, the row after 98.91% is 99.06%)
