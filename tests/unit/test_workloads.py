@@ -15,7 +15,7 @@ def test_every_workload_has_a_scenario_and_the_tables_follow_the_registry():
 def test_the_first_rows_note_names_the_clients_from_the_settings():
     from types import SimpleNamespace
 
-    from valkeytrace.reporters.base import _workload_note
+    from valkeytrace.reporters.clients import workload_note as _workload_note
 
     from valkeytrace.recording.model import ServerInfo, Settings
 

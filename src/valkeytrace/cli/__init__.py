@@ -11,6 +11,16 @@ from valkeytrace.errors import EXIT_RUNTIME, EXIT_USAGE, VTError
 # each command in a module of its own (cli/NAME.py, its function NAME), imported when it runs: `report` does not
 # load the recorder, nor a bad option's error anything (~0.15 s of each command's start, 2026-12-06)
 COMMANDS = ("doctor", "record", "compare", "report", "predict", "export", "merge")
+# what `valkeytrace --help` lists, in the order a newcomer uses them (no command is imported to list them)
+SUMMARIES = {  # one line each at 80 columns; no command's name as a word of its own (a wrapped line would list it)
+    "record": "run the valkey#4029 workloads on a server, tracing its threads",
+    "compare": "two builds or settings in alternating launches, then the verdict",
+    "report": "the verdict, the tables and the why, from one or two recordings",
+    "predict": "another configuration's tables, from the model of one recording",
+    "export": "latencies as HdrHistogram files or a CSV/Parquet table; a timeline",
+    "merge": "join the recordings of a primary and its replicas into one",
+    "doctor": "check what this machine needs for recording",
+}
 
 
 class _Group(click.Group):
@@ -19,6 +29,11 @@ class _Group(click.Group):
 
     def list_commands(self, ctx):
         return sorted(COMMANDS)  # as click lists registered commands: --help unchanged
+
+    def format_commands(self, ctx, formatter):
+        """Each command once, with its one-line summary (SUMMARIES)."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in SUMMARIES])
 
     def get_command(self, ctx, cmd_name):
         if cmd_name not in COMMANDS:
@@ -83,13 +98,8 @@ def _quiet_stdout():
 def main(ctx, debug):
     """Explain why a Valkey server's latency changes between two builds or configurations.
 
-    \b
-    record   run the valkey#4029 workloads against a server while tracing its threads
-    compare  record a baseline and a candidate in alternating launches, then compare them
-    report   render the tables (and the explanation) from one or two recordings
-    predict  what another configuration would do, from the model calibrated on one recording
-    export   a Perfetto timeline of a recording
-    doctor   check what this machine needs for recording
+    Start with `make demo` (a compare of fsync-always and the durable offload, about 5 minutes) and
+    `valkeytrace COMMAND --help`.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

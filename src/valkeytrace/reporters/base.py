@@ -4,21 +4,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import msgspec
-
-from valkeytrace import workloads
-from valkeytrace.workloads import REPLICA_OP
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import AnalysedRun, ReportInput
 from valkeytrace.analysis.summary import BUDGET, TIMED_CALLS, MainThread, ServerSummary
-from valkeytrace.analysis.tables import MEASURED_OP, METRICS, MIN_EFFECT, Figures
-from valkeytrace.analysis.whatif import predicted_ops
+from valkeytrace.analysis.tables import MIN_EFFECT
 from valkeytrace.system import format_cpu_list
-from valkeytrace.reporters.sections import seed_note
 from valkeytrace.reporters.sentences import share_tag
 from valkeytrace.reporters.claims import caveat_words, claim, say
 from valkeytrace.reporters.facts_words import fmt_time
-from valkeytrace.reporters.memory_words import memory_note, stall_note
 from valkeytrace.reporters.cost_words import cost_line
 from valkeytrace.reporters.trade_words import trade_line
 
@@ -75,122 +68,6 @@ def client_note(run: AnalysedRun) -> str:
     cpus = "CPU" + ("s " if len(place.client_cpus) > 1 else " ") + format_cpu_list(place.client_cpus)
     server, where = place.server_cpus, "on" if place.server_moved else "any of"
     return out + f" on {cpus}" + (f" (the server: {where} {format_cpu_list(server)})" if server else "")
-
-
-COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P99 (µs)", "Notes")
-DELTA_CONVENTION = ("Delta convention: {cand} vs {base}. TPS and MB/s: positive = higher throughput "
-                    "(better). P50/P95/P99: negative = lower latency (better). MB/s = TPS × value size "
-                    "(TPS × value bytes / 10^6). Each cell is the median of its repeats.")
-
-
-def _seed_note(inp: ReportInput, workload: str) -> str | None:
-    n = (inp.seed_notes or {}).get(workload)
-    return seed_note(n) if n else None
-
-
-def _row(label, size, op, f: Figures, note=""):
-    size = size if isinstance(size, str) else f"{size} B"
-    return [label, size, op, fmt_ktps(f.tps), fmt_mbs(f.mb_s), fmt_us(f.p50_us), fmt_us(f.p95_us), fmt_us(f.p99_us),
-            note]
-
-
-def _open_note(o) -> str:
-    """An open-loop op: offered and achieved, and SATURATED when it answered less than offered."""
-    m = o.median
-    if not m.offered_rate:
-        return ""
-    sat = "SATURATED: " if o.saturated else ""
-    cost, stalls = m.client_us_per_request, stall_note(o)
-    return (f"{sat}offered {m.offered_rate / 1000:.1f}K/s, achieved {(m.achieved_rate or 0) / 1000:.1f}K/s, service p50 "
-            f"{fmt_us(m.service_p50_us)} µs" + (f", client {cost:.1f} µs CPU/request" if cost else "")
-            + (f"; {stalls}" if stalls else ""))
-
-
-class _Settings(dict):
-    def __missing__(self, key):
-        return "?"
-
-
-def _workload_note(run, workload) -> str:
-    fsync = run.server.appendfsync or "?"
-    settings = {k: v for k, v in msgspec.to_builtins(run.settings).items() if v is not None}
-    return workloads.BY_NAME[workload].note.format_map(_Settings(settings)) + f"; fsync={fsync}"
-
-
-@dataclass
-class ClientTable:
-    """A #4029 table: the seed's columns; rows (cells, kind), kind "" for one recording, else "baseline"
-    / "candidate" / "predicted" / "delta"; and the seed's sentence for it (compare)."""
-    title: str
-    columns: tuple
-    rows: list
-    seed: str | None = None
-
-
-def _side_note(o, run, key) -> str:
-    """An op's open-loop note and its cell's memory peaks."""
-    return "; ".join(x for x in (_open_note(o), memory_note(run.memory.get(key))) if x)
-
-
-def client_tables(inp: ReportInput) -> list[ClientTable]:
-    """The #4029 tables (the seed's columns and delta convention)."""
-    out = []
-    if inp.comparison is None:
-        run = inp.baseline
-        for w in workloads.TABLED:
-            workload = w.name
-            cells = [c for c in run.cells if c.workload == workload and MEASURED_OP[workload] in c.ops]
-            if not cells:
-                continue
-            rows = []
-            for i, c in enumerate(cells):
-                o = c.ops[MEASURED_OP[workload]]
-                note = _workload_note(run, workload) if i == 0 else ""
-                size = f"{c.value_size} B" + (f" @ {c.rate:,.0f}/s" if c.rate else "")
-                extra = _side_note(o, run, c.key)
-                if note and c.rate:
-                    note += "; open loop: latency from each request's due moment"
-                rows.append((_row(run.label, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
-                                  + (f"; {extra}" if extra else "")), ""))
-            out.append(ClientTable(w.title or w.name, COLUMNS, rows))
-        return out
-    base, cand, cmp = inp.baseline, inp.candidate, inp.comparison
-    predicted = predicted_ops(inp.whatif or [])
-    for w in workloads.TABLED:
-        workload = w.name
-        cmp_rows = [r for r in cmp.rows if r.workload == workload and r.op in (MEASURED_OP[workload], REPLICA_OP)]
-        if not cmp_rows:
-            continue
-        table = []
-        for i, r in enumerate(cmp_rows):
-            note = _workload_note(base, workload) if i == 0 else ""
-            size = f"{r.value_size} B" + (f" @ {r.rate:,.0f}/s" if r.rate else "")
-            if note and r.rate:
-                note += "; open loop: latency from each request's due moment"
-            bo, co = (_side_note(o, side, (r.workload, r.value_size, r.rate)) for o, side in ((r.base, base), (r.cand, cand)))
-            table.append((_row(base.label, size, r.op, r.base.median,
-                                "; ".join(x for x in (note, bo and f"{base.label} {size}: {bo}") if x)), "baseline"))
-            table.append((_row(cand.label, size, r.op, r.cand.median, co and f"{cand.label} {size}: {co}"), "candidate"))
-            q = predicted.get((r.workload, r.value_size, r.op, r.rate))
-            if q:
-                errs = ", ".join(f"{k.replace('_us', '').upper()} {v:+.0f}%" for k, v in q.errors.items())
-                f, iv = q.figures, q.intervals
-
-                def ranged(fmt, k):
-                    lo_hi = iv.get(k)
-                    return fmt(getattr(f, k)) + (f" [{fmt(lo_hi[0])}, {fmt(lo_hi[1])}]" if lo_hi else "")
-                table.append((["predicted (model, from the baseline)", size, r.op, ranged(fmt_ktps, "tps"),
-                               fmt_mbs(f.tps * r.value_size / 1e6 if f.tps else None), ranged(fmt_us, "p50_us"),
-                               ranged(fmt_us, "p95_us"), ranged(fmt_us, "p99_us"),
-                               f"prediction vs measured: {errs}; [90% range for one recording]"], "predicted"))
-            if min(r.base.n, r.cand.n) < 2:
-                dnote = f"significance unknown (n={r.base.n}/{r.cand.n})"
-            else:
-                noisy = [m.replace("_us", "").upper().replace("MB_S", "MB/s") for m, v in r.noise.items() if v]
-                dnote = f"not significant: {', '.join(noisy)} (n={r.base.n}/{r.cand.n})" if noisy else ""
-            table.append((["delta", f"{r.value_size} B", r.op, *[fmt_pct(r.deltas[m]) for m in METRICS], dnote], "delta"))
-        out.append(ClientTable(w.title or w.name, COLUMNS, table, _seed_note(inp, workload)))
-    return out
 
 
 @dataclass
@@ -394,10 +271,9 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
             s = p50.slope
             why.append(f"intervention: {s.value:.2f} ms of p50 per ms of {s.thread_role} fsync (R² {s.r2:.2f})"
                        if s.reliable else f"intervention slope not measured reliably (R² {s.r2:.2f})")
-        for metric in ("p50_us", "p99_us", "tps"):
-            w = by[metric].whatif if metric in by else None
-            if w:
-                why.append(f"what-if {SHORT[metric]} {w.verdict or 'without'} its 90% range ({w.error_pct:+.0f}%)")
+        said = _whatif_words([(SHORT[m], by[m].whatif) for m in ("p50_us", "p99_us", "tps") if m in by and by[m].whatif])
+        if said:
+            why.append(said)
         sat = next(iter(by.values())).saturated if rate else None
         if sat and any(sat):
             why.insert(0, "saturated at this rate: " + " and ".join(
@@ -406,6 +282,16 @@ def verdict_lines(inp: ReportInput) -> list[tuple[tuple[str, str], str]]:
         cell = f"{workload} {op} {size} B" + (f" at {rate:,.0f}/s" if rate else "")
         out.append(((cell, "; ".join(parts)), "; ".join(why)))
     return out
+
+
+def _whatif_words(checks: list) -> str:
+    """'what-if inside its 90% range: p50 +9%, p99 -13%, TPS -2%' (each metric's prediction error), the metrics
+    grouped by where they fell: 'what-if outside its 90% range: p50 +57%; inside: p99 -2%, TPS -11%'."""
+    groups: dict[str, list[str]] = {}
+    for name, w in checks:
+        groups.setdefault(w.verdict or "without", []).append(f"{name} {w.error_pct:+.0f}%")
+    said = [f"{v}{' its 90% range' if i == 0 else ''}: {', '.join(items)}" for i, (v, items) in enumerate(groups.items())]
+    return "what-if " + "; ".join(said) if said else ""
 
 
 @dataclass

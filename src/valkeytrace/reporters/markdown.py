@@ -7,8 +7,9 @@ from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.memory_words import durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
-from valkeytrace.reporters.base import (DELTA_CONVENTION, ReplicationTable, ServerTable, client_note, client_tables, explanation_entries, server_note,
+from valkeytrace.reporters.base import (ReplicationTable, ServerTable, client_note, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
+from valkeytrace.reporters.clients import DELTA_CONVENTION, client_tables
 from valkeytrace.reporters.claims import gap_text, say
 
 
@@ -80,6 +81,10 @@ def _client_tables(inp: ReportInput, w):
         _pipe_table(w, (t.title, *t.columns), (cells for cells, _kind in t.rows))
         if t.seed:
             w(f"{t.seed}\n\n")
+        if t.memory:
+            w("What the server held, the peaks over each cell's windows:\n\n")
+            _pipe_table(w, (t.memory.title, *t.memory.columns), t.memory.rows)
+            w("".join(f"- {n}\n" for n in t.memory.notes) + ("\n" if t.memory.notes else ""))
     if inp.comparison is not None:
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 

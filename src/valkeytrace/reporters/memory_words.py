@@ -2,7 +2,15 @@
 injected stalls, shared by every report format; and the durability check's sentence."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from valkeytrace.analysis.memory import CellMemory
+from valkeytrace.workloads import Workload
+
+# a memory table's columns after the side and the value size: (heading, CellMemory's field)
+MEMORY_COLUMNS = (("Held replies", "held_replies_peak"), ("Held bytes", "held_bytes_peak"),
+                  ("Dirty keys", "dirty_keys_peak"), ("AOF buffer", "aof_buffer_bytes_peak"),
+                  ("RSS peak", "server_rss_kb_peak"), ("RSS from", "server_rss_kb_start"))
 
 
 def fmt_bytes(v: int | None) -> str:
@@ -61,3 +69,48 @@ def durability_sentence(label: str, check) -> str | None:
     runs = f", the writes of {len(check.runs)} run{'s' if len(check.runs) != 1 else ''}" if check.runs else ""
     return (f"{label}: none of {check.acked:,} acknowledged keys{runs} missing from the AOF after the server was killed "
             "(SIGKILL: what the kernel had written survives a process crash; a power loss is not tested)")
+
+
+@dataclass
+class MemoryTable:
+    """What the server held over a workload's cells, each side's peaks over its windows: rows [side, value size,
+    *columns], a column only where some side has its figure; notes under it."""
+    title: str
+    columns: tuple
+    rows: list
+    notes: list
+
+
+def _memory_cell(m: CellMemory, name: str) -> str:
+    v = getattr(m, name)
+    if v is None:
+        return "–"
+    if name == "held_replies_peak":
+        return f"{v:,}" + (f" (+{m.behind_replies_peak:,})" if m.behind_replies_peak else "")
+    if name == "dirty_keys_peak":
+        return f"{v:,}"
+    return fmt_bytes(v * 1024 if name.startswith("server_rss_kb") else v)
+
+
+def memory_table(w: Workload, sides: list) -> MemoryTable | None:
+    """The table of workload w over sides [(name, analysis.report.AnalysedRun)], value size by value size,
+    the sides in order within each; None when no side sampled the memory of a cell of w."""
+    keys = list(dict.fromkeys(c.key for _, run in sides for c in run.cells if c.workload == w.name))
+    rows, notes = [], []
+    for key in keys:
+        size = f"{key[1]} B" + (f" @ {key[2]:,.0f}/s" if key[2] else "")
+        for name, run in sides:
+            m = run.memory.get(key)
+            if m is None:
+                continue
+            rows.append([name, size, *[_memory_cell(m, f) for _, f in MEMORY_COLUMNS]])
+            if m.aof_delayed_fsync:
+                notes.append(f"{name} {size}: {m.aof_delayed_fsync:,} AOF write(s) past valkey's 2 s wait "
+                             "(aof_delayed_fsync)")
+            if m.behind_replies_peak:
+                notes.append("held replies (+N): replies held only behind them, in order (a rejected write's error)")
+    if not rows:
+        return None
+    keep = [i for i in range(len(MEMORY_COLUMNS)) if any(r[2 + i] != "–" for r in rows)]
+    return MemoryTable(w.title or w.name, ("Value", *[MEMORY_COLUMNS[i][0] for i in keep]),
+                       [r[:2] + [r[2 + i] for i in keep] for r in rows], list(dict.fromkeys(notes)))

@@ -9,16 +9,18 @@ import shutil
 
 from rich.console import Console
 from rich.markup import escape
+from rich.cells import cell_len
 from rich.table import Table
 
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis.tables import METRICS
-from valkeytrace.reporters.memory_words import durability_sentence, memory_note
+from valkeytrace.reporters.memory_words import MemoryTable, durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
-from valkeytrace.reporters.base import (ReplicationTable, ServerTable, _open_note, client_note, client_tables, replication_tables, rule_line, server_note,
+from valkeytrace.reporters.base import (ReplicationTable, ServerTable, client_note, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
+from valkeytrace.reporters.clients import ClientTable, client_tables, open_note, side_names
 from valkeytrace.reporters.claims import claim, gap_text, say
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
@@ -67,15 +69,24 @@ def _header(console, inp: ReportInput) -> None:
         lost = durability_sentence(run.label, run.durability_check)
         if lost:
             console.print(f"[bold red]{escape(lost)}[/bold red]" if run.durability_check.acked_missing else escape(lost))
+    names = [run.label for run in inp.runs]
     if inp.comparison is not None:
-        console.print(f"[bold]{escape(inp.candidate.label)} vs {escape(inp.baseline.label)}[/bold] "
+        sides = side_names(inp.runs)
+        names = list(sides.names)
+        console.print(f"[bold]{escape(names[1])} vs {escape(names[0])}[/bold] "
                       "(candidate vs baseline; each figure the median of its repeats)")
-    for run in inp.runs:
-        console.print(f"  {escape(run.label)}: server {run.server.version} ({server_note(run)}); "
-                      f"client {client_note(run)}" + ("" if run.complete else "  [red](incomplete)[/red]"))
+        if sides.legend:
+            console.print("  " + escape(sides.legend))
+    about = [f"server {run.server.version} ({server_note(run)}); client {client_note(run)}"
+             + ("" if run.complete else "  [red](incomplete)[/red]") for run in inp.runs]
+    if len(about) > 1 and len(set(about)) == 1:  # one line for what both sides share
+        console.print(f"  both: {about[0]}")
+    else:
+        for name, line in zip(names, about):
+            console.print(f"  {escape(name)}: {line}")
     banners = list(dict.fromkeys(run.emulation for run in inp.runs if run.emulation))
     for b in banners:
-        who = [run.label for run in inp.runs if run.emulation == b]
+        who = [name for name, run in zip(names, inp.runs) if run.emulation == b]
         console.print(f"  [bold red]{escape(b[0].upper() + b[1:])}[/bold red]"
                       + (f" ({', '.join(who)})" if len(inp.runs) > 1 and len(who) < len(inp.runs) else ""))
 
@@ -112,16 +123,11 @@ def _rule(console, title: str) -> None:
 
 
 def _tables(console, inp: ReportInput) -> None:
-    for t in client_tables(inp):
-        table = Table(show_edge=False, pad_edge=False)  # the title heads the first column, as in the seed
-        # below 100 columns MB/s (TPS x value size) gives way
-        keep = [i for i, c in enumerate(t.columns) if c != "Notes" and (console.width >= 100 or c != "MB/s")]
-        for i, col in enumerate((t.title, *[t.columns[k] for k in keep])):
-            table.add_column(col, justify="left" if i < 3 else "right", overflow="fold")  # narrow: wrap, never cut
+    for t in client_tables(inp, short=True):
+        table, keep = _client_table(t, console.width)
         dropped = [c for c in t.columns if c != "Notes" and c not in [t.columns[k] for k in keep]]
         notes = []
         for cells, kind in t.rows:
-            table.add_row(cells[0], *[cells[1 + k] for k in keep], end_section=kind == "delta")
             if cells[-1]:
                 note = cells[-1]
                 for c in dropped:  # a note names only columns the table shows
@@ -132,9 +138,74 @@ def _tables(console, inp: ReportInput) -> None:
             console.print("  [dim]" + escape("; ".join(dict.fromkeys(notes))) + "[/dim]")
         if t.seed:
             console.print("  " + escape(t.seed))
+        if t.memory:
+            _memory(console, t.memory)
     console.print("[dim]Delta: candidate vs baseline; TPS positive = better, latencies negative = better.[/dim]")
     if inp.comparison and inp.comparison.missing:
         console.print("[yellow]not compared:[/yellow] " + "; ".join(inp.comparison.missing))
+
+
+def _client_table(t: ClientTable, width: int) -> tuple[Table, list]:
+    """The table as it fits width, the title heading its first column as in the seed: the model's row with each
+    figure's range beside it, else below it ([lo, hi] on the next line); MB/s (TPS x value size) gives way
+    before the ranges leave their figures. (The table, the columns of t it shows.)"""
+    cols = [i for i, c in enumerate(t.columns) if c != "Notes"]
+    choices = [(False, cols), (False, [i for i in cols if t.columns[i] != "MB/s"]),
+               (True, cols), (True, [i for i in cols if t.columns[i] != "MB/s"])]
+    for split, keep in choices:
+        rows = [[cells[0], *[_split(cells[1 + k]) if split and kind == "predicted" else cells[1 + k] for k in keep]]
+                for cells, kind in t.rows]
+        widths = fit_widths([t.title, *[t.columns[k] for k in keep]], rows, width)
+        if widths is not None:
+            break
+    table = Table(show_edge=False, pad_edge=False)
+    for i, col in enumerate((t.title, *[t.columns[k] for k in keep])):  # narrow: wrap, never cut
+        table.add_column(col, justify="left" if i < 3 else "right", overflow="fold", width=widths[i] if widths else None)
+    for cells, (_, kind) in zip(rows, t.rows):
+        table.add_row(*(escape(c) for c in cells), end_section=kind == "delta")
+    return table, keep
+
+
+def _split(cell: str) -> str:
+    return cell.replace(" [", "\n[", 1)
+
+
+def fit_widths(head: list, rows: list, width: int) -> list | None:
+    """Each column's width for a table of rich's (no edges) that fits width: its widest cell and its whole
+    heading where all fit, else as many headings whole as the room allows (the least room first), the others
+    on two lines; None when even that does not fit."""
+    def longest(text: str) -> int:
+        return max((cell_len(line) for line in text.split("\n")), default=0)
+
+    def two_lines(h: str) -> int:  # the narrowest a heading gets on two lines, broken at a space
+        w = h.split(" ")
+        return min([cell_len(h)] + [max(cell_len(" ".join(w[:k])), cell_len(" ".join(w[k:]))) for k in range(1, len(w))])
+
+    cells = [max([longest(r[i]) for r in rows], default=0) for i in range(len(head))]
+    full = [max(c, longest(h)) for c, h in zip(cells, head)]
+    least = [max(c, two_lines(h)) for c, h in zip(cells, head)]
+    room = width - 3 * (len(head) - 1) - sum(least)
+    if room < 0:
+        return None
+    out = list(least)
+    for i in sorted(range(len(head)), key=lambda i: full[i] - least[i]):  # whole headings, the shortest wraps first
+        if full[i] - least[i] <= room:
+            out[i], room = full[i], room - (full[i] - least[i])
+    return out
+
+
+def _memory(console, m: MemoryTable) -> None:
+    """What the server held, side by value size (the short line above it: said once per table, not wrapped)."""
+    console.print("[dim]Memory, peaks over each cell's windows:[/dim]")
+    widths = fit_widths([m.title, *m.columns], m.rows, console.width)
+    table = Table(show_edge=False, pad_edge=False)
+    for i, col in enumerate((m.title, *m.columns)):
+        table.add_column(col, justify="left" if i < 2 else "right", overflow="fold", width=widths[i] if widths else None)
+    for cells in m.rows:
+        table.add_row(*(escape(c) for c in cells))
+    console.print(table)
+    for n in m.notes:
+        console.print("  [dim]" + escape(n) + "[/dim]")
 
 
 def _caveats(console, inp: ReportInput) -> None:
@@ -169,13 +240,13 @@ def _single(console, inp: ReportInput) -> None:
             who = f"{o.role} open" if o.median.offered_rate else f"{o.role} c={o.clients}"
             t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=True)
             if o.median.offered_rate:
-                notes.append(f"{cell.workload} {size} {op}: {_open_note(o)}")
-        mem = memory_note(run.memory.get(cell.key))
-        if mem:
-            notes.append(f"{cell.workload} {cell.value_size} B: {mem}")
+                notes.append(f"{cell.workload} {size} {op}: {open_note(o)}")
     console.print(t)
     for n in notes:
         console.print("  " + escape(n))
+    for ct in client_tables(inp, short=True):
+        if ct.memory:
+            _memory(console, ct.memory)
     entries = run.explanation or []
     if entries:
         _rule(console, "[bold]Why[/bold]")
