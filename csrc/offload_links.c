@@ -10,10 +10,14 @@
 #define _GNU_SOURCE
 #include "offload_links.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define MARKS 4096 /* a full ring merges into its newest mark: the offset then moves later, never early */
 
@@ -33,6 +37,13 @@ void vt_links_attach(struct vt_replica_link *l)
     shared = l;
     for (int i = 0; i < VT_REPLICA_LINKS; i++)
         links[i].fd = -1;
+}
+
+/* the replica's release thread sleeps on s->wake (a futex in the shared file): woken when committed moves */
+static void wake_replica(struct vt_replica_link *s)
+{
+    __atomic_add_fetch(&s->wake, 1, __ATOMIC_ACQ_REL);
+    syscall(SYS_futex, &s->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 static int peer_port(int fd)
@@ -63,6 +74,7 @@ static int slot_of(int fd)
     __atomic_store_n(&shared[free_].sent, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&shared[free_].committed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&shared[free_].port, (uint32_t)peer_port(fd), __ATOMIC_RELEASE);
+    wake_replica(&shared[free_]);
     return free_;
 }
 
@@ -71,7 +83,9 @@ static void settle_locked(struct link *l, struct vt_replica_link *s, uint64_t du
 {
     while (l->n && l->mark[l->h].queued <= durable)
         l->h = (l->h + 1) % MARKS, l->n--;
-    __atomic_store_n(&s->committed, l->n ? l->mark[l->h].start : l->sent, __ATOMIC_RELEASE);
+    uint64_t to = l->n ? l->mark[l->h].start : l->sent;
+    if (__atomic_exchange_n(&s->committed, to, __ATOMIC_ACQ_REL) != to)
+        wake_replica(s);
 }
 
 void vt_links_wrote(int fd, size_t n, uint64_t queued, uint64_t durable)
@@ -113,6 +127,7 @@ void vt_links_closed(int fd)
         if (links[i].fd == fd) {
             links[i].fd = -1;
             __atomic_store_n(&shared[i].port, 0, __ATOMIC_RELEASE);
+            wake_replica(&shared[i]);
         }
     }
     pthread_mutex_unlock(&mu);

@@ -152,3 +152,154 @@ def test_a_short_write_on_a_replica_link_offsets_equal_the_replica_s():
             replica.close()
         primary.stop()
         stats.close()
+
+
+# replica-blocking: each primary fdatasync takes this long, so a write stays past the committed offset as long
+DELAY_S = 3.0
+
+
+def _blocking_replica(primary, stats):
+    """A replica of primary with the shim preloaded under replica-blocking (it reads the primary's committed
+    offsets from its offload file), as record --offload-replicas replica-blocking launches it."""
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.tracers.emulation import shim_library
+
+    env = {**os.environ, "LD_PRELOAD": shim_library(), "VALKEYTRACE_REPLICA_COMMIT": stats.path}
+    return EmbeddedServer(appendfsync="always", io_threads=1, env=env,
+                          server_config={"replicaof": f"127.0.0.1 {primary.port}"})
+
+
+def _synced(replica, timeout_s: float = 30) -> float:
+    """Seconds until the replica's link is up with its full sync done."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        info = replica.client().info("replication")
+        if info.get("master_link_status") == "up" and not int(info.get("master_sync_in_progress", 1)):
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    raise AssertionError("the replica did not sync")
+
+
+def _set_in_background(primary, key: str) -> tuple[threading.Thread, float]:
+    """SET key on the primary (its reply waits for its fdatasync: DELAY_S); the time it was sent."""
+    c = primary.client()
+    t = threading.Thread(target=c.set, args=(key, "v"), daemon=True)
+    sent = time.monotonic()
+    t.start()
+    return t, sent
+
+
+def _get_replies(port: int, key: str, n: int, timeout_s: float) -> list[float | None]:
+    """n connections each send GET key at once; when each reply came (None: none within timeout_s)."""
+    import selectors
+
+    sel, socks, when, buf = selectors.DefaultSelector(), [], [None] * n, [b""] * n
+    try:
+        for i in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(_cmd("GET", key))
+            s.setblocking(False)
+            socks.append(s)
+            sel.register(s, selectors.EVENT_READ, i)
+        deadline, left = time.monotonic() + timeout_s, n
+        while left and time.monotonic() < deadline:
+            for k, _ in sel.select(timeout=0.2):
+                i = k.data
+                buf[i] += k.fileobj.recv(64)
+                if buf[i].endswith(b"v\r\n") and when[i] is None:
+                    when[i], left = time.monotonic(), left - 1
+                    sel.unregister(k.fileobj)
+        return when
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def blocking_pair():
+    """A primary whose every fdatasync takes DELAY_S, and its replica under replica-blocking, synced."""
+    primary, stats = _offload_primary("replica-blocking", delay=f"{DELAY_S}s")
+    replica = None
+    try:
+        replica = _blocking_replica(primary, stats)
+        _synced(replica)
+        yield primary, replica
+    finally:
+        for s in (replica, primary):
+            if s is not None:
+                s.stop()
+        stats.close()
+
+
+def test_4097_held_connections_all_released(blocking_pair):
+    """4,097 clients of the replica read a key written past the committed offset: each reply is held, and each
+    leaves once the primary's fdatasync (DELAY_S) made the write durable; none is left behind."""
+    primary, replica = blocking_pair
+    setter, sent = _set_in_background(primary, "many")
+    time.sleep(0.2)  # the stream carried the SET to the replica
+    when = _get_replies(replica.port, "many", 4097, timeout_s=DELAY_S + 20)
+    setter.join(timeout=30)
+    answered = [w for w in when if w is not None]
+    assert len(answered) == 4097, f"{4097 - len(answered)} of 4,097 held replies never released"
+    assert min(answered) >= sent + DELAY_S - 0.2, (min(answered) - sent)  # held until the write was durable
+
+
+def _voluntary_switches(pid: int) -> int:
+    """The kernel's count of every thread's voluntary context switches (each sleep and wake of each)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def test_the_release_thread_sleeps_while_a_reply_is_held(blocking_pair):
+    """While a reply waits for the committed offset, the replica's release thread sleeps until the offset moves
+    (a futex word the primary bumps), not on a timer: the replica's threads together switch out at most a few
+    dozen times a second (the server's own cron and link), where a 20 µs poll switches out thousands of times."""
+    primary, replica = blocking_pair
+    setter, sent = _set_in_background(primary, "idle")
+    time.sleep(0.2)
+    with socket.create_connection(("127.0.0.1", replica.port), timeout=10) as s:
+        s.sendall(_cmd("GET", "idle"))
+        time.sleep(0.3)
+        before, t0 = _voluntary_switches(replica.pid), time.monotonic()
+        time.sleep(1.5)
+        switches, took = _voluntary_switches(replica.pid) - before, time.monotonic() - t0
+        s.setblocking(False)
+        try:
+            early = s.recv(64)
+        except BlockingIOError:
+            early = b""
+        assert not early and time.monotonic() < sent + DELAY_S, "the reply was not held over the whole window"
+        s.settimeout(DELAY_S + 10)
+        assert s.recv(64).endswith(b"v\r\n")  # released once durable
+    setter.join(timeout=30)
+    assert switches / took <= 100, f"{switches} voluntary context switches in {took:.2f} s while one reply was held"
+
+
+def test_a_read_of_a_snapshot_key_under_replica_blocking_waits():
+    """A replica that joins while a write is not yet durable on the primary loads it from the full sync's
+    snapshot (the primary's memory): a read of it waits, as a read of it from the stream would, until the
+    primary's fdatasync (DELAY_S, begun after the SET was sent) made it durable."""
+    primary, stats = _offload_primary("replica-blocking", delay=f"{DELAY_S}s")
+    replica = None
+    try:
+        primary.client().set("before", "v")  # one job done: the next SET's job starts at once
+        setter, sent = _set_in_background(primary, "snap")
+        time.sleep(0.2)
+        replica = _blocking_replica(primary, stats)
+        took = _synced(replica)
+        (came,) = _get_replies(replica.port, "snap", 1, timeout_s=DELAY_S + 10)
+        setter.join(timeout=30)
+        assert came is not None, "the read of the snapshot's key was never answered"
+        assert came >= sent + DELAY_S - 0.2, f"answered {came - sent:.2f} s after the SET (synced in {took:.2f} s)"
+    finally:
+        for s in (replica, primary):
+            if s is not None:
+                s.stop()
+        stats.close()
