@@ -228,17 +228,18 @@ static int over_limit_locked(struct conn *c)
     return 1;
 }
 
+static int stream_committed(void) { return vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED; }
+
 /* n stream bytes the kernel took or the shim holds (sent in order): counted once, as the replica reads them (a
- * short write's rest comes again from the server); the AOF bytes queued before them make its committed offset */
+ * short write's rest comes again from the server); the AOF bytes queued with them make its committed offset */
 static void stream_took(struct conn *c, size_t n, uint64_t queued, uint64_t durable)
 {
-    int committed = vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED;
     if (!c->replica || !n)
         return;
     vt_stat_add(&vt_off.stats->stream_bytes, n);
-    if (vt_off.mode == VT_OFFLOAD_DURABLE && queued > durable && !committed)
+    if (vt_off.mode == VT_OFFLOAD_DURABLE && queued > durable && !stream_committed())
         vt_stat_add(&vt_off.stats->stream_dirty_bytes, n);
-    vt_links_wrote(c->fd, n, queued, durable);
+    vt_links_wrote(c->fd, n, durable);
 }
 
 int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_writev_fn real)
@@ -255,6 +256,8 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
     for (;;) {
         uint64_t durable = vt_off_durable(), queued = vt_off_queued();
         size_t hold_from = NONE, sent = 0;
+        /* committed: a link's stream is held whole, for the AOF bytes queued by the loop's end (offload_links.h) */
+        int loop = c->replica && c->unsynced && vt_off.mode == VT_OFFLOAD_DURABLE && stream_committed();
         if (!c->active) {
             pthread_mutex_unlock(&c->mu);
             return 0;
@@ -264,8 +267,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         } else if (vt_off.mode != VT_OFFLOAD_DURABLE) {
             hold_from = NONE; /* early-ack: nothing is held, the witness still looks */
         } else if (c->unsynced) { /* a replica's link: its stream held only when told (committed) */
-            int committed = !c->replica || (vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED);
-            hold_from = queued > durable && committed ? 0 : NONE;
+            hold_from = loop || (!c->replica && queued > durable) ? 0 : NONE;
         } else {
             struct scan s = {0, c, c->qh, c->hh, queued, durable, NONE};
             struct vt_reply_framer f = c->fr;
@@ -282,17 +284,16 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             if (n < 0 || (size_t)n < want || hold_from == NONE) {
                 stream_took(c, n > 0 ? (size_t)n : 0, queued, durable);
                 pthread_mutex_unlock(&c->mu);
-                *ret = n;
-                errno = saved;
+                *ret = n, errno = saved;
                 return 1;
             }
             sent = (size_t)n;
         }
         struct chunk *ch = malloc(sizeof(struct chunk) + (total - sent));
-        if (!ch && sent) { /* no memory to hold the rest: a short write (the server sends the rest again) */
+        if (!ch && (sent || loop)) { /* no memory to hold the rest: a short write, or one that would block */
             stream_took(c, sent, queued, durable);
             pthread_mutex_unlock(&c->mu);
-            *ret = (ssize_t)sent;
+            *ret = sent ? (ssize_t)sent : -1, errno = EAGAIN; /* (the server sends the rest again) */
             return 1;
         }
         if (!ch) { /* no memory to hold it: ask for a job, wait until nothing is held and everything is durable */
@@ -308,8 +309,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             pthread_mutex_lock(&c->mu);
             if (vt_off_failed()) {
                 pthread_mutex_unlock(&c->mu);
-                *ret = -1;
-                errno = EIO;
+                *ret = -1, errno = EIO;
                 return 1;
             }
             continue;
@@ -323,15 +323,14 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         }
         commit(c, iov, iovcnt, sent, total, sent, ch, queued, durable);
         if (c->unsynced || !ch->replies)
-            ch->need = ch->need > queued ? ch->need : queued;
+            ch->need = loop ? VT_NEED_LOOP_END : ch->need > queued ? ch->need : queued;
+        if (loop)
+            vt_links_hold(c);
         ch->need = ch->need > c->held_need ? ch->need : c->held_need;
         c->held_need = ch->need;
         ch->held_ns = vt_now_ns();
         ch->jobs_at_hold = __atomic_load_n(&vt_off.stats->jobs, __ATOMIC_RELAXED);
-        if (c->held_tail)
-            c->held_tail->next = ch;
-        else
-            c->held = ch;
+        *(c->held_tail ? &c->held_tail->next : &c->held) = ch;
         c->held_tail = ch;
         __atomic_store_n(&c->held_n, c->held_n + 1, __ATOMIC_RELEASE);
         c->held_bytes += ch->len;
@@ -346,8 +345,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         uint64_t need = ch->need;
         if (over_limit_locked(c)) { /* closed: the server's write fails, as on a client it dropped */
             pthread_mutex_unlock(&c->mu);
-            *ret = -1;
-            errno = EPIPE;
+            *ret = -1, errno = EPIPE;
             return 1;
         }
         pthread_mutex_unlock(&c->mu);

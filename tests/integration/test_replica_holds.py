@@ -83,6 +83,13 @@ class FakeReplica:
         line, self.buf = self.buf.split(b"\n", 1)
         return line.rstrip(b"\r")
 
+    def read_until(self, marker: bytes, timeout_s: float = 20) -> None:
+        """Read the stream until marker came."""
+        seen, deadline = b"", time.monotonic() + timeout_s
+        while marker not in seen and time.monotonic() < deadline:
+            seen = seen[-len(marker):] + self._recv()
+        assert marker in seen, f"{marker!r} never came on the link"
+
     def drain(self, quiet_s: float = 1.0) -> None:
         """Read until nothing came for quiet_s."""
         self.sock.settimeout(quiet_s)
@@ -302,4 +309,104 @@ def test_a_read_of_a_snapshot_key_under_replica_blocking_waits():
         for s in (replica, primary):
             if s is not None:
                 s.stop()
+        stats.close()
+
+
+class AofWatch:
+    """When each marker first appears in the primary's AOF file (read as it grows, every 2 ms)."""
+
+    def __init__(self, workdir: str, markers: list[bytes]):
+        self.workdir, self.markers, self.seen = workdir, markers, {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import glob
+
+        data = b""
+        while not self.stop.wait(0.002):
+            for path in glob.glob(os.path.join(self.workdir, "appendonlydir", "*.incr.aof")):
+                with open(path, "rb") as f:
+                    data = f.read()
+                for m in self.markers:
+                    if m in data and m not in self.seen:
+                        self.seen[m] = time.monotonic()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def _primary_end(pid: int, port: int, peer: int) -> socket.socket:
+    """The primary's own end of its link to the replica at `peer` (its fd, duplicated into this process with
+    pidfd_getfd): a socket option set on it is set on the primary's socket."""
+    import ctypes
+
+    import psutil
+
+    fd = next(c.fd for c in psutil.Process(pid).net_connections(kind="tcp")
+              if c.laddr and c.raddr and c.laddr.port == port and c.raddr.port == peer)
+    pidfd = os.pidfd_open(pid)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mine = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd (438 on every architecture)
+        if mine < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+    finally:
+        os.close(pidfd)
+    return socket.socket(fileno=mine)
+
+
+def test_committed_holds_a_stream_write_made_before_the_aof_was_written():
+    """--offload-replicas committed, a targeted witness: the server writes to a replica's link from its write
+    handler, inside the event loop, after it ran a SET whose AOF bytes it writes only in beforeSleep. A link kept
+    full (a PUBLISH: no AOF bytes, written at once, the server left with a little of it), a SET (A) that starts a
+    1 s fdatasync, then, while DEBUG SLEEP keeps the main thread busy, a second SET (B) and the replica reading
+    again: the loop runs B, then the link's write handler, which writes B's stream bytes before B's AOF bytes were
+    even queued (strace: the read of B, then the writev to the link, no AOF write between). B must reach the
+    replica only once its own fdatasync ended: no sooner than 1 s after its bytes first appeared in the AOF file
+    (the truth: the file, read as it grows, and the injected delay)."""
+    primary, stats = _offload_primary("committed", delay="1s", config={"enable-debug-command": "yes"})
+    replica = watch = None
+    socks = []
+    try:
+        replica = FakeReplica(primary.port)
+        c = primary.client()
+        c.set("warm", "x")
+        replica.read_until(b"warm")
+        replica.stop.set()  # no more ACKs: the link's fd becomes ready only when its socket takes bytes again
+        link = _primary_end(primary.pid, primary.port, replica.port)
+        socks.append(link)
+        link.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)  # the primary's send buffer: small
+        mark_a, mark_b = b"marker-A-" + os.urandom(6).hex().encode(), b"marker-B-" + os.urandom(6).hex().encode()
+        watch = AofWatch(primary.workdir, [mark_a, mark_b])
+        c.publish("ch", "p" * 1_000_000)  # nothing waits for the AOF: written now, in part; the server keeps the rest
+        time.sleep(0.2)
+        writer, busy = (socket.create_connection(("127.0.0.1", primary.port)) for _ in range(2))
+        socks += [writer, busy]
+        writer.sendall(_cmd("SET", "a", mark_a))  # its fdatasync: 1 s from now
+        time.sleep(0.1)
+        busy.sendall(_cmd("DEBUG", "SLEEP", "0.3"))  # the main thread busy for 300 ms
+        time.sleep(0.05)
+        writer.sendall(_cmd("SET", "b", mark_b))  # ready first: run first when the sleep ends
+        time.sleep(0.05)
+        link.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 << 20)  # room for everything: the link is writable
+        replica.sock.settimeout(20)
+        replica.read_until(mark_b)  # the link drains from now on
+        got_b = time.monotonic()
+        deadline = time.monotonic() + 10
+        while mark_b not in watch.seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mark_b in watch.seen, "B never reached the AOF file"
+        early = watch.seen[mark_b] + 1.0 - got_b
+        assert early <= 0.1, f"B reached the replica {early:.2f} s before its fdatasync could have ended"
+    finally:
+        if watch is not None:
+            watch.close()
+        for s_ in socks:
+            s_.close()
+        if replica is not None:
+            replica.close()
+        primary.stop()
         stats.close()
