@@ -225,7 +225,14 @@ def _get_replies(port: int, key: str, n: int, timeout_s: float) -> list[float | 
 
 @pytest.fixture(scope="module")
 def blocking_pair():
-    """A primary whose every fdatasync takes DELAY_S, and its replica under replica-blocking, synced."""
+    """A primary whose every fdatasync takes DELAY_S, and its replica under replica-blocking, synced (with room for
+    4,097 more connections: this process's fd limit raised to its hard limit, which the servers inherit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4097 + 512
+    if soft < want and (hard == resource.RLIM_INFINITY or hard >= want):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     primary, stats = _offload_primary("replica-blocking", delay=f"{DELAY_S}s")
     replica = None
     try:
@@ -242,6 +249,10 @@ def blocking_pair():
 def test_4097_held_connections_all_released(blocking_pair):
     """4,097 clients of the replica read a key written past the committed offset: each reply is held, and each
     leaves once the primary's fdatasync (DELAY_S) made the write durable; none is left behind."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 4097 + 512:
+        pytest.skip("the fd limit leaves no room for 4,097 connections")
     primary, replica = blocking_pair
     setter, sent = _set_in_background(primary, "many")
     time.sleep(0.2)  # the stream carried the SET to the replica
