@@ -104,10 +104,10 @@ void vt_links_wrote(int fd, size_t n, uint64_t durable)
     int i = slot_of(fd);
     if (i >= 0) {
         struct link *l = &links[i];
-        if (!l->loop && l->n == MARKS) /* full: the newest mark waits for this one's AOF bytes too */
+        if (!l->loop && l->n < MARKS) /* (one mark a loop: what follows it in the loop needs the same) */
+            l->mark[(l->h + l->n) % MARKS].start = l->sent, l->n++;
+        if (!l->loop) /* its AOF bytes: known at the loop's end (a full ring: the newest mark waits for them too) */
             l->mark[(l->h + l->n - 1) % MARKS].queued = VT_NEED_LOOP_END;
-        else if (!l->loop) /* (one mark a loop: what follows it in the loop needs the same) */
-            l->mark[(l->h + l->n) % MARKS].start = l->sent, l->mark[(l->h + l->n) % MARKS].queued = VT_NEED_LOOP_END, l->n++;
         l->loop = 1;
         __atomic_store_n(&loop_marks, 1, __ATOMIC_RELEASE);
         l->sent += n;
