@@ -36,7 +36,7 @@ struct link {
 static struct vt_replica_link *shared;
 static struct link links[VT_REPLICA_LINKS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int loop_marks;                                  /* atomic: some link's newest mark waits for the loop's end */
+static int loop_waits; /* atomic: a link's newest mark or a connection's chunk waits for the loop's end (set after) */
 static struct conn *loop_conns;                         /* connections holding chunks that wait for it (loop_mu) */
 static pthread_mutex_t loop_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -109,7 +109,7 @@ void vt_links_wrote(int fd, size_t n, uint64_t durable)
         if (!l->loop) /* its AOF bytes: known at the loop's end (a full ring: the newest mark waits for them too) */
             l->mark[(l->h + l->n - 1) % MARKS].queued = VT_NEED_LOOP_END;
         l->loop = 1;
-        __atomic_store_n(&loop_marks, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&loop_waits, 1, __ATOMIC_RELEASE);
         l->sent += n;
         __atomic_store_n(&shared[i].sent, l->sent, __ATOMIC_RELEASE);
         settle_locked(l, &shared[i], durable);
@@ -123,16 +123,17 @@ void vt_links_hold(struct conn *c)
     if (!c->loop_listed)
         c->loop_next = loop_conns, loop_conns = c, c->loop_listed = 1;
     pthread_mutex_unlock(&loop_mu);
+    __atomic_store_n(&loop_waits, 1, __ATOMIC_RELEASE); /* after the list: a loop's end that cleared it sees c */
 }
 
 void vt_links_loop_end(uint64_t queued)
 {
-    if (!shared || !__atomic_load_n(&loop_marks, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&loop_waits, __ATOMIC_ACQUIRE))
         return;
     uint64_t durable = vt_off_durable();
     pthread_mutex_lock(&mu);
-    __atomic_store_n(&loop_marks, 0, __ATOMIC_RELEASE);
-    for (int i = 0; i < VT_REPLICA_LINKS; i++) {
+    __atomic_store_n(&loop_waits, 0, __ATOMIC_RELEASE);
+    for (int i = 0; shared && i < VT_REPLICA_LINKS; i++) {
         struct link *l = &links[i];
         if (l->fd >= 0 && l->loop && l->n)
             l->mark[(l->h + l->n - 1) % MARKS].queued = queued;
@@ -162,7 +163,7 @@ void vt_links_loop_end(uint64_t queued)
 
 void vt_offload_loop_end(void)
 {
-    if (__atomic_load_n(&loop_marks, __ATOMIC_ACQUIRE) && vt_off_on_main_thread())
+    if (__atomic_load_n(&loop_waits, __ATOMIC_ACQUIRE) && vt_off_on_main_thread())
         vt_links_loop_end(vt_off_queued());
 }
 
