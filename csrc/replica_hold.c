@@ -263,11 +263,11 @@ static int list_locked(struct rconn *c, int fd)
         int cap = held_cap ? 2 * held_cap : 256, *grown = realloc(held_fds, (size_t)cap * sizeof(int));
         held_fds = grown ? grown : held_fds, held_cap = grown ? cap : held_cap;
     }
-    int ok = c->listed || held_n < held_cap;
-    if (!c->listed && ok)
+    int ok = c->listed || held_n < held_cap, fresh = !c->listed && ok;
+    if (fresh)
         held_fds[held_n++] = fd, c->listed = 1, pthread_cond_signal(&held_cv);
     pthread_mutex_unlock(&held_mu);
-    if (ok)
+    if (fresh) /* (a listed connection's new reply waits behind its others: the thread needs no word of it) */
         wake_release();
     return ok;
 }
