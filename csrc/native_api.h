@@ -145,7 +145,7 @@ struct vt_offload_control {
 
 struct vt_replica_link {
     uint32_t port;
-    uint32_t pad;
+    uint32_t wake;
     uint64_t sent;
     uint64_t committed;
 };

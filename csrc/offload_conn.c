@@ -195,10 +195,7 @@ static void drop_locked(struct conn *c)
         free(ch);
     }
     c->held_tail = NULL;
-    c->held_n = 0;
-    c->held_need = 0;
-    c->held_bytes = 0;
-    c->soft_since = 0;
+    c->held_n = 0, c->held_need = 0, c->held_bytes = 0, c->soft_since = 0;
 }
 
 /* Held replies count against the client's output buffer as valkey counts its own (the server wrote
@@ -236,6 +233,20 @@ static int over_limit_locked(struct conn *c)
     return 1;
 }
 
+static int stream_committed(void) { return vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED; }
+
+/* n stream bytes the kernel took or the shim holds (sent in order): counted once, as the replica reads them (a
+ * short write's rest comes again from the server); the AOF bytes queued with them make its committed offset */
+static void stream_took(struct conn *c, size_t n, uint64_t queued, uint64_t durable)
+{
+    if (!c->replica || !n)
+        return;
+    vt_stat_add(&vt_off.stats->stream_bytes, n);
+    if (vt_off.mode == VT_OFFLOAD_DURABLE && queued > durable && !stream_committed())
+        vt_stat_add(&vt_off.stats->stream_dirty_bytes, n);
+    vt_links_wrote(c->fd, n, durable);
+}
+
 int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_writev_fn real)
 {
     struct conn *c = conn_of(fd);
@@ -247,11 +258,11 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
     if (!total)
         return 0;
     pthread_mutex_lock(&c->mu);
-    if (c->replica) /* its committed offset: the AOF bytes queued before these (as the server wrote them) */
-        vt_stat_add(&vt_off.stats->stream_bytes, total), vt_links_wrote(fd, total, vt_off_queued(), vt_off_durable());
     for (;;) {
         uint64_t durable = vt_off_durable(), queued = vt_off_queued();
         size_t hold_from = NONE, sent = 0;
+        /* committed: a link's stream is held whole, for the AOF bytes queued by the loop's end (offload_links.h) */
+        int loop = c->replica && c->unsynced && vt_off.mode == VT_OFFLOAD_DURABLE && stream_committed();
         if (!c->active) {
             pthread_mutex_unlock(&c->mu);
             return 0;
@@ -261,10 +272,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         } else if (vt_off.mode != VT_OFFLOAD_DURABLE) {
             hold_from = NONE; /* early-ack: nothing is held, the witness still looks */
         } else if (c->unsynced) { /* a replica's link: its stream held only when told (committed) */
-            int committed = !c->replica || (vt_off.control && vt_off.control->replicas == VT_REPLICAS_COMMITTED);
-            hold_from = queued > durable && committed ? 0 : NONE;
-            if (c->replica && queued > durable && !committed)
-                vt_stat_add(&vt_off.stats->stream_dirty_bytes, total);
+            hold_from = loop || (!c->replica && queued > durable) ? 0 : NONE;
         } else {
             struct scan s = {0, c, c->qh, c->hh, queued, durable, NONE};
             struct vt_reply_framer f = c->fr;
@@ -279,14 +287,20 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             if (n > 0)
                 commit(c, iov, iovcnt, 0, (size_t)n, NONE, NULL, queued, durable);
             if (n < 0 || (size_t)n < want || hold_from == NONE) {
+                stream_took(c, n > 0 ? (size_t)n : 0, queued, durable);
                 pthread_mutex_unlock(&c->mu);
-                *ret = n;
-                errno = saved;
+                *ret = n, errno = saved;
                 return 1;
             }
             sent = (size_t)n;
         }
         struct chunk *ch = malloc(sizeof(struct chunk) + (total - sent));
+        if (!ch && (sent || loop)) { /* no memory to hold the rest: a short write, or one that would block */
+            stream_took(c, sent, queued, durable);
+            pthread_mutex_unlock(&c->mu);
+            *ret = sent ? (ssize_t)sent : -1, errno = EAGAIN; /* (the server sends the rest again) */
+            return 1;
+        }
         if (!ch) { /* no memory to hold it: ask for a job, wait until nothing is held and everything is durable */
             pthread_mutex_unlock(&c->mu);
             pthread_mutex_lock(&vt_off.mu);
@@ -300,8 +314,7 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
             pthread_mutex_lock(&c->mu);
             if (vt_off_failed()) {
                 pthread_mutex_unlock(&c->mu);
-                *ret = -1;
-                errno = EIO;
+                *ret = -1, errno = EIO;
                 return 1;
             }
             continue;
@@ -315,15 +328,14 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         }
         commit(c, iov, iovcnt, sent, total, sent, ch, queued, durable);
         if (c->unsynced || !ch->replies)
-            ch->need = ch->need > queued ? ch->need : queued;
+            ch->need = loop ? VT_NEED_LOOP_END : ch->need > queued ? ch->need : queued;
+        if (loop)
+            vt_links_hold(c);
         ch->need = ch->need > c->held_need ? ch->need : c->held_need;
         c->held_need = ch->need;
         ch->held_ns = vt_now_ns();
         ch->jobs_at_hold = __atomic_load_n(&vt_off.stats->jobs, __ATOMIC_RELAXED);
-        if (c->held_tail)
-            c->held_tail->next = ch;
-        else
-            c->held = ch;
+        *(c->held_tail ? &c->held_tail->next : &c->held) = ch;
         c->held_tail = ch;
         __atomic_store_n(&c->held_n, c->held_n + 1, __ATOMIC_RELEASE);
         c->held_bytes += ch->len;
@@ -334,11 +346,11 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         vt_stat_add(&vt_off.stats->held_bytes, ch->len);
         if (c->replica)
             vt_stat_add(&vt_off.stats->stream_held_bytes, ch->len);
+        stream_took(c, total, queued, durable); /* the kernel took `sent`, the rest is held: all of it is taken */
         uint64_t need = ch->need;
         if (over_limit_locked(c)) { /* closed: the server's write fails, as on a client it dropped */
             pthread_mutex_unlock(&c->mu);
-            *ret = -1;
-            errno = EPIPE;
+            *ret = -1, errno = EPIPE;
             return 1;
         }
         pthread_mutex_unlock(&c->mu);
@@ -391,11 +403,8 @@ int vt_conn_deliver(struct vt_held_node *node, int *fd)
         if (ch->wneed > durable)
             vt_stat_add(&st->early_replies, ch->suspects);
         c->held = ch->next;
-        if (!c->held) {
-            c->held_tail = NULL;
-            c->held_need = 0;
-            c->held_bytes = 0;
-        }
+        if (!c->held)
+            c->held_tail = NULL, c->held_need = 0, c->held_bytes = 0;
         __atomic_store_n(&c->held_n, c->held_n - 1, __ATOMIC_RELEASE);
         vt_off_held_add(-(int64_t)ch->waiting, -(int64_t)(ch->replies - ch->waiting), 0);
         free(ch);

@@ -68,6 +68,8 @@ struct conn {
     uint64_t held_bytes;   /* bytes of replies it holds: counted against its client-output-buffer-limit */
     uint64_t soft_since;   /* when held_bytes went over the soft limit (0: under it) */
     struct vt_held_node node;
+    struct conn *loop_next; /* offload_links.c: its stream chunks need the loop's end (listed: loop_listed) */
+    int loop_listed;
 };
 
 extern const struct vt_req_cb vt_conn_req_cb; /* ctx: the connection */

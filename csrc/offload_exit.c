@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "offload.h"
+#include "offload_links.h"
 #include "offload_state.h"
 #include "shim_io.h"
 
@@ -59,6 +60,9 @@ void vt_off_drain_on_shutdown(void)
     uint64_t target = vt_off.queued;
     vt_off.sync_wanted = target;
     vt_off_kick_locked();
+    pthread_mutex_unlock(&vt_off.mu);
+    vt_links_loop_end(target); /* the server's last AOF flush is queued: the stream it wrote needs no more */
+    pthread_mutex_lock(&vt_off.mu);
     while (!vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) && vt_off_durable() < target)
         vt_off_wait_done_locked(50);
     while (vt_off.held && !vt_off_failed() && !__atomic_load_n(&vt_off.thread_done, __ATOMIC_ACQUIRE) &&

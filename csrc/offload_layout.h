@@ -143,7 +143,8 @@ struct vt_offload_control {
 #define VT_REPLICA_LINKS 8
 struct vt_replica_link {
     vt_u32 port;      /* the replica's end of the link (its local port); 0: a free entry */
-    vt_u32 pad;
+    vt_u32 wake;      /* bumped (and futex-woken) when `committed` moves, or when the replica's shim has a
+                         reply for its release thread to look at: the thread sleeps on it */
     vt_u64 sent;      /* stream bytes the server wrote to it since the replica's PSYNC */
     vt_u64 committed; /* of which every AOF byte queued before them is durable here */
 };

@@ -6,6 +6,9 @@
 #include "replica_hold.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
 #include <stddef.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,8 +27,8 @@
 
 #define SLOTS (1u << 16) /* key slots (a collision only makes a read wait longer) */
 #define KEYS_MAX 16      /* keys a connection's pending commands name; more: it waits for the whole stream read */
-#define HELD_FDS 4096
-#define POLL_NS 20000    /* the release thread looks at the committed offset this often while anything is held */
+#define SAFETY_MS 1000   /* the release thread sleeps on the link's wake word; it looks again at least this often */
+#define BLOCKED_MS 1     /* while a client's socket is full: it waits for the socket as long, then looks again */
 #define MARK 40          /* a diskless full sync's end-of-payload mark ($EOF:<40 bytes>) */
 
 struct keyset {
@@ -67,7 +71,7 @@ static struct vt_req_parser lp;
 static struct keyset lk;
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
-static int held_fds[HELD_FDS], held_n, enabled;
+static int *held_fds, held_n, held_cap, enabled; /* the connections holding replies (grown as needed) */
 
 static inline uint32_t slot(uint64_t h) { return (uint32_t)(h >> 4) & (SLOTS - 1); }
 
@@ -126,7 +130,6 @@ static void k_arg(void *ctx, int64_t i, uint64_t len, uint64_t h, const char *p,
     }
 }
 
-static void k_none(void *ctx) {}
 static void link_end(void *ctx)
 {
     for (int i = 0; i < lk.n; i++)
@@ -137,7 +140,11 @@ static void link_end(void *ctx)
 static void link_error(void *ctx) { vt_req_init(&lp, 0); }
 static const struct vt_req_cb LINK_CB = {k_begin, k_arg, link_end, link_error};
 
-/* the link's bytes: the PSYNC reply, a full sync's payload (skipped), then the stream (parsed) */
+/* a full sync's payload ends at link offset `at`: every key it loaded may hold a write the primary had not made
+ * durable (the snapshot is its memory), so every read waits until the primary's committed offset passes it */
+static void snapshot_end(uint64_t at) { amax(&wide_off, at); }
+
+/* the link's bytes: the PSYNC reply, a full sync's payload (skipped), then the stream (parsed); b ends at feed_end */
 static void link_feed(const char *b, size_t n)
 {
     for (size_t i = 0; i < n;) {
@@ -149,6 +156,8 @@ static void link_feed(const char *b, size_t n)
             size_t take = (size_t)payload_left < n - i ? (size_t)payload_left : n - i;
             payload_left -= (int64_t)take, i += take;
             lstate = payload_left ? 2 : 4;
+            if (lstate == 4)
+                snapshot_end(feed_end - (n - i));
             continue;
         }
         char ch = b[i++];
@@ -157,6 +166,8 @@ static void link_feed(const char *b, size_t n)
                 memmove(tailbuf, tailbuf + 1, MARK - 1), tail_n--;
             tailbuf[tail_n++] = ch;
             lstate = tail_n == MARK && !memcmp(tailbuf, mark, MARK) ? 4 : 3;
+            if (lstate == 4)
+                snapshot_end(feed_end - (n - i));
             continue;
         }
         if (ch == '\n' && lstate == 1 && !line_n)
@@ -171,8 +182,10 @@ static void link_feed(const char *b, size_t n)
             lstate = !strncmp(line, "+FULLRESYNC", 11) ? 1 : !strncmp(line, "+CONTINUE", 9) ? 4 : 0;
         else if (!strncmp(line, "$EOF:", 5) && line_n >= 5 + MARK)
             memcpy(mark, line + 5, MARK), tail_n = 0, lstate = 3;
+        else if (line[0] == '$' && (payload_left = strtoll(line + 1, NULL, 10)) > 0)
+            lstate = 2;
         else if (line[0] == '$')
-            payload_left = strtoll(line + 1, NULL, 10), lstate = payload_left > 0 ? 2 : 4;
+            lstate = 4, snapshot_end(feed_end - (n - i));
         line_n = 0;
     }
 }
@@ -231,15 +244,32 @@ static uint64_t need_locked(struct rconn *c)
     return need;
 }
 
-static void list_locked(struct rconn *c, int fd)
+/* the release thread sleeps on the link's wake word (offload_layout.h) when it waits for the committed offset:
+ * the primary bumps it as the offset moves; this shim too, when the thread has something new to look at */
+static void wake_slot(int s)
+{
+    if (s < 0)
+        return; /* the thread waits on no word (it finds the link's entry when it looks next) */
+    __atomic_add_fetch(&primary->links[s].wake, 1, __ATOMIC_ACQ_REL);
+    syscall(SYS_futex, &primary->links[s].wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+static void wake_release(void) { wake_slot(__atomic_load_n(&link_slot, __ATOMIC_ACQUIRE)); }
+
+/* 1: listed for the release thread (0: no memory to list it: nothing may be held) */
+static int list_locked(struct rconn *c, int fd)
 {
     pthread_mutex_lock(&held_mu);
-    if (!c->listed && held_n < HELD_FDS) {
-        held_fds[held_n++] = fd;
-        c->listed = 1;
-        pthread_cond_signal(&held_cv);
+    if (!c->listed && held_n == held_cap) {
+        int cap = held_cap ? 2 * held_cap : 256, *grown = realloc(held_fds, (size_t)cap * sizeof(int));
+        held_fds = grown ? grown : held_fds, held_cap = grown ? cap : held_cap;
     }
+    int ok = c->listed || held_n < held_cap, fresh = !c->listed && ok;
+    if (fresh)
+        held_fds[held_n++] = fd, c->listed = 1, pthread_cond_signal(&held_cv);
     pthread_mutex_unlock(&held_mu);
+    if (fresh) /* (a listed connection's new reply waits behind its others: the thread needs no word of it) */
+        wake_release();
+    return ok;
 }
 
 static void unlist_locked(struct rconn *c, int fd)
@@ -253,11 +283,8 @@ static void unlist_locked(struct rconn *c, int fd)
 
 static void drop_locked(struct rconn *c)
 {
-    while (c->head) {
-        struct chunk *next = c->head->next;
-        free(c->head);
-        c->head = next;
-    }
+    for (struct chunk *next; c->head; c->head = next)
+        next = c->head->next, free(c->head);
     c->tail = NULL;
 }
 
@@ -276,6 +303,7 @@ static int note_link(int fd, const struct iovec *iov, int iovcnt)
         struct sockaddr_in a;
         socklen_t len = sizeof(a);
         pthread_mutex_lock(&link_mu);
+        int old = __atomic_load_n(&link_slot, __ATOMIC_ACQUIRE);
         memset(slot_off, 0, sizeof(slot_off)); /* a new link counts from 0 again */
         wide_off = link_read = 0, lstate = 0, line_n = 0;
         vt_req_init(&lp, 0);
@@ -284,6 +312,7 @@ static int note_link(int fd, const struct iovec *iov, int iovcnt)
         __atomic_store_n(&link_slot, -1, __ATOMIC_RELAXED);
         __atomic_store_n(&link_fd, fd, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&link_mu);
+        wake_slot(old); /* the thread sleeps on the old link's word no longer */
         return 1;
     }
     return 0;
@@ -312,60 +341,104 @@ int vt_replica_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     ch->next = NULL, ch->need = need, ch->len = total, ch->off = 0;
     for (size_t at = 0, i = 0; i < (size_t)iovcnt; at += iov[i].iov_len, i++)
         memcpy(ch->data + at, iov[i].iov_base, iov[i].iov_len);
+    if (!list_locked(c, fd)) { /* (c->head is empty: a listed connection never fails here) */
+        free(ch);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
     if (c->tail)
         c->tail->next = ch;
     else
         c->head = ch;
     c->tail = ch;
-    list_locked(c, fd);
     pthread_mutex_unlock(&c->mu);
     *ret = (ssize_t)total;
     return 1;
 }
 
 /* the held replies whose keys the primary has made durable, written in order (non-blocking sockets: the
- * rest when the socket takes it) */
-static void release(int fd, uint64_t com)
+ * rest when the socket takes it). 0: none left, 1: some wait for the committed offset, 2: the socket is full */
+static int release(int fd, uint64_t com)
 {
     struct rconn *c = conns[fd];
+    int status = 0;
     pthread_mutex_lock(&c->mu);
     while (c->head && c->head->need <= com) {
         struct chunk *h = c->head;
         ssize_t w = vt_real.write(fd, h->data + h->off, h->len - h->off);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            status = 2;
             break;
+        }
         if (w <= 0) { /* the client went: the server meets it at its next read */
             drop_locked(c);
             break;
         }
         h->off += (size_t)w;
         if (h->off < h->len)
-            break;
+            continue; /* the rest: the socket took part of it, it may take more (else EAGAIN) */
         c->head = h->next;
         c->tail = c->head ? c->tail : NULL;
         free(h);
     }
     if (!c->head)
         unlist_locked(c, fd);
+    else if (!status)
+        status = 1;
     pthread_mutex_unlock(&c->mu);
+    return status;
 }
 
+/* the listed connections copied into *fds (grown as needed); -1: no memory */
+static int copy_listed(int **fds, struct pollfd **pf, int *cap)
+{
+    pthread_mutex_lock(&held_mu);
+    int n = held_n;
+    if (n > *cap) {
+        int *f = realloc(*fds, (size_t)n * sizeof(int));
+        *fds = f ? f : *fds;
+        struct pollfd *p = f ? realloc(*pf, (size_t)n * sizeof(struct pollfd)) : NULL;
+        *pf = p ? p : *pf;
+        *cap = p ? n : *cap;
+    }
+    if (n <= *cap)
+        memcpy(*fds, held_fds, (size_t)n * sizeof(int));
+    pthread_mutex_unlock(&held_mu);
+    return n <= *cap ? n : -1;
+}
+
+/* Sleeps until there is something to do: nothing held (held_cv), replies waiting for the committed offset (the
+ * link's wake word, read before the list and the offset: a move or a new reply after it never goes unseen), a
+ * client's full socket (poll). It never wakes on a timer but the SAFETY_MS one. */
 static void *release_main(void *arg)
 {
-    int fds[HELD_FDS];
+    int *fds = NULL, cap = 0;
+    struct pollfd *pf = NULL;
     for (;;) {
         pthread_mutex_lock(&held_mu);
         while (!held_n)
             pthread_cond_wait(&held_cv, &held_mu);
-        int n = held_n;
-        memcpy(fds, held_fds, (size_t)n * sizeof(int));
         pthread_mutex_unlock(&held_mu);
+        int s = __atomic_load_n(&link_slot, __ATOMIC_ACQUIRE), blocked = 0, waiting = 0;
+        uint32_t seq = s >= 0 ? __atomic_load_n(&primary->links[s].wake, __ATOMIC_ACQUIRE) : 0;
+        int n = copy_listed(&fds, &pf, &cap);
         uint64_t com = committed();
-        for (int i = 0; i < n; i++)
-            release(fds[i], com);
-        struct timespec ts = {0, POLL_NS};
-        nanosleep(&ts, NULL);
-    }
+        for (int i = 0; i < n; i++) {
+            int r = release(fds[i], com);
+            waiting |= r == 1;
+            if (r == 2)
+                pf[blocked++] = (struct pollfd){fds[i], POLLOUT, 0};
+        }
+        struct timespec safety = {SAFETY_MS / 1000, (SAFETY_MS % 1000) * 1000000L};
+        if (n < 0) /* no memory for the copy: look again later */
+            nanosleep(&safety, NULL);
+        else if (blocked)
+            poll(pf, (nfds_t)blocked, BLOCKED_MS);
+        else if (waiting && s >= 0 && s == __atomic_load_n(&link_slot, __ATOMIC_ACQUIRE))
+            syscall(SYS_futex, &primary->links[s].wake, FUTEX_WAIT, seq, &safety, NULL, 0);
+    } /* else all released, or the link's entry found meanwhile: at once again */
     return NULL;
 }
 
@@ -393,8 +466,10 @@ void vt_replica_close(int fd)
 {
     if (fd < 0 || fd >= VT_MAX_FD)
         return;
-    if (fd == __atomic_load_n(&link_fd, __ATOMIC_ACQUIRE))
+    if (fd == __atomic_load_n(&link_fd, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&link_fd, -1, __ATOMIC_RELEASE); /* no link: nothing to wait for (what was held leaves) */
+        wake_release();
+    }
     struct rconn *c = __atomic_load_n(&conns[fd], __ATOMIC_ACQUIRE);
     if (!c)
         return;

@@ -31,6 +31,7 @@
 
 #include "offload.h"
 #include "offload_bound.h"
+#include "offload_links.h"
 #include "replica_hold.h"
 #include "shim_io.h"
 
@@ -141,8 +142,10 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
     int ret;
-    if (__builtin_expect(vt_offload_enabled(), 0))
+    if (__builtin_expect(vt_offload_enabled(), 0)) {
+        vt_offload_loop_end(); /* the loop ran: its AOF bytes are queued (what a replica link's stream needs) */
         timeout = vt_bound_before_wait(timeout);
+    }
     ret = vt_io_epoll_wait(epfd, events, maxevents, timeout);
     if (__builtin_expect(vt_offload_enabled(), 0)) {
         int saved = errno;

@@ -44,7 +44,7 @@ CONTROL_DTYPE = np.dtype([("table_ready", "<u4"), ("nentries", "<u4"), ("gather_
                           ("overflow", "<u4"), ("replicas", "<u4"), ("logfile", "S256"),
                           ("obuf_normal", OBUF_DTYPE), ("obuf_replica", OBUF_DTYPE),
                           ("entries", CMD_ENTRY_DTYPE, (CMD_MAX,))])
-LINK_DTYPE = np.dtype([("port", "<u4"), ("pad", "<u4"), ("sent", "<u8"), ("committed", "<u8")])
+LINK_DTYPE = np.dtype([("port", "<u4"), ("wake", "<u4"), ("sent", "<u8"), ("committed", "<u8")])
 REPLICA_LINKS = 8
 SHARED_DTYPE = np.dtype([("stats", STATS_DTYPE), ("control", CONTROL_DTYPE), ("links", LINK_DTYPE, (REPLICA_LINKS,))])
 # VT_CMD_F_* (csrc/offload_layout.h)
