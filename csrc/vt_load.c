@@ -254,7 +254,7 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
         l->inflight[p.key]--;
     /* acknowledged: the latest of this key's kept, as the oldest write the reload may hold instead (one in
      * flight beside it on another connection may have run after it: the server orders connections) */
-    if (c->reply.kind == '+' && p.seq && l->cfg->acked) {
+    if (c->reply.kind == '+' && p.seq && l->cfg->acked && (!l->cfg->cut_after_ns || now <= l->ws + l->cfg->cut_after_ns)) {
         l->res->acked++;
         if (p.seq > l->latest[p.key])
             l->latest[p.key] = p.seq, l->cfg->acked[p.key] = p.floor;

@@ -44,6 +44,8 @@ struct vt_load_config {
     int marker_fd;          /* "B\n" written when the window begins, "E\n" when its last request is due (-1: none) */
     uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
                              * 16 hex digits) of the key's latest acknowledged SET, raised as replies come; NULL: none */
+    uint64_t cut_after_ns;  /* record --verify-durability power-cut: acknowledgments read later than the window's start
+                             * + this are not kept in acked (the power cut's moment); 0: all kept */
     const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
     const char *replica_host; /* record --replica-get-clients: readers on this replica (vt_reader.h) */
     int replica_port;

@@ -36,6 +36,8 @@ class AckedWrites:
         self.latest = np.zeros(keyspace, dtype=np.uint64)
         self.seen = np.zeros(keyspace, dtype=np.uint64)  # replica readers (--replica-get-clients): the latest read
         self.writes = 0
+        self.cut_at = 0.0  # power-cut: the share of each SET window after which acks are not kept (workload/powercut.py)
+        self.cut: tuple[int, int] | None = None  # the last run's cut: (CLOCK_MONOTONIC ns, the sequences' clock)
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-acked-")
         self._n = 0
 

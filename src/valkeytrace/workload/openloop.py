@@ -73,6 +73,7 @@ class Spec:
     replica_port: int | None = None  # --replica-get-clients: readers on this replica (csrc/vt_reader.c)
     readers: int = 0
     seen_path: str | None = None   # and each key's largest sequence they read, written here
+    cut_at: float = 0.0            # --verify-durability power-cut: acks read after this share of the window not kept
 
 
     def argv(self) -> list[str]:
@@ -84,7 +85,8 @@ class Spec:
                     ["--acked-file", self.acked_path] if self.acked_path else []) + (
                     ["--stall-log", self.stall_log] if self.stall_log else []) + (
                     ["--replica-port", str(self.replica_port), "--readers", str(self.readers)]
-                    if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else [])
+                    if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else []) + (
+                    ["--cut-at", repr(self.cut_at)] if self.cut_at else [])
 
 
 def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
@@ -103,6 +105,7 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     cfg.warmup_ns, cfg.duration_ns = int(WARMUP_S * 1e9), int(spec.duration_s * 1e9)
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
+    cfg.cut_after_ns = int(spec.cut_at * spec.duration_s * 1e9)
     if spec.rate == 0:  # closed loop: one request in flight on each connection, the next sent as it is answered
         cfg.conns = cfg.max_conns = spec.connections or 50
         cfg.hold = 1
@@ -152,6 +155,7 @@ class LoadResult(msgspec.Struct):
     in_stall: dict | None = None   # the corrected latency of the requests due during an injected stall
     outside: dict | None = None    # and of those due outside every one
     replica: ReplicaResult | None = None
+    cut: tuple[int, int] | None = None  # Spec.cut_at: the cut's moment (CLOCK_MONOTONIC ns, in the sequences' clock)
 
 
 def _hist(raw) -> dict:
@@ -211,6 +215,8 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
                            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}, LoadResult)
     if spec.readers:
         out.replica = _replica(ffi, cfg, res.replica, clock_offset)
+    if cfg.cut_after_ns:
+        out.cut = (res.window_start_ns + cfg.cut_after_ns, res.window_start_ns + cfg.cut_after_ns + clock_offset)
     return out
 
 
@@ -355,6 +361,7 @@ class OpenLoopClient:
             raise OpenLoopError(f"the open-loop client failed: {last}")
         if self.acked is not None and self.spec.acked_path:
             self.acked.merge(self.spec.acked_path, result.acked)
+            self.acked.cut = result.cut or self.acked.cut
         if self.acked is not None and self.spec.seen_path:
             self.acked.merge(self.spec.seen_path, 0, into="seen")
         return result
@@ -377,11 +384,12 @@ def main(argv=None) -> int:
     ap.add_argument("--replica-port", type=int, default=None)
     ap.add_argument("--readers", type=int, default=0)
     ap.add_argument("--seen-file", default=None)
+    ap.add_argument("--cut-at", type=float, default=0.0)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file),
+                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file, a.cut_at),
                    marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)

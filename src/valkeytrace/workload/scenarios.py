@@ -76,7 +76,8 @@ class Load:
         spec = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
                     connections=clients if self.pool == "clients" or not rate else None, acked_path=path,
                     stall_log=self.stall_log, replica_port=self.replica_port if readers else None,
-                    readers=self.replica_readers if readers else 0, seen_path=seen)
+                    readers=self.replica_readers if readers else 0, seen_path=seen,
+                    cut_at=self.acked.cut_at if path else 0.0)
         return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
