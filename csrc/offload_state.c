@@ -3,9 +3,11 @@
  */
 #define _GNU_SOURCE
 #include "offload_state.h"
+#include "shim_io.h"
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -104,6 +106,18 @@ void vt_off_state_init(void)
     pthread_cond_init(&vt_off.done, &a);
     pthread_condattr_destroy(&a);
     vt_off.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const char *m = getenv("VALKEYTRACE_OFFLOAD");
+    vt_off.ack_written = m && !strcmp(m, "ack-after-write"); /* held as durable's, released at the write */
+}
+
+/* ack-after-write: the job's replies have gone out; now its fdatasync (a failure is the server's to meet at
+ * its next one, as a design that syncs after acknowledging would: the acknowledged bytes may be lost) */
+void vt_off_sync_written(void)
+{
+    if (!vt_off.unsynced)
+        return;
+    vt_off.unsynced = 0;
+    vt_shim_fdatasync(vt_off.unsynced_fd);
 }
 
 void vt_off_log(const char *msg)

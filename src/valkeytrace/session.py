@@ -257,24 +257,34 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
     estimate.remember(backend, launch_s, runs)
 
 
-def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> None:
-    """--verify-durability: the server killed, its AOF reloaded by a plain server, every acknowledged SET looked
-    up; the result on the launch's last run (it covers every run's writes)."""
+def _data_dir(server: ServerInfo) -> tuple[str, str]:
+    """The server's data directory and its AOF directory's name."""
+    cfg = server.config
+    return cfg.get("dir") or "", cfg.get("appenddirname") or "appendonlydir"
+
+
+def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo, cut=None) -> None:
+    """--verify-durability: the server killed, its AOF reloaded by a plain server (as it stands, or as the power
+    cut left it: cut, workload/powercut.py), every acknowledged SET looked up; the result on the launch's last run
+    (it covers every run's writes)."""
+    from valkeytrace.workload import powercut
     from valkeytrace.workload.durability_check import verify
 
     runs = recorder.doc["runs"]
     if not runs:
         return
     target.kill()
-    cfg = server.config
     binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
-    check = verify(binary, cfg.get("dir") or "", cfg.get("appenddirname") or "appendonlydir", recorder.acked)
+    where = _data_dir(server)
+    check = powercut.verify(cut, binary, *where, recorder.acked) if cut is not None else \
+        verify(binary, *where, recorder.acked)
     runs[-1]["durability_check"] = check
     c = decode_as(check, DurabilityCheck)
     if c.error:
         echo(f"warning: --verify-durability: {c.error}")
     else:
-        echo(f"note: --verify-durability: {c.acked_missing} of {c.acked} acknowledged keys missing from the reloaded AOF")
+        echo(f"note: --verify-durability {c.method}: {c.acked_missing} of {c.acked} acknowledged keys missing from the "
+             + (f"worst of {len(c.states)} power-cut states" if c.states else "reloaded AOF"))
 
 
 def _announce(plan: RecordPlan, echo) -> None:
@@ -298,6 +308,7 @@ class _Parts:
     replicas: Any = None
     stalls: Any = None
     acked: Any = None
+    cut: Any = None  # workload.powercut.PowerCut under --verify-durability power-cut
 
     def close(self) -> None:
         if self.replicas is not None:
@@ -305,7 +316,7 @@ class _Parts:
         if self.target is not None:
             self.target.stop()
         self.tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
-        for x in (self.offload, self.acked, self.stalls):
+        for x in (self.offload, self.acked, self.stalls, self.cut):
             if x is not None:
                 x.close()
 
@@ -329,9 +340,16 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
+        if plan.verify_durability == "power-cut":
+            from valkeytrace.workload.powercut import PowerCut
+
+            p.cut = PowerCut(t.backend, plan.torn)
+            env = p.cut.environment(env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
+        if p.cut is not None:
+            p.cut.attach(target.pid or 0, *_data_dir(info))
         if s.replicas:
             p.replicas = _replicas(plan, target, run_as, p.offload)
         timing = {"began": began, "server_ready": time.time()}
@@ -346,11 +364,13 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         recorder.checkpoint()
         if plan.verify_durability:
             from valkeytrace.workload.durability_check import AckedWrites
+            from valkeytrace.workload.powercut import CUT_AT
 
             recorder.acked = p.acked = AckedWrites(settings.keyspace)
+            p.acked.cut_at = CUT_AT if p.cut is not None else 0.0
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
-            _verify(target, info, recorder, echo)
+            _verify(target, info, recorder, echo, p.cut)
         if p.replicas is not None:  # the server ends before the recording is written
             p.replicas.stop()
         target.stop()

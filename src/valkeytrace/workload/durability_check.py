@@ -92,7 +92,8 @@ def verify(binary: str, aof_dir: str, appenddirname: str, acked: AckedWrites) ->
 
     method = (f"the server killed (SIGKILL) after the last window; a copy of {appenddirname}/ loaded by a plain "
               f"{os.path.basename(binary)} (no shim); each key's latest acknowledged SET looked up")
-    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": method}
+    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": "kill",
+                 "how": method}
     src = os.path.join(aof_dir, appenddirname)
     if not os.path.isdir(src):
         return {**out, "error": f"no AOF directory at {src}"}

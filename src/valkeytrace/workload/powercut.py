@@ -1,0 +1,195 @@
+"""record --verify-durability power-cut: what a power cut leaves, built from the trace of the server's syncs.
+
+The cut: a moment inside each open-loop SET window (CUT_AT of it, while the writes still flow); the client
+keeps only the acknowledgments it read by then (csrc/vt_load.c, cut_after_ns). After the last window the
+server is killed (SIGKILL) and its data directory (the AOF directory, the RDB, the manifest) is copied in the
+state the cut left: each file cut to the bytes its syncs had made durable by the cut (workload/boundary.py;
+the kernel's record when eBPF ran, else the shim's), a file whose name no directory sync covered absent;
+with --torn also states with one file cut at a few random points between its boundary and its end (a torn
+tail: `aof-load-truncated yes` must cope). A plain valkey-server loads each state and every key whose
+latest acknowledged SET came before the cut is looked up, as the kill's check does (durability_check.py).
+Bytes written after the cut are in the copy only up to the boundary, so nothing the server did after the
+cut can count.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+from valkeytrace.errors import VTError
+from valkeytrace.workload import boundary
+from valkeytrace.workload.durability_check import BATCH, EXAMPLES, LOAD_TIMEOUT_S, _plain_env, _sequence
+
+CUT_AT = 0.8      # the cut's moment, as a share of each SET window
+TORN_CUTS = 3     # --torn: random cut points per file that grew past its boundary
+
+
+class PowerCut:
+    """The launch's power-cut machinery: the shim's log (when the shim is preloaded), the kernel's probe
+    (when the backend loads eBPF), what each took as durable when it began; close() removes all."""
+
+    def __init__(self, backend: str, torn: bool, seed: int = 1):
+        self.backend, self.torn, self.rng = backend, torn, random.Random(seed)
+        self.dir = tempfile.mkdtemp(prefix="valkeytrace-powercut-")
+        self.shim_log: str | None = None
+        self.probe = None
+        self.baselines: dict[str, dict[int, int]] = {}
+
+    def environment(self, env: dict, run_as) -> dict:
+        """The server's environment, with the shim's log when the shim is preloaded."""
+        if "LD_PRELOAD" not in env:
+            return env
+        self.shim_log = os.path.join(self.dir, "durable.log")
+        boundary.new_shim_log(self.shim_log)
+        if run_as:
+            os.chown(self.dir, *run_as)
+            os.chown(self.shim_log, *run_as)
+        self.baselines["shim"] = {}  # it sees the server from its first call
+        return {**env, "VALKEYTRACE_DURABLE_LOG": self.shim_log}
+
+    def attach(self, pid: int, data_dir: str, appenddirname: str) -> None:
+        """The kernel's probe for pid (when the backend loads eBPF); what stands now is its baseline."""
+        if self.backend not in ("ebpf", "both"):
+            return
+        from valkeytrace.tracers.durable_bpf import DurableProbe
+
+        try:
+            self.probe = DurableProbe(pid)
+        except Exception as exc:  # the compiler's or the kernel's refusal, in one line
+            raise VTError(f"--verify-durability power-cut: the durable-boundary probe did not load: {exc}") from exc
+        self.baselines["ebpf"] = boundary.baseline(boundary.listing(data_dir, (appenddirname,)))
+
+    def traces(self) -> dict[str, boundary.Trace]:
+        out = {}
+        if self.probe is not None:
+            events, dropped = self.probe.events(boundary.EVENT)
+            out["ebpf"] = boundary.Trace(events, self.baselines["ebpf"], dropped)
+        if self.shim_log is not None:
+            events, dropped = boundary.read_shim_log(self.shim_log)
+            out["shim"] = boundary.Trace(events, self.baselines["shim"], dropped)
+        return out
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+            self.probe = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def states(files: list[boundary.FileEntry], kept: dict[str, int | None], torn: bool,
+           rng: random.Random) -> list[tuple[dict[str, int], str | None]]:
+    """The states to load: (bytes kept per file present, the torn file or None): the boundary's first."""
+    base = {name: n for name, n in kept.items() if n is not None}
+    out: list[tuple[dict[str, int], str | None]] = [(base, None)]
+    if torn:
+        for f in files:
+            n = base.get(f.name)
+            if n is not None and f.size > n + 1:
+                for cut in sorted(rng.sample(range(n + 1, f.size), min(TORN_CUTS, f.size - n - 1))):
+                    out.append(({**base, f.name: cut}, f.name))
+    return out
+
+
+def build(src: str, dst: str, kept: dict[str, int]) -> None:
+    """dst: each file of src named in kept, its first kept[name] bytes (directories made as needed)."""
+    for name, n in kept.items():
+        path = os.path.join(dst, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(os.path.join(src, name), "rb") as fin, open(path, "wb") as fout:
+            left = n
+            while left > 0:
+                chunk = fin.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                fout.write(chunk)
+                left -= len(chunk)
+
+
+def compare(client, latest: np.ndarray) -> tuple[int, int, list[dict], int | None]:
+    """(keys checked, missing, examples, the oldest missing key's acknowledged sequence)."""
+    keys = np.flatnonzero(latest)
+    missing, examples, oldest = 0, [], None  # type: int, list[dict], int | None
+    for i in range(0, keys.size, BATCH):
+        chunk = keys[i:i + BATCH]
+        for k, v in zip(chunk, client.mget([f"key:{int(k):012d}" for k in chunk])):
+            seq = _sequence(v)
+            if seq is None or seq < int(latest[k]):
+                missing += 1
+                oldest = int(latest[k]) if oldest is None else min(oldest, int(latest[k]))
+                if len(examples) < EXAMPLES:
+                    examples.append({"key": f"key:{int(k):012d}", "at_least_sequence": int(latest[k]),
+                                     "reloaded": None if v is None else (f"sequence {seq}" if seq is not None
+                                                                        else "a value without a sequence")})
+    return int(keys.size), missing, examples, oldest
+
+
+def load(binary: str, state_dir: str, appenddirname: str, latest: np.ndarray) -> tuple[int, int, list[dict], int | None]:
+    """A plain server started on state_dir (it loads what is there), then compare()."""
+    from valkeytrace.server import process as srv
+
+    server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, ready_timeout_s=LOAD_TIMEOUT_S,
+                                server_config={"dir": state_dir, "appenddirname": appenddirname,
+                                               "aof-load-truncated": "yes"}, env=_plain_env())
+    try:
+        client = srv.connect(server.host, server.port or 0, timeout=30.0)
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while int(client.info("persistence").get("loading", 0)):
+            if time.monotonic() > deadline:
+                raise VTError(f"the state did not load in {LOAD_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+        return compare(client, latest)
+    finally:
+        server.stop()
+
+
+def _files(files: list[boundary.FileEntry], kept: dict[str, dict[str, int | None]]) -> list[dict]:
+    """runs[].durability_check.files: each file's size and durable bytes by backend (absent: its name not)."""
+    rows = []
+    for f in files:
+        absent = sorted(side for side, k in kept.items() if k[f.name] is None)
+        rows.append({"name": f.name, "size": f.size, "durable": {side: k[f.name] or 0 for side, k in kept.items()},
+                     **({"absent": absent} if absent else {})})
+    return rows
+
+
+def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) -> dict:
+    """runs[].durability_check for a power cut (module docstring); acked: durability_check.AckedWrites."""
+    how = (f"a power cut {CUT_AT:.0%} into the last SET window: acknowledgments after it not kept; after the window "
+           f"the server killed (SIGKILL) and each file of its data directory cut to what its syncs had made durable "
+           f"by the cut, loaded by a plain {os.path.basename(binary)}")
+    out: dict = {"method": "power-cut", "how": how, "acked": 0, "acked_missing": 0, "writes_acked": acked.writes,
+                 "examples": []}
+    if acked.cut is None:
+        return {**out, "error": "no open-loop SET window carried the cut (--workload write-only with --rate)"}
+    cut_ns, cut_seq = acked.cut
+    files = boundary.listing(data_dir, (appenddirname,))
+    traces = pc.traces()
+    full = {side: t.dropped for side, t in traces.items() if t.dropped}
+    if not traces or full:
+        return {**out, "error": "no record of the server's syncs" if not traces
+                else f"the sync log filled ({full} records not kept): the boundary would be too early"}
+    kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
+    truth = kept["ebpf"] if "ebpf" in kept else kept["shim"]
+    rows: list[dict] = []
+    oldest: int | None = None
+    for state, torn in states(files, truth, pc.torn, pc.rng):
+        work = tempfile.mkdtemp(prefix="valkeytrace-cutstate-")
+        try:
+            build(data_dir, work, state)
+            checked, missing, examples, old = load(binary, work, appenddirname, acked.latest)
+        except (OSError, VTError) as exc:
+            return {**out, "files": _files(files, kept), "error": f"a state did not load: {exc}"}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        rows.append({"kept": state, "torn": torn, "acked": checked, "acked_missing": missing, "examples": examples})
+        if old is not None:
+            oldest = old if oldest is None else min(oldest, old)
+    worst = max(rows, key=lambda r: r["acked_missing"])
+    return {**out, "acked": worst["acked"], "acked_missing": worst["acked_missing"], "examples": worst["examples"],
+            "states": rows, "files": _files(files, kept), "boundary_from": "ebpf" if "ebpf" in kept else "shim",
+            "lost_window_ms": round((cut_seq - oldest) / 1e6, 1) if oldest is not None else 0.0}
