@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -47,9 +48,9 @@ static void put(uint32_t kind, uint64_t ino, uint64_t value, const char *path)
     struct vt_dur_event *e = &dlog->ev[i];
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->ino = ino, e->value = value, e->tid = (uint32_t)syscall(SYS_gettid);
-    if (path) {
-        const char *base = strrchr(path, '/');
-        strncpy(e->name, base ? base + 1 : path, sizeof(e->name) - 1);
+    if (path) { /* its last 31 bytes, as the kernel's probe keeps them */
+        size_t n = strlen(path);
+        strncpy(e->name, path + (n > sizeof(e->name) - 1 ? n - (sizeof(e->name) - 1) : 0), sizeof(e->name) - 1);
     }
     e->kind = kind;
     __atomic_store_n(&e->ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);

@@ -6,7 +6,7 @@
  *   - ext4_sync_file_enter (raw: struct file *): SYNC_BEGIN, the inode and its size (i_size) then;
  *   - ext4_sync_file_exit (raw: struct inode *, int ret): SYNC_END, 1 when it succeeded;
  *   - ext4_allocate_inode: CREATE (a new file or directory; its name from the directory's listing);
- *   - rename/renameat/renameat2 entered: RENAME, the new name's last component (its inode from the listing).
+ *   - rename/renameat/renameat2 entered: RENAME, the new path's last 31 bytes (its inode from the listing).
  * The server (tgid TARGET_TGID) and the children it forks (an AOF rewrite, a snapshot). The records go to
  * an array in order of a shared counter; past its end they are counted, not kept (the reader says so).
  */
@@ -30,7 +30,10 @@ struct dur_event {  /* struct vt_dur_event */
 
 BPF_ARRAY(durlog, struct dur_event, DUR_CAPACITY);
 BPF_ARRAY(durnext, u64, 1);
-BPF_PERCPU_ARRAY(durpath, char[NAME_SCAN], 1);
+struct dur_path {
+    char s[NAME_SCAN + 32];
+};
+BPF_PERCPU_ARRAY(durpath, struct dur_path, 1);
 
 static __always_inline int ours(void)
 {
@@ -90,20 +93,14 @@ TRACEPOINT_PROBE(ext4, ext4_allocate_inode)
 static __always_inline int renamed(const char *path)
 {
     u32 zero = 0;
-    char *buf = durpath.lookup(&zero);
-    if (!buf || !ours())
+    struct dur_path *p = durpath.lookup(&zero);
+    if (!p || !ours())
         return 0;
-    int n = bpf_probe_read_user_str(buf, NAME_SCAN, path);
-    int last = -1;
-    for (int i = 0; i < NAME_SCAN; i++) {
-        if (i >= n)
-            break;
-        if (buf[i] == '/')
-            last = i;
-    }
+    int n = bpf_probe_read_user_str(p->s, NAME_SCAN, path); /* with its NUL */
+    int off = n > 32 ? n - 32 : 0; /* the path's last 31 bytes (workload/boundary.py reads its last component) */
     struct dur_event *e = take(DUR_RENAME, 0, 0);
     if (e)
-        bpf_probe_read_user_str(e->name, sizeof(e->name), path + last + 1);
+        bpf_probe_read_kernel_str(e->name, sizeof(e->name), p->s + (off & (NAME_SCAN - 1)));
     return 0;
 }
 

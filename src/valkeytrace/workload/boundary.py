@@ -103,10 +103,10 @@ def boundaries(trace: Trace, files: list[FileEntry], cut_ns: int) -> dict[str, i
         elif kind == CREATE:
             created[ino] = ns
         elif kind == RENAME:
-            renamed[name] = ns
+            renamed[name.rsplit(b"/", 1)[-1]] = ns  # the path's last 31 bytes: its last component's
     out: dict[str, int | None] = {}
     for f in files:
-        made = max(created.get(f.ino, -1), renamed.get(os.path.basename(f.name).encode()[:31], -1))
+        made = max(created.get(f.ino, -1), renamed.get(os.path.basename(f.name).encode()[-31:], -1))
         present = made < 0 or any(t >= made for t in synced.get(f.dir_ino, ()))
         out[f.name] = min(durable.get(f.ino, 0), f.size) if present else None
     return out
