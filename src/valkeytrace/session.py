@@ -343,7 +343,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         if plan.verify_durability == "power-cut":
             from valkeytrace.workload.powercut import PowerCut
 
-            p.cut = PowerCut(t.backend, plan.torn)
+            p.cut = PowerCut(t.backend, plan.torn, delayed=bool(e.fsync_delay))
             env = p.cut.environment(env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()

@@ -4,7 +4,9 @@ The cut: a moment inside each open-loop SET window (CUT_AT of it, while the writ
 keeps only the acknowledgments it read by then (csrc/vt_load.c, cut_after_ns). After the last window the
 server is killed (SIGKILL) and its data directory (the AOF directory, the RDB, the manifest) is copied in the
 state the cut left: each file cut to the bytes its syncs had made durable by the cut (workload/boundary.py;
-the kernel's record when eBPF ran, else the shim's), a file whose name no directory sync covered absent;
+the kernel's record when eBPF ran, else the shim's; under an emulated disk delay, --inject-fsync-delay, the
+shim's, whose syncs end when the emulated disk's do: the kernel's return comes before the added delay), a
+file whose name no directory sync covered absent;
 with --torn also states with one file cut at a few random points between its boundary and its end (a torn
 tail: `aof-load-truncated yes` must cope). A plain valkey-server loads each state and every key whose
 latest acknowledged SET came before the cut is looked up, as the kill's check does (durability_check.py).
@@ -33,8 +35,9 @@ class PowerCut:
     """The launch's power-cut machinery: the shim's log (when the shim is preloaded), the kernel's probe
     (when the backend loads eBPF), what each took as durable when it began; close() removes all."""
 
-    def __init__(self, backend: str, torn: bool, seed: int = 1):
+    def __init__(self, backend: str, torn: bool, delayed: bool = False, seed: int = 1):
         self.backend, self.torn, self.rng = backend, torn, random.Random(seed)
+        self.delayed = delayed  # the shim adds an emulated disk's delay to each sync: its record is the disk's
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-powercut-")
         self.shim_log: str | None = None
         self.probe = None
@@ -174,7 +177,8 @@ def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) 
         return {**out, "error": "no record of the server's syncs" if not traces
                 else f"the sync log filled ({full} records not kept): the boundary would be too early"}
     kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
-    truth = kept["ebpf"] if "ebpf" in kept else kept["shim"]
+    side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
+    truth = kept[side]
     rows: list[dict] = []
     oldest: int | None = None
     for state, torn in states(files, truth, pc.torn, pc.rng):
@@ -191,5 +195,5 @@ def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) 
             oldest = old if oldest is None else min(oldest, old)
     worst = max(rows, key=lambda r: r["acked_missing"])
     return {**out, "acked": worst["acked"], "acked_missing": worst["acked_missing"], "examples": worst["examples"],
-            "states": rows, "files": _files(files, kept), "boundary_from": "ebpf" if "ebpf" in kept else "shim",
+            "states": rows, "files": _files(files, kept), "boundary_from": side,
             "lost_window_ms": round((cut_seq - oldest) / 1e6, 1) if oldest is not None else 0.0}
