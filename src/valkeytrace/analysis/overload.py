@@ -52,7 +52,7 @@ def side_of(doc: Document) -> str:
     return f"fsync {s.appendfsync or '?'}" + (" (bio offload)" if s.bio_aof_offload else "")
 
 
-def stall_of(doc: Document) -> str | None:
+def _stall(doc: Document) -> str | None:
     d = doc.emulation.fsync_delay
     if not d.stall_ns:
         return None
@@ -73,7 +73,7 @@ def rows(doc: Document, cells: list[CellSummary]) -> list[OverloadRow]:
         growth = m.server_rss_kb_peak - m.server_rss_kb_start if m and m.server_rss_kb_peak and m.server_rss_kb_start \
             else None
         out.append(OverloadRow(
-            doc.label, side_of(doc), c.workload, c.value_size, stall_of(doc), f.offered_rate, f.achieved_rate,
+            doc.label, side_of(doc), c.workload, c.value_size, _stall(doc), f.offered_rate, f.achieved_rate,
             f.p50_us, f.p99_us, f.stall_p50_us, f.stall_p99_us, f.outside_p50_us, f.outside_p99_us,
             m.held_replies_peak if m else None, m.behind_replies_peak if m else None,
             m.held_bytes_peak if m else None, m.dirty_keys_peak if m else None,

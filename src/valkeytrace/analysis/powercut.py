@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from valkeytrace.analysis import memory
-from valkeytrace.analysis.overload import side_of, stall_of
+from valkeytrace.analysis import memory, overload
 from valkeytrace.analysis.tables import CellSummary
 from valkeytrace.recording.model import Document
 
@@ -33,21 +32,10 @@ class DurabilityRow:
 
 
 def rows(doc: Document, cells: list[CellSummary]) -> list[DurabilityRow]:
-    """One row per open-loop SET cell of this recording, with its launch's durability check."""
+    """One row per open-loop SET cell of this recording (analysis/overload.py's), with its launch's check."""
     check = memory.durability_check(doc.runs)
-    ok = check is not None and not check.error
-    out = []
-    for c in cells:
-        o = c.ops.get("SET")
-        if o is None or not o.median.offered_rate:
-            continue
-        f = o.median
-        out.append(DurabilityRow(
-            doc.label, side_of(doc), c.value_size, stall_of(doc), f.offered_rate,
-            check.method if check is not None and ok else None,
-            check.acked if check is not None and ok else None,
-            check.writes_acked if check is not None and ok else None,
-            check.acked_missing if check is not None and ok else None,
-            len(check.states) if check is not None and ok and check.states else None,
-            check.lost_window_ms if check is not None and ok else None, f.p50_us, f.p99_us))
-    return out
+    c = check if check is not None and not check.error else None
+    return [DurabilityRow(r.label, r.side, r.value_size, r.stall, r.offered, c.method if c else None,
+                          c.acked if c else None, c.writes_acked if c else None, c.acked_missing if c else None,
+                          len(c.states) if c and c.states else None, c.lost_window_ms if c else None, r.p50_us, r.p99_us)
+            for r in overload.rows(doc, cells)]

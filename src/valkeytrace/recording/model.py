@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import msgspec
 
 from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l, plain  # noqa: F401
+from valkeytrace.recording.durability import CutState, DurabilityCheck, DurableFile  # noqa: F401
 
 
 class WarningNote(Record):
@@ -224,40 +225,6 @@ class MemorySeries(Record):
     aof_delayed_fsync: NonNegInt | None = None  # INFO's aof_delayed_fsync over the window (everysec's postponed writes)
     stalls: list[list[float | None]] | None = None  # the injected stalls in the window: [start, end] s from its start
     sources: dict = _d()         # where each figure comes from
-
-
-class CutState(Record):
-    """One state a power cut can leave (record --verify-durability power-cut), loaded and checked."""
-    kept: dict[str, NonNegInt] = _d()  # each file present: the bytes kept (its durable boundary, or a torn cut)
-    torn: str | None = None      # --torn: the file cut past its boundary in this state
-    acked: NonNegInt = 0
-    acked_missing: NonNegInt = 0
-    examples: list[dict] = _l()
-
-
-class DurableFile(Record):
-    """A file of the server's data directory at the kill and what its syncs had made durable by the cut."""
-    name: str                    # relative to the data directory
-    size: NonNegInt = 0
-    durable: dict[str, NonNegInt] = _d()  # by backend (ebpf, shim): bytes
-    absent: list[str] = _l()     # the backends by which its name was never made durable (a directory fsync)
-
-
-class DurabilityCheck(Record):
-    acked: NonNegInt = 0         # keys with an acknowledged SET the client kept (its latest value each)
-    acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks that value or a later one
-    writes_acked: NonNegInt | None = None  # acknowledged SETs in all (several per key)
-    examples: list[dict] = _l()  # a few missing: key, the acknowledged sequence, what the reload holds
-    method: str | None = None    # kill or power-cut (record --verify-durability)
-    how: str | None = None       # how it was checked, in words
-    states: list[CutState] = _l()  # power-cut: one per state loaded (the boundary's first, then --torn's)
-    lost_window_ms: float | None = None  # power-cut: the cut's moment minus the oldest lost acknowledged SET's send
-    files: list[DurableFile] = _l()  # power-cut: each file of the data directory and its durable bytes by backend
-    boundary_from: str | None = None  # power-cut: the backend whose boundary built the states (ebpf, else shim)
-    error: str | None = None     # why it could not be (then nothing is claimed)
-    replica_reads_checked: NonNegInt | None = None  # keys a replica reader read a sequenced value of
-    phantom_reads: NonNegInt | None = None  # of which the reload lacks the latest value read and every later one
-    phantom_examples: list[dict] = _l()  # a few of them
 
 
 class ReplicaReads(Record):

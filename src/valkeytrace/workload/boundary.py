@@ -58,8 +58,8 @@ def read_shim_log(path: str) -> tuple[np.ndarray, int]:
         return np.zeros(0, dtype=EVENT), 0
     capacity, taken = int(head[1]), int(head[2])
     kept = min(capacity, taken)
-    events = np.fromfile(path, dtype=EVENT, count=kept, offset=HEADER_BYTES)
-    return events[events["ns"] != 0], max(0, taken - capacity)  # a record taken as the process died: left out
+    events = np.fromfile(path, dtype=EVENT, count=kept, offset=HEADER_BYTES).view(np.recarray)
+    return events[events.ns != 0], max(0, taken - capacity)  # a record taken as the process died: left out
 
 
 def listing(data_dir: str, subdirs: tuple[str, ...]) -> list[FileEntry]:
@@ -84,15 +84,16 @@ def baseline(files: list[FileEntry]) -> dict[int, int]:
 
 def boundaries(trace: Trace, files: list[FileEntry], cut_ns: int) -> dict[str, int | None]:
     """Each file's durable bytes at cut_ns (None: its name would not survive), from the trace's records."""
-    ev = trace.events[trace.events["ns"] <= cut_ns]
-    ev = ev[np.argsort(ev["ns"], kind="stable")]
+    events = trace.events.view(np.recarray)
+    ev = events[events.ns <= cut_ns]
+    ev = ev[np.argsort(ev.ns, kind="stable")]
     durable = dict(trace.baseline)
     synced: dict[int, list[int]] = {}   # inode -> entry times of its syncs that succeeded
     created: dict[int, int] = {}
     renamed: dict[bytes, int] = {}
     open_syncs: dict[int, tuple[int, int, int]] = {}  # tid -> (inode, size, entered)
-    for ns, ino, value, kind, tid, name in zip(ev["ns"].tolist(), ev["ino"].tolist(), ev["value"].tolist(),
-                                               ev["kind"].tolist(), ev["tid"].tolist(), ev["name"].tolist()):
+    for ns, ino, value, kind, tid, name in zip(ev.ns.tolist(), ev.ino.tolist(), ev.value.tolist(),
+                                               ev.kind.tolist(), ev.tid.tolist(), ev.name.tolist()):
         if kind == SYNC_BEGIN:
             open_syncs[tid] = (ino, value, ns)
         elif kind == SYNC_END:

@@ -20,10 +20,13 @@ import random
 import shutil
 import tempfile
 import time
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from valkeytrace.errors import VTError
+from valkeytrace.recording.model import CutState
 from valkeytrace.workload import boundary
 from valkeytrace.workload.durability_check import BATCH, EXAMPLES, LOAD_TIMEOUT_S, _plain_env, _sequence
 
@@ -40,8 +43,8 @@ class PowerCut:
         self.delayed = delayed  # the shim adds an emulated disk's delay to each sync: its record is the disk's
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-powercut-")
         self.shim_log: str | None = None
-        self.probe = None
-        self.baselines: dict[str, dict[int, int]] = {}
+        self.probe: Any = None  # tracers.durable_bpf.DurableProbe
+        self.probe_baseline: dict[int, int] = {}  # what stood as the probe attached (the shim's: nothing)
 
     def environment(self, env: dict, run_as) -> dict:
         """The server's environment, with the shim's log when the shim is preloaded."""
@@ -52,7 +55,6 @@ class PowerCut:
         if run_as:
             os.chown(self.dir, *run_as)
             os.chown(self.shim_log, *run_as)
-        self.baselines["shim"] = {}  # it sees the server from its first call
         return {**env, "VALKEYTRACE_DURABLE_LOG": self.shim_log}
 
     def attach(self, pid: int, data_dir: str, appenddirname: str) -> None:
@@ -65,16 +67,16 @@ class PowerCut:
             self.probe = DurableProbe(pid)
         except Exception as exc:  # the compiler's or the kernel's refusal, in one line
             raise VTError(f"--verify-durability power-cut: the durable-boundary probe did not load: {exc}") from exc
-        self.baselines["ebpf"] = boundary.baseline(boundary.listing(data_dir, (appenddirname,)))
+        self.probe_baseline = boundary.baseline(boundary.listing(data_dir, (appenddirname,)))
 
     def traces(self) -> dict[str, boundary.Trace]:
         out = {}
         if self.probe is not None:
             events, dropped = self.probe.events(boundary.EVENT)
-            out["ebpf"] = boundary.Trace(events, self.baselines["ebpf"], dropped)
+            out["ebpf"] = boundary.Trace(events, self.probe_baseline, dropped)
         if self.shim_log is not None:
             events, dropped = boundary.read_shim_log(self.shim_log)
-            out["shim"] = boundary.Trace(events, self.baselines["shim"], dropped)
+            out["shim"] = boundary.Trace(events, {}, dropped)  # it sees the server from its first call
         return out
 
     def close(self) -> None:
@@ -133,6 +135,8 @@ def compare(client, latest: np.ndarray) -> tuple[int, int, list[dict], int | Non
 
 def load(binary: str, state_dir: str, appenddirname: str, latest: np.ndarray) -> tuple[int, int, list[dict], int | None]:
     """A plain server started on state_dir (it loads what is there), then compare()."""
+    from valkey.exceptions import BusyLoadingError
+
     from valkeytrace.server import process as srv
 
     server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, ready_timeout_s=LOAD_TIMEOUT_S,
@@ -141,10 +145,14 @@ def load(binary: str, state_dir: str, appenddirname: str, latest: np.ndarray) ->
     try:
         client = srv.connect(server.host, server.port or 0, timeout=30.0)
         deadline = time.monotonic() + LOAD_TIMEOUT_S
-        while int(client.info("persistence").get("loading", 0)):
-            if time.monotonic() > deadline:
-                raise VTError(f"the state did not load in {LOAD_TIMEOUT_S:.0f} s")
-            time.sleep(0.05)
+        while True:  # a server still loading answers -LOADING
+            try:
+                client.ping()
+                break
+            except BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise VTError(f"the state did not load in {LOAD_TIMEOUT_S:.0f} s") from None
+                time.sleep(0.05)
         return compare(client, latest)
     finally:
         server.stop()
@@ -179,7 +187,7 @@ def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) 
     kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
     side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
     truth = kept[side]
-    rows: list[dict] = []
+    rows: list[CutState] = []
     oldest: int | None = None
     for state, torn in states(files, truth, pc.torn, pc.rng):
         work = tempfile.mkdtemp(prefix="valkeytrace-cutstate-")
@@ -190,10 +198,10 @@ def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) 
             return {**out, "files": _files(files, kept), "error": f"a state did not load: {exc}"}
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        rows.append({"kept": state, "torn": torn, "acked": checked, "acked_missing": missing, "examples": examples})
+        rows.append(CutState(kept=state, torn=torn, acked=checked, acked_missing=missing, examples=examples))
         if old is not None:
             oldest = old if oldest is None else min(oldest, old)
-    worst = max(rows, key=lambda r: r["acked_missing"])
-    return {**out, "acked": worst["acked"], "acked_missing": worst["acked_missing"], "examples": worst["examples"],
-            "states": rows, "files": _files(files, kept), "boundary_from": side,
+    worst = max(rows, key=lambda r: r.acked_missing)
+    return {**out, "acked": worst.acked, "acked_missing": worst.acked_missing, "examples": worst.examples,
+            "states": [msgspec.to_builtins(r) for r in rows], "files": _files(files, kept), "boundary_from": side,
             "lost_window_ms": round((cut_seq - oldest) / 1e6, 1) if oldest is not None else 0.0}
