@@ -146,6 +146,9 @@ class RecordPlan:
                                "offload: give both, with --emulate-offload durable")
         if self.verify_durability:
             self._check_verify()
+        if self.verify_durability == "power-cut" and self.tracer.backend == "none":
+            raise VTUsageError("--verify-durability power-cut reads the server's syncs from its trace: it needs "
+                               "--backend ebpf, shim or both")
         if self.torn and self.verify_durability != "power-cut":
             raise VTUsageError("--torn shapes the states of --verify-durability power-cut: give both")
         if self.sensitivity_ns and not s.launched:
