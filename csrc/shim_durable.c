@@ -35,8 +35,11 @@ void vt_dur_init(void)
 {
     size_t size = 0;
     struct vt_dur_log *l = vt_map_shared(getenv("VALKEYTRACE_DURABLE_LOG"), sizeof(struct vt_dur_log), &size);
-    if (l && l->magic == VT_DUR_MAGIC && size >= sizeof(*l) + l->capacity * sizeof(struct vt_dur_event))
+    if (l && l->magic == VT_DUR_MAGIC && size >= sizeof(*l) + l->capacity * sizeof(struct vt_dur_event)) {
+        uint64_t none = 0;
+        __atomic_compare_exchange_n(&l->mapped_by, &none, (uint64_t)getpid(), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
         dlog = l;
+    }
 }
 
 static void put(uint32_t kind, uint64_t ino, uint64_t value, const char *path)

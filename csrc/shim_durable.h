@@ -30,7 +30,8 @@ struct vt_dur_log {
     uint64_t magic;
     uint64_t capacity;
     uint64_t next;    /* records taken (past capacity: dropped) */
-    uint64_t pad[5];
+    uint64_t mapped_by; /* the first process that mapped it (0: no shim ever did) */
+    uint64_t pad[4];
     struct vt_dur_event ev[];
 };
 

@@ -111,9 +111,9 @@ def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
                               binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
 
 
-def _replicas(plan: RecordPlan, target: Target, run_as, offload):
+def _replicas(plan: RecordPlan, target: Target, run_as, offload, cut=None):
     """The replicas, synced; under --offload-replicas replica-blocking each preloads the shim, which reads the
-    primary's committed offsets from its offload file."""
+    primary's committed offsets from its offload file; under a power cut (cut) each keeps its own sync record."""
     from valkeytrace.server.replicas import ReplicaSet
     from valkeytrace.tracers.emulation import shim_library
     from valkeytrace.tracers.factory import make_tracer
@@ -125,8 +125,12 @@ def _replicas(plan: RecordPlan, target: Target, run_as, offload):
                           lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
                                               t.loop_sample, t.socket_writes),
                           appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra)
+                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra,
+                          env_each=(lambda: cut.replica_env(run_as)) if cut is not None else None)
     replicas.wait_synced()
+    if cut is not None:
+        for i, r in enumerate(replicas.targets, start=1):
+            cut.attach(i, r.pid or 0, r.port or 0, _data_dir(decode_as(r.describe(), ServerInfo)))
     return replicas
 
 
@@ -276,8 +280,7 @@ def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo, cut=No
     target.kill()
     binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
     where = _data_dir(server)
-    check = powercut.verify(cut, binary, *where, recorder.acked) if cut is not None else \
-        verify(binary, *where, recorder.acked)
+    check = powercut.verify(cut, binary, recorder.acked) if cut is not None else verify(binary, *where, recorder.acked)
     runs[-1]["durability_check"] = check
     c = decode_as(check, DurabilityCheck)
     if c.error:
@@ -285,6 +288,9 @@ def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo, cut=No
     else:
         echo(f"note: --verify-durability {c.method}: {c.acked_missing} of {c.acked} acknowledged keys missing from the "
              + (f"worst of {len(c.states)} power-cut states" if c.states else "reloaded AOF"))
+        for r in c.replicas:
+            echo(f"note: --verify-durability power-cut: the replica on port {r.port}: {r.acked_missing} of {r.acked} "
+                 "acknowledged keys missing from its state at the same cut")
 
 
 def _announce(plan: RecordPlan, echo) -> None:
@@ -349,9 +355,9 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         server = target.describe()
         info = decode_as(server, ServerInfo)
         if p.cut is not None:
-            p.cut.attach(target.pid or 0, *_data_dir(info))
+            p.cut.attach(0, target.pid or 0, target.port or 0, _data_dir(info))
         if s.replicas:
-            p.replicas = _replicas(plan, target, run_as, p.offload)
+            p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
             target.drain_state = p.offload.state

@@ -68,8 +68,9 @@ def _run(tmp_path, with_bpf: bool):
         assert child.stdout.readline().strip() == "done"
         cut = time.monotonic_ns()
         files = boundary.listing(str(data), ())
-        traces = {"shim": boundary.Trace(*boundary.read_shim_log(log), )}
-        traces["shim"].baseline = base
+        shim = boundary.read_shim_log(log)
+        assert shim is not None
+        traces = {"shim": boundary.Trace(shim[0], base, shim[1])}
         if probe is not None:
             events, dropped = probe.events(boundary.EVENT)
             traces["ebpf"] = boundary.Trace(events, base, dropped)

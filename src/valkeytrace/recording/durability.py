@@ -22,6 +22,18 @@ class DurableFile(Record):
     absent: list[str] = _l()     # the backends by which its name was never made durable (a directory fsync)
 
 
+class ReplicaCut(Record):
+    """A replica's state at the same power cut (record --replicas): its files at their durable boundaries."""
+    port: NonNegInt = 0
+    acked: NonNegInt = 0         # keys with an acknowledged SET (the clients', from the primary)
+    acked_missing: NonNegInt = 0  # of which this replica's state lacks that value and every later one
+    examples: list[dict] = _l()
+    kept: dict[str, NonNegInt] = _d()
+    files: list[DurableFile] = _l()
+    boundary_from: str | None = None
+    lost_window_ms: float | None = None
+
+
 class DurabilityCheck(Record):
     acked: NonNegInt = 0         # keys with an acknowledged SET the client kept (its latest value each)
     acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks that value or a later one
@@ -33,6 +45,7 @@ class DurabilityCheck(Record):
     lost_window_ms: float | None = None  # power-cut: the cut's moment minus the oldest lost acknowledged SET's send
     files: list[DurableFile] = _l()  # power-cut: each file of the data directory and its durable bytes by backend
     boundary_from: str | None = None  # power-cut: the backend whose boundary built the states (ebpf, else shim)
+    replicas: list[ReplicaCut] = _l()  # power-cut with --replicas: each replica's state at the same cut
     error: str | None = None     # why it could not be (then nothing is claimed)
     replica_reads_checked: NonNegInt | None = None  # keys a replica reader read a sequenced value of
     phantom_reads: NonNegInt | None = None  # of which the reload lacks the latest value read and every later one

@@ -51,11 +51,11 @@ def new_shim_log(path: str, capacity: int = SHIM_CAPACITY) -> None:
         f.truncate(HEADER_BYTES + capacity * EVENT.itemsize)
 
 
-def read_shim_log(path: str) -> tuple[np.ndarray, int]:
-    """(the records the shim took, how many it could not keep)."""
+def read_shim_log(path: str) -> tuple[np.ndarray, int] | None:
+    """(the records the shim took, how many it could not keep); None when no shim mapped the log."""
     head = np.fromfile(path, dtype="<u8", count=HEADER_BYTES // 8)
-    if head.size < 3 or int(head[0]) != LOG_MAGIC:
-        return np.zeros(0, dtype=EVENT), 0
+    if head.size < 4 or int(head[0]) != LOG_MAGIC or not int(head[3]):
+        return None
     capacity, taken = int(head[1]), int(head[2])
     kept = min(capacity, taken)
     events = np.fromfile(path, dtype=EVENT, count=kept, offset=HEADER_BYTES).view(np.recarray)

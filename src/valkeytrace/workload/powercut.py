@@ -20,6 +20,7 @@ import random
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -34,55 +35,74 @@ CUT_AT = 0.8      # the cut's moment, as a share of each SET window
 TORN_CUTS = 3     # --torn: random cut points per file that grew past its boundary
 
 
-class PowerCut:
-    """The launch's power-cut machinery: the shim's log (when the shim is preloaded), the kernel's probe
-    (when the backend loads eBPF), what each took as durable when it began; close() removes all."""
-
-    def __init__(self, backend: str, torn: bool, delayed: bool = False, seed: int = 1):
-        self.backend, self.torn, self.rng = backend, torn, random.Random(seed)
-        self.delayed = delayed  # the shim adds an emulated disk's delay to each sync: its record is the disk's
-        self.dir = tempfile.mkdtemp(prefix="valkeytrace-powercut-")
-        self.shim_log: str | None = None
-        self.probe: Any = None  # tracers.durable_bpf.DurableProbe
-        self.probe_baseline: dict[int, int] = {}  # what stood as the probe attached (the shim's: nothing)
-
-    def environment(self, env: dict, run_as) -> dict:
-        """The server's environment, with the shim's log when the shim is preloaded."""
-        if "LD_PRELOAD" not in env:
-            return env
-        self.shim_log = os.path.join(self.dir, "durable.log")
-        boundary.new_shim_log(self.shim_log)
-        if run_as:
-            os.chown(self.dir, *run_as)
-            os.chown(self.shim_log, *run_as)
-        return {**env, "VALKEYTRACE_DURABLE_LOG": self.shim_log}
-
-    def attach(self, pid: int, data_dir: str, appenddirname: str) -> None:
-        """The kernel's probe for pid (when the backend loads eBPF); what stands now is its baseline."""
-        if self.backend not in ("ebpf", "both"):
-            return
-        from valkeytrace.tracers.durable_bpf import DurableProbe
-
-        try:
-            self.probe = DurableProbe(pid)
-        except Exception as exc:  # the compiler's or the kernel's refusal, in one line
-            raise VTError(f"--verify-durability power-cut: the durable-boundary probe did not load: {exc}") from exc
-        self.probe_baseline = boundary.baseline(boundary.listing(data_dir, (appenddirname,)))
+@dataclass
+class Node:
+    """One server's records: its shim log (None: no shim preloaded), its kernel probe, what the probe took as
+    durable when it attached, its data directory and AOF directory's name, its port."""
+    label: str
+    shim_log: str | None = None
+    probe: Any = None  # tracers.durable_bpf.DurableProbe
+    baseline: dict[int, int] = field(default_factory=dict)
+    where: tuple[str, str] = ("", "appendonlydir")
+    port: int = 0
 
     def traces(self) -> dict[str, boundary.Trace]:
         out = {}
         if self.probe is not None:
             events, dropped = self.probe.events(boundary.EVENT)
-            out["ebpf"] = boundary.Trace(events, self.probe_baseline, dropped)
-        if self.shim_log is not None:
-            events, dropped = boundary.read_shim_log(self.shim_log)
-            out["shim"] = boundary.Trace(events, {}, dropped)  # it sees the server from its first call
+            out["ebpf"] = boundary.Trace(events, self.baseline, dropped)
+        shim = boundary.read_shim_log(self.shim_log) if self.shim_log else None
+        if shim is not None:
+            out["shim"] = boundary.Trace(shim[0], {}, shim[1])  # it sees the server from its first call
         return out
 
+
+class PowerCut:
+    """The launch's power-cut machinery, one Node per server (the primary's first, then each replica's): the
+    shim's log (a shim preloaded maps it), the kernel's probe (a backend that loads eBPF); close() removes all."""
+
+    def __init__(self, backend: str, torn: bool, delayed: bool = False, seed: int = 1):
+        self.backend, self.torn, self.rng = backend, torn, random.Random(seed)
+        self.delayed = delayed  # the shim adds an emulated disk's delay to each sync: its record is the disk's
+        self.dir = tempfile.mkdtemp(prefix="valkeytrace-powercut-")
+        self.nodes = [Node("primary")]
+
+    def _log(self, node: Node, run_as) -> dict:
+        node.shim_log = os.path.join(self.dir, f"durable-{len(os.listdir(self.dir))}.log")
+        boundary.new_shim_log(node.shim_log)
+        if run_as:
+            os.chown(self.dir, *run_as)
+            os.chown(node.shim_log, *run_as)
+        return {"VALKEYTRACE_DURABLE_LOG": node.shim_log}
+
+    def environment(self, env: dict, run_as) -> dict:
+        """The primary's environment, with its shim's log."""
+        return {**env, **self._log(self.nodes[0], run_as)}
+
+    def replica_env(self, run_as) -> dict:
+        """The next replica's addition to its environment: its shim's log (used when it preloads the shim)."""
+        self.nodes.append(Node(f"replica {len(self.nodes)}"))
+        return self._log(self.nodes[-1], run_as)
+
+    def attach(self, node: int, pid: int, port: int, where: tuple[str, str]) -> None:
+        """The kernel's probe for a node's pid (when the backend loads eBPF); what stands now is its baseline."""
+        n = self.nodes[node]
+        n.where, n.port = where, port
+        if self.backend not in ("ebpf", "both"):
+            return
+        from valkeytrace.tracers.durable_bpf import DurableProbe
+
+        try:
+            n.probe = DurableProbe(pid)
+        except Exception as exc:  # the compiler's or the kernel's refusal, in one line
+            raise VTError(f"--verify-durability power-cut: the durable-boundary probe did not load: {exc}") from exc
+        n.baseline = boundary.baseline(boundary.listing(where[0], (where[1],)))
+
     def close(self) -> None:
-        if self.probe is not None:
-            self.probe.close()
-            self.probe = None
+        for n in self.nodes:
+            if n.probe is not None:
+                n.probe.close()
+                n.probe = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -168,8 +188,49 @@ def _files(files: list[boundary.FileEntry], kept: dict[str, dict[str, int | None
     return rows
 
 
-def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) -> dict:
-    """runs[].durability_check for a power cut (module docstring); acked: durability_check.AckedWrites."""
+class _Failed(Exception):
+    pass
+
+
+@dataclass
+class _NodeCut:
+    """One server's states at the cut, each loaded and checked."""
+    states: list[CutState]
+    files: list[dict]
+    boundary_from: str
+    oldest: int | None  # the oldest lost acknowledged SET's sequence
+
+
+def _cut_node(pc: PowerCut, node: Node, binary: str, cut_ns: int, latest: np.ndarray, torn: bool) -> _NodeCut:
+    """One server's states at the cut, each loaded and checked."""
+    files = boundary.listing(node.where[0], (node.where[1],))
+    traces = node.traces()
+    full = {side: t.dropped for side, t in traces.items() if t.dropped}
+    if not traces or full:
+        raise _Failed(f"{node.label}: " + ("no record of its syncs" if not traces else
+                      f"the sync log filled ({full} records not kept): the boundary would be too early"))
+    kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
+    side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
+    rows: list[CutState] = []
+    oldest: int | None = None
+    for state, torn_file in states(files, kept[side], torn, pc.rng):
+        work = tempfile.mkdtemp(prefix="valkeytrace-cutstate-")
+        try:
+            build(node.where[0], work, state)
+            checked, missing, examples, old = load(binary, work, node.where[1], latest)
+        except (OSError, VTError) as exc:
+            raise _Failed(f"{node.label}: a state did not load: {exc}") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        rows.append(CutState(kept=state, torn=torn_file, acked=checked, acked_missing=missing, examples=examples))
+        if old is not None:
+            oldest = old if oldest is None else min(oldest, old)
+    return _NodeCut(rows, _files(files, kept), side, oldest)
+
+
+def verify(pc: PowerCut, binary: str, acked) -> dict:
+    """runs[].durability_check for a power cut of the whole host (module docstring): the primary's states, and
+    each replica's at the same cut (its boundary's); acked: durability_check.AckedWrites."""
     how = (f"a power cut {CUT_AT:.0%} into the last SET window: acknowledgments after it not kept; after the window "
            f"the server killed (SIGKILL) and each file of its data directory cut to what its syncs had made durable "
            f"by the cut, loaded by a plain {os.path.basename(binary)}")
@@ -178,30 +239,25 @@ def verify(pc: PowerCut, binary: str, data_dir: str, appenddirname: str, acked) 
     if acked.cut is None:
         return {**out, "error": "no open-loop SET window carried the cut (--workload write-only with --rate)"}
     cut_ns, cut_seq = acked.cut
-    files = boundary.listing(data_dir, (appenddirname,))
-    traces = pc.traces()
-    full = {side: t.dropped for side, t in traces.items() if t.dropped}
-    if not traces or full:
-        return {**out, "error": "no record of the server's syncs" if not traces
-                else f"the sync log filled ({full} records not kept): the boundary would be too early"}
-    kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
-    side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
-    truth = kept[side]
-    rows: list[CutState] = []
-    oldest: int | None = None
-    for state, torn in states(files, truth, pc.torn, pc.rng):
-        work = tempfile.mkdtemp(prefix="valkeytrace-cutstate-")
-        try:
-            build(data_dir, work, state)
-            checked, missing, examples, old = load(binary, work, appenddirname, acked.latest)
-        except (OSError, VTError) as exc:
-            return {**out, "files": _files(files, kept), "error": f"a state did not load: {exc}"}
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        rows.append(CutState(kept=state, torn=torn, acked=checked, acked_missing=missing, examples=examples))
-        if old is not None:
-            oldest = old if oldest is None else min(oldest, old)
-    worst = max(rows, key=lambda r: r.acked_missing)
+    try:
+        got = [_cut_node(pc, n, binary, cut_ns, acked.latest, pc.torn and i == 0) for i, n in enumerate(pc.nodes)]
+    except _Failed as exc:
+        return {**out, "error": str(exc)}
+    primary, replicas = got[0], got[1:]
+    worst = max(primary.states, key=lambda r: r.acked_missing)
     return {**out, "acked": worst.acked, "acked_missing": worst.acked_missing, "examples": worst.examples,
-            "states": [msgspec.to_builtins(r) for r in rows], "files": _files(files, kept), "boundary_from": side,
-            "lost_window_ms": round((cut_seq - oldest) / 1e6, 1) if oldest is not None else 0.0}
+            "states": [msgspec.to_builtins(r) for r in primary.states], "files": primary.files,
+            "boundary_from": primary.boundary_from, "lost_window_ms": _window(cut_seq, primary.oldest),
+            **({"replicas": [_replica_row(n, r, cut_seq) for n, r in zip(pc.nodes[1:], replicas)]} if replicas else {})}
+
+
+def _window(cut_seq: int, oldest: int | None) -> float:
+    return round((cut_seq - oldest) / 1e6, 1) if oldest is not None else 0.0
+
+
+def _replica_row(node: Node, got: _NodeCut, cut_seq: int) -> dict:
+    """runs[].durability_check.replicas[]: a replica's state at the cut, checked against the clients' acks."""
+    st = got.states[0]
+    return {"port": node.port, "acked": st.acked, "acked_missing": st.acked_missing, "examples": st.examples,
+            "kept": st.kept, "files": got.files, "boundary_from": got.boundary_from,
+            "lost_window_ms": _window(cut_seq, got.oldest)}
