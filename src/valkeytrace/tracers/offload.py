@@ -73,8 +73,9 @@ DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's A
                             "fdatasync run on the shim's vt_offload thread, nothing held (SETs acknowledged "
                             "before their fsync)",
                "ack-after-write": "virtual offload, a fault to witness (ack-after-write): the durable offload's holds, "
-                                  "each job's replies released once its bytes are written and before its fdatasync "
-                                  "(a kill loses none of them, a power cut may)"}
+                                  "each job's replies released once its bytes are written, its fdatasync on a thread "
+                                  "of its own (vt_syncer) while the next jobs go on: a kill loses none of them, a "
+                                  "power cut may"}
 
 
 def check_usage(mode: str | None, appendfsync: str, attached: bool, has_command: bool) -> None:
