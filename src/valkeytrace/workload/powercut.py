@@ -6,12 +6,13 @@ server is killed (SIGKILL) and its data directory (the AOF directory, the RDB, t
 state the cut left: each file cut to the bytes its syncs had made durable by the cut (workload/boundary.py;
 the kernel's record when eBPF ran, else the shim's; under an emulated disk delay, --inject-fsync-delay, the
 shim's, whose syncs end when the emulated disk's do: the kernel's return comes before the added delay), a
-file whose name no directory sync covered absent;
-with --torn also states with one file cut at a few random points between its boundary and its end (a torn
-tail: `aof-load-truncated yes` must cope). A plain valkey-server loads each state and every key whose
-latest acknowledged SET came before the cut is looked up, as the kill's check does (durability_check.py).
-Bytes written after the cut are in the copy only up to the boundary, so nothing the server did after the
-cut can count.
+file whose name no directory sync covered absent; with --torn also states with one file cut at a few random
+points between its boundary and its end (a torn tail: `aof-load-truncated yes` must cope). A plain
+valkey-server loads each state and every key whose latest acknowledged SET came before the cut is looked up,
+as the kill's check does (durability_check.py). Bytes written after the cut are in the copy only up to the
+boundary, so nothing the server did after the cut can count (a file it deleted after the cut, an AOF
+rewrite's end, is not rebuilt). With --replicas the cut is the whole host's: each replica's files at the same
+moment, loaded and checked against the same acknowledgments.
 """
 from __future__ import annotations
 
