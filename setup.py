@@ -22,7 +22,7 @@ class build_py_with_header(build_py):
 # The LD_PRELOAD shim: a plain shared library with no Python entry point, built by the package
 # build and found by path next to the _native module (as memray does with its _inject library).
 # the shim's sources, named once (benchmarks/offload_cost.py and the sanitizer tests read this list)
-SHIM_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "offload.c", "offload_state.c", "offload_conn.c", "offload_req.c",
+SHIM_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "shim_durable.c", "offload.c", "offload_state.c", "offload_conn.c", "offload_req.c",
                 "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_links.c", "replica_hold.c", "vt_cmds.c",
                 "vt_resp.c"]
 shim = Extension(

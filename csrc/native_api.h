@@ -216,6 +216,7 @@ struct vt_load_config {
     uint64_t seed;
     int marker_fd;
     uint64_t *acked;
+    uint64_t cut_after_ns;
     const void *stalls;
     const char *replica_host;
     int replica_port;

@@ -306,7 +306,7 @@ static int run_job(struct aof_chunk *batch, int *err, int *kind)
         }
         free(c);
     }
-    if (rc == 0 && fd >= 0 && vt_shim_fdatasync(fd) != 0)
+    if (rc == 0 && fd >= 0 && (vt_off.ack_written ? (vt_off.unsynced_fd = fd, vt_off.unsynced = 1, 0) : vt_shim_fdatasync(fd)))
         *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
     return rc;
 }
@@ -412,6 +412,7 @@ static void *offload_main(void *arg)
         }
         for (size_t i = 0; i < nready && !vt_off_failed(); i++)
             deliver_one(ready[i], blocked, &nb);
+        vt_off_sync_written();
         pthread_mutex_lock(&vt_off.mu);
         pthread_cond_broadcast(&vt_off.done);
         if (vt_off.stopping && vt_off_failed())
@@ -434,7 +435,7 @@ static void *offload_main(void *arg)
 int vt_offload_init(void)
 {
     const char *m = getenv("VALKEYTRACE_OFFLOAD");
-    int mode = !m ? 0 : !strcmp(m, "durable") ? VT_OFFLOAD_DURABLE : !strcmp(m, "early-ack") ? VT_OFFLOAD_EARLY_ACK : 0;
+    int mode = !m ? 0 : !strcmp(m, "durable") || !strcmp(m, "ack-after-write") ? VT_OFFLOAD_DURABLE : !strcmp(m, "early-ack") ? VT_OFFLOAD_EARLY_ACK : 0;
     size_t size = 0;
     if (!mode)
         return 0;

@@ -40,8 +40,6 @@ int vt_conn_is_client(int fd)
     return c && __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
 }
 
-/* -- replies -------------------------------------------------------------------------------- */
-
 /* what the reply to e (hashes from hv[at]) needs durable; e NULL: a reply no command explains */
 static uint64_t need_of(const struct conn *c, const struct entry *e, uint32_t at, uint64_t queued)
 {
@@ -359,8 +357,6 @@ int vt_conn_take(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret, vt_w
         return 1;
     }
 }
-
-/* -- the offload thread's side, accept, read, close ----------------------------------------- */
 
 int vt_conn_deliver(struct vt_held_node *node, int *fd)
 {

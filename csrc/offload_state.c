@@ -3,11 +3,16 @@
  */
 #define _GNU_SOURCE
 #include "offload_state.h"
+#include "shim_io.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +109,52 @@ void vt_off_state_init(void)
     pthread_cond_init(&vt_off.done, &a);
     pthread_condattr_destroy(&a);
     vt_off.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const char *m = getenv("VALKEYTRACE_OFFLOAD");
+    vt_off.ack_written = m && !strcmp(m, "ack-after-write"); /* held as durable's, released at the write */
+}
+
+/* ack-after-write: the job's replies have gone out; its fdatasync runs on a thread of its own (vt_syncer), as
+ * a design that writes and acknowledges on one thread and syncs on another would: the offload thread goes on
+ * writing and acknowledging while it syncs (a sync asked for meanwhile is one more after it). A failed sync
+ * is not reported: the acknowledged bytes may be lost, which is the fault this emulates. */
+static pthread_mutex_t sync_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sync_cv = PTHREAD_COND_INITIALIZER;
+static int sync_fd, sync_asked, syncer_started;
+
+static void *syncer_main(void *arg)
+{
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_NAME, (unsigned long)"vt_syncer", 0, 0, 0);
+    pthread_mutex_lock(&sync_mu);
+    for (;;) {
+        while (!sync_asked)
+            pthread_cond_wait(&sync_cv, &sync_mu);
+        int fd = sync_fd;
+        sync_asked = 0;
+        pthread_mutex_unlock(&sync_mu);
+        vt_shim_fdatasync(fd);
+        pthread_mutex_lock(&sync_mu);
+    }
+    return NULL;
+}
+
+void vt_off_sync_written(void)
+{
+    pthread_t t;
+    if (!vt_off.unsynced)
+        return;
+    vt_off.unsynced = 0;
+    pthread_mutex_lock(&sync_mu);
+    if (!syncer_started)
+        syncer_started = pthread_create(&t, NULL, syncer_main, NULL) == 0;
+    sync_fd = vt_off.unsynced_fd, sync_asked = 1;
+    pthread_cond_signal(&sync_cv);
+    pthread_mutex_unlock(&sync_mu);
+    if (!syncer_started)
+        vt_shim_fdatasync(vt_off.unsynced_fd); /* no thread: in place */
 }
 
 void vt_off_log(const char *msg)

@@ -43,6 +43,9 @@ struct vt_off_state {
     int polling;         /* under mu: the offload thread sleeps in that poll */
     int thread_done;     /* atomic: the offload thread has ended (nothing more will be written or released) */
     uint64_t read_bytes; /* atomic: bytes read from clients (the bound's mean request size) */
+    int ack_written;     /* --emulate-offload ack-after-write: a job's replies leave after its write, before its sync */
+    int unsynced_fd;     /* offload thread only: the fd whose sync follows the delivery (unsynced: one waits) */
+    int unsynced;
 };
 
 extern struct vt_off_state vt_off;
@@ -85,5 +88,6 @@ void vt_off_drain_on_shutdown(void);
 void vt_off_state_init(void);
 /* one line in the server's log, as valkey writes its own (the control region's logfile, else stdout) */
 void vt_off_log(const char *msg);
+void vt_off_sync_written(void);
 
 #endif

@@ -33,6 +33,7 @@
 #include "offload_bound.h"
 #include "offload_links.h"
 #include "replica_hold.h"
+#include "shim_durable.h"
 #include "shim_io.h"
 
 static void child_after_fork(void)
@@ -46,6 +47,7 @@ __attribute__((constructor)) static void shim_init(void)
 {
     vt_io_resolve();
     vt_io_init();
+    vt_dur_init();
     if (vt_offload_init() + vt_replica_init() || vt_io_recording())
         pthread_atfork(NULL, NULL, child_after_fork);
 }

@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "shim_io.h"
+#include "shim_durable.h"
 #include "shim_stall.h"
 
 #include <dlfcn.h>
@@ -381,13 +382,19 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
 EXPORT __attribute__((noinline)) int vt_shim_fdatasync(int fd)
 {
     VT_ENSURE(vt_real.fdatasync);
-    return timed_sync(vt_real.fdatasync, fd, VT_CALL_FDATASYNC);
+    uint64_t ino = vt_dur_sync_begin(fd); /* record --verify-durability power-cut (shim_durable.c) */
+    int ret = timed_sync(vt_real.fdatasync, fd, VT_CALL_FDATASYNC);
+    vt_dur_sync_end(ino, ret);
+    return ret;
 }
 
 EXPORT __attribute__((noinline)) int vt_shim_fsync(int fd)
 {
     VT_ENSURE(vt_real.fsync);
-    return timed_sync(vt_real.fsync, fd, VT_CALL_FSYNC);
+    uint64_t ino = vt_dur_sync_begin(fd);
+    int ret = timed_sync(vt_real.fsync, fd, VT_CALL_FSYNC);
+    vt_dur_sync_end(ino, ret);
+    return ret;
 }
 
 ssize_t vt_io_write(int fd, const void *buf, size_t count)

@@ -252,7 +252,7 @@ static void answered(struct loader *l, struct lconn *c, uint64_t now)
         l->res->errors++, l->res->rejected++;
     /* acknowledged: the key holds it or a later write from now on, so one at its floor or above (one in
      * flight beside it on another connection may have run after it: the server orders connections) */
-    if (c->reply.kind == '+' && p.seq && l->cfg->acked) {
+    if (c->reply.kind == '+' && p.seq && l->cfg->acked && (!l->cfg->cut_after_ns || now <= l->ws + l->cfg->cut_after_ns)) {
         l->res->acked++;
         if (p.floor > l->cfg->acked[p.key])
             l->cfg->acked[p.key] = p.floor;

@@ -45,6 +45,8 @@ struct vt_load_config {
     uint64_t *acked;        /* SET with --verify-durability: keyspace entries, each the sequence (in the value's first
                              * 16 hex digits) the reload must hold at least: the largest floor (vt_inflight.h) of the
                              * key's acknowledged SETs, raised as replies come; NULL: none */
+    uint64_t cut_after_ns;  /* record --verify-durability power-cut: acknowledgments read later than the window's start
+                             * + this are not kept in acked (the power cut's moment); 0: all kept */
     const void *stalls;     /* the shim's stall log (stall_log.h), mapped: latencies split by stall; NULL: none */
     const char *replica_host; /* record --replica-get-clients: readers on this replica (vt_reader.h) */
     int replica_port;

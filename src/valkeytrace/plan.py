@@ -79,7 +79,9 @@ class RecordPlan:
     label: str | None = None
     output: str | None = None
     measure_overhead: bool = False
-    verify_durability: bool = False    # --verify-durability: kill the server after the last window, reload its AOF
+    verify_durability: str = ""        # --verify-durability kill|power-cut: the server killed after the last window, its
+    #                                    AOF reloaded as it stands (kill) or as a power cut leaves it (workload/powercut.py)
+    torn: bool = False                 # --torn: power-cut states with torn tails too
     notes: tuple = ()                  # for the user, e.g. what --backend auto chose
 
     @property
@@ -144,6 +146,11 @@ class RecordPlan:
                                "offload: give both, with --emulate-offload durable")
         if self.verify_durability:
             self._check_verify()
+        if self.verify_durability == "power-cut" and self.tracer.backend == "none":
+            raise VTUsageError("--verify-durability power-cut reads the server's syncs from its trace: it needs "
+                               "--backend ebpf, shim or both")
+        if self.torn and self.verify_durability != "power-cut":
+            raise VTUsageError("--torn shapes the states of --verify-durability power-cut: give both")
         if self.sensitivity_ns and not s.launched:
             raise VTUsageError("--fsync-sensitivity needs a server valkeytrace launches (it preloads "
                                "the shim to add the delay); it cannot apply to --attach")
@@ -303,7 +310,8 @@ class RecordOptions:
     offload_max_pending: int = 0
     offload_overflow: str = "none"
     offload_replicas: str = "immediate"
-    verify_durability: bool = False
+    verify_durability: str = ""
+    torn: bool = False
 
 
 def _check_load_options(o: RecordOptions) -> None:
@@ -366,7 +374,7 @@ def build(o: RecordOptions) -> RecordPlan:
                         pool=o.pool, demand_pass=o.demand_pass, replica_get_clients=o.replica_get_clients)
     plan = RecordPlan(server, settings, TracerPlan(o.backend), emulation, benchmark_path=o.benchmark_path,
                       client_cpus=o.client_cpus, label=o.label, output=o.output, measure_overhead=o.measure_overhead,
-                      verify_durability=o.verify_durability)
+                      verify_durability=o.verify_durability, torn=o.torn)
     plan.check_target()  # usage errors whatever tracer the host offers, before asking it
     backend, note = resolve_backend(o.backend, attached=o.attach_pid is not None)
     plan = dataclasses.replace(plan, settings=dataclasses.replace(settings, backend=backend),

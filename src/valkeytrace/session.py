@@ -111,9 +111,9 @@ def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
                               binary=s.binary, env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
 
 
-def _replicas(plan: RecordPlan, target: Target, run_as, offload):
+def _replicas(plan: RecordPlan, target: Target, run_as, offload, cut=None):
     """The replicas, synced; under --offload-replicas replica-blocking each preloads the shim, which reads the
-    primary's committed offsets from its offload file."""
+    primary's committed offsets from its offload file; under a power cut (cut) each keeps its own sync record."""
     from valkeytrace.server.replicas import ReplicaSet
     from valkeytrace.tracers.emulation import shim_library
     from valkeytrace.tracers.factory import make_tracer
@@ -125,8 +125,12 @@ def _replicas(plan: RecordPlan, target: Target, run_as, offload):
                           lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
                                               t.loop_sample, t.socket_writes),
                           appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra)
+                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra,
+                          env_each=(lambda: cut.replica_env(run_as)) if cut is not None else None)
     replicas.wait_synced()
+    if cut is not None:
+        for i, r in enumerate(replicas.targets, start=1):
+            cut.attach(i, r.pid or 0, r.port or 0, decode_as(r.describe(), ServerInfo).config)
     return replicas
 
 
@@ -257,9 +261,11 @@ def _ended(doc: dict, offload, tracer, interrupted: bool, t_start: float, backen
     estimate.remember(backend, launch_s, runs)
 
 
-def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> None:
-    """--verify-durability: the server killed, its AOF reloaded by a plain server, every acknowledged SET looked
-    up; the result on the launch's last run (it covers every run's writes, a failed run's too)."""
+def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo, cut=None) -> None:
+    """--verify-durability: the server killed, its AOF reloaded by a plain server (as it stands, or as the power
+    cut left it: cut, workload/powercut.py), every acknowledged SET looked up; the result on the launch's last run
+    (it covers every run's writes, a failed run's too)."""
+    from valkeytrace.workload import powercut
     from valkeytrace.workload.durability_check import reload_settings, verify
 
     runs = recorder.doc["runs"]
@@ -268,13 +274,18 @@ def _verify(target: Target, server: ServerInfo, recorder: Recorder, echo) -> Non
     target.kill()
     cfg = server.config
     binary = getattr(target, "binary", None) or shutil.which(target.command[0]) or target.command[0]
-    check = verify(binary, cfg.get("dir") or "", reload_settings(cfg), recorder.acked)
+    check = (powercut.verify(cut, binary, recorder.acked) if cut is not None
+             else verify(binary, cfg.get("dir") or "", reload_settings(cfg), recorder.acked))
     runs[-1]["durability_check"] = check
     c = decode_as(check, DurabilityCheck)
     if c.error:
         echo(f"warning: --verify-durability: {c.error}")
     if not c.error or c.acked_missing:  # a loss found in what could be read is said all the same
-        echo(f"note: --verify-durability: {c.acked_missing} of {c.acked} acknowledged keys missing from the reloaded AOF")
+        echo(f"note: --verify-durability {c.method}: {c.acked_missing} of {c.acked} acknowledged keys missing from the "
+             + (f"worst of {len(c.states)} power-cut states" if c.states else "reloaded AOF"))
+        for r in c.replicas:
+            echo(f"note: --verify-durability power-cut: the replica on port {r.port}: {r.acked_missing} of {r.acked} "
+                 "acknowledged keys missing from its state at the same cut")
 
 
 def _announce(plan: RecordPlan, echo) -> None:
@@ -298,6 +309,7 @@ class _Parts:
     replicas: Any = None
     stalls: Any = None
     acked: Any = None
+    cut: Any = None  # workload.powercut.PowerCut under --verify-durability power-cut
 
     def close(self) -> None:
         if self.replicas is not None:
@@ -305,7 +317,7 @@ class _Parts:
         if self.target is not None:
             self.target.stop()
         self.tracer.stop()  # idempotent; covers a launch that failed before the recorder started it
-        for x in (self.offload, self.acked, self.stalls):
+        for x in (self.offload, self.acked, self.stalls, self.cut):
             if x is not None:
                 x.close()
 
@@ -329,11 +341,18 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
+        if plan.verify_durability == "power-cut":
+            from valkeytrace.workload.powercut import PowerCut
+
+            p.cut = PowerCut(t.backend, plan.torn, delayed=bool(e.fsync_delay))
+            env = p.cut.environment(env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
+        if p.cut is not None:
+            p.cut.attach(0, target.pid or 0, target.port or 0, info.config)
         if s.replicas:
-            p.replicas = _replicas(plan, target, run_as, p.offload)
+            p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
             target.drain_state = p.offload.state
@@ -346,11 +365,13 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         recorder.checkpoint()
         if plan.verify_durability:
             from valkeytrace.workload.durability_check import AckedWrites
+            from valkeytrace.workload.powercut import CUT_AT
 
             recorder.acked = p.acked = AckedWrites(settings.keyspace)
+            p.acked.cut_at = CUT_AT if p.cut is not None else 0.0
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
-            _verify(target, info, recorder, echo)
+            _verify(target, info, recorder, echo, p.cut)
         if p.replicas is not None:  # the server ends before the recording is written
             p.replicas.stop()
         target.stop()

@@ -32,11 +32,13 @@ from valkeytrace.recording import document
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
               help="Recording path (.vtrace); an existing file is never replaced without --force.")
 @click.option("--force", is_flag=True, help="Replace an existing -o recording.")
-@click.option("--emulate-offload", "offload_mode", type=click.Choice(["durable", "early-ack"]),
+@click.option("--emulate-offload", "offload_mode", type=click.Choice(["durable", "early-ack", "ack-after-write"]),
               help="Virtual offload (emulated #3381; launched servers, appendfsync always): the shim hands the main "
                    "thread's AOF write and fdatasync to a thread of its own (vt_offload); durable: replies to writes "
                    "(by the server's own command table) and reads of keys not yet durable are held until their "
-                   "batch is durable; early-ack: nothing held. docs/explain.md.")
+                   "batch is durable; early-ack: nothing held; ack-after-write: held as durable's, released once "
+                   "written, before the fdatasync (a fault a kill cannot see: --verify-durability power-cut). "
+                   "docs/explain.md.")
 @click.option("--offload-gather", "offload_gather", metavar="DURATION",
               help="With --emulate-offload durable: a job starts only when the previous one has ended and this "
                    "long has passed since the first write it will carry (default 0: at once). A window as long as "
@@ -55,10 +57,16 @@ from valkeytrace.recording import document
                    "byte waits until the AOF bytes before it are durable (a full sync's end too); replica-blocking: it "
                    "leaves at once, and each replica holds replies to reads of keys written past the primary's "
                    "committed offset.")
-@click.option("--verify-durability", is_flag=True,
+@click.option("--verify-durability", type=click.Choice(["kill", "power-cut"]), is_flag=False, flag_value="kill",
+              default=None, metavar="[kill|power-cut]",
               help="After the last window, kill the server (SIGKILL), load its AOF into a plain server and look up "
                    "every SET the clients saw acknowledged (--workload write-only; its SETs from valkeytrace's own client, closed "
-                   "loop or --rate): runs[].durability_check; with --replica-get-clients, phantom reads too.")
+                   "loop or --rate): runs[].durability_check; with --replica-get-clients, phantom reads too. power-cut "
+                   "(--rate): the cut inside the last window, each file of the data directory cut to what its completed "
+                   "fsyncs had made durable by then (the trace's record: eBPF and/or the shim). docs/explain.md.")
+@click.option("--torn", is_flag=True,
+              help="With --verify-durability power-cut: also load states with a file cut at random points between "
+                   "its durable boundary and its end (a torn tail).")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
@@ -72,7 +80,7 @@ from valkeytrace.recording import document
 @click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
-           offload_max_pending, offload_overflow, offload_replicas, verify_durability, sensitivity_spec,
+           offload_max_pending, offload_overflow, offload_replicas, verify_durability, torn, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -92,7 +100,7 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
         plan = planning.build(planning.RecordOptions(server_command=server_command, attach_pid=attach_pid, server_binary=server_binary,
                               label=label, output=output, force=force, offload_mode=offload_mode,
                               offload_gather=offload_gather, offload_max_pending=offload_max_pending or 0,
-                              offload_overflow=offload_overflow or "none", verify_durability=verify_durability,
+                              offload_overflow=offload_overflow or "none", verify_durability=verify_durability or "", torn=torn,
                               offload_replicas=offload_replicas,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given,

@@ -42,13 +42,18 @@ def _renderer(fmt: str):
               help="One table of RECORDING... (open-loop SETs under a stalling disk, one per side: always, everysec, "
                    "the offload with and without a bound): latency during and outside the stalls, what the server "
                    "held in memory, rejected writes, acknowledged writes lost. Text, markdown or JSON.")
+@click.option("--durability", is_flag=True,
+              help="One table of RECORDING... (open-loop SETs recorded with --verify-durability power-cut, one per "
+                   "side: always, everysec, the durable offload, with or without a stalling disk): acknowledged "
+                   "writes, those lost at a power cut, the oldest lost write's age, the clients' p50/p99. Text, "
+                   "markdown, JSON or HTML.")
 @click.option("--no-whatif", is_flag=True,
               help="--compare: without the what-if (the baseline's model predicting the candidate's configuration, a "
                    "simulation of 2-15 s of CPU a cell, kept in the cache after): the rest of the report is the same.")
-def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, overload, no_whatif):
+def report(recordings, compare_paths, fmt, output, plot_dir, labels, detail, overload, durability, no_whatif):
     """Render the #4029 tables from RECORDING, or compare two recordings."""
-    if overload:
-        _overload(list(recordings), compare_paths, fmt, output)
+    if overload or durability:
+        _table(list(recordings), compare_paths, fmt, output, "durability" if durability else "overload")
         return
     if compare_paths and recordings:
         raise VTUsageError("give RECORDING or --compare BASELINE CANDIDATE, not both")
@@ -121,25 +126,29 @@ def _emit(render, fmt: str, output: str | None) -> None:
         sys.stdout.write(buf.getvalue())
 
 
-def _overload(paths: list, compare_paths, fmt: str | None, output: str | None) -> None:
-    """report --overload REC...: one row per recording's open-loop SET cell (analysis/overload.py)."""
-    from valkeytrace.analysis.overload import rows
+def _table(paths: list, compare_paths, fmt: str | None, output: str | None, which: str) -> None:
+    """report --overload | --durability REC...: one row per recording's open-loop SET cell (analysis/overload.py,
+    analysis/powercut.py)."""
+    import importlib
+
     from valkeytrace.analysis.tables import summarize
     from valkeytrace.recording.model import decode
-    from valkeytrace.reporters.overload import RENDER
 
+    analysis = importlib.import_module("valkeytrace.analysis." + {"overload": "overload", "durability": "powercut"}[which])
+    render = importlib.import_module("valkeytrace.reporters." + {"overload": "overload",
+                                                                 "durability": "durability_table"}[which]).RENDER
     if compare_paths or not paths:
-        raise VTUsageError("--overload takes the recordings themselves: valkeytrace report --overload REC...")
+        raise VTUsageError(f"--{which} takes the recordings themselves: valkeytrace report --{which} REC...")
     fmt = _format(output, fmt, paths)
-    if fmt not in RENDER:
-        raise VTUsageError(f"--overload renders text, markdown or JSON, not {fmt}")
+    if fmt not in render:
+        raise VTUsageError(f"--{which} renders {', '.join(render)}, not {fmt}")
     table = []
     for p in paths:
         d = decode(recfmt.read(p))
-        table += rows(d, summarize(d))
+        table += analysis.rows(d, summarize(d))
     if not table:
         raise VTError("none of these recordings has an open-loop SET cell (record --workload write-only --rate R)")
-    _emit(lambda out: RENDER[fmt](table, out), fmt, output)
+    _emit(lambda out: render[fmt](table, out), fmt, output)
 
 
 def name_sides(docs: list, labels) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import msgspec
 
 from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l, plain  # noqa: F401
+from valkeytrace.recording.durability import CutState, DurabilityCheck, DurableFile  # noqa: F401
 
 
 class WarningNote(Record):
@@ -225,26 +226,6 @@ class MemorySeries(Record):
     aof_delayed_fsync: NonNegInt | None = None  # INFO's aof_delayed_fsync over the window (everysec's postponed writes)
     stalls: list[list[float | None]] | None = None  # the injected stalls in the window: [start, end] s from its start
     sources: dict = _d()         # where each figure comes from
-
-
-class AckedRun(Record):
-    run: NonNegInt = 0           # its index in runs[]
-    writes_acked: NonNegInt = 0  # acknowledged SETs its clients kept (a failed run's too: up to its end)
-    keys: NonNegInt = 0          # keys it acknowledged a SET of
-    unread: str | None = None    # why its clients' acknowledged writes could not be read (then nothing is claimed)
-
-
-class DurabilityCheck(Record):
-    acked: NonNegInt = 0         # keys with an acknowledged SET the clients kept (each key's floor)
-    acked_missing: NonNegInt = 0  # of which the reloaded AOF lacks the floor's value and every later one
-    writes_acked: NonNegInt | None = None  # acknowledged SETs in all (several per key)
-    runs: list[AckedRun] = _l()  # the runs whose clients' acknowledged writes it checked (2026-12-07 on)
-    examples: list[dict] = _l()  # a few missing: key, the acknowledged sequence, what the reload holds
-    method: str | None = None    # how it was checked
-    error: str | None = None     # why it could not be (then nothing is claimed)
-    replica_reads_checked: NonNegInt | None = None  # keys a replica reader read a sequenced value of
-    phantom_reads: NonNegInt | None = None  # of which the reload lacks the latest value read and every later one
-    phantom_examples: list[dict] = _l()  # a few of them
 
 
 class ReplicaReads(Record):

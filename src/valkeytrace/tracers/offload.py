@@ -17,7 +17,7 @@ from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
-MODES = ("durable", "early-ack")
+MODES = ("durable", "early-ack", "ack-after-write")
 MAGIC, VERSION, WAITED_MAX = 0x4F465456, 6, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
@@ -71,7 +71,11 @@ DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's A
                           "until their batch is durable",
                "early-ack": "virtual offload (emulated #3381, early-ack): the main thread's AOF write and "
                             "fdatasync run on the shim's vt_offload thread, nothing held (SETs acknowledged "
-                            "before their fsync)"}
+                            "before their fsync)",
+               "ack-after-write": "virtual offload, a fault to witness (ack-after-write): the durable offload's holds, "
+                                  "each job's replies released once its bytes are written, its fdatasync on a thread "
+                                  "of its own (vt_syncer) while the next jobs go on: a kill loses none of them, a "
+                                  "power cut may"}
 
 
 def check_usage(mode: str | None, appendfsync: str, attached: bool, has_command: bool) -> None:
@@ -140,7 +144,7 @@ class OffloadStats:
     def __init__(self, mode: str, gather_ns: int = 0, max_pending: int = 0, overflow: str = "none",
                  replicas: str = "immediate"):
         if mode not in MODES:
-            raise VTUsageError(f"--emulate-offload {mode!r}: expected durable or early-ack")
+            raise VTUsageError(f"--emulate-offload {mode!r}: expected durable, early-ack or ack-after-write")
         self.mode = mode
         from valkeytrace.tracers.region import make_shared
 

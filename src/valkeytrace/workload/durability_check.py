@@ -20,6 +20,7 @@ claimed when a run's file could not be read or the reload did not finish loading
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -78,6 +79,8 @@ class AckedWrites:
         self.run, self._begun = 0, 0
         self.runs: dict[int, RunPart] = {}
         self._files: dict[str, tuple[int, str]] = {}  # path -> (run, "latest" or "seen"), not yet merged
+        self.cut_at = 0.0  # power-cut: the share of each SET window after which acks are not kept (workload/powercut.py)
+        self.cut: tuple[int, int] | None = None  # the last run's cut: (CLOCK_MONOTONIC ns, the sequences' clock)
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-acked-")
         self._n = 0
 
@@ -133,11 +136,11 @@ def _sequence(value: bytes | None) -> int | None:
         return None
 
 
-def _compare(client, latest: np.ndarray) -> tuple[int, int, list[dict]]:
-    """(keys checked, missing, examples) against a server that loaded the AOF: a key is missing when the
-    reload lacks latest[k] and every later value of it."""
+def compare_acked(client, latest: np.ndarray) -> tuple[int, int, list[dict], int | None]:
+    """(keys checked, missing, examples, the oldest missing key's floor) against a server that loaded the AOF: a
+    key is missing when the reload lacks latest[k] and every later value of it."""
     keys = np.flatnonzero(latest)
-    missing, examples = 0, []  # type: int, list[dict]
+    missing, examples, oldest = 0, [], None  # type: int, list[dict], int | None
     for i in range(0, keys.size, BATCH):
         chunk = keys[i:i + BATCH]
         values = client.mget([f"key:{int(k):012d}" for k in chunk])
@@ -145,11 +148,12 @@ def _compare(client, latest: np.ndarray) -> tuple[int, int, list[dict]]:
             seq = _sequence(v)
             if seq is None or seq < int(latest[k]):
                 missing += 1
+                oldest = int(latest[k]) if oldest is None else min(oldest, int(latest[k]))
                 if len(examples) < EXAMPLES:
                     examples.append({"key": f"key:{int(k):012d}", "at_least_sequence": int(latest[k]),
                                      "reloaded": None if v is None else (f"sequence {seq}" if seq is not None
                                                                         else "a value without a sequence")})
-    return int(keys.size), missing, examples
+    return int(keys.size), missing, examples, oldest
 
 
 def reload_settings(config: dict) -> dict[str, str]:
@@ -172,8 +176,8 @@ def verify(binary: str, aof_dir: str, settings: dict[str, str], acked: AckedWrit
               f"{os.path.basename(binary)} (no shim) with its {', '.join(sorted(settings)) or 'default AOF settings'}; "
               "each key's acknowledged SETs looked up (every run's, one that failed too)")
     unread = acked.unread()
-    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": method,
-                 "runs": acked.parts(), **({"error": unread} if unread else {})}
+    out: dict = {"acked": 0, "acked_missing": 0, "writes_acked": acked.writes, "examples": [], "method": "kill",
+                 "how": method, "runs": acked.parts(), **({"error": unread} if unread else {})}
     src = os.path.join(aof_dir, dirname)
     failed = None
     if not os.path.isdir(src):
@@ -191,32 +195,38 @@ def verify(binary: str, aof_dir: str, settings: dict[str, str], acked: AckedWrit
 def _reload(binary: str, src: str, settings: dict[str, str], acked: AckedWrites) -> dict:
     """A copy of src loaded by a plain server; the acknowledged (and replica-read) keys compared once it has
     loaded all of it (_StillLoading past LOAD_TIMEOUT_S: nothing compared)."""
-    from valkeytrace.server import process as srv
-
     work = tempfile.mkdtemp(prefix="valkeytrace-reload-")
     try:
         shutil.copytree(src, os.path.join(work, os.path.basename(src)))
-        server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, loading_is_ready=True,
-                                    server_config={**settings, "dir": work, "aof-load-truncated": "yes"},
-                                    env=_plain_env())
-        try:
-            client = srv.connect(server.host, server.port or 0, timeout=30.0)
-            deadline = time.monotonic() + LOAD_TIMEOUT_S
-            while int(client.info("persistence").get("loading", 0)):
-                if time.monotonic() >= deadline:
-                    raise _StillLoading(f"the reload was still loading the AOF after {LOAD_TIMEOUT_S:g} s: "
-                                        "nothing compared")
-                time.sleep(0.05)
-            checked, missing, examples = _compare(client, acked.latest)
+        with plain_server(binary, work, settings) as client:
+            checked, missing, examples, _ = compare_acked(client, acked.latest)
             found: dict = {"acked": checked, "acked_missing": missing, "examples": examples}
             if acked.seen.any():
-                seen, phantoms, phantom_examples = _compare(client, acked.seen)
+                seen, phantoms, phantom_examples, _ = compare_acked(client, acked.seen)
                 found.update(replica_reads_checked=seen, phantom_reads=phantoms, phantom_examples=phantom_examples)
             return found
-        finally:
-            server.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def plain_server(binary: str, work: str, settings: dict[str, str]):
+    """A plain server (no shim) on the data directory `work` with `settings` (reload_settings()'s), its client
+    once it has loaded all of it (_StillLoading past LOAD_TIMEOUT_S); stopped on leaving."""
+    from valkeytrace.server import process as srv
+
+    server = srv.EmbeddedServer(appendfsync="always", binary=binary, io_threads=1, loading_is_ready=True,
+                                server_config={**settings, "dir": work, "aof-load-truncated": "yes"}, env=_plain_env())
+    try:
+        client = srv.connect(server.host, server.port or 0, timeout=30.0)
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while int(client.info("persistence").get("loading", 0)):
+            if time.monotonic() >= deadline:
+                raise _StillLoading(f"the reload was still loading the AOF after {LOAD_TIMEOUT_S:g} s: nothing compared")
+            time.sleep(0.05)
+        yield client
+    finally:
+        server.stop()
 
 
 def _plain_env() -> dict:

@@ -76,6 +76,7 @@ class Spec:
     # a SET's sequence: CLOCK_MONOTONIC's ns plus this (durability_check.AckedWrites.epoch: the launch's, so that
     # every run's sequences rise on one clock); None: this process's wall clock minus its CLOCK_MONOTONIC
     seq_epoch: int | None = None
+    cut_at: float = 0.0            # --verify-durability power-cut: acks read after this share of the window not kept
 
     def argv(self) -> list[str]:
         """This run as the module's command line (main() below)."""
@@ -87,7 +88,8 @@ class Spec:
                     ["--stall-log", self.stall_log] if self.stall_log else []) + (
                     ["--replica-port", str(self.replica_port), "--readers", str(self.readers)]
                     if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else []) + (
-                    ["--seq-epoch", str(self.seq_epoch)] if self.seq_epoch is not None else [])
+                    ["--seq-epoch", str(self.seq_epoch)] if self.seq_epoch is not None else []) + (
+                    ["--cut-at", repr(self.cut_at)] if self.cut_at else [])
 
 
 def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
@@ -107,6 +109,7 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     cfg.grace_ns, cfg.drain_ns, cfg.late_ns = int(GRACE_S * 1e9), int(DRAIN_S * 1e9), LATE_NS
     cfg.seed, cfg.marker_fd = spec.seed, marker_fd
     cfg.seq_epoch = spec.seq_epoch if spec.seq_epoch is not None else time.time_ns() - time.monotonic_ns()
+    cfg.cut_after_ns = int(spec.cut_at * spec.duration_s * 1e9)
     if spec.rate == 0:  # closed loop: one request in flight on each connection, the next sent as it is answered
         cfg.conns = cfg.max_conns = spec.connections or 50
         cfg.hold = 1
@@ -156,6 +159,7 @@ class LoadResult(msgspec.Struct):
     in_stall: dict | None = None   # the corrected latency of the requests due during an injected stall
     outside: dict | None = None    # and of those due outside every one
     replica: ReplicaResult | None = None
+    cut: tuple[int, int] | None = None  # Spec.cut_at: the cut's moment (CLOCK_MONOTONIC ns, in the sequences' clock)
 
 
 def _hist(raw) -> dict:
@@ -207,6 +211,8 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
                            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}, LoadResult)
     if spec.readers:
         out.replica = _replica(ffi, cfg, res.replica, int(cfg.seq_epoch))
+    if cfg.cut_after_ns:
+        out.cut = (res.window_start_ns + cfg.cut_after_ns, res.window_start_ns + cfg.cut_after_ns + int(cfg.seq_epoch))
     return out
 
 
@@ -363,6 +369,8 @@ class OpenLoopClient:
         if result is None:
             last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
             raise OpenLoopError(f"the open-loop client failed: {last}")
+        if self.acked is not None and self.spec.acked_path:
+            self.acked.cut = result.cut or self.acked.cut
         return result
 
 
@@ -384,11 +392,13 @@ def main(argv=None) -> int:
     ap.add_argument("--readers", type=int, default=0)
     ap.add_argument("--seen-file", default=None)
     ap.add_argument("--seq-epoch", type=int, default=None)
+    ap.add_argument("--cut-at", type=float, default=0.0)
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
-                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file, a.seq_epoch),
+                       a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file, a.seq_epoch,
+                       a.cut_at),
                    marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)

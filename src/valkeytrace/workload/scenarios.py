@@ -77,7 +77,8 @@ class Load:
                     connections=clients if self.pool == "clients" or not rate else None, acked_path=path,
                     stall_log=self.stall_log, replica_port=self.replica_port if readers else None,
                     readers=self.replica_readers if readers else 0, seen_path=seen,
-                    seq_epoch=self.acked.epoch if self.acked is not None else None)
+                    seq_epoch=self.acked.epoch if self.acked is not None else None,
+                    cut_at=self.acked.cut_at if path else 0.0)
         return OpenLoopClient(spec, cpus=self.client.cpus, acked=self.acked)
 
     @classmethod
