@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from valkeytrace._native import ffi, lib
-from valkeytrace.workload.durability_check import _compare
+from valkeytrace.workload.durability_check import compare_acked
 
 HEAD = b"*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000000\r\n$16\r\n"
 REQUEST = len(HEAD) + 16 + 2  # value_size 16: the value is the sequence, nothing else
@@ -108,8 +108,8 @@ def test_a_write_answered_before_the_next_was_sent_is_no_floor():
     (ca, a), (cb, b), (cc, c) = arrived
     assert len({ca, cb}) == 2 and cc is not cb, "A and B on two connections, C beside B"
     assert acked == 2 and floor == b, (floor, a, b, c)
-    assert _compare(Reload(a), np.array([floor], dtype=np.uint64))[1] == 1  # the reload holding A: reported
-    assert _compare(Reload(b), np.array([floor], dtype=np.uint64))[1] == 0  # B may have run after C: kept
+    assert compare_acked(Reload(a), np.array([floor], dtype=np.uint64))[1] == 1  # the reload holding A: reported
+    assert compare_acked(Reload(b), np.array([floor], dtype=np.uint64))[1] == 0  # B may have run after C: kept
 
 
 def test_a_write_queued_before_on_the_same_connection_is_no_floor():
