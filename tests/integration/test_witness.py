@@ -236,7 +236,7 @@ def test_a_custom_appendfilename_is_reloaded(tmp_path):
     assert (d / "appendonlydir" / "custom.aof.manifest").exists()
     check = recfmt.read(out)["runs"][-1]["durability_check"]
     assert check["acked"] > 1000 and check["acked_missing"] == 0 and "error" not in check, check
-    assert "appendfilename" in check["method"]
+    assert "appendfilename" in check["how"]
     assert not tagged(res.tag)  # the server and the reload both ended
 
 

@@ -59,16 +59,21 @@ def durability_sentence(label: str, check) -> str | None:
     """--verify-durability's result in one sentence (a loss first in every report), or None."""
     if check is None:
         return None
+    cut = check.method == "power-cut"
+    where = (f"the worst of {len(check.states)} power-cut state{'s' if len(check.states) != 1 else ''} (each file cut "
+             "to what its syncs had made durable)" if cut else "the AOF after the server was killed")
     if check.acked_missing:  # a loss found is said even when part of the check could not run
         ex = check.examples[0] if check.examples else {}
-        return (f"{label}: {check.acked_missing:,} of {check.acked:,} acknowledged writes missing from the AOF after "
-                f"the server was killed" + (f" (e.g. {ex.get('key')}: {ex.get('reloaded') or 'absent'})" if ex else "")
+        back = f", reaching {check.lost_window_ms:,.0f} ms back from the cut" if cut and check.lost_window_ms else ""
+        return (f"{label}: {check.acked_missing:,} of {check.acked:,} acknowledged writes missing from {where}{back}"
+                + (f" (e.g. {ex.get('key')}: {ex.get('reloaded') or 'absent'})" if ex else "")
                 + (f"; and {check.error}" if check.error else ""))
     if check.error:
         return f"{label}: the durability check could not run: {check.error}"
     runs = f", the writes of {len(check.runs)} run{'s' if len(check.runs) != 1 else ''}" if check.runs else ""
-    return (f"{label}: none of {check.acked:,} acknowledged keys{runs} missing from the AOF after the server was killed "
-            "(SIGKILL: what the kernel had written survives a process crash; a power loss is not tested)")
+    caveat = "" if cut else (" (SIGKILL: what the kernel had written survives a process crash; a power loss is not "
+                             "tested: --verify-durability power-cut)")
+    return f"{label}: none of {check.acked:,} acknowledged keys{runs} missing from {where}{caveat}"
 
 
 @dataclass
