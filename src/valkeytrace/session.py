@@ -300,6 +300,29 @@ def _announce(plan: RecordPlan, echo) -> None:
              "replacing any of those keys), and every SET goes to its AOF")
 
 
+def _power_cut(plan: RecordPlan, env: dict, run_as):
+    """--verify-durability power-cut: its machinery (workload/powercut.py) and the primary's environment with its
+    shim's log; else (None, env)."""
+    if plan.verify_durability != "power-cut":
+        return None, env
+    from valkeytrace.workload.powercut import PowerCut
+
+    cut = PowerCut(plan.tracer.backend, plan.torn, delayed=bool(plan.emulation.fsync_delay))
+    return cut, cut.environment(env, run_as)
+
+
+def _acked_writes(plan: RecordPlan, cut):
+    """--verify-durability: what the clients saw acknowledged, every run's (None without it)."""
+    if not plan.verify_durability:
+        return None
+    from valkeytrace.workload.durability_check import AckedWrites
+    from valkeytrace.workload.powercut import CUT_AT
+
+    acked = AckedWrites(plan.settings.keyspace)
+    acked.cut_at = CUT_AT if cut is not None else 0.0
+    return acked
+
+
 @dataclass
 class _Parts:
     """What a launch started, stopped and removed in one place whatever happened."""
@@ -341,11 +364,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
-        if plan.verify_durability == "power-cut":
-            from valkeytrace.workload.powercut import PowerCut
-
-            p.cut = PowerCut(t.backend, plan.torn, delayed=bool(e.fsync_delay))
-            env = p.cut.environment(env, run_as)
+        p.cut, env = _power_cut(plan, env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
@@ -363,12 +382,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         recorder.stalls, doc = p.stalls, recorder.doc
         doc["timing"] = timing
         recorder.checkpoint()
-        if plan.verify_durability:
-            from valkeytrace.workload.durability_check import AckedWrites
-            from valkeytrace.workload.powercut import CUT_AT
-
-            recorder.acked = p.acked = AckedWrites(settings.keyspace)
-            p.acked.cut_at = CUT_AT if p.cut is not None else 0.0
+        recorder.acked = p.acked = _acked_writes(plan, p.cut)
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
             _verify(target, info, recorder, echo, p.cut)

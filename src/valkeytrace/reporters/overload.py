@@ -2,15 +2,14 @@
 markdown or JSON."""
 from __future__ import annotations
 
-import json
-
 from valkeytrace.analysis.overload import OverloadRow
 from valkeytrace.reporters.memory_words import fmt_bytes, fmt_ms
+from valkeytrace.reporters.row_table import RowTable
 
 HEAD = ("side", "SET/s offered → achieved", "p50 / p99", "due in a stall p50 / p99", "outside p50 / p99",
         "held replies (+ behind)", "held bytes", "dirty keys", "AOF buffer", "RSS growth", "rejected", "closed",
         "acked lost")
-NOTE = ("held replies wait for their AOF bytes to be durable (the virtual offload's count, as #3381 keeps them in "
+OVERLOAD_NOTE = ("held replies wait for their AOF bytes to be durable (the virtual offload's count, as #3381 keeps them in "
         "the client's output buffer); behind: replies (a rejected write's error) that wait only behind them, "
         "replies leaving in order; AOF buffer: valkey's aof_buffer_length plus the offload's queue; RSS growth: "
         "the server's resident set at its peak over its first sample; acked lost: --verify-durability's count.")
@@ -37,30 +36,5 @@ def _title(rows: list[OverloadRow]) -> str:
             + (f", the disk stalling {', '.join(stalls)}" if stalls else ""))
 
 
-def render_text(rows: list[OverloadRow], out) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=out, width=200, force_terminal=False, soft_wrap=False, color_system=None)
-    t = Table(title=_title(rows), show_edge=False, pad_edge=False)
-    for h in HEAD:
-        t.add_column(h, justify="left" if h == "side" else "right", overflow="fold")
-    for r in rows:
-        t.add_row(*cells(r))
-    console.print(t)
-    console.print(NOTE)
-
-
-def render_markdown(rows: list[OverloadRow], out) -> None:
-    out.write(f"### {_title(rows)}\n\n| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD) + "\n")
-    for r in rows:
-        out.write("| " + " | ".join(cells(r)) + " |\n")
-    out.write(f"\n{NOTE}\n")
-
-
-def render_json(rows: list[OverloadRow], out) -> None:
-    json.dump({"format": "valkeytrace-overload", "version": 1, "rows": [r.to_json() for r in rows]}, out, indent=2)
-    out.write("\n")
-
-
-RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}
+TABLE = RowTable("overload", HEAD, OVERLOAD_NOTE, cells, _title, width=200)
+RENDER = TABLE.renderers('text', 'markdown', 'json')
