@@ -198,8 +198,11 @@ static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now
         c->qh = 0;
     }
     if (vt_grow((void **)&c->out, &c->out_cap, 1, c->out_len + l->req_len) ||
-        vt_grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1))
+        vt_grow((void **)&c->q, &c->qcap, sizeof(struct pending), c->qt + 1)) {
+        if (node) /* never sent: in flight it would hold the key's floors down for the rest of the run */
+            vt_inflight_answered(&l->fl, k, node);
         return -1;
+    }
     memcpy(c->out + c->out_len, l->req, l->req_len);
     c->out_len += l->req_len;
     c->queued += l->req_len;

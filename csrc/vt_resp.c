@@ -189,6 +189,7 @@ void vt_req_feed(struct vt_req_parser *p, const char *b, size_t n, const struct 
             p->left = p->num;
             arg_begin(p);
             p->arg_at = b + i;
+            p->arg_end = NULL; /* an empty argument has no last byte (vt_req_arg_last) */
             p->state = p->left ? RQ_BULK_DATA : RQ_BULK_CRLF;
             p->num = 2; /* CRLF bytes to skip after the data */
             if (!p->left) /* empty: complete now (no last byte) */

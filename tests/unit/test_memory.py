@@ -4,7 +4,7 @@ import numpy as np
 
 from valkeytrace.analysis.memory import cell_memory, durability_check
 from valkeytrace.recording.model import DurabilityCheck, MemorySeries, Run
-from valkeytrace.reporters.memory_words import durability_sentence, memory_note
+from valkeytrace.reporters.memory_words import _memory_cell, durability_sentence
 from valkeytrace.tracers import memory as sampler
 from valkeytrace.tracers.stalls import LOG_DTYPE, MAGIC, intervals
 
@@ -36,7 +36,7 @@ def test_no_source_is_no_figure():
     m = cell_memory([_run(rows)])
     assert m.held_replies_peak is None and m.aof_buffer_bytes_peak is None and m.server_rss_kb_peak == 900
     assert cell_memory([Run(workload="write-only", value_size=64, status="ok")]) is None
-    assert "held replies" not in memory_note(m) and "RSS peak" in memory_note(m)
+    assert [_memory_cell(m, f) for f in ("held_replies_peak", "server_rss_kb_peak")] == ["–", "921.6 kB"]
 
 
 def test_the_durability_check_is_the_last_runs_and_a_loss_is_said_first():

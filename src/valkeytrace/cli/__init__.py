@@ -9,9 +9,8 @@ from valkeytrace.errors import EXIT_RUNTIME, EXIT_USAGE, VTError
 
 
 # each command in a module of its own (cli/NAME.py, its function NAME), imported when it runs: `report` does not
-# load the recorder, nor a bad option's error anything (~0.15 s of each command's start, 2026-12-06)
-COMMANDS = ("doctor", "record", "compare", "report", "predict", "export", "merge")
-# what `valkeytrace --help` lists, in the order a newcomer uses them (no command is imported to list them)
+# load the recorder, nor a bad option's error anything (~0.15 s of each command's start, 2026-12-06); what
+# `valkeytrace --help` lists, in the order a newcomer uses them (no command is imported to list them)
 SUMMARIES = {  # one line each at 80 columns; no command's name as a word of its own (a wrapped line would list it)
     "record": "run the valkey#4029 workloads on a server, tracing its threads",
     "compare": "two builds or settings in alternating launches, then the verdict",
@@ -21,6 +20,7 @@ SUMMARIES = {  # one line each at 80 columns; no command's name as a word of its
     "merge": "join the recordings of a primary and its replicas into one",
     "doctor": "check what this machine needs for recording",
 }
+COMMANDS = tuple(SUMMARIES)  # one list: a command without its summary cannot be registered
 
 
 class _Group(click.Group):

@@ -36,25 +36,6 @@ def stall_note(o) -> str:
     return "; ".join(parts)
 
 
-def memory_note(m: CellMemory | None) -> str:
-    """The cell's peaks: what the server held at most, and its resident set."""
-    if m is None:
-        return ""
-    parts = []
-    if m.held_replies_peak is not None:
-        parts.append(f"held replies peak {m.held_replies_peak:,}"
-                     + (f" (+{m.behind_replies_peak:,} behind them)" if m.behind_replies_peak else "")
-                     + f", {fmt_bytes(m.held_bytes_peak)}; dirty keys peak {m.dirty_keys_peak or 0:,}")
-    if m.aof_buffer_bytes_peak is not None:
-        parts.append(f"AOF buffer peak {fmt_bytes(m.aof_buffer_bytes_peak)}")
-    if m.server_rss_kb_peak is not None:
-        parts.append(f"RSS peak {fmt_bytes(m.server_rss_kb_peak * 1024)}"
-                     + (f" (from {fmt_bytes(m.server_rss_kb_start * 1024)})" if m.server_rss_kb_start else ""))
-    if m.aof_delayed_fsync:
-        parts.append(f"{m.aof_delayed_fsync:,} AOF write(s) past valkey's 2 s wait (aof_delayed_fsync)")
-    return "memory: " + "; ".join(parts) if parts else ""
-
-
 def durability_sentence(label: str, check) -> str | None:
     """--verify-durability's result in one sentence (a loss first in every report), or None."""
     if check is None:
