@@ -63,7 +63,9 @@ from valkeytrace.recording import document
                    "every SET the clients saw acknowledged (--workload write-only; its SETs from valkeytrace's own client, closed "
                    "loop or --rate): runs[].durability_check; with --replica-get-clients, phantom reads too. power-cut "
                    "(--rate): the cut inside the last window, each file of the data directory cut to what its completed "
-                   "fsyncs had made durable by then (the trace's record: eBPF and/or the shim). docs/explain.md.")
+                   "fsyncs had made durable by then (the trace's record: eBPF and/or the shim). docs/explain.md. "
+                   "It takes a value when one follows: put it after the server command's `--`, or write "
+                   "--verify-durability=kill.")
 @click.option("--torn", is_flag=True,
               help="With --verify-durability power-cut: also load states with a file cut at random points between "
                    "its durable boundary and its end (a torn tail).")
