@@ -64,8 +64,8 @@ from valkeytrace.recording import document
                    "loop or --rate): runs[].durability_check; with --replica-get-clients, phantom reads too. power-cut "
                    "(--rate): the cut inside the last window, each file of the data directory cut to what its completed "
                    "fsyncs had made durable by then (the trace's record: eBPF and/or the shim). docs/explain.md. "
-                   "It takes a value when one follows: put it after the server command's `--`, or write "
-                   "--verify-durability=kill.")
+                   "It takes the next word as its value: a server command right after it needs its -- (or write "
+                   "--verify-durability=kill).")
 @click.option("--torn", is_flag=True,
               help="With --verify-durability power-cut: also load states with a file cut at random points between "
                    "its durable boundary and its end (a torn tail).")
