@@ -306,7 +306,7 @@ static int run_job(struct aof_chunk *batch, int *err, int *kind)
         }
         free(c);
     }
-    if (rc == 0 && fd >= 0 && (vt_off.ack_written ? (vt_off.unsynced_fd = fd, vt_off.unsynced = 1, 0) : vt_shim_fdatasync(fd)))
+    if (rc == 0 && fd >= 0 && (vt_off.ack_written ? vt_off_wrote(fd) : vt_shim_fdatasync(fd)))
         *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
     return rc;
 }

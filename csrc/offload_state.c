@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,7 +120,16 @@ void vt_off_state_init(void)
  * is not reported: the acknowledged bytes may be lost, which is the fault this emulates. */
 static pthread_mutex_t sync_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sync_cv = PTHREAD_COND_INITIALIZER;
-static int sync_fd, sync_asked, syncer_started;
+static int sync_fd = -1, sync_asked, syncer_started;
+
+/* old's sync replaced by new's: closed; synced first when they are not the same file (an AOF rewrite's switch) */
+static void drop_covered(int old, int new)
+{
+    struct stat a, b;
+    if (fstat(old, &a) != 0 || fstat(new, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+        vt_shim_fdatasync(old);
+    close(old);
+}
 
 static void *syncer_main(void *arg)
 {
@@ -133,9 +143,10 @@ static void *syncer_main(void *arg)
         while (!sync_asked)
             pthread_cond_wait(&sync_cv, &sync_mu);
         int fd = sync_fd;
-        sync_asked = 0;
+        sync_asked = 0, sync_fd = -1;
         pthread_mutex_unlock(&sync_mu);
         vt_shim_fdatasync(fd);
+        close(fd); /* its own dup (vt_off_wrote) */
         pthread_mutex_lock(&sync_mu);
     }
     return NULL;
@@ -150,11 +161,31 @@ void vt_off_sync_written(void)
     pthread_mutex_lock(&sync_mu);
     if (!syncer_started)
         syncer_started = pthread_create(&t, NULL, syncer_main, NULL) == 0;
+    if (!syncer_started) {
+        pthread_mutex_unlock(&sync_mu);
+        vt_shim_fdatasync(vt_off.unsynced_fd); /* no thread: in place */
+        close(vt_off.unsynced_fd);
+        return;
+    }
+    if (sync_asked && sync_fd >= 0)
+        drop_covered(sync_fd, vt_off.unsynced_fd); /* one not yet taken: this one stands for both */
     sync_fd = vt_off.unsynced_fd, sync_asked = 1;
     pthread_cond_signal(&sync_cv);
     pthread_mutex_unlock(&sync_mu);
-    if (!syncer_started)
-        vt_shim_fdatasync(vt_off.unsynced_fd); /* no thread: in place */
+}
+
+/* The syncer syncs a dup of the AOF's fd, never the server's own: the durable offset advances at the write, so
+ * vt_aof_release may let the server close that fd (its number then reused by another file) before the syncer
+ * runs. A dup that fails (no fd left): synced here, before the replies go (the contract holds). */
+int vt_off_wrote(int fd)
+{
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0)
+        return vt_shim_fdatasync(fd);
+    if (vt_off.unsynced)
+        drop_covered(vt_off.unsynced_fd, d); /* one written, not yet asked: this sync covers it */
+    vt_off.unsynced_fd = d, vt_off.unsynced = 1;
+    return 0;
 }
 
 void vt_off_log(const char *msg)

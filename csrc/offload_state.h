@@ -44,7 +44,7 @@ struct vt_off_state {
     int thread_done;     /* atomic: the offload thread has ended (nothing more will be written or released) */
     uint64_t read_bytes; /* atomic: bytes read from clients (the bound's mean request size) */
     int ack_written;     /* --emulate-offload ack-after-write: a job's replies leave after its write, before its sync */
-    int unsynced_fd;     /* offload thread only: the fd whose sync follows the delivery (unsynced: one waits) */
+    int unsynced_fd;     /* offload thread only: a dup of the fd whose sync follows the delivery (unsynced: one waits) */
     int unsynced;
 };
 
@@ -89,5 +89,7 @@ void vt_off_state_init(void);
 /* one line in the server's log, as valkey writes its own (the control region's logfile, else stdout) */
 void vt_off_log(const char *msg);
 void vt_off_sync_written(void);
+/* ack-after-write: fd's bytes written, its sync to follow the delivery (a dup of fd: 0; else synced here) */
+int vt_off_wrote(int fd);
 
 #endif

@@ -39,3 +39,42 @@ def test_a_loss_found_is_said_even_when_a_run_was_unread():
     said = durability_sentence("x", both)
     assert said.startswith("x: 2 of 10 acknowledged writes missing") and "runs[1]" in said
     assert "could not run" in durability_sentence("x", DurabilityCheck(acked=10, error="runs[1] unread"))
+
+
+def test_the_cut_comes_from_each_runs_file_a_failed_last_runs_too():
+    """A failed last SET run's acks are merged: its cut (in its file) is the one the states are built at, not the
+    previous run's; a run that acknowledged writes and never reached its window has none: an error, not silence."""
+    acked = dc.AckedWrites(3)
+    acked.cut_at = 0.8
+    try:
+        acked.begin_run()
+        first = acked.next_path()
+        dc.write_kept(first, 1, np.array([5, 0, 0], dtype=np.uint64), (100, 900))
+        acked.begin_run()
+        failed = acked.next_path()  # failed mid-window: no result, its file has its cut
+        dc.write_kept(failed, 2, np.array([0, 7, 8], dtype=np.uint64), (200, 1900))
+        acked.merge(first)
+        assert acked.cut == (100, 900)
+        acked.merge(failed)
+        assert acked.cut == (200, 1900) and acked.uncut() is None
+        acked.begin_run()
+        early = acked.next_path()  # failed before its window began: acks, no cut
+        dc.write_kept(early, 1, np.array([0, 0, 9], dtype=np.uint64))
+        acked.merge(early)
+        assert acked.cut == (200, 1900) and "runs[2]" in (acked.uncut() or "")
+    finally:
+        acked.close()
+
+
+def test_the_table_keeps_a_loss_found_when_the_check_has_an_error():
+    """export --table agrees with the sentence: an error with a loss found in what could be read keeps the
+    figures; an error with none found blanks them; the method is a column."""
+    from valkeytrace.analysis import fleet
+
+    lossy = DurabilityCheck(method="power-cut", acked=10, acked_missing=2, error="replica 1: a state did not load")
+    assert fleet._durability(lossy) == {"durability_method": "power-cut", "durability_acked": 10,
+                                        "durability_missing": 2, "durability_error": lossy.error}
+    blind = DurabilityCheck(method="kill", acked=10, error="runs[1] unread")
+    got = fleet._durability(blind)
+    assert got["durability_method"] == "kill" and got["durability_acked"] is None and got["durability_missing"] is None
+    assert "durability_method" in fleet.COLUMNS

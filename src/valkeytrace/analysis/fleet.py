@@ -11,7 +11,7 @@ from valkeytrace.analysis import memory
 from valkeytrace.analysis.memory import CellMemory
 from valkeytrace.analysis.summary import BUDGET, MainThread
 from valkeytrace.analysis.tables import CellSummary, OpSummary, summarize
-from valkeytrace.recording.model import Document, decode
+from valkeytrace.recording.model import Document, DurabilityCheck, decode
 
 
 @dataclass
@@ -61,9 +61,10 @@ class TableRow:
     aof_buffer_bytes_peak: int | None
     rss_peak_bytes: int | None
     rss_start_bytes: int | None
-    durability_acked: int | None     # --verify-durability: acknowledged keys checked after a kill
-    durability_missing: int | None   # of which the reloaded AOF lacked
-    durability_error: str | None     # why the check could not run
+    durability_method: str | None    # --verify-durability: kill or power-cut (the launch's: the same on its every row)
+    durability_acked: int | None     # acknowledged keys checked (the launch's)
+    durability_missing: int | None   # of which the reloaded AOF (a power cut's worst state) lacked
+    durability_error: str | None     # why the check could not run (a loss found in what was read still counts)
 
 
 COLUMNS = tuple(f.name for f in fields(TableRow))
@@ -92,9 +93,7 @@ def table_rows(path: str, doc: Document | dict) -> list[TableRow]:
         main = c.server.main_thread if c.server else None
         for o in c.ops.values():
             out.append(TableRow(**head, **_op_columns(c, o), **_budget(main), **_memory(mem),
-                                durability_acked=check.acked if check and not check.error else None,
-                                durability_missing=check.acked_missing if check and not check.error else None,
-                                durability_error=check.error if check else None))
+                                **_durability(check)))
     return out
 
 
@@ -130,3 +129,12 @@ def _memory(m: CellMemory | None) -> dict:
             "aof_buffer_bytes_peak": m.aof_buffer_bytes_peak if m else None,
             "rss_peak_bytes": kb(m.server_rss_kb_peak) if m else None,
             "rss_start_bytes": kb(m.server_rss_kb_start) if m else None}
+
+
+def _durability(check: DurabilityCheck | None) -> dict:
+    """The launch's check: its figures, blank when it has an error and found no loss in what could be read."""
+    said = check is not None and (not check.error or check.acked_missing > 0)
+    return {"durability_method": check.method if check else None,
+            "durability_acked": check.acked if check and said else None,
+            "durability_missing": check.acked_missing if check and said else None,
+            "durability_error": check.error if check else None}

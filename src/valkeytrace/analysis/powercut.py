@@ -23,7 +23,7 @@ class DurabilityRow:
     writes_acked: int | None   # acknowledged SETs in all
     acked_lost: int | None     # of the keys: lost (the worst state's)
     states: int | None         # the power-cut states loaded
-    lost_window_ms: float | None  # the oldest lost write's age at the cut
+    lost_window_ms: float | None  # an upper bound on the oldest lost write's age at the cut (its key's floor's send)
     p50_us: float | None
     p99_us: float | None
 
@@ -32,9 +32,11 @@ class DurabilityRow:
 
 
 def rows(doc: Document, cells: list[CellSummary]) -> list[DurabilityRow]:
-    """One row per open-loop SET cell of this recording (analysis/overload.py's), with its launch's check."""
+    """One row per open-loop SET cell of this recording (analysis/overload.py's), with its launch's check (the
+    figures are the launch's, the same on each of its rows). A check with an error claims nothing, but a loss it
+    found in what could be read is still a loss (as the sentence and the session say): its figures then stand."""
     check = memory.durability_check(doc.runs)
-    c = check if check is not None and not check.error else None
+    c = check if check is not None and (not check.error or check.acked_missing > 0) else None
     return [DurabilityRow(r.label, r.side, r.value_size, r.stall, r.offered, c.method if c else None,
                           c.acked if c else None, c.writes_acked if c else None, c.acked_missing if c else None,
                           len(c.states) if c and c.states else None, c.lost_window_ms if c else None, r.p50_us, r.p99_us)

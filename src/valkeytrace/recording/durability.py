@@ -50,7 +50,7 @@ class DurabilityCheck(Record):
     method: str | None = None    # kill or power-cut (record --verify-durability)
     how: str | None = None       # how it was checked, in words
     states: list[CutState] = _l()  # power-cut: one per state loaded (the boundary's first, then --torn's)
-    lost_window_ms: float | None = None  # power-cut: the cut's moment minus the oldest lost acknowledged SET's send
+    lost_window_ms: float | None = None  # power-cut: an upper bound, the cut's moment minus the oldest missing key's floor
     files: list[DurableFile] = _l()  # power-cut: each file of the data directory and its durable bytes by backend
     boundary_from: str | None = None  # power-cut: the backend whose boundary built the states (ebpf, else shim)
     replicas: list[ReplicaCut] = _l()  # power-cut with --replicas: each replica's state at the same cut

@@ -82,32 +82,63 @@ def baseline(files: list[FileEntry]) -> dict[int, int]:
     return {f.ino: f.size for f in files}
 
 
-def boundaries(trace: Trace, files: list[FileEntry], cut_ns: int) -> dict[str, int | None]:
-    """Each file's durable bytes at cut_ns (None: its name would not survive), from the trace's records."""
+@dataclass
+class Replay:
+    """A trace replayed to a moment: each inode's durable bytes, the largest size a sync saw it at (what it had
+    reached by then, as far as the log tells), the entry times of each inode's successful syncs, and when each
+    inode was created and each name renamed into place."""
+    durable: dict[int, int]
+    reached: dict[int, int] = field(default_factory=dict)
+    synced: dict[int, list[int]] = field(default_factory=dict)
+    created: dict[int, int] = field(default_factory=dict)
+    renamed: dict[bytes, int] = field(default_factory=dict)
+
+
+def replay(trace: Trace, cut_ns: int) -> Replay:
+    """The trace's records up to cut_ns. A CREATE starts its inode afresh: an inode number is reused once its file
+    is deleted (an AOF rewrite drops the old incr file, the new one may take its number), so nothing synced
+    before it, nor the baseline, counts for the new file."""
     events = trace.events.view(np.recarray)
     ev = events[events.ns <= cut_ns]
     ev = ev[np.argsort(ev.ns, kind="stable")]
-    durable = dict(trace.baseline)
-    synced: dict[int, list[int]] = {}   # inode -> entry times of its syncs that succeeded
-    created: dict[int, int] = {}
-    renamed: dict[bytes, int] = {}
+    r = Replay(dict(trace.baseline), dict(trace.baseline))
     open_syncs: dict[int, tuple[int, int, int]] = {}  # tid -> (inode, size, entered)
     for ns, ino, value, kind, tid, name in zip(ev.ns.tolist(), ev.ino.tolist(), ev.value.tolist(),
                                                ev.kind.tolist(), ev.tid.tolist(), ev.name.tolist()):
         if kind == SYNC_BEGIN:
             open_syncs[tid] = (ino, value, ns)
+            r.reached[ino] = max(r.reached.get(ino, 0), value)
         elif kind == SYNC_END:
             began = open_syncs.pop(tid, None)
             if began is not None and began[0] == ino and value:
-                durable[ino] = max(durable.get(ino, 0), began[1])
-                synced.setdefault(ino, []).append(began[2])
+                r.durable[ino] = max(r.durable.get(ino, 0), began[1])
+                r.synced.setdefault(ino, []).append(began[2])
         elif kind == CREATE:
-            created[ino] = ns
+            r.created[ino] = ns
+            r.durable.pop(ino, None)
+            r.reached.pop(ino, None)
+            r.synced.pop(ino, None)
+            open_syncs = {t: s for t, s in open_syncs.items() if s[0] != ino}
         elif kind == RENAME:
-            renamed[name.rsplit(b"/", 1)[-1]] = ns  # the path's last 31 bytes: its last component's
+            r.renamed[name.rsplit(b"/", 1)[-1]] = ns  # the path's last 31 bytes: its last component's
+    return r
+
+
+def boundaries(trace: Trace, files: list[FileEntry], cut_ns: int) -> dict[str, int | None]:
+    """Each file's durable bytes at cut_ns (None: its name would not survive), from the trace's records."""
+    return kept_at(replay(trace, cut_ns), files)
+
+
+def kept_at(r: Replay, files: list[FileEntry]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for f in files:
-        made = max(created.get(f.ino, -1), renamed.get(os.path.basename(f.name).encode()[-31:], -1))
-        present = made < 0 or any(t >= made for t in synced.get(f.dir_ino, ()))
-        out[f.name] = min(durable.get(f.ino, 0), f.size) if present else None
+        made = max(r.created.get(f.ino, -1), r.renamed.get(os.path.basename(f.name).encode()[-31:], -1))
+        present = made < 0 or any(t >= made for t in r.synced.get(f.dir_ino, ()))
+        out[f.name] = min(r.durable.get(f.ino, 0), f.size) if present else None
     return out
+
+
+def reached_at(r: Replay, files: list[FileEntry]) -> dict[str, int]:
+    """Each file's largest size the log saw by the cut (its syncs' entries; the baseline's): a torn state cuts no
+    further, the bytes written after the cut were not there."""
+    return {f.name: min(f.size, r.reached.get(f.ino, 0)) for f in files}

@@ -37,22 +37,26 @@ LOAD_TIMEOUT_S = 60.0
 CARRIED = ("appenddirname", "appendfilename")  # the killed server's settings its AOF is found by
 
 
-def write_kept(path: str, count: int, per_key: np.ndarray) -> None:
-    """A run's file: the count (acknowledged SETs, or reads), then one uint64 per key."""
+HEAD = 3  # a run's file's header: the count, the cut's CLOCK_MONOTONIC ns and its sequence (0, 0: no cut)
+
+
+def write_kept(path: str, count: int, per_key: np.ndarray, cut: tuple[int, int] | None = None) -> None:
+    """A run's file: the count (acknowledged SETs, or reads), the run's cut (power-cut: the moment after which
+    its acknowledgments were not kept, both clocks; none when its window never began), then one uint64 per key."""
     with open(path, "wb") as f:
-        np.array([count], dtype=np.uint64).tofile(f)
+        np.array([count, *(cut or (0, 0))], dtype=np.uint64).tofile(f)
         per_key.astype(np.uint64, copy=False).tofile(f)
 
 
-def read_kept(path: str, keyspace: int) -> tuple[int, np.ndarray] | str:
-    """(count, per key) from a run's file, or why it cannot be read."""
+def read_kept(path: str, keyspace: int) -> tuple[int, np.ndarray, tuple[int, int] | None] | str:
+    """(count, per key, the run's cut or None) from a run's file, or why it cannot be read."""
     try:
         got = np.fromfile(path, dtype=np.uint64)
     except OSError as exc:
         return "its client ended before writing them" if isinstance(exc, FileNotFoundError) else str(exc)
-    if got.size != keyspace + 1:
-        return f"its client's file holds {got.size * 8} of {(keyspace + 1) * 8} bytes"
-    return int(got[0]), got[1:]
+    if got.size != keyspace + HEAD:
+        return f"its client's file holds {got.size * 8} of {(keyspace + HEAD) * 8} bytes"
+    return int(got[0]), got[HEAD:], (int(got[1]), int(got[2])) if got[1] else None
 
 
 @dataclass
@@ -80,7 +84,8 @@ class AckedWrites:
         self.runs: dict[int, RunPart] = {}
         self._files: dict[str, tuple[int, str]] = {}  # path -> (run, "latest" or "seen"), not yet merged
         self.cut_at = 0.0  # power-cut: the share of each SET window after which acks are not kept (workload/powercut.py)
-        self.cut: tuple[int, int] | None = None  # the last run's cut: (CLOCK_MONOTONIC ns, the sequences' clock)
+        self.cut: tuple[int, int] | None = None  # the latest cut of the runs read: (CLOCK_MONOTONIC ns, the sequences' clock)
+        self._uncut: list[int] = []  # power-cut: runs that acknowledged writes but carried no cut (their window never began)
         self.dir = tempfile.mkdtemp(prefix="valkeytrace-acked-")
         self._n = 0
 
@@ -104,8 +109,13 @@ class AckedWrites:
         if isinstance(got, str):
             part.unread = part.unread or (got if into == "latest" else f"its replica readers' file: {got}")
             return
-        count, per_key = got
+        count, per_key, cut = got
         np.maximum(getattr(self, into), per_key, out=getattr(self, into))
+        if into == "latest" and self.cut_at:
+            if cut is not None:
+                self.cut = max(self.cut or cut, cut)
+            elif count:
+                self._uncut.append(run)
         if into == "latest":
             part.writes_acked += count
             part.keys += int(np.count_nonzero(per_key))
@@ -124,6 +134,12 @@ class AckedWrites:
         """Why some run's acknowledged writes could not be read, or None."""
         bad = [f"runs[{r.run}] ({r.unread})" for r in self.runs.values() if r.unread]
         return f"the acknowledged writes of {', '.join(bad)} could not be read: nothing is claimed" if bad else None
+
+    def uncut(self) -> str | None:
+        """power-cut: why some run's acknowledged writes have no cut to be checked at, or None."""
+        bad = ", ".join(f"runs[{r}]" for r in sorted(set(self._uncut)))
+        return (f"{bad} acknowledged writes but failed before its window began (no cut): they are compared against "
+                "nothing, nothing is claimed") if bad else None
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -197,7 +197,10 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
     cpu0 = time.process_time()
     lib.vt_load_run(cfg, res)
     cpu_s = time.process_time() - cpu0
-    _keep(ffi, spec, acked, int(res.acked), seen, int(res.replica.reads))  # a run that failed too: what was acknowledged
+    began = time.monotonic_ns() >= res.window_start_ns  # CLOCK_MONOTONIC, as the C loop's: its window began
+    cut = ((res.window_start_ns + cfg.cut_after_ns, res.window_start_ns + cfg.cut_after_ns + int(cfg.seq_epoch))
+           if cfg.cut_after_ns and began else None)
+    _keep(ffi, spec, acked, int(res.acked), seen, int(res.replica.reads), cut)  # a failed run's too: what was acknowledged
     if res.error:
         raise OpenLoopError(f"the open-loop client: {ffi.string(res.message).decode()}")
     split = {name: _hist(getattr(res, name)) for name in ("in_stall", "outside")} if stall_map is not None else {}
@@ -211,20 +214,20 @@ def run(spec: Spec, marker_fd: int = -1) -> LoadResult:
                            "corrected": _hist(res.corrected), "service": _hist(res.service), **split}, LoadResult)
     if spec.readers:
         out.replica = _replica(ffi, cfg, res.replica, int(cfg.seq_epoch))
-    if cfg.cut_after_ns:
-        out.cut = (res.window_start_ns + cfg.cut_after_ns, res.window_start_ns + cfg.cut_after_ns + int(cfg.seq_epoch))
+    out.cut = cut
     return out
 
 
-def _keep(ffi, spec: Spec, acked, count: int, seen, reads: int) -> None:
-    """The run's acknowledged floors and its readers' sequences, each in its file (durability_check.write_kept)."""
+def _keep(ffi, spec: Spec, acked, count: int, seen, reads: int, cut: tuple[int, int] | None) -> None:
+    """The run's acknowledged floors and its readers' sequences, each in its file with the run's cut
+    (durability_check.write_kept)."""
     import numpy as np
 
     from valkeytrace.workload.durability_check import write_kept
 
     for per_key, path, n in ((acked, spec.acked_path, count), (seen, spec.seen_path, reads)):
         if per_key is not None and path:
-            write_kept(path, n, np.frombuffer(ffi.buffer(per_key), dtype=np.uint64))
+            write_kept(path, n, np.frombuffer(ffi.buffer(per_key), dtype=np.uint64), cut)
 
 
 def _replica(ffi, cfg, st, clock_offset: int) -> ReplicaResult:
@@ -369,9 +372,7 @@ class OpenLoopClient:
         if result is None:
             last = (err[0].strip().splitlines() or ["no output"])[-1] if err and err[0] else "no output"
             raise OpenLoopError(f"the open-loop client failed: {last}")
-        if self.acked is not None and self.spec.acked_path:
-            self.acked.cut = result.cut or self.acked.cut
-        return result
+        return result  # the run's cut: merged from its file (AckedWrites.merge), a failed run's too
 
 
 def main(argv=None) -> int:

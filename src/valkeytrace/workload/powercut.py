@@ -16,8 +16,10 @@ moment, loaded and checked against the same acknowledgments.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -46,6 +48,8 @@ class Node:
     where: tuple[str, str] = ("", "appendonlydir")
     settings: dict = field(default_factory=dict)  # its AOF settings a reload needs (durability_check.reload_settings)
     port: int = 0
+    pid: int = 0
+    no_ebpf: str | None = None  # why the kernel's record is not used (its file system's tracepoints are not ext4's)
 
     def traces(self) -> dict[str, boundary.Trace]:
         out = {}
@@ -91,9 +95,16 @@ class PowerCut:
         n = self.nodes[node]
         n.settings = reload_settings(config)
         where = n.where = (config.get("dir") or "", n.settings.get("appenddirname") or "appendonlydir")
-        n.port = port
+        n.port, n.pid = port, pid
         if self.backend not in ("ebpf", "both"):
             return
+        fs = fs_type(where[0] or ".")
+        if fs != "ext4":  # the probe reads ext4's tracepoints: another file system's syncs go unseen
+            n.no_ebpf = f"its data directory is on {fs or 'an unknown file system'}, not ext4"
+            if self.backend == "both":
+                return  # the shim runs: its record is the boundary
+            raise VTError(f"--verify-durability power-cut: {n.label}'s {n.no_ebpf}: the eBPF durable-boundary probe reads "
+                          "ext4's tracepoints only; use --backend shim or both")
         from valkeytrace.tracers.durable_bpf import DurableProbe
 
         try:
@@ -110,16 +121,38 @@ class PowerCut:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def states(files: list[boundary.FileEntry], kept: dict[str, int | None], torn: bool,
-           rng: random.Random) -> list[tuple[dict[str, int], str | None]]:
-    """The states to load: (bytes kept per file present, the torn file or None): the boundary's first."""
+def fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The type of the file system path is on: the mount with the longest mount point that contains it."""
+    real, best, got = os.path.realpath(path), -1, None
+    try:
+        with open(mountinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        head, _, tail = line.partition(" - ")
+        parts, rest = head.split(), tail.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = parts[4].encode().decode("unicode_escape")  # \040 for a space, as the kernel escapes it
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, got = len(point), rest[0]
+    return got
+
+
+def states(files: list[boundary.FileEntry], kept: dict[str, int | None], torn: bool, rng: random.Random,
+           reached: dict[str, int] | None = None) -> list[tuple[dict[str, int], str | None]]:
+    """The states to load: (bytes kept per file present, the torn file or None): the boundary's first. A torn
+    state cuts a file between its boundary and the largest size it had reached by the cut (reached: per the log;
+    its size now when not given)."""
     base = {name: n for name, n in kept.items() if n is not None}
     out: list[tuple[dict[str, int], str | None]] = [(base, None)]
     if torn:
         for f in files:
-            n = base.get(f.name)
-            if n is not None and f.size > n + 1:
-                for cut in sorted(rng.sample(range(n + 1, f.size), min(TORN_CUTS, f.size - n - 1))):
+            n, end = base.get(f.name), min(f.size, (reached or {}).get(f.name, f.size))
+            if n is not None and end > n + 1:
+                for cut in sorted(rng.sample(range(n + 1, end), min(TORN_CUTS, end - n - 1))):
                     out.append(({**base, f.name: cut}, f.name))
     return out
 
@@ -166,24 +199,49 @@ class _NodeCut:
     states: list[CutState]
     files: list[dict]
     boundary_from: str
-    oldest: int | None  # the oldest lost acknowledged SET's sequence
+    oldest: int | None  # the oldest missing key's floor (durability_check: at or before its lost SET's send)
+
+
+def _backend_fault(trace: boundary.Trace, files: list[boundary.FileEntry], played: boundary.Replay) -> str | None:
+    """Why a backend's record cannot be the boundary: a file grew past its baseline while it saw no sync of any
+    file (its probe missed them: a file system whose syncs it does not see)."""
+    grew = [f.name for f in files if f.size > trace.baseline.get(f.ino, 0)]
+    return f"{grew[0]} grew past its baseline but it saw no sync of any file" if grew and not played.synced else None
+
+
+def _side(pc: PowerCut, node: Node, files: list[boundary.FileEntry], cut_ns: int):
+    """(the backend the boundary is read from, each backend's kept bytes, the chosen one's reach by the cut)."""
+    traces = node.traces()
+    if node.no_ebpf:
+        traces.pop("ebpf", None)
+    full = {side: t.dropped for side, t in traces.items() if t.dropped}
+    if not traces or full:
+        raise _Failed(f"{node.label}: " + ("no record of its syncs" if not traces else
+                      f"the sync log filled ({full} records not kept): the boundary would be too early"))
+    played = {side: boundary.replay(t, cut_ns) for side, t in traces.items()}
+    faults = {side: f for side, t in traces.items() if (f := _backend_fault(t, files, played[side]))}
+    kept = {side: boundary.kept_at(r, files) for side, r in played.items()}
+    side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
+    if side in faults:
+        others = [s for s in kept if s not in faults]
+        if not others:
+            raise _Failed(f"{node.label}: the {side} record: {faults[side]}")
+        side = others[0]
+    return side, kept, boundary.reached_at(played[side], files)
 
 
 def _cut_node(pc: PowerCut, node: Node, binary: str, cut_ns: int, latest: np.ndarray, torn: bool) -> _NodeCut:
     """One server's states at the cut, each loaded and checked."""
     from valkey.exceptions import ValkeyError
 
-    files = boundary.listing(node.where[0], (node.where[1],))
-    traces = node.traces()
-    full = {side: t.dropped for side, t in traces.items() if t.dropped}
-    if not traces or full:
-        raise _Failed(f"{node.label}: " + ("no record of its syncs" if not traces else
-                      f"the sync log filled ({full} records not kept): the boundary would be too early"))
-    kept = {side: boundary.boundaries(t, files, cut_ns) for side, t in traces.items()}
-    side = "shim" if "shim" in kept and (pc.delayed or "ebpf" not in kept) else "ebpf"
+    try:
+        files = boundary.listing(node.where[0], (node.where[1],))
+    except OSError as exc:
+        raise _Failed(f"{node.label}: its data directory could not be listed: {exc}") from exc
+    side, kept, reached = _side(pc, node, files, cut_ns)
     rows: list[CutState] = []
     oldest: int | None = None
-    for state, torn_file in states(files, kept[side], torn, pc.rng):
+    for state, torn_file in states(files, kept[side], torn, pc.rng, reached):
         work = tempfile.mkdtemp(prefix="valkeytrace-cutstate-")
         try:
             build(node.where[0], work, state)
@@ -198,30 +256,56 @@ def _cut_node(pc: PowerCut, node: Node, binary: str, cut_ns: int, latest: np.nda
     return _NodeCut(rows, _files(files, kept), side, oldest)
 
 
+def _kill_replicas(pc: PowerCut) -> None:
+    """A power cut of the whole host: the replicas stop with the primary (SIGKILL), before any file is read."""
+    for n in pc.nodes[1:]:
+        if n.pid:
+            with contextlib.suppress(OSError):
+                os.kill(n.pid, signal.SIGKILL)
+
+
+def _how(pc: PowerCut, binary: str, acked) -> str:
+    ebpf_off = sorted({n.no_ebpf for n in pc.nodes if n.no_ebpf})
+    return (f"a power cut {CUT_AT:.0%} into the launch's last SET window (each SET window's acknowledgments after "
+            f"its own {CUT_AT:.0%} not kept; the states are built at the latest cut among the runs whose "
+            f"acknowledgments were read); after the window the server killed (SIGKILL), its replicas with it (a "
+            f"power cut of the whole host), and each file of its data directory cut to what its syncs had made durable "
+            f"by the cut, loaded by a plain {os.path.basename(binary)}"
+            + (f"; the kernel's record not used ({'; '.join(ebpf_off)}): the shim's" if ebpf_off else "")
+            + ("; the replica readers' reads not compared (they are not cut at the power cut's moment)"
+               if acked.seen.any() else ""))
+
+
 def verify(pc: PowerCut, binary: str, acked) -> dict:
     """runs[].durability_check for a power cut of the whole host (module docstring): the primary's states, and
-    each replica's at the same cut (its boundary's); acked: durability_check.AckedWrites."""
-    how = (f"a power cut {CUT_AT:.0%} into the last SET window: acknowledgments after it not kept; after the window "
-           f"the server killed (SIGKILL) and each file of its data directory cut to what its syncs had made durable "
-           f"by the cut, loaded by a plain {os.path.basename(binary)}")
+    each replica's at the same cut (its boundary's); acked: durability_check.AckedWrites. A node that fails
+    (its files not listed, a state not loaded) adds its line to `error`; what the others measured stays."""
+    _kill_replicas(pc)
     acked.collect()
     unread = acked.unread()
-    out: dict = {"method": "power-cut", "how": how, "acked": 0, "acked_missing": 0, "writes_acked": acked.writes,
-                 "examples": [], "runs": acked.parts(), **({"error": unread} if unread else {})}
+    out: dict = {"method": "power-cut", "how": _how(pc, binary, acked), "acked": 0, "acked_missing": 0,
+                 "writes_acked": acked.writes, "examples": [], "runs": acked.parts()}
+    errors = [unread, acked.uncut()]
     if acked.cut is None:
-        return {**out, "error": "; ".join(filter(None, ("no open-loop SET window carried the cut (--workload "
-                                                         "write-only with --rate)", unread)))}
+        errors.insert(0, "no open-loop SET window carried the cut (--workload write-only with --rate)")
+        return {**out, "error": "; ".join(filter(None, errors))}
     cut_ns, cut_seq = acked.cut
-    try:
-        got = [_cut_node(pc, n, binary, cut_ns, acked.latest, pc.torn and i == 0) for i, n in enumerate(pc.nodes)]
-    except _Failed as exc:
-        return {**out, "error": str(exc)}
-    primary, replicas = got[0], got[1:]
-    worst = max(primary.states, key=lambda r: r.acked_missing)
-    return {**out, "acked": worst.acked, "acked_missing": worst.acked_missing, "examples": worst.examples,
-            "states": [msgspec.to_builtins(r) for r in primary.states], "files": primary.files,
-            "boundary_from": primary.boundary_from, "lost_window_ms": _window(cut_seq, primary.oldest),
-            **({"replicas": [_replica_row(n, r, cut_seq) for n, r in zip(pc.nodes[1:], replicas)]} if replicas else {})}
+    got: list[_NodeCut | None] = []
+    for i, n in enumerate(pc.nodes):
+        try:
+            got.append(_cut_node(pc, n, binary, cut_ns, acked.latest, pc.torn and i == 0))
+        except _Failed as exc:
+            got.append(None)
+            errors.append(str(exc))
+    primary = got[0]
+    if primary is not None:
+        worst = max(primary.states, key=lambda r: r.acked_missing)
+        out.update(acked=worst.acked, acked_missing=worst.acked_missing, examples=worst.examples,
+                   states=[msgspec.to_builtins(r) for r in primary.states], files=primary.files,
+                   boundary_from=primary.boundary_from, lost_window_ms=_window(cut_seq, primary.oldest))
+    rows = [_replica_row(n, r, cut_seq) for n, r in zip(pc.nodes[1:], got[1:]) if r is not None]
+    error = "; ".join(filter(None, errors))
+    return {**out, **({"replicas": rows} if rows else {}), **({"error": error} if error else {})}
 
 
 def _window(cut_seq: int, oldest: int | None) -> float:
