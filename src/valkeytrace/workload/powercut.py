@@ -101,8 +101,8 @@ class PowerCut:
         fs = fs_type(where[0] or ".")
         if fs != "ext4":  # the probe reads ext4's tracepoints: another file system's syncs go unseen
             n.no_ebpf = f"its data directory is on {fs or 'an unknown file system'}, not ext4"
-            if self.backend == "both":
-                return  # the shim runs: its record is the boundary
+            if n.shim_log and boundary.read_shim_log(n.shim_log) is not None:
+                return  # the shim runs in it (it mapped its log): its record is the boundary
             raise VTError(f"--verify-durability power-cut: {n.label}'s {n.no_ebpf}: the eBPF durable-boundary probe reads "
                           "ext4's tracepoints only; use --backend shim or both")
         from valkeytrace.tracers.durable_bpf import DurableProbe
