@@ -120,13 +120,13 @@ def _replicas(plan: RecordPlan, target: Target, run_as, offload, cut=None):
 
     s, e, t = plan.server, plan.emulation, plan.tracer
     blocking = offload is not None and e.offload == "durable" and e.offload_replicas == "replica-blocking"
-    extra = {"VALKEYTRACE_REPLICA_COMMIT": offload.path, "LD_PRELOAD": shim_library()} if blocking else None
+    extra = {"VALKEYTRACE_REPLICA_COMMIT": offload.path, "LD_PRELOAD": shim_library()} if blocking else {}
     replicas = ReplicaSet(target, s.replicas,
                           lambda: make_tracer(t.backend, t.block_threshold_us, e.replicas_delay, t.aof_flush_probe,
                                               t.loop_sample, t.socket_writes),
                           appendfsync=s.appendfsync, io_threads=s.io_threads, server_config=s.config,
-                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s, env_extra=extra,
-                          env_each=(lambda: cut.replica_env(run_as)) if cut is not None else None)
+                          binary=s.binary, run_as=run_as, ready_timeout_s=s.timeout_s,
+                          env_each=lambda: {**extra, **(cut.replica_env(run_as) if cut is not None else {})})
     replicas.wait_synced()
     if cut is not None:
         for i, r in enumerate(replicas.targets, start=1):

@@ -20,9 +20,9 @@ def _replication(client) -> dict:
 class ReplicaSet:
     def __init__(self, primary, n: int, make_tracer, *, appendfsync: str, io_threads: int | None,
                  server_config: dict | None, binary: str | None, run_as=None, ready_timeout_s: float = 15.0,
-                 env_extra: dict | None = None, env_each=None):
-        """primary: the launched server; make_tracer(): a new tracer like the primary's; env_extra: more of the
-        replicas' environment (LD_PRELOAD joins what the tracer preloads); env_each(): more of each one's own."""
+                 env_each=None):
+        """primary: the launched server; make_tracer(): a new tracer like the primary's; env_each(): more of each
+        replica's environment, called once for each (LD_PRELOAD joins what the tracer preloads)."""
         from valkeytrace.server import process as srv
 
         self.primary = primary
@@ -34,10 +34,9 @@ class ReplicaSet:
                 tracer = make_tracer()
                 self.tracers.append(tracer)
                 env = {**os.environ, **tracer.launch_env()}
-                for k, v in (env_extra or {}).items():
+                for k, v in (env_each() if env_each is not None else {}).items():
                     have = env.get(k) if k == "LD_PRELOAD" else None
                     env[k] = v if not have else have if v in have.split() else f"{have} {v}"
-                env.update(env_each() if env_each is not None else {})
                 if run_as:
                     tracer.chown_region(*run_as)
                 self.targets.append(srv.EmbeddedServer(appendfsync=appendfsync, io_threads=io_threads,
