@@ -11,8 +11,9 @@ HEAD = ("side", "SET/s offered", "acked writes (keys)", "acked lost at a power c
 DURABILITY_NOTE = ("acked writes: SETs the clients saw acknowledged before the cut (keys: each key's latest, the ones checked); "
         "acked lost: of those keys, the ones whose value (or a later one) the worst power-cut state lacks "
         "(record --verify-durability power-cut: each file cut to what its completed fsyncs had made durable; "
-        "a kill's count where the row says kill); oldest lost write's age: how long before the cut the oldest "
-        "lost acknowledged SET was sent; p50 / p99: the clients' latency (from each SET's due moment).")
+        "a kill's count where the row says kill); oldest lost write's age: at most how long before the cut "
+        "the oldest lost acknowledged SET was sent (the cut less its key's floor: that SET, or an older one of the "
+        "key still in flight on another connection); p50 / p99: the clients' latency (from each SET's due moment).")
 
 
 def _n(v: float | int | None) -> str:
