@@ -110,8 +110,9 @@ def test_a_busy_neighbour_on_the_cpu_is_not_a_slow_cpu():
     # not the wall clock's (which the suite's other workers blur: 1.14x once in CI against ~2x alone): the
     # stopped neighbour ran next to nothing beside the "alone" samples (16 us once, its stop taking effect late
     # under load), and beside the "shared" ones it ran on the
-    # sampler's CPU for a share of the wall time that a fair scheduler gives one of the two (0.5), or one of
-    # four (0.25) with both of the suite's other CPU-bound workers pushed there as well
+    # sampler's CPU for a share of the wall time a fair scheduler gives it among what runs there: 0.36-0.58 of
+    # it beside six helpers' recordings, a median 0.23 in the suite's first phase (2026-12-07), never under a
+    # tenth: ten times what the stopped one ran
     assert statistics.median(cpu_ratio) <= 1.25, (cpu_ratio, hog_share)
     assert statistics.median(hog_alone) <= 0.01, hog_alone
-    assert statistics.median(hog_share) >= 0.25, (cpu_ratio, hog_share)
+    assert statistics.median(hog_share) >= 0.1, (cpu_ratio, hog_share)
