@@ -1,7 +1,8 @@
 """Simulated windows side by side, one process per CPU: each window is its own seeded run
 (pipeline/sim.simulate: its Params drawn before, its seed given), so the results are the same in any
 order and on any number of CPUs. A prediction simulates ~40 windows besides its calibration's: 16 s of CPU
-for a read-heavy cell here (8.9 s on two CPUs, 2026-12-06).
+for a read-heavy cell here (8.9 s on two CPUs, 2026-12-06); ~10 s since a request's key and the jitter's coin
+are drawn in blocks (pipeline/actors.Uniform; 26.0 -> 14.5 s for the stored two-speed baseline, 2026-12-07).
 
 VALKEYTRACE_SIM_WORKERS=1 runs them in this process (as does a host with one CPU, and a process that is
 itself a pool's worker: the what-if spreads its cells over forked workers, analysis/whatif.py)."""

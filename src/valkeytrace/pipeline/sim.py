@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from valkeytrace.workloads import SATURATED_SHARE
-from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient
+from valkeytrace.pipeline.actors import CPU, ClosedClient, Draws, Engine, Noise, OpenClient, Uniform
 from valkeytrace.pipeline.params import OpenFigures, OpResult, Params, SimResult
 
 
@@ -99,6 +99,8 @@ class _Sim:
     def __init__(self, p: Params, seed: int):
         self.p = p
         self.rng = np.random.default_rng(seed)
+        per_request = np.random.default_rng([seed, 1])  # apart, so a key drawn does not move a timing's draw
+        self.keys, self.coin = Uniform(per_request, p.keyspace), Uniform(per_request)
         self.eng = Engine()
         self.warm = p.warmup_s * 1e6
         self.end = (p.warmup_s + p.duration_s) * 1e6
