@@ -13,6 +13,8 @@ from valkeytrace.analysis.memory import CellMemory
 from valkeytrace.recording import format as recfmt
 from valkeytrace.reporters import markdown, text
 
+import golden_pair
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 ROOT = DATA.parent.parent
 PAIR = [DATA / "golden-v2-compare-baseline.vtrace", DATA / "golden-v2-compare-candidate.vtrace"]
@@ -21,7 +23,7 @@ SEP = re.compile(r"[│┃|]")
 
 @pytest.fixture(scope="module")
 def compared():
-    return base.analyse([(str(p), recfmt.read(p)) for p in PAIR])
+    return golden_pair.analysed()
 
 
 def _render(inp, columns: int, monkeypatch) -> list[str]:
@@ -95,7 +97,7 @@ def _with_memory(inp):
 
 
 def test_memory_is_a_table_per_workload_not_a_sentence(monkeypatch):
-    inp = _with_memory(base.analyse([(str(p), recfmt.read(p)) for p in PAIR], with_whatif=False))
+    inp = _with_memory(base.analyse([(str(p), recfmt.read(p)) for p in PAIR], with_whatif=False))  # its own: changed
     lines = _render(inp, 100, monkeypatch)
     (head,) = [x for x in lines if "Held replies" in x]
     assert [c.strip() for c in SEP.split(head)] == ["Write-only (SET)", "Value", "Held replies", "Held bytes",

@@ -3,15 +3,16 @@ against fsync-always, recorded on this project's reference machine) renders the 
 report it gave before the typed model (tests/data/golden-v2-compare-report.json.gz, made by
 `report --compare ... --format json --detail` then). Every number, flag and null of that report is
 compared; sentences are not (they may be reworded), and keys added since are allowed."""
+import dataclasses
 import gzip
 import io
 import json
 import math
 from pathlib import Path
 
-from valkeytrace.analysis import report as base
-from valkeytrace.recording import format as recfmt
 from valkeytrace.reporters import jsonfmt
+
+import golden_pair
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -44,9 +45,7 @@ def _differences(want, got, path="", out=None):
 
 
 def test_a_real_compare_renders_the_figures_it_rendered_before():
-    paths = [DATA / "golden-v2-compare-baseline.vtrace", DATA / "golden-v2-compare-candidate.vtrace"]
-    analysed = base.analyse([(str(p), recfmt.read(p)) for p in paths])
-    analysed.detail = True
+    analysed = dataclasses.replace(golden_pair.analysed(), detail=True)
     out = io.StringIO()
     jsonfmt.render(analysed, out)
     got = json.loads(out.getvalue())
