@@ -3,6 +3,7 @@ answers known in advance: an A/A pair is not significant; always vs everysec at 
 fsync's doing; a busy loop beside the server is not; the fsync-delay intervention moves GET
 latency under always and not under everysec. Short runs: the acceptance check
 (../shared/checks/09-explain-controls) runs the same cases at --repeat 3."""
+import statistics
 import subprocess
 import sys
 
@@ -57,8 +58,12 @@ def test_a_a_is_not_significant_and_gets_no_share(recs):
     if sig["code"] == "significance.paths":
         # the server's other path in one launch (issue 57: fsync cycles per GET 1.91 and 1.22 against 1.85
         # and 1.94 once in CI): no significance from it, said so, only where a side's repeats are >= 0.5
-        # cycles apart
-        assert any(len(p) == 2 and max(p) - min(p) >= 0.5 for p in sig["figures"]["paths"]), sig
+        # cycles apart; or (tables.path_bound's second branch) where the sides' median paths lie 0.1 cycles or
+        # more apart (1.70 against 1.84 once in the timed phase, 2026-12-07): a change of path one launch a
+        # side cannot tell from the launch's mode
+        pa, pb = sig["figures"]["paths"]
+        split = any(len(p) == 2 and max(p) - min(p) >= 0.5 for p in (pa, pb))
+        assert split or (pa and pb and abs(statistics.median(pa) - statistics.median(pb)) >= 0.1), sig
     else:
         assert sig["code"] == "significance.none", sig
 
