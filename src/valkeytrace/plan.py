@@ -60,6 +60,7 @@ class EmulationPlan:
     max_pending: int = 0               # --offload-max-pending: replies held + commands pending before the overflow
     overflow: str = "none"             # --offload-overflow: pause (stop reading clients) or reject (error to writes)
     offload_replicas: str = "immediate"  # --offload-replicas: the stream to replicas at once, or held until durable
+    design: str = "bio-write"          # --offload-design: how the offload hands off and runs its jobs (#3381's options)
 
     @property
     def replicas_delay(self) -> dict | None:
@@ -90,7 +91,7 @@ class RecordPlan:
 
     def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None, gather_ns=None,
                  sensitivity_ns=None, sensitivity_runs=None, gather_source=None,
-                 offload_replicas=None) -> "RecordPlan":
+                 offload_replicas=None, design=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
         one), label and emulation; None leaves the common value."""
         server = dataclasses.replace(self.server, binary=binary or self.server.binary,
@@ -100,7 +101,8 @@ class RecordPlan:
                                         offload=offload or self.emulation.offload,
                                         gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns,
                                         gather_source=gather_source or self.emulation.gather_source,
-                                        offload_replicas=offload_replicas or self.emulation.offload_replicas)
+                                        offload_replicas=offload_replicas or self.emulation.offload_replicas,
+                                        design=design or self.emulation.design)
         settings = dataclasses.replace(self.settings,
                                        sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)
@@ -137,6 +139,8 @@ class RecordPlan:
             raise VTUsageError("--inject-fsync-error needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
+        if e.design != voff.DESIGNS[0] and not e.offload:
+            raise VTUsageError(f"--offload-design {e.design} shapes the virtual offload: it needs --emulate-offload")
         if e.gather_ns and e.offload != "durable":
             raise VTUsageError("--offload-gather shapes the durable virtual offload's jobs: it needs "
                                "--emulate-offload durable")
@@ -310,6 +314,7 @@ class RecordOptions:
     offload_max_pending: int = 0
     offload_overflow: str = "none"
     offload_replicas: str = "immediate"
+    offload_design: str = "bio-write"
     verify_durability: str = ""
     torn: bool = False
 
@@ -364,7 +369,7 @@ def build(o: RecordOptions) -> RecordPlan:
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
                               gather_ns=parse_gather(o.offload_gather) if o.offload_gather else 0,
                               replica_fsync_delay=replica_delay, max_pending=o.offload_max_pending,
-                              overflow=o.offload_overflow, offload_replicas=o.offload_replicas,
+                              overflow=o.offload_overflow, offload_replicas=o.offload_replicas, design=o.offload_design,
                               fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
     settings = Settings(workloads=tuple(o.workloads), sizes=tuple(o.sizes), repeat=o.repeat, duration_s=o.duration,
                         keyspace=o.keyspace, get_clients=o.get_clients, set_clients=o.set_clients,

@@ -32,8 +32,12 @@ def _duration_ns(text: str) -> int:
 def parse_fsync_delay(spec: str) -> dict:
     """'4ms' -> constant; 'lognormal:4ms,0.3' -> lognormal with median 4 ms, sigma 0.3; either (or nothing)
     followed by ',stall:1s/2.5s' -> a disk that stalls: once in every 2.5 s of wall time, one fdatasync 1 s
-    longer ('2ms,stall:1s/2.5s'; 'stall:1s/2.5s' alone: only the stalls)."""
+    longer ('2ms,stall:1s/2.5s'; 'stall:1s/2.5s' alone: only the stalls); with ',blocks-writes' anywhere, a
+    write to a file waits while its emulated sync runs ('2ms,stall:3s/6s,blocks-writes')."""
     whole, stall = spec, None
+    parts = [p.strip() for p in spec.split(",")]
+    blocks = "blocks-writes" in parts  # a disk that blocks writes to a file while its sync runs (ext4 can)
+    spec = ",".join(p for p in parts if p != "blocks-writes")
     m = re.fullmatch(r"(?:(.*),)?stall:([^/]+)/(.+)", spec.strip())
     try:
         if m:
@@ -45,10 +49,15 @@ def parse_fsync_delay(spec: str) -> dict:
     except ValueError:
         raise VTUsageError(f"--inject-fsync-delay {whole!r}: expected a duration like 4ms or 500us, "
                            "or lognormal:MEDIAN,SIGMA (e.g. lognormal:4ms,0.3), optionally with ,stall:S/P "
-                           "(e.g. 2ms,stall:1s/2.5s)") from None
+                           "(e.g. 2ms,stall:1s/2.5s) and ,blocks-writes (4ms,blocks-writes)") from None
     out["spec"] = whole
     if stall:
         out.update(stall_ns=stall[0], stall_period_ns=stall[1], env=f"{out['env']};stall:{stall[0]}/{stall[1]}")
+    if blocks:
+        if out["kind"] == "none" and not stall:
+            raise VTUsageError(f"--inject-fsync-delay {whole!r}: blocks-writes blocks writes during an emulated sync: "
+                               "give a delay or a stall with it (4ms,blocks-writes)")
+        out.update(blocks_writes=True, env=f"{out['env']};blocks-writes")
     return out
 
 
@@ -74,6 +83,8 @@ def describe_delay(inject: dict | None) -> str:
     if inject.get("stall_ns"):
         said += (", and " if said else "") + (f"one call {inject['stall_ns'] / 1e9:g} s longer in every "
                                               f"{inject['stall_period_ns'] / 1e9:g} s (a disk that stalls)")
+    if inject.get("blocks_writes"):
+        said += "; a write to a file waits while its sync runs (blocks-writes)"
     return f"fsync latency emulated: {said}"
 
 
