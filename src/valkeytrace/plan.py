@@ -91,7 +91,7 @@ class RecordPlan:
 
     def for_side(self, *, binary=None, config=None, label=None, fsync_delay=None, offload=None, gather_ns=None,
                  sensitivity_ns=None, sensitivity_runs=None, gather_source=None,
-                 offload_replicas=None, design=None) -> "RecordPlan":
+                 offload_replicas=None) -> "RecordPlan":
         """This plan for one side of a comparison: its binary, extra config (on top of the common
         one), label and emulation; None leaves the common value."""
         server = dataclasses.replace(self.server, binary=binary or self.server.binary,
@@ -101,13 +101,20 @@ class RecordPlan:
                                         offload=offload or self.emulation.offload,
                                         gather_ns=gather_ns if gather_ns is not None else self.emulation.gather_ns,
                                         gather_source=gather_source or self.emulation.gather_source,
-                                        offload_replicas=offload_replicas or self.emulation.offload_replicas,
-                                        design=design or self.emulation.design)
+                                        offload_replicas=offload_replicas or self.emulation.offload_replicas)
         settings = dataclasses.replace(self.settings,
                                        sensitivity=tuple(sensitivity_ns) if sensitivity_ns else self.settings.sensitivity,
                                        sensitivity_runs=sensitivity_runs or self.settings.sensitivity_runs)
         plan = dataclasses.replace(self, server=server, emulation=emulation, settings=settings,
                                    label=label or self.label)
+        plan.check()
+        return plan
+
+    def with_design(self, design: str | None) -> "RecordPlan":
+        """This plan with the virtual offload's --offload-design (None: as it is)."""
+        if not design:
+            return self
+        plan = dataclasses.replace(self, emulation=dataclasses.replace(self.emulation, design=design))
         plan.check()
         return plan
 

@@ -27,6 +27,7 @@ import msgspec
 
 from valkeytrace import plan as planning
 from valkeytrace import stopping
+from valkeytrace.cli.launch import run_launch
 from valkeytrace.cli.options import build_kwargs, common_options, existing_binary, parse_server_config
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
@@ -211,7 +212,7 @@ def side_plans(common: dict, sides: Sides, launches: int) -> Sides:
             binary=o.binary, config=o.config, label=o.label,
             fsync_delay=parse_fsync_delay(o.inject_fsync_delay) if o.inject_fsync_delay else None,
             offload=o.emulate_offload, gather_ns=parse_gather(o.offload_gather) if o.offload_gather else None,
-            offload_replicas=o.offload_replicas, design=o.design)
+            offload_replicas=o.offload_replicas).with_design(o.design)
         if o.fsync_sensitivity:
             plans[side] = plans[side].for_side(sensitivity_ns=parse_sensitivity(o.fsync_sensitivity),
                                                sensitivity_runs=-(-3 // launches))
@@ -433,35 +434,3 @@ def _complete(path: str) -> bool:
 def _clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}"
-
-
-def run_launch(plan, tick=None) -> tuple[int, str, bool]:
-    """(exit status, error, interrupted): one launch, recorded in this process (as `record --plan` would:
-    the probes compiled by the first launch serve the rest, tracers/ebpf_pool.py), tick() called each
-    second meanwhile. Ctrl-C or SIGTERM stops it cleanly: what it measured is kept (status 130)."""
-    import threading
-
-    from valkeytrace import session
-    from valkeytrace.cli.record import outcome_problem
-
-    done = threading.Event()
-
-    def ticking():
-        while not done.wait(1.0):
-            if tick:
-                tick()
-    ticker = threading.Thread(target=ticking, name="valkeytrace-compare-tick", daemon=True)
-    ticker.start()
-    try:
-        out = session.run(plan, progress=None, echo=lambda line: None)
-    except VTError as exc:
-        return 1, f"valkeytrace: error: {exc}", False
-    except KeyboardInterrupt:
-        return 130, "", True
-    finally:
-        done.set()
-        ticker.join()
-    if out.interrupted:
-        return 130, "", True
-    problem = outcome_problem(out)
-    return (1, f"valkeytrace: error: {problem}", False) if problem else (0, "", False)

@@ -19,6 +19,7 @@ import click
 from valkeytrace import plan as planning
 from valkeytrace.cli.options import build_kwargs
 from valkeytrace.errors import VTError, VTUsageError
+from valkeytrace.recording.model import FsyncDelay, decode_as
 
 STALL_SPEC = "stall:3s/6s,blocks-writes"  # added to the common --inject-fsync-delay for the stall phase
 STALL_RATE, STALL_S, CUT_RATE, CUT_S = 5000.0, 8.0, 3000.0, 3.0
@@ -39,13 +40,13 @@ def design_plans(common: planning.RecordPlan, design: str) -> dict:
     """{phase: RecordPlan} of one design."""
     from valkeytrace.tracers.emulation import parse_fsync_delay
 
-    side = common if design == "always" else common.for_side(offload="durable", design=design)
+    side = common if design == "always" else common.for_side(offload="durable").with_design(design)
     side = dataclasses.replace(side, label=design, measure_overhead=False)
-    delay = common.emulation.fsync_delay
-    if delay and (delay.get("stall_ns") or delay.get("blocks_writes")):
+    delay = decode_as(common.emulation.fsync_delay or {}, FsyncDelay)
+    if delay.stall_ns or delay.blocks_writes:
         raise VTUsageError("compare --designs adds its own stall (" + STALL_SPEC + "): give --inject-fsync-delay "
                            "without a stall or blocks-writes")
-    stall_delay = parse_fsync_delay(f"{delay['spec']},{STALL_SPEC}" if delay else STALL_SPEC)
+    stall_delay = parse_fsync_delay(f"{delay.spec},{STALL_SPEC}" if delay.spec else STALL_SPEC)
     write_only = dataclasses.replace(side.settings, workloads=("write-only",), repeat=1, sensitivity=(), set_rate=None)
     stall = dataclasses.replace(side, settings=dataclasses.replace(write_only, rates=(STALL_RATE,), duration_s=STALL_S,
                                                                    pool="grow"),
@@ -82,7 +83,7 @@ def compare_designs(text: str, outdir: str, common: dict, dry_run: bool) -> None
 
 def _record_all(outdir: str, designs: list, plans: dict) -> dict:
     """{(design, phase): path} of every recording made (or kept from an earlier run)."""
-    from valkeytrace.cli.compare import run_launch
+    from valkeytrace.cli.launch import run_launch
 
     out = {}
     for d in designs:
@@ -109,13 +110,13 @@ def _table(outdir: str, designs: list, paths: dict) -> None:
     from valkeytrace.analysis.designs import design_row
     from valkeytrace.analysis.report import analyse
     from valkeytrace.recording import format as recfmt
-    from valkeytrace.reporters.designs_table import RENDER
+    from valkeytrace.reporters.designs_table import TABLE
 
     def run(d, ph):
         p = paths.get((d, ph))
         return analyse([(p, recfmt.read(p))], with_whatif=False).runs[0] if p else None
     rows = [design_row(d, run(d, "shape"), run(d, "stall"), run(d, "cut")) for d in designs]
-    for fmt, name in (("markdown", "designs.md"), ("json", "designs.json")):
+    for render, name in ((TABLE.markdown, "designs.md"), (TABLE.json, "designs.json")):
         with open(os.path.join(outdir, name), "w") as f:
-            RENDER[fmt](rows, f)
-    RENDER["text"](rows, sys.stdout)
+            render(rows, f)
+    TABLE.text(rows, sys.stdout)

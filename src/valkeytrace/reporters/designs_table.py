@@ -48,4 +48,3 @@ def _title(rows: list[DesignRow]) -> str:
 
 
 TABLE = RowTable("designs", HEAD, DESIGNS_NOTE, cells, _title, width=220)
-RENDER = TABLE.renderers('text', 'markdown', 'json', 'html')
