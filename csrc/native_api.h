@@ -118,6 +118,7 @@ struct vt_offload_stats {
     struct vt_hist hold_ns;
     struct vt_hist hold_read_ns;
     struct vt_hist postpone_ns;
+    struct vt_hist main_write_ns;
 };
 
 struct vt_cmd_entry {

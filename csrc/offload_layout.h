@@ -109,6 +109,8 @@ struct vt_offload_stats {
     struct vt_hist hold_ns;      /* a held reply: from the server's write to the real one */
     struct vt_hist hold_read_ns; /* a held read of a not-yet-durable key */
     struct vt_hist postpone_ns;  /* main-write: a postponement, from its first write to the write that ended it */
+    struct vt_hist main_write_ns; /* main-write: the main thread's writes of what it held (one sample a flush), timed
+                                     here: a blocks-writes wait included, which the kernel's timing of write(2) misses */
 };
 
 /* Written by valkeytrace: the command table, and where the server logs (for its exit line). */

@@ -93,6 +93,7 @@ def test_main_write_postpones_up_to_2s_then_writes_whatever_the_disk_does(tmp_pa
     assert 1.9 <= start <= 2.3 and took >= 0.2, grew[0]  # the loop's turn at 2 s, blocked until the sync's end
     assert int(snap.postponed_writes) >= 1 and int(snap.forced_writes) == 1, snap
     assert 1.9e9 <= int(snap.postpone_ns.max_ns) <= 2.3e9, int(snap.postpone_ns.max_ns)
+    assert int(snap.main_write_ns.max_ns) >= 0.2e9  # that write, as the shim timed it: the wait included
     assert int(snap.design) == 2
 
 

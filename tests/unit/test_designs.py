@@ -60,10 +60,12 @@ def test_the_summary_tells_the_designs_apart():
            "emulation": {"offload": {"mode": "durable", "design": "main-write"}},
            "runs": [{"workload": "write-only", "value_size": 64, "status": "ok",
                      "offload": {"postponed_writes": 40, "forced_writes": 1, "handoff_waits": 0, "handoff_wait_ns": 0, "jobs_waited": [0] * 8,
-                                 "postpone_ns": _hist(5_000_000, 2_000_100_000)}}]}
+                                 "postpone_ns": _hist(5_000_000, 2_000_100_000),
+                                 "main_write_ns": _hist(20_000, 950_000_000)}}]}
     s = offload.summary(doc)
     assert s.design == "main-write" and s.totals["postponed_writes"] == 40
     assert 1999 <= s.longest_postponement_ms <= 2001 and s.handoff_wait_ms == 0
+    assert 940 <= s.longest_main_write_ms <= 960
     doc["emulation"]["offload"] = {"mode": "durable"}  # before 2026-12-07: bio-write
     doc["runs"][0]["offload"] = {"handoff_waits": 3, "handoff_wait_ns": 7_500_000, "jobs_waited": [0] * 8}
     s = offload.summary(doc)

@@ -45,6 +45,7 @@ class OffloadSummary:
     sets_per_job_mean: float | None = None
     handoff_wait_ms: float | None = None         # bio-write-block: the hand-offs' waits, together
     longest_postponement_ms: float | None = None  # main-write: the longest a write was postponed
+    longest_main_write_ms: float | None = None    # main-write: the main thread's longest write (a wait included)
 
     def to_json(self) -> dict:
         """Flat, as recordings before 2026-12-02 kept it: the totals beside the derived figures."""
@@ -123,7 +124,7 @@ def summary(doc) -> OffloadSummary | None:
     basis = write_only or measured
     b = Counters.of(basis)
     j, holds, reads = _hist(basis, "job_ns"), _hist(basis, "hold_ns"), _hist(measured, "hold_read_ns")
-    post, c = _hist(measured, "postpone_ns"), Counters.of(measured)
+    post, c, mw = _hist(measured, "postpone_ns"), Counters.of(measured), _hist(measured, "main_write_ns")
     waited = (np.sum([(r.offload or {})[JOBS_WAITED] for r in basis], axis=0).tolist() if basis else [])
     off = doc.emulation.offload
     return OffloadSummary(
@@ -131,6 +132,7 @@ def summary(doc) -> OffloadSummary | None:
         basis="write-only runs" if write_only else "all runs", totals=c.totals,
         handoff_wait_ms=round(c.handoff_wait_ns / 1e6, 3) if c.handoff_wait_ns else (0.0 if c.totals else None),
         longest_postponement_ms=round(post.max_ns / 1e6, 3) if post.count else None,
+        longest_main_write_ms=round(mw.max_ns / 1e6, 3) if mw.count else None,
         jobs_waited_mean=round(b.jobs_waited_sum / b.released_replies, 3) if b.released_replies else None,
         jobs_waited=waited,
         job_ms_p50=round(j.percentile(50) / 1e6, 3) if j.count else None,

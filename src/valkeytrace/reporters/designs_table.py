@@ -12,7 +12,9 @@ HEAD = ("design", "GET p50 / p99", "GET/s", "SET p50 / p99", "SET/s", "main thre
 DESIGNS_NOTE = ("GET from read-heavy, SET from write-only (the #4029 shape, the common options); main thread's AOF "
                 "writes: its write(2)s to the AOF in the write-only cell and their time together; stall: a write-only "
                 "open loop on a disk that stalls and blocks writes during its sync (memory: what the server kept, "
-                "sampled; SET p99 of the requests due during a stall, from their due moment); postponed: main-write's "
+                "sampled; SET p99 of the requests due during a stall, from their due moment; main's longest write: the "
+                "kernel's timing of its AOF write(2)s, main-write's as the shim times them, a wait for the disk's sync "
+                "included); postponed: main-write's "
                 "writes kept in memory while a sync ran (its longest postponement); hand-offs waited: bio-write-block's "
                 "(their time together); acked lost: of the acknowledged writes checked at a power cut.")
 

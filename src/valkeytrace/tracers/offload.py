@@ -36,7 +36,8 @@ STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), (
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
                        + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("design", "<u4")]
                        + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE),
-                          ("hold_read_ns", HIST_DTYPE), ("postpone_ns", HIST_DTYPE)])
+                          ("hold_read_ns", HIST_DTYPE), ("postpone_ns", HIST_DTYPE),
+                          ("main_write_ns", HIST_DTYPE)])
 CMD_NAME, CMD_MAX = 40, 2048
 CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first", "<u2"), ("step", "<u2"),
                             ("last_plus", "<u4"), ("pad", "<u4")])
@@ -306,6 +307,6 @@ def window(a: np.record | None, b: np.record | None) -> dict | None:
         return None
     out: dict = {c: int(b[c] - a[c]) for c in COUNTERS}
     out["jobs_waited"] = [int(x) for x in b.jobs_waited - a.jobs_waited]
-    for h in ("job_ns", "hold_ns", "hold_read_ns", "postpone_ns"):
+    for h in ("job_ns", "hold_ns", "hold_read_ns", "postpone_ns", "main_write_ns"):
         out[h] = _hist(a[h], b[h]).to_dict()
     return out
