@@ -51,8 +51,7 @@
 #define BLOCKED_MAX 256
 
 static const struct vt_design *design = &vt_design_bio_write; /* record --offload-design (offload_design.h) */
-static const struct vt_design *const DESIGNS[] = {&vt_design_bio_write, &vt_design_bio_write_block, &vt_design_main_write};
-static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER; /* one flush of the design's bytes at a time, in order */
+static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER; /* one flush at a time, in order */
 static int signal_depth;                      /* atomic: inside the server's SIGTERM/SIGINT handler */
 static int shutdown_asked;                    /* atomic: the server got one: its next AOF sync drains (then cleared) */
 static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
@@ -120,6 +119,8 @@ static void fail_locked(int err, int kind)
 static int flush_design(int force)
 {
     int err = 0;
+    if (design->flush == vt_design_no_flush) /* the main thread holds nothing to write: no lock taken */
+        return 0;
     pthread_mutex_lock(&flush_mu);
     int rc = design->flush(force, &err);
     pthread_mutex_unlock(&flush_mu);
@@ -447,9 +448,7 @@ int vt_offload_init(void)
     __atomic_store_n(&st->state, VT_OFFLOAD_RUNNING, __ATOMIC_RELEASE);
     vt_cmds_attach(vt_off.control, st);
     const char *d = getenv("VALKEYTRACE_OFFLOAD_DESIGN");
-    for (size_t i = 0; d && i < sizeof(DESIGNS) / sizeof(DESIGNS[0]); i++)
-        design = !strcmp(d, DESIGNS[i]->name) ? DESIGNS[i] : design;
-    if (d && strcmp(d, design->name)) {
+    if (d && !(design = vt_design_named(d))) {
         dprintf(2, "valkeytrace: --offload-design %s: no such design\n", d);
         _exit(1);
     }

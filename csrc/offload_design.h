@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define VT_DESIGN_BIO_WRITE 0
 #define VT_DESIGN_BIO_WRITE_BLOCK 1
@@ -48,6 +49,16 @@ struct vt_design {
 };
 
 extern const struct vt_design vt_design_bio_write, vt_design_bio_write_block, vt_design_main_write;
+
+/* the design of that name ($VALKEYTRACE_OFFLOAD_DESIGN), or NULL; a new design is one more line here */
+static inline const struct vt_design *vt_design_named(const char *name)
+{
+    const struct vt_design *const all[] = {&vt_design_bio_write, &vt_design_bio_write_block, &vt_design_main_write};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (!strcmp(name, all[i]->name))
+            return all[i];
+    return NULL;
+}
 
 /* offload_bio.c's queue, which bio-write-block shares */
 void vt_bio_handoff(struct aof_chunk *c);
