@@ -118,3 +118,17 @@ def test_main_write_keeps_the_contract_at_a_power_cut(main_write_cut):
     assert dc["method"] == "power-cut" and dc["acked"] > 0 and dc["acked_missing"] == 0, {k: dc.get(k) for k in
                                                                                          ("acked", "acked_missing")}
     assert run["offload"]["early_replies"] == 0
+
+
+def test_predict_another_design_from_a_recording(main_write_cut, tmp_path):
+    """predict --offload-design from the main-write recording: the model calibrated on it, run as bio-write-block
+    (its figures with their ranges, as any prediction); refused in one line on a recording without the offload."""
+    rec = tmp_path / "mw.vtrace"
+    from valkeytrace.recording.format import write
+    write(rec, main_write_cut)
+    res = vt("predict", rec, "--offload-design", "bio-write-block", "--format", "json", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert "bio-write-block" in json.dumps(out) and out["cells"], str(out)[:500]
+    res = vt("predict", rec, "--offload-design", "main-write", "--emulate-offload", "none", timeout=60)
+    assert res.returncode != 0 and "--emulate-offload durable" in res.stderr and "Traceback" not in res.stderr

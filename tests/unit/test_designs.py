@@ -95,3 +95,22 @@ def test_a_design_row_with_nothing_measured_says_so():
     text = cells(dataclasses.replace(row, postponed_writes=12, longest_postponement_ms=2000.0, acked=10,
                                      acked_lost=0, main_aof_writes=0))
     assert text[0] == "main-write" and "12 (2,000 ms)" in text and "0 of 10" in text and "none" in text
+
+
+def test_the_model_knows_the_designs():
+    """The pipeline model (predict --offload-design): one SET client under each design, every step known (as
+    tests/unit/test_pipeline_sim.py's durable offload): main-write's job only fdatasyncs (the main thread wrote);
+    bio-write-block's GETs wait behind the jobs their main thread's hand-offs wait for, bio-write's do not."""
+    from test_pipeline_sim import A, CR, F, SR, SW, WAKE, params
+
+    from valkeytrace.pipeline.params import Group
+    from valkeytrace.pipeline.sim import simulate
+
+    def run(design, groups):
+        p = params(groups, mode="durable")
+        return simulate(dataclasses.replace(p, durability=dataclasses.replace(p.durability, design=design)))
+    bio = WAKE + SR + A + (A + F) + SW + WAKE + CR
+    assert run("bio-write", [Group("SET", 1)]).ops["SET"].p50_us == pytest.approx(bio, abs=0.01)
+    assert run("main-write", [Group("SET", 1)]).ops["SET"].p50_us == pytest.approx(bio - A, abs=0.01)
+    mixed = [Group("GET", 4), Group("SET", 4, measured=False)]
+    assert run("bio-write-block", mixed).ops["GET"].p99_us > F / 2 > run("bio-write", mixed).ops["GET"].p99_us
