@@ -70,6 +70,7 @@ def test_blocks_writes_holds_a_write_while_its_file_syncs(tmp_path):
     assert free["write_s"] < 0.3, free
 
 
+@pytest.mark.timed
 def test_bio_write_block_hand_off_waits_for_the_running_job(tmp_path):
     """bio-write-block: the main thread's write of B (its hand-off) returns only once the job carrying A has
     synced (600 ms), and is counted; bio-write takes B at once (the job collapses it into the next)."""
@@ -81,6 +82,7 @@ def test_bio_write_block_hand_off_waits_for_the_running_job(tmp_path):
     assert out["write_s"] < 0.3 and int(snap.handoff_waits) == 0, out
 
 
+@pytest.mark.timed
 def test_main_write_postpones_up_to_2s_then_writes_whatever_the_disk_does(tmp_path):
     """main-write, a sync of 2.6 s that blocks writes: A is in the file at once (the main thread wrote it); B,
     due while the sync runs, is postponed (not in the file), then written by the main thread's loop at the 2 s
