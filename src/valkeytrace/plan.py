@@ -146,8 +146,9 @@ class RecordPlan:
             raise VTUsageError("--inject-fsync-error needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
-        if e.design != voff.DESIGNS[0] and not e.offload:
-            raise VTUsageError(f"--offload-design {e.design} shapes the virtual offload: it needs --emulate-offload")
+        if e.design != voff.DESIGNS[0] and e.offload in (None, "ack-after-write"):
+            raise VTUsageError(f"--offload-design {e.design} shapes the virtual offload: it needs --emulate-offload "
+                               "durable or early-ack (ack-after-write is a fault of bio-write's jobs)")
         if e.gather_ns and e.offload != "durable":
             raise VTUsageError("--offload-gather shapes the durable virtual offload's jobs: it needs "
                                "--emulate-offload durable")
