@@ -23,7 +23,7 @@ class build_py_with_header(build_py):
 # build and found by path next to the _native module (as memray does with its _inject library).
 # the shim's sources, named once (benchmarks/offload_cost.py and the sanitizer tests read this list)
 SHIM_SOURCES = ["shim.c", "shim_io.c", "shim_stall.c", "shim_durable.c", "offload.c", "offload_state.c", "offload_conn.c", "offload_req.c",
-                "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_links.c", "replica_hold.c", "vt_cmds.c",
+                "offload_exit.c", "offload_bound.c", "offload_fds.c", "offload_links.c", "offload_bio.c", "offload_bio_block.c", "offload_main_write.c", "replica_hold.c", "vt_cmds.c",
                 "vt_resp.c"]
 shim = Extension(
     "valkeytrace._shim",

@@ -102,17 +102,23 @@ struct vt_offload_stats {
     uint64_t rejected_writes;
     uint64_t paused_reads;
     uint64_t paused_ns;
+    uint64_t handoff_waits;
+    uint64_t handoff_wait_ns;
+    uint64_t postponed_writes;
+    uint64_t forced_writes;
     uint64_t held_now;
     uint64_t behind_now;
     uint64_t held_bytes_now;
     uint64_t dirty_keys_now;
     uint64_t pending_now;
     uint32_t last_signal;
-    uint32_t pad2;
+    uint32_t design;
     uint64_t jobs_waited[...];
     struct vt_hist job_ns;
     struct vt_hist hold_ns;
     struct vt_hist hold_read_ns;
+    struct vt_hist postpone_ns;
+    struct vt_hist main_write_ns;
 };
 
 struct vt_cmd_entry {

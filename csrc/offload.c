@@ -15,6 +15,7 @@
  * meet them (offload_exit.c). No fd with queued bytes is closed or replaced before they are
  * durable; at exit (SHUTDOWN, SIGTERM) everything queued is made durable and every held reply
  * delivered (the drain), unless the offload failed. A fork child (the AOF rewrite) takes nothing.
+ * How the bytes are handed off and what a job does is the design's (offload_design.h): the above is bio-write.
  */
 #define _GNU_SOURCE
 #include "offload.h"
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include "offload_conn.h"
+#include "offload_design.h"
 #include "offload_fds.h"
 #include "offload_links.h"
 #include "offload_state.h"
@@ -48,14 +50,8 @@
 #define CLASS_OTHER 2
 #define BLOCKED_MAX 256
 
-struct aof_chunk {
-    struct aof_chunk *next;
-    int fd;
-    size_t len;
-    char data[];
-};
-
-static struct aof_chunk *aof_head, *aof_tail; /* under vt_off.mu */
+static const struct vt_design *design = &vt_design_bio_write; /* record --offload-design (offload_design.h) */
+static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER; /* one flush at a time, in order */
 static int signal_depth;                      /* atomic: inside the server's SIGTERM/SIGINT handler */
 static int shutdown_asked;                    /* atomic: the server got one: its next AOF sync drains (then cleared) */
 static uint64_t first_queued_ns;              /* under vt_off.mu: when the oldest queued chunk came */
@@ -113,21 +109,45 @@ static void fail_locked(int err, int kind)
     vt_off.stats->fail_errno = (vt_u32)vt_off.fail_errno;
     vt_off.stats->fail_kind = (vt_u32)kind;
     __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_FAILED, __ATOMIC_RELEASE);
-    while (aof_head) { /* never written: nothing after a failure is */
-        struct aof_chunk *c = aof_head;
-        aof_head = c->next;
-        free(c);
-    }
-    aof_tail = NULL;
+    design->drop(); /* never written: nothing after a failure is */
     pthread_cond_broadcast(&vt_off.done);
 }
 
 /* -- the main thread's AOF writes and syncs --------------------------------------------------- */
 
+/* what the design keeps for the main thread to write (main-write), written: now (force), or when it is due */
+static int flush_design(int force)
+{
+    int err = 0;
+    if (design->flush == vt_design_no_flush) /* the main thread holds nothing to write: no lock taken */
+        return 0;
+    pthread_mutex_lock(&flush_mu);
+    int rc = design->flush(force, &err);
+    pthread_mutex_unlock(&flush_mu);
+    if (rc != 0) {
+        pthread_mutex_lock(&vt_off.mu);
+        fail_locked(err, VT_OFFLOAD_FAIL_WRITE);
+        pthread_mutex_unlock(&vt_off.mu);
+    }
+    return rc;
+}
+
+/* main thread, before the event loop sleeps: a postponed write that is due goes now; the sleep is capped
+ * while one is kept (the design's wait_ms) */
+int vt_offload_before_wait(int timeout)
+{
+    if (!vt_off.mode || !vt_off_on_main_thread())
+        return timeout;
+    flush_design(0);
+    int ms = design->wait_ms();
+    return ms >= 0 && (timeout < 0 || timeout > ms) ? ms : timeout;
+}
+
 /* no memory to queue it: wait for the queue to be durable, then write and fdatasync in place */
 static int write_through(int fd, const struct iovec *iov, int iovcnt, size_t len, ssize_t *ret)
 {
     int rc = 0;
+    flush_design(1);
     pthread_mutex_lock(&vt_off.mu);
     vt_off.sync_wanted = vt_off.queued;
     vt_off_kick_locked();
@@ -180,12 +200,10 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     pthread_mutex_lock(&vt_off.mu);
     int mine = vt_aof_own(fd); /* the offload writes through its own duplicate: the server may close fd */
     c->fd = mine >= 0 ? mine : fd;
+    if (!design->pending())
+        first_queued_ns = vt_now_ns();
+    design->handoff(c); /* bio-write-block: may wait for a job to end */
     uint64_t end = vt_off.queued + len;
-    if (aof_tail)
-        aof_tail->next = c;
-    else
-        aof_head = c, first_queued_ns = vt_now_ns();
-    aof_tail = c;
     __atomic_store_n(&vt_off.queued, end, __ATOMIC_RELEASE);
     vt_stat_add(&vt_off.stats->offloaded_writes, 1);
     __atomic_store_n(&vt_off.stats->queued_bytes, end, __ATOMIC_RELAXED);
@@ -194,6 +212,11 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     for (int i = 0; i < iovcnt; i++)
         vt_req_feed(&aof_parser, iov[i].iov_base, iov[i].iov_len, &AOF_CB, NULL);
     vt_flush_tick(end);
+    if (flush_design(0) != 0) { /* main-write: the main thread's own write failed */
+        *ret = -1;
+        errno = vt_off.fail_errno;
+        return 1;
+    }
     *ret = (ssize_t)len;
     return 1;
 }
@@ -225,6 +248,7 @@ int vt_offload_sync(int fd, int *ret)
     if (__atomic_load_n(&shutdown_asked, __ATOMIC_ACQUIRE) && !__atomic_load_n(&signal_depth, __ATOMIC_ACQUIRE)) {
         /* drained once: a shutdown that then fails goes back to serving, its syncs offloaded again */
         __atomic_store_n(&shutdown_asked, 0, __ATOMIC_RELEASE);
+        flush_design(1);
         vt_off_drain_on_shutdown();
         *ret = vt_off_failed() ? -1 : 0;
         if (*ret)
@@ -262,6 +286,7 @@ void vt_offload_close(int fd)
     if (!vt_off.mode || fd < 0 || fd >= MAX_FD)
         return;
     if (!vt_conn_close(fd) && __atomic_load_n(&fd_class[fd], __ATOMIC_RELAXED) == CLASS_AOF) {
+        flush_design(1);
         pthread_mutex_lock(&vt_off.mu);
         uint64_t target = vt_off.queued;
         vt_off.sync_wanted = target;
@@ -277,39 +302,6 @@ void vt_offload_close(int fd)
 }
 
 /* -- the offload thread --------------------------------------------------------------------- */
-
-/* write (every byte) and fdatasync a batch, in order; 0, or -1 with *err and *kind */
-static int run_job(struct aof_chunk *batch, int *err, int *kind)
-{
-    int fd = -1, rc = 0;
-    off_t start = -1;
-    for (struct aof_chunk *c = batch, *next; c; c = next) {
-        next = c->next;
-        if (rc == 0 && c->fd != fd) {
-            struct stat st;
-            if (fd >= 0 && vt_shim_fdatasync(fd) != 0) /* the file changed (AOF rotation): the old one first */
-                *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
-            fd = c->fd;
-            start = fstat(fd, &st) == 0 ? st.st_size : -1;
-        }
-        for (size_t off = 0; rc == 0 && off < c->len;) {
-            ssize_t w = vt_io_write(fd, c->data + off, c->len - off);
-            if (w > 0) {
-                off += (size_t)w;
-            } else if (!(w < 0 && errno == EINTR)) {
-                *err = w < 0 ? errno : ENOSPC;
-                *kind = VT_OFFLOAD_FAIL_WRITE;
-                rc = -1;
-                if (start >= 0 && ftruncate(fd, start) != 0) /* as valkey removes a short write */
-                    start = -1;
-            }
-        }
-        free(c);
-    }
-    if (rc == 0 && fd >= 0 && (vt_off.ack_written ? vt_off_wrote(fd) : vt_shim_fdatasync(fd)))
-        *err = errno, *kind = VT_OFFLOAD_FAIL_FSYNC, rc = -1;
-    return rc;
-}
 
 struct blocked {
     struct vt_held_node *node;
@@ -341,7 +333,7 @@ static void *offload_main(void *arg)
     pthread_mutex_lock(&vt_off.mu);
     for (;;) {
         uint64_t gather = vt_off.control ? __atomic_load_n(&vt_off.control->gather_ns, __ATOMIC_RELAXED) : 0;
-        int job = !vt_off_failed() && aof_head && vt_off.sync_wanted > vt_off_durable();
+        int job = !vt_off_failed() && design->has_job();
         if (!job && !vt_off.release_wanted && !vt_off.stopping && !nb) {
             pthread_cond_wait(&vt_off.work, &vt_off.mu);
             continue;
@@ -352,13 +344,13 @@ static void *offload_main(void *arg)
             continue;
         }
         if (job) {
-            struct aof_chunk *batch = aof_head;
-            uint64_t end = vt_off.queued, t0 = vt_now_ns();
+            uint64_t end = 0, t0 = vt_now_ns();
             int err = 0, kind = 0;
-            aof_head = aof_tail = NULL;
+            void *batch = design->take(&end);
             pthread_mutex_unlock(&vt_off.mu);
-            int rc = run_job(batch, &err, &kind);
+            int rc = design->run(batch, &err, &kind);
             pthread_mutex_lock(&vt_off.mu);
+            design->ended();
             if (rc == 0) {
                 __atomic_store_n(&vt_off.durable, end, __ATOMIC_RELEASE);
                 vt_keys_settle(end);
@@ -382,7 +374,7 @@ static void *offload_main(void *arg)
         vt_off.held = NULL;
         /* sockets that would block and nothing else to do: sleep until one takes bytes or a job or a
          * release is asked for (the eventfd: vt_off_kick_locked), not on a timer */
-        int idle = nb > 0 && !nready && !job && (!vt_off.stopping || (!aof_head && vt_off_durable() >= vt_off.queued));
+        int idle = nb > 0 && !nready && !job && (!vt_off.stopping || (!design->pending() && vt_off_durable() >= vt_off.queued));
         int wait_ms = !idle ? 0 : vt_off.stopping ? 10 : 1000; /* stopping: the 1 s a slow reader gets, not spun */
         vt_off.polling = idle;
         pthread_mutex_unlock(&vt_off.mu); /* replies are written outside the lock */
@@ -417,7 +409,7 @@ static void *offload_main(void *arg)
         pthread_cond_broadcast(&vt_off.done);
         if (vt_off.stopping && vt_off_failed())
             break;
-        if (vt_off.stopping && !aof_head && vt_off_durable() >= vt_off.queued) {
+        if (vt_off.stopping && !design->pending() && vt_off_durable() >= vt_off.queued) {
             if (!stop_deadline)
                 stop_deadline = vt_now_ns() + 1000000000ull; /* a client that reads nothing gets 1 s */
             if (!vt_off.held && (!nb || vt_now_ns() > stop_deadline))
@@ -455,6 +447,12 @@ int vt_offload_init(void)
     st->hist_buckets = VT_HIST_BUCKETS;
     __atomic_store_n(&st->state, VT_OFFLOAD_RUNNING, __ATOMIC_RELEASE);
     vt_cmds_attach(vt_off.control, st);
+    const char *d = getenv("VALKEYTRACE_OFFLOAD_DESIGN");
+    if (d && !(design = vt_design_named(d))) {
+        dprintf(2, "valkeytrace: --offload-design %s: no such design\n", d);
+        _exit(1);
+    }
+    st->design = design->id;
     vt_req_init(&aof_parser, 0);
     vt_off_state_init();
     int err = pthread_create(&thread, NULL, offload_main, NULL);
@@ -488,6 +486,7 @@ __attribute__((destructor)) static void offload_drain(void)
         return; /* failed: what it holds was never durable, and is lost with the process */
     }
     __atomic_store_n(&vt_off.stats->state, VT_OFFLOAD_DRAINING, __ATOMIC_RELEASE);
+    flush_design(2); /* main-write: what it postponed is written first, from whichever thread exits */
     pthread_mutex_lock(&vt_off.mu);
     vt_off.stopping = 1;
     vt_off.sync_wanted = vt_off.queued;

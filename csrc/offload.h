@@ -9,6 +9,8 @@
  *          -> offload_conn.c (client connections: what is held, framing, the witness)
  *          -> offload_state.c (shared state) -> vt_cmds.c (tables) -> vt_resp.c (parsers)
  *   offload.c -> shim_io.c (the timed write and fdatasync the tracers see on vt_offload)
+ *   offload.c -> offload_bio.c, offload_bio_block.c, offload_main_write.c (record --offload-design: how the
+ *             bytes are handed off and what a job does, one file each behind offload_design.h)
  */
 #ifndef VT_OFFLOAD_H
 #define VT_OFFLOAD_H
@@ -25,6 +27,7 @@ void vt_offload_after_fork_child(void);
 int vt_offload_sync(int fd, int *ret); /* fdatasync/fsync: 1 when taken (*ret: 0, or -1 with errno) */
 int vt_offload_write(int fd, const void *buf, size_t n, ssize_t *ret);
 int vt_offload_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret);
+int vt_offload_before_wait(int timeout); /* main thread, before epoll_wait: the design's due write; its timeout */
 /* offload_conn.c's: */
 void vt_offload_read(int fd, void *buf, ssize_t n); /* after a read: parses client requests (reject: renames writes) */
 void vt_offload_accepted(int fd);           /* a client connection the server accepted */

@@ -10,7 +10,7 @@
 #include "valkeytrace.h"
 
 #define VT_OFFLOAD_MAGIC 0x4f465456u /* "VTFO" little-endian */
-#define VT_OFFLOAD_VERSION 6
+#define VT_OFFLOAD_VERSION 7
 #define VT_OFFLOAD_DURABLE 1
 #define VT_OFFLOAD_EARLY_ACK 2
 #define VT_OFFLOAD_WAITED_MAX 8 /* replies that waited 0, 1, ..., 7 or more jobs */
@@ -92,6 +92,10 @@ struct vt_offload_stats {
     vt_u64 rejected_writes;      /* writes answered with an error over the bound (--offload-overflow reject) */
     vt_u64 paused_reads;         /* client reads refused over the bound (--offload-overflow pause) */
     vt_u64 paused_ns;            /* time with at least one client's reads stopped */
+    vt_u64 handoff_waits;        /* bio-write-block: the main thread's hand-offs that waited for a job to end */
+    vt_u64 handoff_wait_ns;      /* how long they waited, together */
+    vt_u64 postponed_writes;     /* main-write: the server's AOF writes postponed while a sync ran */
+    vt_u64 forced_writes;        /* main-write: postponements ended at the 2 s limit, the sync still running */
     /* gauges: what the server holds right now (sampled, not differenced) */
     vt_u64 held_now;             /* replies held until what they answer is durable */
     vt_u64 behind_now;           /* replies held only behind those on their connection (order) */
@@ -99,11 +103,14 @@ struct vt_offload_stats {
     vt_u64 dirty_keys_now;       /* keys written whose write is not yet durable (#3381's uncommitted keys) */
     vt_u64 pending_now;          /* client commands parsed, not yet answered */
     vt_u32 last_signal;          /* the last of them */
-    vt_u32 pad2;
+    vt_u32 design;               /* record --offload-design: VT_DESIGN_* (offload_design.h) */
     vt_u64 jobs_waited[VT_OFFLOAD_WAITED_MAX];
     struct vt_hist job_ns;       /* a job: from taking the batch to its fdatasync's return (delay included) */
     struct vt_hist hold_ns;      /* a held reply: from the server's write to the real one */
     struct vt_hist hold_read_ns; /* a held read of a not-yet-durable key */
+    struct vt_hist postpone_ns;  /* main-write: a postponement, from its first write to the write that ended it */
+    struct vt_hist main_write_ns; /* main-write: the main thread's writes of what it held (one sample a flush), timed
+                                     here: a blocks-writes wait included, which the kernel's timing of write(2) misses */
 };
 
 /* Written by valkeytrace: the command table, and where the server logs (for its exit line). */

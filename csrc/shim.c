@@ -146,7 +146,7 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int t
     int ret;
     if (__builtin_expect(vt_offload_enabled(), 0)) {
         vt_offload_loop_end(); /* the loop ran: its AOF bytes are queued (what a replica link's stream needs) */
-        timeout = vt_bound_before_wait(timeout);
+        timeout = vt_bound_before_wait(vt_offload_before_wait(timeout)); /* main-write: a postponed write due */
     }
     ret = vt_io_epoll_wait(epfd, events, maxevents, timeout);
     if (__builtin_expect(vt_offload_enabled(), 0)) {

@@ -8,7 +8,7 @@
  *   - $VALKEYTRACE_FSYNC_DELAY: emulated slow disk, added after each real fsync/fdatasync by
  *     sleeping (never spinning): "const:NS" or "lognormal:MEDIAN_NS,SIGMA" (a draw clamped to 8
  *     sigmas, any delay to a minute), then optionally ";stall:S_NS/P_NS" (a disk that stalls: once in
- *     every P of wall time, the first sync at or after its time takes S more). Unset: none.
+ *     every P of wall time, the first sync at or after its time takes S more), then ";blocks-writes". Unset: none.
  *   - $VALKEYTRACE_FSYNC_ERROR: "eio@N" or "enospc@N": the Nth fsync/fdatasync fails with that error
  *     (nothing synced), as a failing disk's would (record --inject-fsync-error).
  *   The region's header may add a delay of its own while the server runs (extra_delay_ns, set by
@@ -147,7 +147,8 @@ int vt_io_recording(void) { return region != NULL; }
 
 /* "const:4000000" or "lognormal:4000000,0.3" (nanoseconds), either (or "none") followed by
  * ";stall:1000000000/2500000000": once in every 2.5 s of wall time, one sync 1 s longer (a disk that
- * stalls). Anything else: no injection. */
+ * stalls), then optionally ";blocks-writes" (writes to a file wait while its sync runs, shim_stall.h).
+ * Anything else: no injection. */
 static void parse_delay(const char *env)
 {
     char *end, spec[160];
@@ -155,8 +156,12 @@ static void parse_delay(const char *env)
     if (!env || strlen(env) >= sizeof(spec))
         return;
     strcpy(spec, env);
-    if ((stall = strstr(env, ";stall:")) != NULL) {
-        spec[stall - env] = '\0';
+    if ((stall = strstr(spec, ";blocks-writes")) != NULL && stall[14] == '\0') {
+        spec[stall - spec] = '\0'; /* last: a disk that blocks writes during its sync (shim_stall.h) */
+        vt_blocks_writes_setup();
+    }
+    if ((stall = strstr(spec, ";stall:")) != NULL) {
+        spec[stall - spec] = '\0';
         unsigned long long s = strtoull(stall + 7, &end, 10), p = 0;
         if (end != stall + 7 && *end == '/')
             p = strtoull(end + 1, &end, 10);
@@ -350,6 +355,9 @@ static inline int classify(int fd)
     return c;
 }
 
+/* ;blocks-writes: a write to a regular file waits while a sync of that file runs (shim_stall.h) */
+#define BLOCKED_BY_SYNC(fd) (vt_blocks_writes() && classify(fd) == FD_REGULAR ? vt_write_wait_syncs(fd) : (void)0)
+
 static inline int write_kind(int fd)
 {
     return classify(fd) == FD_REGULAR ? VT_CALL_AOF_WRITE : VT_CALL_SOCKET_WRITE;
@@ -361,6 +369,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
     int ret, saved;
     if (!delay_kind && !vt_stall_configured() && !timed(kind) && !extra_delay() && !error_at)
         return fn(fd);
+    long blocking = vt_sync_blocks_begin(fd); /* ;blocks-writes: writes to its file wait until it ends */
     t0 = now_ns();
     if (error_at && __atomic_add_fetch(&sync_calls, 1, __ATOMIC_RELAXED) == error_at) {
         errno = error_errno; /* the disk said no: the call fails, nothing was synced */
@@ -370,6 +379,7 @@ static int timed_sync(fsync_fn fn, int fd, int kind)
     }
     saved = errno;
     inject_delay();
+    vt_sync_blocks_end(blocking);
     record(kind, now_ns() - t0, 0);
     errno = saved;
     return ret;
@@ -404,8 +414,9 @@ ssize_t vt_io_write(int fd, const void *buf, size_t count)
     int saved, kind;
     VT_ENSURE(vt_real.write);
     if (!recording() || untimed(kind = write_kind(fd)))
-        return vt_real.write(fd, buf, count);
+        return BLOCKED_BY_SYNC(fd), vt_real.write(fd, buf, count);
     t0 = now_ns();
+    BLOCKED_BY_SYNC(fd);
     ret = vt_real.write(fd, buf, count);
     saved = errno;
     record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);
@@ -419,8 +430,9 @@ ssize_t vt_io_pwrite(pwrite_fn fn, int fd, const void *buf, size_t count, off_t 
     ssize_t ret;
     int saved, kind;
     if (!recording() || untimed(kind = write_kind(fd)))
-        return fn(fd, buf, count, off);
+        return BLOCKED_BY_SYNC(fd), fn(fd, buf, count, off);
     t0 = now_ns();
+    BLOCKED_BY_SYNC(fd);
     ret = fn(fd, buf, count, off);
     saved = errno;
     record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);
@@ -435,8 +447,9 @@ ssize_t vt_io_writev(int fd, const struct iovec *iov, int iovcnt)
     int saved, kind;
     VT_ENSURE(vt_real.writev);
     if (!recording() || untimed(kind = write_kind(fd)))
-        return vt_real.writev(fd, iov, iovcnt);
+        return BLOCKED_BY_SYNC(fd), vt_real.writev(fd, iov, iovcnt);
     t0 = now_ns();
+    BLOCKED_BY_SYNC(fd);
     ret = vt_real.writev(fd, iov, iovcnt);
     saved = errno;
     record(kind, now_ns() - t0, ret > 0 ? (uint64_t)ret : 0);

@@ -60,6 +60,7 @@ class EmulationPlan:
     max_pending: int = 0               # --offload-max-pending: replies held + commands pending before the overflow
     overflow: str = "none"             # --offload-overflow: pause (stop reading clients) or reject (error to writes)
     offload_replicas: str = "immediate"  # --offload-replicas: the stream to replicas at once, or held until durable
+    design: str = "bio-write"          # --offload-design: how the offload hands off and runs its jobs (#3381's options)
 
     @property
     def replicas_delay(self) -> dict | None:
@@ -109,6 +110,14 @@ class RecordPlan:
         plan.check()
         return plan
 
+    def with_design(self, design: str | None) -> "RecordPlan":
+        """This plan with the virtual offload's --offload-design (None: as it is)."""
+        if not design:
+            return self
+        plan = dataclasses.replace(self, emulation=dataclasses.replace(self.emulation, design=design))
+        plan.check()
+        return plan
+
     def check(self) -> None:
         """The usage errors a combination of fields makes (one line each, before anything starts)."""
         self.check_target()
@@ -137,6 +146,9 @@ class RecordPlan:
             raise VTUsageError("--inject-fsync-error needs a server valkeytrace launches (it preloads "
                                "the shim); it cannot apply to --attach")
         voff.check_usage(e.offload, s.appendfsync, not s.launched, bool(s.command))
+        if e.design != voff.DESIGNS[0] and e.offload in (None, "ack-after-write"):
+            raise VTUsageError(f"--offload-design {e.design} shapes the virtual offload: it needs --emulate-offload "
+                               "durable or early-ack (ack-after-write is a fault of bio-write's jobs)")
         if e.gather_ns and e.offload != "durable":
             raise VTUsageError("--offload-gather shapes the durable virtual offload's jobs: it needs "
                                "--emulate-offload durable")
@@ -310,6 +322,7 @@ class RecordOptions:
     offload_max_pending: int = 0
     offload_overflow: str = "none"
     offload_replicas: str = "immediate"
+    offload_design: str = "bio-write"
     verify_durability: str = ""
     torn: bool = False
 
@@ -364,7 +377,7 @@ def build(o: RecordOptions) -> RecordPlan:
     emulation = EmulationPlan(fsync_delay=parse_fsync_delay(o.inject_spec) if o.inject_spec else None, offload=o.offload_mode,
                               gather_ns=parse_gather(o.offload_gather) if o.offload_gather else 0,
                               replica_fsync_delay=replica_delay, max_pending=o.offload_max_pending,
-                              overflow=o.offload_overflow, offload_replicas=o.offload_replicas,
+                              overflow=o.offload_overflow, offload_replicas=o.offload_replicas, design=o.offload_design,
                               fsync_error=parse_fsync_error(o.fsync_error_spec) if o.fsync_error_spec else None)
     settings = Settings(workloads=tuple(o.workloads), sizes=tuple(o.sizes), repeat=o.repeat, duration_s=o.duration,
                         keyspace=o.keyspace, get_clients=o.get_clients, set_clients=o.set_clients,

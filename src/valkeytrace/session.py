@@ -83,7 +83,7 @@ def _environment(plan: RecordPlan, tracer, run_as) -> tuple[dict, Any, Any]:
     offload = None
     if e.offload:
         offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending, overflow=e.overflow,
-                                    replicas=e.offload_replicas)
+                                    replicas=e.offload_replicas, design=e.design)
         if run_as:
             offload.chown(*run_as)
         env.update(offload.env())
@@ -158,7 +158,7 @@ def _emulation(plan: RecordPlan) -> dict | None:
     e = plan.emulation
     if not (e.fsync_delay or plan.sensitivity_ns or e.offload or e.fsync_error):
         return None
-    described = (voff.DESCRIPTION.get(e.offload or ""),
+    described = (voff.DESCRIPTION.get(e.offload or ""), voff.DESIGN_DESCRIPTION.get(e.design, "") if e.offload else "",
                  voff.REPLICAS_DESCRIPTION[e.offload_replicas] if e.offload == "durable" and plan.server.replicas else "",
                  describe_sensitivity(e.fsync_delay, plan.sensitivity_ns),
                  describe_fsync_error(e.fsync_error) if e.fsync_error else "")
@@ -167,7 +167,7 @@ def _emulation(plan: RecordPlan) -> dict | None:
         out["fsync_error"] = e.fsync_error
     out["description"] = "; ".join(x for x in described if x)
     if e.offload:
-        out["offload"] = {"mode": e.offload, "gather_ns": e.gather_ns,
+        out["offload"] = {"mode": e.offload, "gather_ns": e.gather_ns, "design": e.design,
                           **({"gather_source": e.gather_source} if e.gather_source else {}),
                           **({"max_pending": e.max_pending, "overflow": e.overflow} if e.max_pending else {}),
                           **({"replicas": e.offload_replicas} if plan.server.replicas else {})}
@@ -179,7 +179,8 @@ def _label(plan: RecordPlan, server: ServerInfo) -> str:
     if plan.label:
         return plan.label
     if e.offload:
-        return (f"virtual-offload-{e.offload}" + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
+        return (f"virtual-offload-{e.offload}" + (f"-{e.design}" if e.design != "bio-write" else "")
+                + (f"-gather-{e.gather_ns / 1e6:g}ms" if e.gather_ns else "")
                 + (f"-replicas-{e.offload_replicas}" if plan.server.replicas and e.offload == "durable" else ""))
     return default_label(server, other_binary=plan.server.binary is not None)
 

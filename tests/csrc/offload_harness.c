@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "offload.h"
 #include "offload_state.h"
 #include "vt_cmds.h"
 
@@ -170,13 +171,16 @@ int main(void)
         fds[i] = accept(lfd, NULL, NULL); /* the shim follows it: a client connection */
         inlen[i] = 0;
     }
-    uint64_t aof_size = 0;
+    uint64_t aof_size = 0, active_ns = vt_now_ns();
     while (open_n) {
         struct pollfd p[CLIENTS];
         for (int i = 0; i < CLIENTS; i++)
             p[i] = (struct pollfd){fds[i], POLLIN, 0};
-        if (poll(p, CLIENTS, 1000) <= 0)
-            break;
+        int ready = poll(p, CLIENTS, vt_offload_before_wait(1000)); /* as valkey's epoll_wait: main-write's due write */
+        if (ready < 0 || (ready == 0 && vt_now_ns() - active_ns > 1000000000ull))
+            break; /* a second with nothing to read: stuck */
+        if (ready > 0)
+            active_ns = vt_now_ns();
         char replies[CLIENTS][64];
         int rlen[CLIENTS] = {0}, any = 0;
         for (int i = 0; i < CLIENTS; i++) {

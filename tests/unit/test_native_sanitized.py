@@ -52,14 +52,16 @@ def test_resp_parsers_split_at_every_byte_and_fed_garbage_under_sanitizers(tmp_p
     assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("sanitize", ["thread", "address,undefined"])
-def test_offload_threads_under_sanitizers(tmp_path, sanitize, gcc):
+@pytest.mark.parametrize("sanitize,design", [("thread", "bio-write"), ("address,undefined", "bio-write"),
+                                             ("thread", "bio-write-block"), ("thread", "main-write")])
+def test_offload_threads_under_sanitizers(tmp_path, sanitize, design, gcc):
     """The shim's offload linked into a small valkey-like server (main thread: AOF write + fdatasync,
     two I/O threads writing replies): clients find every reply's AOF bytes already in the file,
     the witness counts 0 early, and TSan (or ASan + UBSan) reports nothing."""
     sources = [ROOT / "tests/csrc/offload_harness.c"] + [ROOT / "csrc" / s for s in OFFLOAD_SOURCES]
     exe = _build(tmp_path, "offload_harness", sources, sanitize)
-    env = {**os.environ, "VALKEYTRACE_OFFLOAD": "durable", "VALKEYTRACE_FSYNC_DELAY": "const:300000"}
+    env = {**os.environ, "VALKEYTRACE_OFFLOAD": "durable", "VALKEYTRACE_FSYNC_DELAY": "const:300000",
+           "VALKEYTRACE_OFFLOAD_DESIGN": design}
     env.pop("LD_PRELOAD", None)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr[-3000:]

@@ -190,7 +190,9 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                         durability=Durability(who.mode, Sampler(sync, 0.0, sync_cpu), Sampler(aof),
                                               float((doc.emulation.offload.gather_ns if doc.emulation.offload else 0)
                                                     or 0) / 1e3, who.job_interval_us if who.mode != "main" else 0.0,
-                                              stall_us, period_us),
+                                              stall_us, period_us,
+                                              (doc.emulation.offload.design if doc.emulation.offload else None)
+                                              or "bio-write"),
                         io_threads=int(doc.server.io_threads or 1), keyspace=int(doc.settings.keyspace or 100000),
                         value_size=size, aof_bytes_per_write=nbytes, duration_s=float(doc.settings.duration_s or 2.0))
     passes = calls.passes_of(doc, size)

@@ -33,6 +33,7 @@ class OffloadJobs:
 class OffloadSummary:
     mode: str
     gather_ns: int = 0
+    design: str = "bio-write"        # record --offload-design
     basis: str = "all runs"          # where the per-SET figures come from: "write-only runs" when any
     totals: dict = field(default_factory=dict)  # every counter summed over the measured runs
     jobs_waited_mean: float | None = None
@@ -42,6 +43,9 @@ class OffloadSummary:
     hold_ms_p50: float | None = None
     hold_read_ms_p50: float | None = None
     sets_per_job_mean: float | None = None
+    handoff_wait_ms: float | None = None         # bio-write-block: the hand-offs' waits, together
+    longest_postponement_ms: float | None = None  # main-write: the longest a write was postponed
+    longest_main_write_ms: float | None = None    # main-write: the main thread's longest write (a wait included)
 
     def to_json(self) -> dict:
         """Flat, as recordings before 2026-12-02 kept it: the totals beside the derived figures."""
@@ -66,6 +70,7 @@ class Counters:
     held_replies: int = 0
     sets_held: int = 0            # held_write_replies (before 2026-12-02: released_after_write)
     obuf_closed: int = 0
+    handoff_wait_ns: int = 0      # bio-write-block's waits
 
     @classmethod
     def of(cls, runs: list[Run]) -> "Counters":
@@ -74,7 +79,8 @@ class Counters:
             for k, v in (r.offload or {}).items():
                 if isinstance(v, int) and not isinstance(v, bool):
                     out[k] = out.get(k, 0) + v
-        named = {f: out.get(f, 0) for f in ("released_replies", "jobs", "jobs_waited_sum", "held_replies", "obuf_closed")}
+        named = {f: out.get(f, 0) for f in ("released_replies", "jobs", "jobs_waited_sum", "held_replies", "obuf_closed",
+                                            "handoff_wait_ns")}
         return cls(out, sets_held=out.get(HELD_WRITES, out.get(HELD_WRITES_BEFORE, 0)), **named)
 
 
@@ -118,11 +124,15 @@ def summary(doc) -> OffloadSummary | None:
     basis = write_only or measured
     b = Counters.of(basis)
     j, holds, reads = _hist(basis, "job_ns"), _hist(basis, "hold_ns"), _hist(measured, "hold_read_ns")
+    post, c, mw = _hist(measured, "postpone_ns"), Counters.of(measured), _hist(measured, "main_write_ns")
     waited = (np.sum([(r.offload or {})[JOBS_WAITED] for r in basis], axis=0).tolist() if basis else [])
     off = doc.emulation.offload
     return OffloadSummary(
-        mode=m, gather_ns=int((off.gather_ns if off else 0) or 0),
-        basis="write-only runs" if write_only else "all runs", totals=Counters.of(measured).totals,
+        mode=m, gather_ns=int((off.gather_ns if off else 0) or 0), design=(off.design if off else None) or "bio-write",
+        basis="write-only runs" if write_only else "all runs", totals=c.totals,
+        handoff_wait_ms=round(c.handoff_wait_ns / 1e6, 3) if c.handoff_wait_ns else (0.0 if c.totals else None),
+        longest_postponement_ms=round(post.max_ns / 1e6, 3) if post.count else None,
+        longest_main_write_ms=round(mw.max_ns / 1e6, 3) if mw.count else None,
         jobs_waited_mean=round(b.jobs_waited_sum / b.released_replies, 3) if b.released_replies else None,
         jobs_waited=waited,
         job_ms_p50=round(j.percentile(50) / 1e6, 3) if j.count else None,

@@ -41,6 +41,7 @@ DRAW_SEED = 17
 class Change:
     offload: str | None = None        # "durable", "early-ack", "none" (the main thread fsyncs); None: as recorded
     gather_us: float | None = None    # the durable offload's gather window; None: as recorded
+    design: str | None = None         # the offload's hand-off (record --offload-design); None: as recorded
     fsync_delay: object = None        # the new delay (recording.model.FsyncDelay, or its dict: parse_fsync_delay's;
     #                                   {} or an empty one for none); None: as recorded
     get_clients: int | None = None
@@ -155,7 +156,7 @@ def apply(cal: Calibration, change: Change, p: Params | None = None) -> Params:
     interval = d.job_interval_us if change.job_interval_us is None else change.job_interval_us
     return replace(p, groups=groups, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
                                                         job_interval_us=interval, stall_us=stall[0],
-                                                        stall_period_us=stall[1]),
+                                                        stall_period_us=stall[1], design=change.design or d.design),
                    duration_s=max(p.duration_s, MIN_SIM_S))
 
 

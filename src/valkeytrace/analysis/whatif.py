@@ -47,6 +47,11 @@ def _gather_ns(doc: Document) -> float:
     return (doc.emulation.offload.gather_ns if doc.emulation.offload else 0) or 0
 
 
+def _design(doc: Document) -> str:
+    """The offload's --offload-design (bio-write when none was recorded)."""
+    return (doc.emulation.offload.design if doc.emulation.offload else None) or "bio-write"
+
+
 def change_between(base, cand) -> tuple[Change | None, str]:
     """(the Change that makes the baseline's configuration the candidate's, its scenario) or (None, the
     code of why nothing is predicted: the model changes settings, not code; I/O threads are outside
@@ -66,6 +71,9 @@ def change_between(base, cand) -> tuple[Change | None, str]:
         kw["offload"] = c_mode
     if interval:
         kw["job_interval_us"] = interval
+    b_design, c_design = (_design(x) for x in (base, cand))
+    if c_mode == "durable" and c_design != b_design:
+        kw["design"] = c_design
     if _gather_ns(cand) != _gather_ns(base):
         kw["gather_us"] = _gather_ns(cand) / 1e3
     bd, cd = base.emulation.fsync_delay, cand.emulation.fsync_delay
@@ -88,6 +96,8 @@ def scenario_name(kw: dict) -> str:
                       "early-ack": "fsync_off_main_thread_early_ack"}[change.offload])
     if change.gather_us:
         parts.append("gather_window")
+    if change.design:
+        parts.append("design")
     if "fsync_delay" in kw:
         parts.append("fsync_delay")
     if any(k.endswith("_clients") for k in kw):

@@ -27,12 +27,14 @@ import msgspec
 
 from valkeytrace import plan as planning
 from valkeytrace import stopping
+from valkeytrace.cli.launch import run_launch
 from valkeytrace.cli.options import build_kwargs, common_options, existing_binary, parse_server_config
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
 from valkeytrace.recording import format as recfmt
 
 SIDES = ("baseline", "candidate")
+DESIGN_CHOICES = ["bio-write", "bio-write-block", "main-write"]  # record --offload-design's
 
 
 def launch_order(n: int) -> list[tuple[str, int]]:
@@ -75,6 +77,14 @@ def launch_order(n: int) -> list[tuple[str, int]]:
               help="The baseline's stream to replicas under the durable offload (record --offload-replicas).")
 @click.option("--candidate-offload-replicas", type=click.Choice(["immediate", "committed", "replica-blocking"]),
               help="The candidate's stream to replicas under the durable offload (record --offload-replicas).")
+@click.option("--baseline-offload-design", type=click.Choice(DESIGN_CHOICES),
+              help="The baseline's virtual offload design (record --offload-design).")
+@click.option("--candidate-offload-design", type=click.Choice(DESIGN_CHOICES),
+              help="The candidate's virtual offload design (record --offload-design).")
+@click.option("--designs", "designs", metavar="LIST",
+              help="Instead of two sides: each of these (always, bio-write, bio-write-block, main-write) recorded on "
+                   "the common options, under a stalling disk that blocks writes and at a power cut, then one table, "
+                   "a row per design (docs/explain.md). --launches and the per-side options do not apply.")
 @click.option("--baseline-fsync-sensitivity", metavar="DELAYS",
               help="The intervention on the baseline only (record --fsync-sensitivity): each level's runs are "
                    "spread over the launches, 3 in all.")
@@ -83,8 +93,8 @@ def launch_order(n: int) -> list[tuple[str, int]]:
 def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_config, candidate_config,
             baseline_label, candidate_label, baseline_inject_fsync_delay, candidate_inject_fsync_delay,
             baseline_emulate_offload, candidate_emulate_offload, dry_run, no_whatif, baseline_offload_gather,
-            candidate_offload_gather, baseline_offload_replicas, candidate_offload_replicas, baseline_fsync_sensitivity,
-            **common):
+            candidate_offload_gather, baseline_offload_replicas, candidate_offload_replicas, baseline_offload_design,
+            candidate_offload_design, designs, baseline_fsync_sensitivity, **common):
     """Record a baseline and a candidate in alternating server launches, then compare them.
 
     The options below the per-side ones are `record`'s (--workload, --sizes, --repeat, --duration,
@@ -92,12 +102,17 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     to both sides; a side's own option replaces (or, for config, adds to) the common one. Writes
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
+    if designs:
+        from valkeytrace.cli.designs import compare_designs
+
+        compare_designs(designs, outdir, common, dry_run)
+        return
     sides = Sides(SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,
                               baseline_emulate_offload, baseline_offload_gather, baseline_fsync_sensitivity,
-                              baseline_offload_replicas),
+                              baseline_offload_replicas, baseline_offload_design),
                   SideOptions(candidate_binary, candidate_config, candidate_label, candidate_inject_fsync_delay,
                               candidate_emulate_offload, candidate_offload_gather,
-                              offload_replicas=candidate_offload_replicas))
+                              offload_replicas=candidate_offload_replicas, design=candidate_offload_design))
     auto_gather = (sides.candidate.offload_gather or "").strip().lower() == "auto"
     if auto_gather:
         sides.candidate = dataclasses.replace(sides.candidate, offload_gather=None)
@@ -181,6 +196,7 @@ class SideOptions:
     offload_gather: str | None = None
     fsync_sensitivity: str | None = None  # the baseline's only
     offload_replicas: str | None = None   # --offload-replicas of this side (None: the common one)
+    design: str | None = None             # --offload-design of this side (None: bio-write)
 
 
 def side_plans(common: dict, sides: Sides, launches: int) -> Sides:
@@ -196,7 +212,7 @@ def side_plans(common: dict, sides: Sides, launches: int) -> Sides:
             binary=o.binary, config=o.config, label=o.label,
             fsync_delay=parse_fsync_delay(o.inject_fsync_delay) if o.inject_fsync_delay else None,
             offload=o.emulate_offload, gather_ns=parse_gather(o.offload_gather) if o.offload_gather else None,
-            offload_replicas=o.offload_replicas)
+            offload_replicas=o.offload_replicas).with_design(o.design)
         if o.fsync_sensitivity:
             plans[side] = plans[side].for_side(sensitivity_ns=parse_sensitivity(o.fsync_sensitivity),
                                                sensitivity_runs=-(-3 // launches))
@@ -418,35 +434,3 @@ def _complete(path: str) -> bool:
 def _clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}"
-
-
-def run_launch(plan, tick=None) -> tuple[int, str, bool]:
-    """(exit status, error, interrupted): one launch, recorded in this process (as `record --plan` would:
-    the probes compiled by the first launch serve the rest, tracers/ebpf_pool.py), tick() called each
-    second meanwhile. Ctrl-C or SIGTERM stops it cleanly: what it measured is kept (status 130)."""
-    import threading
-
-    from valkeytrace import session
-    from valkeytrace.cli.record import outcome_problem
-
-    done = threading.Event()
-
-    def ticking():
-        while not done.wait(1.0):
-            if tick:
-                tick()
-    ticker = threading.Thread(target=ticking, name="valkeytrace-compare-tick", daemon=True)
-    ticker.start()
-    try:
-        out = session.run(plan, progress=None, echo=lambda line: None)
-    except VTError as exc:
-        return 1, f"valkeytrace: error: {exc}", False
-    except KeyboardInterrupt:
-        return 130, "", True
-    finally:
-        done.set()
-        ticker.join()
-    if out.interrupted:
-        return 130, "", True
-    problem = outcome_problem(out)
-    return (1, f"valkeytrace: error: {problem}", False) if problem else (0, "", False)

@@ -22,6 +22,9 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--offload-gather", "gather", metavar="DURATION|auto",
               help="The durable offload's gather window (record --offload-gather); auto: the smallest window under "
                    "which one job carries every write client's write (one cohort), as the model finds it.")
+@click.option("--offload-design", "design", type=click.Choice(["bio-write", "bio-write-block", "main-write"]),
+              help="The durable offload's hand-off (record --offload-design): bio-write-block's main thread waits "
+                   "while a job runs; main-write's main thread writes, its jobs only fdatasync.")
 @click.option("--inject-fsync-delay", "inject", metavar="DURATION|none",
               help="A new emulated delay per fdatasync instead of the recording's (e.g. 6ms, lognormal:4ms,0.3, "
                    "2ms,stall:1s/2.5s; none: the disk's own).")
@@ -39,7 +42,7 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default=None,
               help="text, markdown or json (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
-def predict(recording, offload, gather, inject, offload_replicas, get_clients, set_clients, write_clients, rates,
+def predict(recording, offload, gather, design, inject, offload_replicas, get_clients, set_clients, write_clients, rates,
             workload, sizes, fmt, output):
     """Predict the #4029 tables of a configuration from one recording of another.
 
@@ -66,13 +69,14 @@ def predict(recording, offload, gather, inject, offload_replicas, get_clients, s
     auto = gather is not None and gather.strip().lower() == "auto"
     gather_us = None if gather is None or auto else parse_gather(gather) / 1e3
     mode = offload
-    if gather_us or auto:
+    if gather_us or auto or design:
         from valkeytrace.analysis.calls import durable_by
         from valkeytrace.recording.model import decode
         who = durable_by(decode(doc))
         if (mode or who.mode) != "durable":  # the recording's own durable offload, emulated or the server's
-            raise VTUsageError("--offload-gather shapes the durable offload's jobs: add --emulate-offload durable")
-    change = model.Change(offload=mode, gather_us=gather_us, fsync_delay=delay, get_clients=get_clients,
+            what = "--offload-gather" if gather_us or auto else "--offload-design"
+            raise VTUsageError(f"{what} shapes the durable offload's jobs: add --emulate-offload durable")
+    change = model.Change(offload=mode, gather_us=gather_us, design=design, fsync_delay=delay, get_clients=get_clients,
                           set_clients=set_clients, write_clients=write_clients)
     wanted = set(parse_sizes(None, None, sizes)) if sizes else None
     cells = [(w, s) for w, s in model.cells_of(doc)

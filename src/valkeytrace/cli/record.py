@@ -43,6 +43,12 @@ from valkeytrace.recording import document
               help="With --emulate-offload durable: a job starts only when the previous one has ended and this "
                    "long has passed since the first write it will carry (default 0: at once). A window as long as "
                    "the clients' arrival spread lets one job carry every client's write (one cohort).")
+@click.option("--offload-design", "offload_design", type=click.Choice(["bio-write", "bio-write-block", "main-write"]),
+              default="bio-write", show_default=True,
+              help="With --emulate-offload: how the AOF work is handed off (#3381's designs). bio-write: write + "
+                   "fdatasync on vt_offload, jobs queued meanwhile collapse into the next; bio-write-block: the main "
+                   "thread's hand-off waits while a job runs; main-write: the main thread writes, vt_offload "
+                   "fdatasyncs, a write due during a sync postponed (kept in memory) up to 2 s. docs/explain.md.")
 @click.option("--offload-max-pending", "offload_max_pending", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --emulate-offload durable: the bound on what the offload keeps in the server (replies held "
                    "plus commands read and not yet answered); over it, --offload-overflow acts.")
@@ -82,7 +88,7 @@ from valkeytrace.recording import document
 @click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
-           offload_max_pending, offload_overflow, offload_replicas, verify_durability, torn, sensitivity_spec,
+           offload_design, offload_max_pending, offload_overflow, offload_replicas, verify_durability, torn, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -103,7 +109,7 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
                               label=label, output=output, force=force, offload_mode=offload_mode,
                               offload_gather=offload_gather, offload_max_pending=offload_max_pending or 0,
                               offload_overflow=offload_overflow or "none", verify_durability=verify_durability or "", torn=torn,
-                              offload_replicas=offload_replicas,
+                              offload_replicas=offload_replicas, offload_design=offload_design,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given,
                                                               **build_kwargs(common)))
@@ -165,7 +171,7 @@ def describe_plan(plan, launches: int = 1) -> list[str]:
     extra = [x for x in (f"fsync +{e.fsync_delay['median_ns'] / 1e6:g} ms" if e.fsync_delay else "",
                          f"a {e.fsync_delay['stall_ns'] / 1e9:g} s stall every {e.fsync_delay['stall_period_ns'] / 1e9:g} s"
                          if e.fsync_delay and e.fsync_delay.get("stall_ns") else "",
-                         f"virtual offload {e.offload}" if e.offload else "",
+                         f"virtual offload {e.offload}, {e.design}" if e.offload else "",
                          f"over {e.max_pending} held: {e.overflow}" if e.max_pending else "",
                          f"gather {e.gather_ns / 1e6:g} ms" if e.gather_ns else "") if x]
     est = estimate.estimate(plan.tracer.backend, matrix, st.duration_s, launches)

@@ -92,6 +92,8 @@ class Durability:
     job_interval_us: float = 0.0  # a job starts at least this long after the previous one's start (everysec: 1 s)
     stall_us: float = 0.0      # a disk that stalls: the first sync at or after each stall_period_us of simulated
     stall_period_us: float = 0.0  # time takes stall_us more (record --inject-fsync-delay ...,stall:S/P)
+    design: str = "bio-write"  # an offload's hand-off (record --offload-design): bio-write-block's main thread waits
+    #                            while a job runs; main-write's main thread writes, its jobs fdatasync only
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class _Offload:
         self.seq = 0
         self.jobs = 0
         self.held_peak = 0
+        self.running_until = -1e18  # the running job's end (bio-write-block's hand-off waits for it)
 
     def queue(self, t: float, nbytes: float) -> None:
         if not self.chunks:
@@ -71,11 +72,12 @@ class _Offload:
             return
         sim = self.sim
         self.last_start = t
-        dur = sim.aof_write.next() + sim.sync_len(t)
+        dur = (0.0 if sim.p.durability.design == "main-write" else sim.aof_write.next()) + sim.sync_len(t)
         sim.syncs += t >= sim.warm
         cpu = sim.p.server.sync_cpu_us  # the write's and fdatasync's own CPU, on the server's CPU: shared
         dur += cpu                      # with the main thread, each at half speed while both run
         sim.server_burst(t, cpu)
+        self.running_until = t + dur
         self.eng.at(t + dur, self._end, end_pos)
 
     def _end(self, t: float, end_pos: float) -> None:
@@ -220,6 +222,8 @@ class _Sim:
                 t += self.sync_len(t)
                 self.syncs += self.warm <= t < self.end
             elif self.offload is not None:
+                if p.durability.design == "bio-write-block" and self.offload.running_until > t:
+                    t = self.offload.running_until  # the hand-off waits while a job runs
                 self.offload.queue(t, self.sets_pending * p.aof_bytes_per_write)
             self.writes_flushed += self.sets_pending if self.warm <= t < self.end else 0
             self.sets_pending = 0

@@ -350,6 +350,7 @@ class FsyncDelay(Record):
     env: str | None = None       # as the shim reads it
     stall_ns: NonNeg | None = None  # a disk that stalls: one call this much longer ...
     stall_period_ns: NonNeg | None = None  # ... in every this much wall time
+    blocks_writes: bool | None = None  # ,blocks-writes: a write to a file waits while its sync runs
 
 
 class AtExit(Record):
@@ -368,6 +369,7 @@ class EmulationOffload(Record):
     max_pending: NonNegInt | None = None  # --offload-max-pending: the bound (replies held + commands pending)
     overflow: str | None = None  # --offload-overflow over it: pause or reject
     replicas: str | None = None  # --offload-replicas (with --replicas): immediate, committed or replica-blocking
+    design: str | None = None    # --offload-design: bio-write (also when absent), bio-write-block or main-write
     at_exit: AtExit = msgspec.field(default_factory=AtExit)  # what the emulation did as the server ended
 
 

@@ -22,6 +22,8 @@ def _change_words(p: Prediction) -> str:
         words.append("fsync back on the main thread" if c.offload == "none" else f"the {c.offload} offload")
     if c.gather_us is not None:
         words.append(f"a {c.gather_us / 1000:g} ms gather window")
+    if c.design is not None:
+        words.append(f"the offload's design {c.design}")
     if c.fsync_delay is not None:
         d = decode_as(c.fsync_delay or {}, FsyncDelay)
         words.append(f"+{(d.median_ns or 0) / 1e6:g} ms per fdatasync instead of the recording's")

@@ -24,7 +24,7 @@ class RowTable:
         console = Console(file=out, width=self.width, force_terminal=False, soft_wrap=False, color_system=None)
         t = Table(title=self.title(rows), show_edge=False, pad_edge=False)
         for h in self.head:
-            t.add_column(h, justify="left" if h == "side" else "right", overflow="fold")
+            t.add_column(h, justify="left" if h == self.head[0] else "right", overflow="fold")  # the row's name
         for r in rows:
             t.add_row(*self.cells(r))
         console.print(t)

@@ -32,8 +32,12 @@ def _duration_ns(text: str) -> int:
 def parse_fsync_delay(spec: str) -> dict:
     """'4ms' -> constant; 'lognormal:4ms,0.3' -> lognormal with median 4 ms, sigma 0.3; either (or nothing)
     followed by ',stall:1s/2.5s' -> a disk that stalls: once in every 2.5 s of wall time, one fdatasync 1 s
-    longer ('2ms,stall:1s/2.5s'; 'stall:1s/2.5s' alone: only the stalls)."""
+    longer ('2ms,stall:1s/2.5s'; 'stall:1s/2.5s' alone: only the stalls); with ',blocks-writes' anywhere, a
+    write to a file waits while its emulated sync runs ('2ms,stall:3s/6s,blocks-writes')."""
     whole, stall = spec, None
+    parts = [p.strip() for p in spec.split(",")]
+    blocks = "blocks-writes" in parts  # a disk that blocks writes to a file while its sync runs (ext4 can)
+    spec = ",".join(p for p in parts if p != "blocks-writes")
     m = re.fullmatch(r"(?:(.*),)?stall:([^/]+)/(.+)", spec.strip())
     try:
         if m:
@@ -41,28 +45,37 @@ def parse_fsync_delay(spec: str) -> dict:
             stall = (_duration_ns(m.group(2)), _duration_ns(m.group(3)))
             if stall[0] <= 0 or stall[1] <= 0:
                 raise ValueError(whole)
-        out = _base_delay(spec) if spec else {"kind": "none", "median_ns": 0, "sigma": 0.0, "env": "none"}
+        kind, ns, sig, env = _base_delay(spec) if spec else ("none", 0, 0.0, "none")
     except ValueError:
         raise VTUsageError(f"--inject-fsync-delay {whole!r}: expected a duration like 4ms or 500us, "
                            "or lognormal:MEDIAN,SIGMA (e.g. lognormal:4ms,0.3), optionally with ,stall:S/P "
-                           "(e.g. 2ms,stall:1s/2.5s)") from None
-    out["spec"] = whole
+                           "(e.g. 2ms,stall:1s/2.5s) and ,blocks-writes (4ms,blocks-writes)") from None
+    if blocks and kind == "none" and not stall:
+        raise VTUsageError(f"--inject-fsync-delay {whole!r}: blocks-writes blocks writes during an emulated sync: "
+                           "give a delay or a stall with it (4ms,blocks-writes)")
+    out: dict = {"kind": kind, "median_ns": ns, "sigma": sig, "spec": whole}
     if stall:
-        out.update(stall_ns=stall[0], stall_period_ns=stall[1], env=f"{out['env']};stall:{stall[0]}/{stall[1]}")
+        env += f";stall:{stall[0]}/{stall[1]}"
+        out.update(stall_ns=stall[0], stall_period_ns=stall[1])
+    if blocks:
+        env += ";blocks-writes"
+        out.update(blocks_writes=True)
+    out.update(env=env)
     return out
 
 
-def _base_delay(spec: str) -> dict:
+def _base_delay(spec: str) -> tuple[str, int, float, str]:
+    """(kind, median ns, sigma, the shim's spec)"""
     if spec.startswith("lognormal:"):
         median, sigma = spec[len("lognormal:"):].split(",")
         ns, sig = _duration_ns(median), float(sigma)
         if ns <= 0 or not 0 <= sig <= 5:
             raise ValueError(spec)
-        return {"kind": "lognormal", "median_ns": ns, "sigma": sig, "env": f"lognormal:{ns},{sig}"}
+        return "lognormal", ns, sig, f"lognormal:{ns},{sig}"
     ns = _duration_ns(spec[len("const:"):] if spec.startswith("const:") else spec)
     if ns <= 0:
         raise ValueError(spec)
-    return {"kind": "const", "median_ns": ns, "sigma": 0.0, "env": f"const:{ns}"}
+    return "const", ns, 0.0, f"const:{ns}"
 
 
 def describe_delay(inject: dict | None) -> str:
@@ -71,9 +84,12 @@ def describe_delay(inject: dict | None) -> str:
     ms = inject["median_ns"] / 1e6
     said = {"const": f"+{ms:g} ms per call", "lognormal": f"+lognormal(median {ms:g} ms, sigma {inject['sigma']:g}) "
             "per call", "none": ""}.get(inject["kind"], "")
-    if inject.get("stall_ns"):
-        said += (", and " if said else "") + (f"one call {inject['stall_ns'] / 1e9:g} s longer in every "
-                                              f"{inject['stall_period_ns'] / 1e9:g} s (a disk that stalls)")
+    stall_ns, period_ns = inject.get("stall_ns"), inject.get("stall_period_ns")
+    if stall_ns and period_ns:
+        said += (", and " if said else "") + (f"one call {stall_ns / 1e9:g} s longer in every "
+                                              f"{period_ns / 1e9:g} s (a disk that stalls)")
+    if inject.get("blocks_writes"):
+        said += "; a write to a file waits while its sync runs (blocks-writes)"
     return f"fsync latency emulated: {said}"
 
 

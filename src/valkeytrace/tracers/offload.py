@@ -18,7 +18,7 @@ from valkeytrace.histogram import LatencyHistogram
 from valkeytrace.layout import HIST_BUCKETS, HIST_DTYPE
 
 MODES = ("durable", "early-ack", "ack-after-write")
-MAGIC, VERSION, WAITED_MAX = 0x4F465456, 6, 8
+MAGIC, VERSION, WAITED_MAX = 0x4F465456, 7, 8
 STATE_RUNNING, STATE_DRAINING, STATE_DRAINED, STATE_FAILED = 1, 2, 3, 4
 FAIL_KINDS = {1: "write", 2: "fdatasync"}
 COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_bytes", "durable_bytes", "commands",
@@ -26,16 +26,18 @@ COUNTERS = ("jobs", "job_bytes", "offloaded_writes", "offloaded_syncs", "queued_
             "held_read_replies", "held_bytes", "released_replies", "dropped_replies", "early_replies",
             "witness_checked", "witness_overflow", "unsynced_conns", "blocked_deliveries", "jobs_waited_sum",
             "replica_links", "stream_bytes", "stream_held_bytes", "obuf_closed", "exit_held_replies",
-            "shutdown_drains", "signals", "stream_dirty_bytes", "rejected_writes", "paused_reads", "paused_ns")
+            "shutdown_drains", "signals", "stream_dirty_bytes", "rejected_writes", "paused_reads", "paused_ns",
+            "handoff_waits", "handoff_wait_ns", "postponed_writes", "forced_writes")
 # what the server holds right now (read at any moment: the memory sampler's; never differenced)
 GAUGES = ("held_now", "behind_now", "held_bytes_now", "dirty_keys_now", "pending_now")
 OVERFLOW = {"none": 0, "pause": 1, "reject": 2}  # VT_OVERFLOW_* (csrc/offload_layout.h)
 REPLICAS = {"immediate": 0, "committed": 1, "replica-blocking": 2}  # VT_REPLICAS_*: the stream to a replica's link
 STATS_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("mode", "<u4"), ("hist_buckets", "<u4"),
                         ("state", "<u4"), ("fail_kind", "<u4"), ("fail_errno", "<u4"), ("table_entries", "<u4")]
-                       + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("pad2", "<u4")]
+                       + [(c, "<u8") for c in COUNTERS + GAUGES] + [("last_signal", "<u4"), ("design", "<u4")]
                        + [("jobs_waited", "<u8", (WAITED_MAX,)), ("job_ns", HIST_DTYPE), ("hold_ns", HIST_DTYPE),
-                          ("hold_read_ns", HIST_DTYPE)])
+                          ("hold_read_ns", HIST_DTYPE), ("postpone_ns", HIST_DTYPE),
+                          ("main_write_ns", HIST_DTYPE)])
 CMD_NAME, CMD_MAX = 40, 2048
 CMD_ENTRY_DTYPE = np.dtype([("name", f"S{CMD_NAME}"), ("flags", "<u4"), ("first", "<u2"), ("step", "<u2"),
                             ("last_plus", "<u4"), ("pad", "<u4")])
@@ -66,6 +68,13 @@ REPLICAS_DESCRIPTION = {"immediate": "the stream to replicas leaves at once, as 
                                             "replica-blocking: the offset read from the primary's shared file, where the "
                                             "sync-replication design would send REPLCONF COMMIT)"}
 REPLICA_MODES = tuple(REPLICAS_DESCRIPTION)
+# record --offload-design: #3381's thread of 2026-05-26 (csrc/offload_design.h; the first is the default)
+DESIGN_DESCRIPTION = {"bio-write": "", # the mechanism DESCRIPTION says
+                      "bio-write-block": "design bio-write-block: the main thread's hand-off waits while a job runs "
+                                         "(#3381's option 2, the enqueue blocking)",
+                      "main-write": "design main-write: the main thread writes the AOF, vt_offload fdatasyncs it; a write "
+                                    "due while a sync runs is postponed (kept in memory) up to 2 s (#3381's option 1)"}
+DESIGNS = tuple(DESIGN_DESCRIPTION)
 DESCRIPTION = {"durable": "virtual offload (emulated #3381): the main thread's AOF write and fdatasync run on "
                           "the shim's vt_offload thread, replies to writes and reads of keys not yet durable held "
                           "until their batch is durable",
@@ -142,10 +151,10 @@ class OffloadStats:
     write; made 0600 and exclusive in /dev/shm, removed on close."""
 
     def __init__(self, mode: str, gather_ns: int = 0, max_pending: int = 0, overflow: str = "none",
-                 replicas: str = "immediate"):
+                 replicas: str = "immediate", design: str = "bio-write"):
         if mode not in MODES:
             raise VTUsageError(f"--emulate-offload {mode!r}: expected durable, early-ack or ack-after-write")
-        self.mode = mode
+        self.mode, self.design = mode, design
         from valkeytrace.tracers.region import make_shared
 
         self.path, self.mm = make_shared("valkeytrace-offload", SHARED_DTYPE.itemsize)
@@ -160,7 +169,8 @@ class OffloadStats:
         os.chown(self.path, uid, gid)
 
     def env(self) -> dict:
-        return {"VALKEYTRACE_OFFLOAD": self.mode, "VALKEYTRACE_OFFLOAD_STATS": self.path}
+        return {"VALKEYTRACE_OFFLOAD": self.mode, "VALKEYTRACE_OFFLOAD_STATS": self.path,
+                "VALKEYTRACE_OFFLOAD_DESIGN": self.design}
 
     def load_commands(self, client) -> int:
         """The server's own command table (COMMAND, through a valkey-py client), written for the
@@ -297,6 +307,6 @@ def window(a: np.record | None, b: np.record | None) -> dict | None:
         return None
     out: dict = {c: int(b[c] - a[c]) for c in COUNTERS}
     out["jobs_waited"] = [int(x) for x in b.jobs_waited - a.jobs_waited]
-    for h in ("job_ns", "hold_ns", "hold_read_ns"):
+    for h in ("job_ns", "hold_ns", "hold_read_ns", "postpone_ns", "main_write_ns"):
         out[h] = _hist(a[h], b[h]).to_dict()
     return out
