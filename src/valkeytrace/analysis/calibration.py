@@ -90,6 +90,8 @@ class Calibration:
     cpu_per_request: list = field(default_factory=list)  # each draw's server + client µs a request
     host: dict = field(default_factory=dict)        # "tps", "p50_us" -> [each fixed load's figures over its
     #                                                 repeats] (the host's movement, intervals.shift_sd)
+    exec_us: float | None = None                    # a GET's execution (INFO commandstats): what the main thread
+    #                                                 keeps when predict adds an I/O thread
 
     def put(self, name: str, value, unit: str, source: str) -> None:
         self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
@@ -174,6 +176,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                                                     Durability("main", Sampler(()), Sampler(()))),
                       injected_ns=injected, measured={k: v[0] for k, v in meas.items()},
                       per_run={k: v[1] for k, v in meas.items()}, repeats=len(runs), host=calls.repeated(doc))
+    cal.exec_us = calls.exec_us(doc, size)
     own_cpu = calls.sync_cpu(runs)
     sync_cpu = own_cpu or 0.0
     cal.put("sync_us_p50", float(np.median(sync)), "µs", f"{sync_src}, on the thread that makes writes durable")
