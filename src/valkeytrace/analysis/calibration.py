@@ -29,7 +29,7 @@ import numpy as np
 from valkeytrace.analysis import calls
 from valkeytrace.analysis.calls import (AOF, SYNC_CALLS, CalibrationError, PassCost, Stalls, call_lengths, cell_runs,
                                         durable_by, rates_of)
-from valkeytrace.analysis.fitting import cost_params, fit_jitters, fit_split
+from valkeytrace.analysis.fitting import SPLIT_SEEDS, cost_params, fit_jitters, fit_split
 from valkeytrace.pipeline.params import ClientCosts, Durability, Group, Jitter, Params, Sampler, ServerCosts
 from valkeytrace.recording.model import Document, Run, decode
 
@@ -245,6 +245,7 @@ def _fit_split(cal: Calibration, costs: list[PassCost], shape: tuple) -> float:
     cal.put("cpu_split", split, "", "fitted: the share of a request's CPU in its read (the rest in its reply) under "
             f"which the cell as recorded comes nearest its measured {op} p50 and TPS ({m.p50_us or 0:.0f} µs, "
             f"{m.tps or 0:,.0f}/s; within the windows' own spread ({noise:.1%}) the split nearest a half; simulated "
+            f"{len(SPLIT_SEEDS)} times each, the medians "
             + ", ".join(f"{s:g}: {v[0]:.0f} µs {v[1]:,.0f}/s" for s, v in tried.items()) + ")")
     return split
 
