@@ -1,8 +1,9 @@
 """The compare report's what-if: the candidate's tables predicted from the baseline alone, by the
 pipeline model (analysis/predict.py, calibrated on the baseline's recording), against what the
 candidate measured. One code path with `valkeytrace predict`: the candidate's configuration is read
-as a Change of the baseline's (its offload, gather window, fsync delay, client counts), and nothing is
-predicted where the two differ in what the model does not cover (another build, other I/O threads).
+as a Change of the baseline's (its offload or appendfsync, gather window, fsync delay, io-threads 1 or 2,
+client counts), and nothing is predicted where the two differ in what the model does not cover (another
+build, more than one I/O thread). `predict --appendfsync/--io-threads` read the same way (settings_change).
 
 Each entry (Check): the scenario, the cell and metric, predicted against measured with the prediction's
 90% interval for one recording of the baseline's shape, the verdict (the measurement inside or outside
@@ -50,8 +51,8 @@ def _gather_ns(doc: Document) -> float:
 
 def change_between(base, cand) -> tuple[Change | None, str]:
     """(the Change that makes the baseline's configuration the candidate's, its scenario) or (None, the
-    code of why nothing is predicted: the model changes settings, not code; I/O threads are outside
-    what it changes; it is calibrated on appendfsync always; the sides' configurations are one)."""
+    code of why nothing is predicted: the model changes settings, not code; it has one I/O thread at
+    most; it is calibrated on appendfsync always; the sides' configurations are one)."""
     base, cand = decode(base), decode(cand)
     bs, cs = base.server, cand.server
     if (bs.version, bs.binary) != (cs.version, cs.binary) and bs.binary:
