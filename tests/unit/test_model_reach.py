@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -85,6 +85,9 @@ def test_what_the_baseline_cannot_show_is_an_input_with_its_source():
     assert said["exec_us_get"].value == 1.2 and "commandstats" in said["exec_us_get"].source
     assert "not in the baseline" in said["io_handoff_us"].source
     assert predict.change_inputs(_cal(1.2), predict.Change()) == {}
+    two = _cal(1.2)  # io-threads 2 -> 1: the baseline's CPU per request holds the I/O thread's polling, said
+    two.params = replace(two.params, io_threads=2)
+    assert predict.change_inputs(two, predict.Change(io_threads=1))["io_thread_polling"].value == "counted"
 
 
 def test_the_commands_execution_is_read_from_commandstats():

@@ -401,6 +401,10 @@ def change_inputs(cal: Calibration, change: Change) -> dict:
                 Input("not measured", "", "no commandstats in the baseline: the main thread keeps the whole read")
             out["io_handoff_us"] = Input(0.0, "µs", "not in the baseline (it ran without an I/O thread): the main "
                                          "thread's hand-off of a request to the I/O thread and back, taken as 0")
+        if change.io_threads == 1 and was > 1:
+            out["io_thread_polling"] = Input("counted", "", "the baseline's I/O thread polls on a CPU whatever the load "
+                                             "(on a CPU most of each window): server_us_per_get counts it, and without "
+                                             "an I/O thread that CPU is not spent; not separable in the baseline")
     return out
 
 
