@@ -83,7 +83,9 @@ def test_the_candidates_configuration_as_a_change_of_the_baselines():
     change, _ = whatif.change_between(base, doc(None, appendfsync="everysec"))
     assert change.offload == "early-ack" and change.job_interval_us == 1e6
     # what the model does not change, and an A/A pair: nothing predicted, and said why
-    for other, why in ((doc(base["emulation"], io_threads=2), "io_threads_differ"), (base, "same_configuration")):
+    change, scenario = whatif.change_between(base, doc(base["emulation"], io_threads=2))
+    assert change.io_threads == 2 and change.offload is None and scenario == "io_threads"
+    for other, why in ((doc(base["emulation"], io_threads=4), "io_threads_beyond_model"), (base, "same_configuration")):
         change, reason = whatif.change_between(base, other)
         assert change is None and reason == why
     assert whatif.TOLERANCE_PCT == {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}

@@ -29,7 +29,7 @@ import numpy as np
 from valkeytrace.analysis import calls
 from valkeytrace.analysis.calls import (AOF, SYNC_CALLS, CalibrationError, PassCost, Stalls, call_lengths, cell_runs,
                                         durable_by, rates_of)
-from valkeytrace.analysis.fitting import cost_params, fit_jitters, fit_split
+from valkeytrace.analysis.fitting import SPLIT_SEEDS, cost_params, fit_jitters, fit_split
 from valkeytrace.pipeline.params import ClientCosts, Durability, Group, Jitter, Params, Sampler, ServerCosts
 from valkeytrace.recording.model import Document, Run, decode
 
@@ -90,6 +90,8 @@ class Calibration:
     cpu_per_request: list = field(default_factory=list)  # each draw's server + client µs a request
     host: dict = field(default_factory=dict)        # "tps", "p50_us" -> [each fixed load's figures over its
     #                                                 repeats] (the host's movement, intervals.shift_sd)
+    exec_us: float | None = None                    # a GET's execution (INFO commandstats): what the main thread
+    #                                                 keeps when predict adds an I/O thread
 
     def put(self, name: str, value, unit: str, source: str) -> None:
         self.inputs[name] = Input(round(value, 3) if isinstance(value, float) else value, unit, source)
@@ -174,6 +176,7 @@ def calibrate(doc, workload: str, size: int, rate: float | None = None) -> Calib
                                                     Durability("main", Sampler(()), Sampler(()))),
                       injected_ns=injected, measured={k: v[0] for k, v in meas.items()},
                       per_run={k: v[1] for k, v in meas.items()}, repeats=len(runs), host=calls.repeated(doc))
+    cal.exec_us = calls.exec_us(doc, size)
     own_cpu = calls.sync_cpu(runs)
     sync_cpu = own_cpu or 0.0
     cal.put("sync_us_p50", float(np.median(sync)), "µs", f"{sync_src}, on the thread that makes writes durable")
@@ -244,6 +247,7 @@ def _fit_split(cal: Calibration, costs: list[PassCost], shape: tuple) -> float:
     cal.put("cpu_split", split, "", "fitted: the share of a request's CPU in its read (the rest in its reply) under "
             f"which the cell as recorded comes nearest its measured {op} p50 and TPS ({m.p50_us or 0:.0f} µs, "
             f"{m.tps or 0:,.0f}/s; within the windows' own spread ({noise:.1%}) the split nearest a half; simulated "
+            f"{len(SPLIT_SEEDS)} times each, the medians "
             + ", ".join(f"{s:g}: {v[0]:.0f} µs {v[1]:,.0f}/s" for s, v in tried.items()) + ")")
     return split
 

@@ -19,6 +19,7 @@ MAX_SAMPLES = 4000        # call lengths kept per distribution (evenly thinned)
 # pooled as draws of the host's CPU per request (a compare records one pass per size and launch).
 POOL_MAX_BYTES = 1024
 EVERYSEC_INTERVAL_US = 1e6  # appendfsync everysec: a background fdatasync at most once a second
+NO_FSYNC_INTERVAL_US = 1e12  # appendfsync no: the server never fdatasyncs (a job never due inside a window)
 GET, SET = "get", "set"     # INFO commandstats' names
 
 
@@ -46,6 +47,8 @@ def durable_by(doc: Document) -> Durable:
         return Durable("durable")
     if doc.server.appendfsync == "everysec":
         return Durable("early-ack", job_interval_us=EVERYSEC_INTERVAL_US)
+    if doc.server.appendfsync == "no":
+        return Durable("early-ack", job_interval_us=NO_FSYNC_INTERVAL_US)
     return Durable("main")
 
 
@@ -186,6 +189,17 @@ def set_extra_us(doc: Document, size: int) -> tuple[float, str]:
     if not vals:
         return 0.0, "no commandstats of both GET and SET: taken as 0"
     return max(0.0, float(np.median(vals))), "INFO commandstats: SET's usec_per_call less GET's"
+
+
+def exec_us(doc: Document, size: int) -> float | None:
+    """What the main thread keeps of a GET under I/O threads (the command's execution): INFO commandstats'
+    usec_per_call of GET, the median over the cell's size's windows (None without it)."""
+    vals = []
+    for r in all_rates(doc, "read-heavy", size) + all_rates(doc, "write-only", size):
+        cs = r.server_view.commandstats.get(GET)
+        if cs and cs.usec_per_call is not None:
+            vals.append(cs.usec_per_call)
+    return float(np.median(vals)) if vals else None
 
 
 def window_costs(runs: list[Run], sync_cpu_us: float) -> list[PassCost]:

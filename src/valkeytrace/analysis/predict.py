@@ -22,8 +22,9 @@ import msgspec
 import numpy as np
 
 from valkeytrace.analysis.calibration import Calibration, CalibrationError, Input, Measured, calibrate, groups_for, rates_of
+from valkeytrace.analysis.calls import NO_FSYNC_INTERVAL_US
 from valkeytrace.analysis.intervals import LEVEL, Spread, model_sd, pooled_miss, shift_sd, spread
-from valkeytrace.pipeline.params import Group, Params, Sampler, SimResult
+from valkeytrace.pipeline.params import Group, Params, Sampler, ServerCosts, SimResult
 from valkeytrace.recording.model import Document, FsyncDelay, decode, decode_as
 from valkeytrace.pipeline.pool import simulate_many
 from valkeytrace.pipeline.sim import simulate
@@ -49,6 +50,7 @@ class Change:
     write_clients: int | None = None
     rate: float | None = None         # open loop: the measured op's requests due per second
     job_interval_us: float | None = None  # jobs at most this often (appendfsync everysec: 1 s)
+    io_threads: int | None = None     # valkey's io-threads (1: none; 2: one I/O thread); None: as recorded
 
     def describe(self) -> dict:
         return {k: (msgspec.to_builtins(v) if isinstance(v, msgspec.Struct) else v)
@@ -73,6 +75,7 @@ class PredictedOp:
     service_p50_us: float | None = None
     service_p99_us: float | None = None
     interval: dict = field(default_factory=dict)  # metric -> [lo, hi]: LEVEL of one recording's figure
+    interval_reason: dict = field(default_factory=dict)  # metric -> why its range is wider than ±WIDE_HALF (words)
 
 
 @dataclass
@@ -154,10 +157,23 @@ def apply(cal: Calibration, change: Change, p: Params | None = None) -> Params:
         pool = was.pool if was and was.rate else "fixed"  # a closed loop's clients, now on a schedule
         groups = tuple(replace(x, rate=rate, arrival=arrival, pool=pool) if x.measured else x for x in groups)
     interval = d.job_interval_us if change.job_interval_us is None else change.job_interval_us
-    return replace(p, groups=groups, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
+    io = p.io_threads if change.io_threads is None else change.io_threads
+    server = _io_costs(p.server, cal.exec_us) if io > 1 and p.io_threads == 1 else p.server
+    return replace(p, groups=groups, server=server, io_threads=io, durability=replace(d, mode=mode, gather_us=gather, sync=sync,
                                                         job_interval_us=interval, stall_us=stall[0],
                                                         stall_period_us=stall[1], design=change.design or d.design),
                    duration_s=max(p.duration_s, MIN_SIM_S))
+
+
+def _io_costs(s: ServerCosts, exec_us: float | None) -> ServerCosts:
+    """A cell recorded without I/O threads, given one: the main thread keeps each command's execution (a
+    GET's: exec_us, INFO commandstats; another op's adds its extra, as fitting.cost_params), the I/O thread
+    reads the rest of the read and writes the reply. Without commandstats the main thread keeps the whole
+    read (the I/O thread writes only)."""
+    base = min(s.read_us.values())  # a GET's read: another op's is the same and its extra
+    ex = base if exec_us is None else min(base, exec_us)
+    return replace(s, exec_us={op: ex + r - base for op, r in s.read_us.items()}, io_read_us=base - ex,
+                   io_write_us=s.write_us)
 
 
 FIGURES = ("tps", "p50_us", "p95_us", "p99_us", "mean_us", "offered_rate", "achieved_rate", "service_p50_us",
@@ -311,9 +327,86 @@ def predict_cell(cal: Calibration, change: Change, recorded_rate: float | None =
     widening = {op: {k: {"windows_sd": round(v[0], 4), "speed_sd": round(speed.get(op, {}).get(k, 0.0), 4),
                          "floor_sd": round(floor[k], 4), "model_sd": round(v[1], 4)} for k, v in m.items()}
                 for op, m in own.widen.items()}
+    draws = per_window(results)
+    for op, o in ops.items():
+        for k, (lo, hi) in o.interval.items():
+            point = getattr(o, k)
+            w = own.widen.get(op, {}).get(k)
+            if point and (hi - lo) / point > 2 * WIDE_HALF and w:
+                o.interval_reason[k] = interval_reason(op, k, w[0], speed.get(op, {}).get(k, 0.0), floor[k], w[1],
+                                                       _draws_sd(draws.get(op, (None, {}))[1].get(k, []), cal.repeats))
     return PredictedCell(cal.workload, cal.value_size, ops, _server(results), baseline=cal.measured,
-                         self_check=own.ops, inputs=cal.inputs, fitted=list(cal.fitted), rate=rate,
+                         self_check=own.ops, inputs={**cal.inputs, **change_inputs(cal, change)}, fitted=list(cal.fitted), rate=rate,
                          recorded_rate=recorded_rate, widening=widening, memory=_memory(results))
+
+
+WIDE_HALF = 0.35  # a range wider than ±35% of its point says why (interval_reason)
+
+
+def _draws_sd(vals: list, repeats: int) -> float:
+    """How far the median of a recording's repeats moves between simulated windows (SD of its log): the
+    windows' own SD over the root of the repeats, times the median's efficiency (sqrt(pi / 2))."""
+    x = np.log([v for v in vals if v and v > 0])
+    return float(np.std(x, ddof=1) * 1.2533 / np.sqrt(max(1, repeats))) if len(x) > 1 else 0.0
+
+
+def interval_reason(op: str, metric: str, windows_sd: float, speed_sd: float, floor_sd: float, model_sd: float,
+                    draws_sd: float) -> str:
+    """The largest of what widened a range (predict_cell's widening, in its order, and the simulated windows'
+    own spread), in words a user can act on."""
+    host = float(np.hypot(windows_sd, speed_sd))
+    parts = {"draws": draws_sd, "model": model_sd,
+             "floor" if floor_sd >= host else ("windows" if windows_sd >= speed_sd else "speed"): max(host, floor_sd)}
+    which = max(parts, key=lambda k: parts[k])
+    pct = f"{(np.exp(parts[which]) - 1) * 100:.0f}%"
+    name = f"{op} {metric.replace('_us', '').upper() if metric != 'tps' else 'TPS'}"
+    return {
+        "draws": f"the baseline's own passes and windows disagree: simulated from each, a recording's {name} moves "
+                 f"{pct} (one of them ran slower, e.g. on another path); a baseline whose repeats agree (a quieter "
+                 "host, more --repeat) narrows it",
+        "model": f"the model missed the baseline's own {op} figures by {pct} when it simulated the baseline as "
+                 "recorded (self_check): it reproduces this cell poorly; a baseline recorded nearer the setting "
+                 "predicted narrows it",
+        "windows": f"the baseline's repeated windows of this cell moved {pct} between them: record the baseline with "
+                   "more --repeat, on a quieter host",
+        "speed": f"the host's CPU per request moved {pct} across the baseline's GET-only passes and windows, and this "
+                 "figure moves with the CPU: record the baseline with nothing else running (pinned CPUs)",
+        "floor": f"the host itself moved {pct} under the loads the baseline repeated (its GET-only passes' rates, "
+                 "its cells' windows): record the baseline on a quieter host, or with more --repeat",
+    }[which]
+
+
+def change_inputs(cal: Calibration, change: Change) -> dict:
+    """What a changed setting stands on that the baseline does not show: name -> Input, with its source."""
+    out: dict = {}
+    if change.job_interval_us is not None and change.job_interval_us != cal.params.durability.job_interval_us:
+        if change.job_interval_us >= NO_FSYNC_INTERVAL_US:
+            out["job_interval_us"] = Input("never", "", "appendfsync no: the server never fdatasyncs the AOF (the "
+                                           "kernel's own writeback of it is not modelled); its write() stays on the "
+                                           "main thread")
+        else:
+            out["job_interval_us"] = Input(change.job_interval_us, "µs", "appendfsync everysec: the bio_aof thread's "
+                                           "fdatasync at most once a second (valkey's aof.c, not in the baseline); "
+                                           "each one of the baseline's own calls")
+            out["everysec_postponed_writes"] = Input("not modelled", "", "everysec postpones the main thread's AOF "
+                                                     "write() while a bio fdatasync runs (up to 2 s): not in an "
+                                                     "appendfsync always baseline")
+    was = cal.params.io_threads
+    if change.io_threads is not None and change.io_threads != was:
+        out["io_threads"] = Input(change.io_threads, "", "--io-threads: the model has one I/O thread (io-threads 2) "
+                                  "reading each request and writing its reply, or none")
+        if change.io_threads > 1 and was == 1:
+            out["exec_us_get"] = Input(cal.exec_us, "µs", "INFO commandstats usec_per_call of GET over the baseline's "
+                                       "windows: what the main thread keeps of a request under I/O threads (the I/O "
+                                       "thread reads the rest and writes the reply)") if cal.exec_us is not None else \
+                Input("not measured", "", "no commandstats in the baseline: the main thread keeps the whole read")
+            out["io_handoff_us"] = Input(0.0, "µs", "not in the baseline (it ran without an I/O thread): the main "
+                                         "thread's hand-off of a request to the I/O thread and back, taken as 0")
+        if change.io_threads == 1 and was > 1:
+            out["io_thread_polling"] = Input("counted", "", "the baseline's I/O thread polls on a CPU whatever the load "
+                                             "(on a CPU most of each window): server_us_per_get counts it, and without "
+                                             "an I/O thread that CPU is not spent; not separable in the baseline")
+    return out
 
 
 REPLY_BYTES = len(b"+OK\r\n")  # a held reply is a write's: valkey's output buffer holds its "+OK"

@@ -1,8 +1,9 @@
 """The compare report's what-if: the candidate's tables predicted from the baseline alone, by the
 pipeline model (analysis/predict.py, calibrated on the baseline's recording), against what the
 candidate measured. One code path with `valkeytrace predict`: the candidate's configuration is read
-as a Change of the baseline's (its offload, gather window, fsync delay, client counts), and nothing is
-predicted where the two differ in what the model does not cover (another build, other I/O threads).
+as a Change of the baseline's (its offload or appendfsync, gather window, fsync delay, io-threads 1 or 2,
+client counts), and nothing is predicted where the two differ in what the model does not cover (another
+build, more than one I/O thread). `predict --appendfsync/--io-threads` read the same way (settings_change).
 
 Each entry (Check): the scenario, the cell and metric, predicted against measured with the prediction's
 90% interval for one recording of the baseline's shape, the verdict (the measurement inside or outside
@@ -30,6 +31,7 @@ from valkeytrace.analysis.predict import Change, predict_cell
 from valkeytrace.analysis.tables import MEASURED_OP, CellSummary, Figures
 from valkeytrace.recording.model import Document, FsyncDelay, decode
 
+MODEL_IO_THREADS = 2  # the pipeline model has one I/O thread: io-threads 1 (none) or 2
 TOLERANCE_PCT = {"tps": 15.0, "p50_us": 15.0, "p95_us": 40.0, "p99_us": 40.0}
 METRICS = tuple(TOLERANCE_PCT)
 # a durable offload's memory: the replies it holds at most (a point: no range yet; Little's law's own spread)
@@ -54,14 +56,14 @@ def _design(doc: Document) -> str:
 
 def change_between(base, cand) -> tuple[Change | None, str]:
     """(the Change that makes the baseline's configuration the candidate's, its scenario) or (None, the
-    code of why nothing is predicted: the model changes settings, not code; I/O threads are outside
-    what it changes; it is calibrated on appendfsync always; the sides' configurations are one)."""
+    code of why nothing is predicted: the model changes settings, not code; it has one I/O thread at
+    most; it is calibrated on appendfsync always; the sides' configurations are one)."""
     base, cand = decode(base), decode(cand)
     bs, cs = base.server, cand.server
     if (bs.version, bs.binary) != (cs.version, cs.binary) and bs.binary:
         return None, "another_build"
-    if (bs.io_threads or 1) != (cs.io_threads or 1):
-        return None, "io_threads_differ"
+    if (cs.io_threads or 1) > MODEL_IO_THREADS and (bs.io_threads or 1) != (cs.io_threads or 1):
+        return None, "io_threads_beyond_model"
     if bs.appendfsync not in (None, "always"):
         return None, "baseline_not_always"
     b_mode, _ = _offload(base)
@@ -79,6 +81,8 @@ def change_between(base, cand) -> tuple[Change | None, str]:
     bd, cd = base.emulation.fsync_delay, cand.emulation.fsync_delay
     if (bd.median_ns, bd.sigma) != (cd.median_ns, cd.sigma):
         kw["fsync_delay"] = cd if cd.median_ns else FsyncDelay()
+    if (bs.io_threads or 1) != (cs.io_threads or 1):
+        kw["io_threads"] = cs.io_threads or 1
     for k in ("get_clients", "set_clients", "write_clients"):
         b, c = getattr(base.settings, k), getattr(cand.settings, k)
         if c is not None and c != b:
@@ -86,6 +90,30 @@ def change_between(base, cand) -> tuple[Change | None, str]:
     if not kw:
         return None, "same_configuration"
     return Change(**kw), scenario_name(kw)
+
+
+def settings_change(base, appendfsync: str | None = None, io_threads: int | None = None) -> dict:
+    """predict --appendfsync/--io-threads: the baseline with those settings as a candidate's, read as a Change
+    by change_between (the compare's one path): its keyword arguments ({} when nothing differs). A setting
+    the model does not cover raises VTUsageError, one line, by name."""
+    from valkeytrace.errors import VTUsageError
+
+    base = decode(base)
+    if io_threads is not None and io_threads > MODEL_IO_THREADS:
+        raise VTUsageError(f"--io-threads {io_threads}: the model has one I/O thread (--io-threads 1 or "
+                           f"{MODEL_IO_THREADS})")
+    server = msgspec.structs.replace(base.server, io_threads=io_threads or base.server.io_threads,
+                                     appendfsync=appendfsync or base.server.appendfsync,
+                                     bio_aof_offload=None if appendfsync else base.server.bio_aof_offload)
+    emulation = base.emulation
+    if appendfsync and emulation.offload:  # the offload is always's fsync moved: a new appendfsync replaces it
+        emulation = msgspec.structs.replace(emulation, offload=None)
+    change, why = change_between(base, msgspec.structs.replace(base, server=server, emulation=emulation))
+    if change is None and why != "same_configuration":
+        raise VTUsageError({"baseline_not_always": f"--appendfsync/--io-threads: the model is calibrated on "
+                            f"appendfsync always (with or without an offload); this baseline runs appendfsync "
+                            f"{base.server.appendfsync}"}.get(why, f"--appendfsync/--io-threads: not predicted ({why})"))
+    return {} if change is None else {k: v for k, v in change.__dict__.items() if v is not None}
 
 
 def scenario_name(kw: dict) -> str:
@@ -100,6 +128,8 @@ def scenario_name(kw: dict) -> str:
         parts.append("design")
     if "fsync_delay" in kw:
         parts.append("fsync_delay")
+    if change.io_threads:
+        parts.append("io_threads")
     if any(k.endswith("_clients") for k in kw):
         parts.append("clients")
     return "+".join(parts)

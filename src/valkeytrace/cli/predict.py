@@ -31,6 +31,9 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--offload-replicas", "offload_replicas", type=click.Choice(["immediate", "committed"]),
               help="A replicated recording whose stream left at once: committed predicts its replica lag had the "
                    "stream waited for durability (each write's wait for its sync, from the kernel's timestamps).")
+@click.option("--appendfsync", type=click.Choice(["always", "everysec", "no"]),
+              help="The server's appendfsync (the baseline's: always, with or without an offload).")
+@click.option("--io-threads", type=click.IntRange(min=1), help="The server's io-threads (the model: 1 or 2).")
 @click.option("--get-clients", type=click.IntRange(min=1), help="GET clients (read-heavy).")
 @click.option("--set-clients", type=click.IntRange(min=0), help="Background SET clients (read-heavy).")
 @click.option("--write-clients", type=click.IntRange(min=1), help="SET clients (write-only).")
@@ -42,7 +45,8 @@ BY_EXTENSION = {".md": "markdown", ".json": "json", ".txt": "text"}
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default=None,
               help="text, markdown or json (default: from -o's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout.")
-def predict(recording, offload, gather, design, inject, offload_replicas, get_clients, set_clients, write_clients, rates,
+def predict(recording, offload, gather, design, inject, offload_replicas, appendfsync, io_threads, get_clients, set_clients,
+            write_clients, rates,
             workload, sizes, fmt, output):
     """Predict the #4029 tables of a configuration from one recording of another.
 
@@ -76,8 +80,9 @@ def predict(recording, offload, gather, design, inject, offload_replicas, get_cl
         if (mode or who.mode) != "durable":  # the recording's own durable offload, emulated or the server's
             what = "--offload-gather" if gather_us or auto else "--offload-design"
             raise VTUsageError(f"{what} shapes the durable offload's jobs: add --emulate-offload durable")
-    change = model.Change(offload=mode, gather_us=gather_us, design=design, fsync_delay=delay, get_clients=get_clients,
-                          set_clients=set_clients, write_clients=write_clients)
+    change = model.Change(**_settings(doc, appendfsync, io_threads, offload, dict(
+        offload=mode, gather_us=gather_us, design=design, fsync_delay=delay, get_clients=get_clients,
+        set_clients=set_clients, write_clients=write_clients)))
     wanted = set(parse_sizes(None, None, sizes)) if sizes else None
     cells = [(w, s) for w, s in model.cells_of(doc)
              if (workload == "all" or w == workload) and (wanted is None or s in wanted)]
@@ -102,6 +107,18 @@ def predict(recording, offload, gather, design, inject, offload_replicas, get_cl
         click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(buf.getvalue())
+
+
+def _settings(doc: dict, appendfsync: str | None, io_threads: int | None, offload: str | None, given: dict) -> dict:
+    """The Change's keywords: --appendfsync/--io-threads as the compare's what-if reads a candidate's
+    (whatif.settings_change), then the options given."""
+    from valkeytrace.analysis.whatif import settings_change
+
+    if appendfsync and offload:
+        raise VTUsageError(f"--appendfsync {appendfsync} with --emulate-offload {offload}: the offload moves appendfsync "
+                           "always's fsync; give one of the two")
+    settings = {} if appendfsync is None and io_threads is None else settings_change(doc, appendfsync, io_threads)
+    return {**settings, **{k: v for k, v in given.items() if v is not None}}
 
 
 def _auto_gather(doc: dict, cells: list, change):

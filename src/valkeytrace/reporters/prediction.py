@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from valkeytrace import workloads
 from valkeytrace.analysis.calibration import Measured
+from valkeytrace.analysis.calls import NO_FSYNC_INTERVAL_US
 from valkeytrace.analysis.predict import LEVEL, Prediction
 from valkeytrace.recording.model import FsyncDelay, decode_as
 from valkeytrace.reporters.base import fmt_ktps, fmt_mbs, fmt_pct, fmt_us
@@ -18,8 +19,12 @@ COLUMNS = ("Value", "Op", "TPS (K req/s)", "MB/s", "P50 (µs)", "P95 (µs)", "P9
 def _change_words(p: Prediction) -> str:
     c = p.change
     words = []
-    if c.offload is not None:
+    if c.job_interval_us:
+        words.append("appendfsync no" if c.job_interval_us >= NO_FSYNC_INTERVAL_US else "appendfsync everysec")
+    elif c.offload is not None:
         words.append("fsync back on the main thread" if c.offload == "none" else f"the {c.offload} offload")
+    if c.io_threads is not None:
+        words.append(f"io-threads {c.io_threads}")
     if c.gather_us is not None:
         words.append(f"a {c.gather_us / 1000:g} ms gather window")
     if c.design is not None:
@@ -117,6 +122,19 @@ def _inputs_lines(p: Prediction) -> list[str]:
     return out
 
 
+def _reason_lines(p: Prediction) -> list[str]:
+    """Each range wider than ±35% of its point, and why (PredictedOp.interval_reason)."""
+    out = []
+    for c in p.cells:
+        for op, q in c.ops.items():
+            for k, why in q.interval_reason.items():
+                lo, hi = q.interval[k]
+                at = f" @ {c.rate:,.0f}/s" if c.rate else ""
+                out.append(f"{c.workload} {c.value_size} B{at} {op} {k}: [{lo:,.0f}, {hi:,.0f}] around "
+                           f"{getattr(q, k):,.0f}: {why}")
+    return out
+
+
 def _md_table(t: PredictionTable) -> list[str]:
     lines = [f"| {t.title} | " + " | ".join(t.columns) + " |", "|" + "---|" * (len(t.columns) + 1)]
     lines += ["| " + " | ".join(r) + " |" for r in t.rows]
@@ -135,6 +153,10 @@ def render_markdown(p: Prediction, out) -> None:
     out.write(f"**Predicted from {p.label}: {_change_words(p)}**\n\n")
     for t in tables(p):
         out.write("\n".join(_md_table(t)) + "\n\n")
+    wide = _reason_lines(p)
+    if wide:
+        out.write("**Why some ranges are wide** (wider than ±35% of the point)\n\n")
+        out.write("\n".join(f"- {line}" for line in wide) + "\n\n")
     out.write("**What the model stands on** (each figure from the recording; `fitted` where it was fitted to it)\n\n")
     out.write("\n".join(f"- {line.strip()}" for line in _inputs_lines(p)) + "\n")
     out.write("".join(f"\n{line}\n" for line in _replica_lines(p)))
@@ -151,6 +173,9 @@ def render_text(p: Prediction, out) -> None:
         for r in t.rows:
             out.write("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n")
         out.write("\n")
+    wide = _reason_lines(p)
+    if wide:
+        out.write("Why some ranges are wide (wider than ±35% of the point):\n" + "\n".join(f"  {x}" for x in wide) + "\n\n")
     out.write("What the model stands on:\n" + "\n".join(_inputs_lines(p)) + "\n")
     out.write("".join(f"{line}\n" for line in _replica_lines(p)))
     for e in p.errors:
