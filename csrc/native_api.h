@@ -225,6 +225,8 @@ struct vt_load_config {
     uint64_t *reads;
     uint64_t reads_cap;
     uint64_t seq_epoch;
+    const uint32_t *keys;
+    uint32_t nkeys;
 };
 
 struct vt_reader_stats {

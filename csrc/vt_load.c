@@ -177,7 +177,8 @@ static void flush(struct loader *l, struct lconn *c, uint64_t now)
 static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now, int pipelined)
 {
     char key[20];
-    uint32_t k = (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
+    uint32_t k = l->cfg->keys && l->cfg->nkeys ? l->cfg->keys[vt_rand(&l->rng) % l->cfg->nkeys]
+                                              : (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
     uint64_t seq = 0, floor = 0;
     uint32_t node = 0;
     snprintf(key, sizeof(key), "%012u", (unsigned)k);
