@@ -174,6 +174,9 @@ class Recorder:
         self.offload: Any = None   # tracers.offload.OffloadStats under record --emulate-offload
         self.replicas: Any = None  # server.replicas.ReplicaSet under record --replicas
         self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
+        self.cluster: Any = None   # server.cluster.Cluster under record --cluster (its other nodes' tracers)
+        self.shards: tuple = ()    # and its routes (workload.cluster_load.Shard)
+        self.failover: Any = None  # record --failover: workload.failover.Failover
         self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
         self.stalls: Any = None    # tracers.stalls.StallLog under --inject-fsync-delay ...,stall:S/P
         self._cpu: list[system.CpuSnapshot] = []  # the window's CPU snapshots, at its edges
@@ -223,8 +226,9 @@ class Recorder:
                 requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))
                 observe = workload == "none"  # a server's own load only: cheap to leave attached
                 self.tracer.window_begin(requests=requests, observe=observe)
-                if self.replicas is not None:
-                    self.replicas.window_begin(requests=requests, observe=observe)
+                for extra in (self.replicas, self.cluster):
+                    if extra is not None:
+                        extra.window_begin(requests=requests, observe=observe)
             if self.prober is not None:
                 self.prober.begin()
             loop[0] = view.eventloop()
@@ -251,6 +255,8 @@ class Recorder:
                 run["server"] = metrics
                 if self.replicas is not None:
                     run["replicas"] = self.replicas.window_end()
+                if self.cluster is not None:  # in the order of the recording's cluster.nodes, shard 0's primary left out
+                    run["node_windows"] = self.cluster.window_end()
             seen = None
             if gone:
                 run["server_exit"] = exit_record(gone, times[0], started)
@@ -280,7 +286,7 @@ class Recorder:
         if len(snaps) == 2:
             run["host_cpu"] = document.plain(system.cpu_window(snaps[0], snaps[1], client))
 
-    def _scenario(self, workload: str, rate: float | None = None):
+    def _scenario(self, workload: str, rate: float | None = None, run: dict | None = None):
         s = self.settings
         load = None
         if self.client is not None:
@@ -291,7 +297,9 @@ class Recorder:
                                              arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked,
                                              stall_log=self.stalls.path if self.stalls is not None else None,
                                              replica_port=self.replicas.targets[0].port if self.replicas else None,
-                                             replica_readers=s.replica_get_clients, window_accept=s.window_accept)
+                                             replica_readers=s.replica_get_clients, window_accept=s.window_accept,
+                                             shards=self.shards,
+                                             failover=self.failover.during(run) if self.failover is not None else None)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit
@@ -307,7 +315,7 @@ class Recorder:
                  rate: float | None = None, extra_delay_ns: int = 0):
         """One cell by its scenario, inside this recorder's window (rate: open loop; extra_delay_ns: the
         fsync sensitivity's added delay, no demand pass then)."""
-        client = self._scenario(workload, rate).run(
+        client = self._scenario(workload, rate, run).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
             with_demand=traced and not extra_delay_ns and self._demand_here(workload, size))
@@ -430,8 +438,9 @@ class Recorder:
                 self.checkpoint()
             else:
                 self.tracer.start(self.target)
-            if self.replicas is not None:
-                self.replicas.start()
+            for extra in (self.replicas, self.cluster):
+                if extra is not None:
+                    extra.start()
             timing = self.doc.get("timing")
             if isinstance(timing, dict):
                 timing["tracer_ready"] = time.time()

@@ -103,7 +103,11 @@ def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
     if s.command:
         return srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
     config = s.config
-    if s.replicas and not any(k.startswith("repl-diskless-sync") for k in config):
+    if s.cluster:
+        from valkeytrace.server.cluster import node_config
+
+        config = node_config(config, s.cluster_node_timeout_ms)
+    elif s.replicas and not any(k.startswith("repl-diskless-sync") for k in config):
         # its replicas are ours and all start now: their full sync begins once all have connected, not after
         # repl-diskless-sync-delay (5 s by default, waiting for more; a replica synced in 6.1 s, 1.1 s with this)
         config = {**config, "repl-diskless-sync-max-replicas": str(s.replicas)}
@@ -231,6 +235,23 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, ou
     return recorder
 
 
+def _clustered(plan: RecordPlan, recorder: Recorder, parts) -> None:
+    """record --cluster: the recording's `cluster`, the other nodes traced beside, the load by slot, and under
+    --failover the shard's primary killed inside the window (workload/failover.py)."""
+    from valkeytrace.workload import placement
+
+    recorder.doc["cluster"] = parts.cluster.describe()
+    if recorder.target.pid and recorder.client is not None and (moved := os.sched_getaffinity(recorder.target.pid)):
+        for n in parts.cluster.nodes[1:]:  # every node where _place put shard 0's primary: off the clients' CPUs
+            placement.pin(n.target.pid or 0, sorted(moved))
+    recorder.cluster, recorder.shards = parts.cluster, parts.shards
+    if plan.server.failover:
+        from valkeytrace.plan import parse_failover
+        from valkeytrace.workload.failover import Failover
+
+        recorder.failover = Failover(parts.cluster, *parse_failover(plan.server.failover, plan.server.cluster))
+
+
 def _measure(plan: RecordPlan, recorder: Recorder, progress: Callable | None) -> bool:
     """The matrix; whether it was interrupted (what was measured is kept)."""
     try:
@@ -333,8 +354,11 @@ class _Parts:
     stalls: Any = None
     acked: Any = None
     cut: Any = None  # workload.powercut.PowerCut under --verify-durability power-cut
+    cluster: Any = None  # cluster_run.ClusterParts under record --cluster
 
     def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
         if self.replicas is not None:
             self.replicas.stop()
         if self.target is not None:
@@ -370,7 +394,11 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         info = decode_as(server, ServerInfo)
         if p.cut is not None:
             p.cut.attach(0, target.pid or 0, target.port or 0, info.config)
-        if s.replicas:
+        if s.cluster:
+            from valkeytrace import cluster_run
+
+            p.cluster = cluster_run.launch(plan, target, run_as)
+        elif s.replicas:
             p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
@@ -380,6 +408,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         output = plan.output or f"valkeytrace-{_label(plan, info)}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, info, output, echo)
         recorder.stalls, doc = p.stalls, recorder.doc
+        if p.cluster is not None:
+            _clustered(plan, recorder, p.cluster)
         doc["timing"] = timing
         recorder.checkpoint()
         recorder.acked = p.acked = _acked_writes(plan, p.cut)
@@ -388,6 +418,8 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
             _verify(target, info, recorder, echo, p.cut)
         if p.replicas is not None:  # the server ends before the recording is written
             p.replicas.stop()
+        if p.cluster is not None:
+            p.cluster.cluster.stop()
         target.stop()
         timing["ended"] = time.time()
         _ended(doc, p.offload, p.tracer, interrupted, t_start, t.backend)

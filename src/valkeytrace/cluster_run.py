@@ -1,0 +1,89 @@
+"""record --cluster: the nodes beyond shard 0's primary (which the session launches as any server), each under
+the side's settings: its own tracer (the primaries' fsync delay, or the replicas' under --replica-fsync-delay),
+on a primary its own virtual offload (--emulate-offload, its --offload-replicas stream), the cluster formed
+(server/cluster.py), and the shards' routes for the load (each shard's keys in a file in shard 0's scratch
+directory, removed with it)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from valkeytrace.plan import RecordPlan
+from valkeytrace.server.cluster import Cluster, key_shards, keys_file, node_config
+
+
+@dataclass
+class ClusterParts:
+    cluster: Cluster
+    offloads: list = field(default_factory=list)  # tracers.offload.OffloadStats of shards 1.. 's primaries
+    shards: tuple = ()                             # workload.cluster_load.Shard each
+
+    def close(self) -> None:
+        self.cluster.stop()
+        for o in self.offloads:
+            o.close()
+
+
+def _env(tracer, extra: dict) -> dict:
+    """os.environ with the tracer's launch environment and extra, LD_PRELOAD's libraries joined."""
+    env = {**os.environ, **tracer.launch_env()}
+    for k, v in extra.items():
+        have = env.get(k) if k == "LD_PRELOAD" else None
+        env[k] = v if not have else have if v in have.split() else f"{have} {v}"
+    return env
+
+
+def launch(plan: RecordPlan, first, run_as) -> ClusterParts:
+    """The rest of the cluster around first (shard 0's primary, launched with node_config), formed and synced;
+    stopped again, whatever it had started, when any of it fails."""
+    from valkeytrace.server.process import EmbeddedServer
+    from valkeytrace.tracers import offload as voff
+    from valkeytrace.tracers.emulation import shim_library
+    from valkeytrace.tracers.factory import make_tracer
+    from valkeytrace.workload.cluster_load import Shard
+
+    s, e, t = plan.server, plan.emulation, plan.tracer
+    parts = ClusterParts(Cluster(s.cluster, s.replicas, s.cluster_node_timeout_ms))
+
+    def make_node(shard: int, role: str) -> tuple[Any, Any]:
+        tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay if role == "primary" else e.replicas_delay,
+                             t.aof_flush_probe, t.loop_sample, t.socket_writes)
+        extra: dict = {}
+        offload = None
+        if role == "primary" and e.offload:
+            offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending,
+                                        overflow=e.overflow, replicas=e.offload_replicas)
+            parts.offloads.append(offload)
+            extra = {**offload.env(), "LD_PRELOAD": shim_library()}
+        if run_as:
+            tracer.chown_region(*run_as)
+            if offload is not None:
+                offload.chown(*run_as)
+        try:
+            target = EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads,
+                                    server_config=node_config(s.config, s.cluster_node_timeout_ms), binary=s.binary,
+                                    env=_env(tracer, extra), run_as=run_as, ready_timeout_s=s.timeout_s)
+        except BaseException:
+            tracer.stop()
+            raise
+        try:
+            if offload is not None:
+                offload.load_commands(target.client())
+                voff.check_engaged(target.pid or 0)
+        except BaseException:
+            target.stop()
+            tracer.stop()
+            raise
+        return target, tracer
+
+    try:
+        parts.cluster.launch(first, make_node)
+        owner = key_shards(plan.settings.keyspace, s.cluster)
+        parts.shards = tuple(Shard(i, first.host, parts.cluster.primary(i).target.port,
+                                   keys_file(first.workdir, (owner == i).nonzero()[0], i), int((owner == i).sum()))
+                             for i in range(s.cluster))
+    except BaseException:
+        parts.close()
+        raise
+    return parts
