@@ -34,9 +34,10 @@ def _env(tracer, extra: dict) -> dict:
     return env
 
 
-def launch(plan: RecordPlan, first, run_as) -> ClusterParts:
+def launch(plan: RecordPlan, first, run_as, cut=None) -> ClusterParts:
     """The rest of the cluster around first (shard 0's primary, launched with node_config), formed and synced;
-    stopped again, whatever it had started, when any of it fails."""
+    stopped again, whatever it had started, when any of it fails. cut: --failover's power-cut record (its shim's
+    log goes to the failing shard's primary when that is not shard 0's)."""
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import offload as voff
     from valkeytrace.tracers.emulation import shim_library
@@ -50,12 +51,14 @@ def launch(plan: RecordPlan, first, run_as) -> ClusterParts:
         tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay if role == "primary" else e.replicas_delay,
                              t.aof_flush_probe, t.loop_sample, t.socket_writes)
         extra: dict = {}
+        if cut is not None and role == "primary" and s.failover.startswith(f"{shard}@"):
+            extra = cut.environment({}, run_as)
         offload = None
         if role == "primary" and e.offload:
             offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending,
                                         overflow=e.overflow, replicas=e.offload_replicas)
             parts.offloads.append(offload)
-            extra = {**offload.env(), "LD_PRELOAD": shim_library()}
+            extra = {**extra, **offload.env(), "LD_PRELOAD": shim_library()}
         if run_as:
             tracer.chown_region(*run_as)
             if offload is not None:

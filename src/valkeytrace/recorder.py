@@ -286,7 +286,7 @@ class Recorder:
         if len(snaps) == 2:
             run["host_cpu"] = document.plain(system.cpu_window(snaps[0], snaps[1], client))
 
-    def _scenario(self, workload: str, rate: float | None = None, run: dict | None = None):
+    def _scenario(self, workload: str, rate: float | None = None):
         s = self.settings
         load = None
         if self.client is not None:
@@ -299,7 +299,7 @@ class Recorder:
                                              replica_port=self.replicas.targets[0].port if self.replicas else None,
                                              replica_readers=s.replica_get_clients, window_accept=s.window_accept,
                                              shards=self.shards,
-                                             failover=self.failover.during(run) if self.failover is not None else None)
+                                             failover=self.failover)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit
@@ -315,7 +315,7 @@ class Recorder:
                  rate: float | None = None, extra_delay_ns: int = 0):
         """One cell by its scenario, inside this recorder's window (rate: open loop; extra_delay_ns: the
         fsync sensitivity's added delay, no demand pass then)."""
-        client = self._scenario(workload, rate, run).run(
+        client = self._scenario(workload, rate).run(
             run, size, duration_s or self.settings.duration_s,
             window=lambda client_pids: self._window(run, traced, client_pids),
             with_demand=traced and not extra_delay_ns and self._demand_here(workload, size))

@@ -235,7 +235,16 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, ou
     return recorder
 
 
-def _clustered(plan: RecordPlan, recorder: Recorder, parts) -> None:
+def _failover_cut(plan: RecordPlan, env: dict, run_as):
+    """--failover: the power-cut machinery's record of the failing shard's primary's syncs (workload/powercut.py),
+    and shard 0's primary's environment (with its shim's log when it is that primary)."""
+    from valkeytrace.workload.powercut import PowerCut
+
+    cut = PowerCut(plan.tracer.backend, False, delayed=bool(plan.emulation.fsync_delay))
+    return cut, cut.environment(env, run_as) if plan.server.failover.startswith("0@") else env
+
+
+def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut) -> None:
     """record --cluster: the recording's `cluster`, the other nodes traced beside, the load by slot, and under
     --failover the shard's primary killed inside the window (workload/failover.py)."""
     from valkeytrace.workload import placement
@@ -247,9 +256,14 @@ def _clustered(plan: RecordPlan, recorder: Recorder, parts) -> None:
     recorder.cluster, recorder.shards = parts.cluster, parts.shards
     if plan.server.failover:
         from valkeytrace.plan import parse_failover
+        from valkeytrace.server.cluster import slot_ranges
         from valkeytrace.workload.failover import Failover
 
-        recorder.failover = Failover(parts.cluster, *parse_failover(plan.server.failover, plan.server.cluster))
+        shard, at_s = parse_failover(plan.server.failover, plan.server.cluster)
+        node = parts.cluster.primary(shard).target
+        cut.attach(0, node.pid or 0, node.port or 0, decode_as(node.describe(), ServerInfo).config)
+        recorder.failover = Failover(parts.cluster, shard, at_s, parts.shards[shard].keys_path,
+                                     slot_ranges(plan.server.cluster)[shard], cut)
 
 
 def _measure(plan: RecordPlan, recorder: Recorder, progress: Callable | None) -> bool:
@@ -389,15 +403,17 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
         p.cut, env = _power_cut(plan, env, run_as)
+        if s.failover:
+            p.cut, env = _failover_cut(plan, env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
-        if p.cut is not None:
+        if p.cut is not None and not s.failover:
             p.cut.attach(0, target.pid or 0, target.port or 0, info.config)
         if s.cluster:
             from valkeytrace import cluster_run
 
-            p.cluster = cluster_run.launch(plan, target, run_as)
+            p.cluster = cluster_run.launch(plan, target, run_as, p.cut)
         elif s.replicas:
             p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
         timing = {"began": began, "server_ready": time.time()}
@@ -409,7 +425,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, info, output, echo)
         recorder.stalls, doc = p.stalls, recorder.doc
         if p.cluster is not None:
-            _clustered(plan, recorder, p.cluster)
+            _clustered(plan, recorder, p.cluster, p.cut)
         doc["timing"] = timing
         recorder.checkpoint()
         recorder.acked = p.acked = _acked_writes(plan, p.cut)

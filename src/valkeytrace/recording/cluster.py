@@ -39,6 +39,6 @@ class Failover(Record):
     others_tps: NonNeg | None = None  # the other shards' acknowledged writes a second over the unavailable window
     acked: NonNegInt = 0         # keys of the shard with a write acknowledged (by either primary)
     acked_missing: NonNegInt = 0  # of which the new primary lacks that value and every later one
-    promoted_dirty: NonNegInt = 0  # keys the new primary holds at a sequence the dead primary's AOF, cut at its last sync, lacks
+    promoted_dirty: NonNegInt | None = 0  # keys the new primary holds at a sequence the dead primary's AOF, cut at its last sync, lacks (null: not built)
     examples: list[dict] = _l()  # a few of each, key and sequences
     error: str | None = None     # why a part could not be measured

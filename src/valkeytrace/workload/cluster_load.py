@@ -6,6 +6,7 @@ the whole rate). Each request's shard is its client's, so the latencies split by
 the shards' merged (their histograms added, their counts summed)."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -46,15 +47,21 @@ class _Edges:
 
 
 def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_end=None,
-               during: Callable[[], None] | None = None) -> list[LoadResult | None]:
+               failover=None) -> list[LoadResult | None]:
     """Every shard's client at once for the op of base (its rate and connections shared out); each one's
-    result in shard order (None where its client failed: the others' are kept). during(): called in a thread of
-    its own once the window opened (a failover's kill)."""
+    result in shard order (None where its client failed: the others' are kept). failover (workload/failover.py):
+    its shard's client keeps its acknowledged floors, and it is called once the window opened (the kill)."""
     total = sum(s.nkeys for s in shards) or 1
     conns = max(1, -(-(base.connections or 0) // len(shards))) if base.connections else None
     specs = [_spec(base, s, total, conns) for s in shards]
+    if failover is not None:
+        failover.acked_path = shards[failover.shard].keys_path + ".acked"
+        specs[failover.shard] = dataclasses.replace(specs[failover.shard], acked_path=failover.acked_path,
+                                                    seq_epoch=failover.epoch)
     clients = [OpenLoopClient(spec, cpus=cpus) for spec in specs]
     edges = _Edges(len(clients), on_start, on_end)
+    if failover is not None:
+        edges.on_start = lambda: (on_start() if on_start else None, failover())
     results: list[LoadResult | None] = [None] * len(clients)
     errors: list[str] = []
 
@@ -68,8 +75,6 @@ def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_en
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(clients))]
     for t in threads:
         t.start()
-    if during is not None:
-        threading.Thread(target=during, daemon=True).start()
     for t in threads:
         t.join()
     if all(r is None for r in results):
@@ -79,8 +84,6 @@ def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_en
 
 def _spec(base: Spec, s: Shard, total: int, conns: int | None) -> Spec:
     """base for shard s: its share of the rate and connections, its keys (Spec is a frozen dataclass)."""
-    import dataclasses
-
     return dataclasses.replace(base, host=s.host, port=s.port, rate=base.rate * s.nkeys / total,
                                connections=conns, seed=base.seed + s.shard, keys_path=s.keys_path,
                                stall_log=base.stall_log if s.shard == 0 else None)

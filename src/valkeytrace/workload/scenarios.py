@@ -67,7 +67,7 @@ class Load:
     # how far a closed-loop window may miss its duration and be kept (recorder.Settings.window_accept)
     window_accept: WindowAccept = field(default_factory=window_accept)
     shards: tuple = ()  # record --cluster: cluster_load.Shard each; the measured op goes by slot, its latency per shard
-    failover: Any = field(default=None, compare=False)  # record --failover: called once the window opened
+    failover: Any = field(default=None, compare=False)  # record --failover: workload.failover.Failover
 
     def by_shard(self, run: dict, op: str, rate: float, size: int, duration_s: float, clients: int,
                  on_start, on_end) -> MeasuredClient:
@@ -77,7 +77,10 @@ class Load:
 
         base = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
                     connections=clients if self.pool == "clients" or not rate else None, stall_log=self.stall_log)
-        results = cluster_load.run_shards(self.shards, base, self.client.cpus, on_start, on_end, self.failover)
+        failover = self.failover if op == "SET" else None
+        results = cluster_load.run_shards(self.shards, base, self.client.cpus, on_start, on_end, failover)
+        if failover is not None:
+            run["failover"] = failover.finish(self.keyspace)
         return MeasuredClient(cluster_load.record_ops(run, op, self.shards, results).cpu_s)
 
     def fill(self, size: int) -> None:
