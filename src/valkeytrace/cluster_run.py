@@ -82,6 +82,12 @@ def launch(plan: RecordPlan, first, run_as, cut=None) -> ClusterParts:
 
     try:
         parts.cluster.launch(first, make_node)
+        if t.backend in ("ebpf", "both"):
+            from valkeytrace.tracers.config_fsync import ConfigSyncs
+
+            aofdir = s.config.get("appenddirname") or "appendonlydir"
+            parts.cluster.config_syncs = ConfigSyncs([(n.target.port, n.target.pid, n.target.workdir, aofdir)
+                                                      for n in parts.cluster.nodes])
         owner = key_shards(plan.settings.keyspace, s.cluster)
         parts.shards = tuple(Shard(i, first.host, parts.cluster.primary(i).target.port,
                                    keys_file(first.workdir, (owner == i).nonzero()[0], i), int((owner == i).sum()))

@@ -257,6 +257,7 @@ class Recorder:
                     run["replicas"] = self.replicas.window_end()
                 if self.cluster is not None:  # in the order of the recording's cluster.nodes, shard 0's primary left out
                     run["node_windows"] = self.cluster.window_end()
+                    run["config_fsync"] = self.cluster.config_window()
             seen = None
             if gone:
                 run["server_exit"] = exit_record(gone, times[0], started)

@@ -61,3 +61,31 @@ def slowest(shards: list[ShardSummary], op: str) -> ShardSummary | None:
     """The shard whose clients saw the highest p50 of op."""
     have = [s for s in shards if op in s.ops and s.ops[op].median.p50_us is not None]
     return max(have, key=lambda s: s.ops[op].median.p50_us) if have else None
+
+
+@dataclass
+class ConfigFsyncSummary:
+    """The cell's nodes.conf syncs on the nodes' main threads (runs[].config_fsync over its ok runs), apart from
+    the AOF's."""
+    count: int = 0
+    total_ms: float = 0.0
+    max_ms: float = 0.0
+    nodes: dict = field(default_factory=dict)  # port -> count
+
+    def to_json(self) -> dict:
+        return {"count": self.count, "total_ms": round(self.total_ms, 3), "max_ms": self.max_ms,
+                "nodes": [{"port": p, "count": c} for p, c in sorted(self.nodes.items())]}
+
+
+def config_fsync(runs: list[Run]) -> ConfigFsyncSummary | None:
+    have = [r.config_fsync for r in runs if r.config_fsync is not None]
+    if not have:
+        return None
+    out = ConfigFsyncSummary()
+    for c in have:
+        out.count += c.count
+        out.total_ms += c.total_ms
+        out.max_ms = max(out.max_ms, c.max_ms)
+        for row in c.nodes:
+            out.nodes[row.port] = out.nodes.get(row.port, 0) + row.count
+    return out

@@ -36,7 +36,7 @@ from valkeytrace import workloads
 from valkeytrace.analysis import launches
 from valkeytrace.analysis.intervals import ALPHA
 from valkeytrace.workloads import SATURATED_SHARE
-from valkeytrace.analysis.cluster import shard_summaries
+from valkeytrace.analysis.cluster import ConfigFsyncSummary, config_fsync, shard_summaries
 from valkeytrace.analysis.replication import Replication, replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import Durability, ServerSummary
@@ -148,6 +148,7 @@ class CellSummary:
     pool: str | None = None      # open loop: "fixed" (connections, one request in flight each) or "grow"
     connections: int | None = None  # the fixed pool's connections
     shards: list = field(default_factory=list)  # record --cluster: analysis.cluster.ShardSummary each
+    config_fsync: "ConfigFsyncSummary | None" = None  # record --cluster: the nodes' nodes.conf syncs
 
     @property
     def key(self) -> tuple:
@@ -334,7 +335,8 @@ def summarize(doc, extra_delay_ns: int = 0) -> list[CellSummary]:
                                  _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate,
                                  pool=load.pool if load else None,
                                  connections=load.connections if load else None,
-                                 shards=shard_summaries(doc, groups[key], lambda rs, op: _op_summary(rs, op, size))))
+                                 shards=shard_summaries(doc, groups[key], lambda rs, op: _op_summary(rs, op, size)),
+                                 config_fsync=config_fsync(groups[key])))
     return cells
 
 

@@ -42,3 +42,17 @@ class Failover(Record):
     promoted_dirty: NonNegInt | None = 0  # keys the new primary holds at a sequence the dead primary's AOF, cut at its last sync, lacks (null: not built)
     examples: list[dict] = _l()  # a few of each, key and sequences
     error: str | None = None     # why a part could not be measured
+
+
+class ConfigFsyncNode(Record):
+    port: NonNegInt | None = None
+    count: NonNegInt = 0
+    total_ms: NonNeg = 0.0
+    max_ms: NonNeg = 0.0
+
+
+class ConfigFsync(Record):
+    count: NonNegInt = 0         # the main threads' syncs of files outside their AOF directory (nodes.conf, its directory)
+    total_ms: NonNeg = 0.0       # their time, entry to return
+    max_ms: NonNeg = 0.0         # the longest
+    nodes: list[ConfigFsyncNode] = _l()  # per node with any

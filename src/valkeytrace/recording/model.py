@@ -17,7 +17,7 @@ import msgspec
 
 from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l, plain  # noqa: F401
 from valkeytrace.recording.durability import CutState, DurabilityCheck, DurableFile  # noqa: F401
-from valkeytrace.recording.cluster import Cluster, ClusterNode, ClusterShard, Failover
+from valkeytrace.recording.cluster import Cluster, ClusterNode, ClusterShard, ConfigFsync, ConfigFsyncNode, Failover
 
 
 class WarningNote(Record):
@@ -296,6 +296,7 @@ class Run(Record):
     shards: list[RunShard] = _l()  # record --cluster: each shard's ops (its own clients')
     node_windows: list[ServerWindow | None] = _l()  # record --cluster: cluster.nodes' tracer windows but shard 0's primary's
     failover: Failover | None = None  # record --failover: the kill, the promotion, the witness
+    config_fsync: ConfigFsync | None = None  # record --cluster (eBPF): the nodes' nodes.conf syncs in the window
 
 
 class ServerInfo(Record):
@@ -464,7 +465,7 @@ class Document(Record):
 TYPES = (Document, WarningNote, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
          ServerView, CommandStat, Replication, Node, ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop,
          Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing, ReplicaReads, TracerCost,
-         BpfProgram, RunTracer, RunShard, Cluster, ClusterShard, ClusterNode, Failover)
+         BpfProgram, RunTracer, RunShard, Cluster, ClusterShard, ClusterNode, Failover, ConfigFsync, ConfigFsyncNode)
 
 
 def fields(t: type) -> tuple[str, ...]:
@@ -488,8 +489,7 @@ def decode(doc: dict | Document) -> Document:
     """A loaded (or built) document as its declared types; one already decoded as it is."""
     if isinstance(doc, Document):
         return doc
-    # lax: a document built in memory may hold an integral float where a count is declared (a file
-    # was validated strictly on load: recording/schema.py)
+    # lax: a document built in memory may hold an integral float for a count (a file's was strict: schema.py)
     return msgspec.convert(_plain(doc), Document, strict=False)
 
 

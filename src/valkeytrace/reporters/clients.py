@@ -131,8 +131,19 @@ def _single_tables(run: AnalysedRun, name: str) -> list[ClientTable]:
                 note += "; open loop: latency from each request's due moment"
             rows.append((_row(name, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
                               + (f"; {extra}" if extra else "")), ""))
+            rows += _shard_rows(c, o.op, size)
         out.append(ClientTable(w.title or w.name, COLUMNS, rows, memory=memory_table(w, [(name, run)]), names=(name,)))
     return out
+
+
+def _shard_rows(c, op: str, size: str) -> list:
+    """record --cluster: a row per shard under the system's (its own clients' figures), the slowest named."""
+    from valkeytrace.analysis.cluster import slowest
+
+    worst = slowest(c.shards, op)
+    return [(_row(f"  shard {s.shard}", size, op, s.ops[op].median,
+                  f"port {s.port}, {s.keys:,} keys" + ("; the slowest shard" if s is worst and len(c.shards) > 1 else "")),
+             "shard") for s in c.shards if op in s.ops]
 
 
 def _compare_rows(inp: ReportInput, workload: str, names: tuple, predicted_label: str) -> list:

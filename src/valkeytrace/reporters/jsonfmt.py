@@ -42,6 +42,7 @@ def build(inp: ReportInput) -> dict:
                   **({"server": c.server.to_json()} if c.server is not None else {}),
                   **({"replicas": [x.to_json() for x in c.replicas]} if c.replicas else {}),
                   **({"shards": [x.to_json(_op) for x in c.shards]} if c.shards else {}),
+                  **({"config_fsync": c.config_fsync.to_json()} if c.config_fsync is not None else {}),
                   **({"replication": c.replication.to_json()} if c.replication is not None else {}),
                   **({"server_view": gap_json(r.server_views[c.key])} if c.key in r.server_views else {}),
                   **({"memory": r.memory[c.key].to_json()} if c.key in r.memory else {}),

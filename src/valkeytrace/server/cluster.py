@@ -67,6 +67,7 @@ class Cluster:
     replicas: int
     node_timeout_ms: int
     nodes: list[Node] = field(default_factory=list)
+    config_syncs: Any = None  # tracers.config_fsync.ConfigSyncs (a backend that loads eBPF)
 
     def primaries(self) -> list[Node]:
         return [n for n in self.nodes if n.role == "primary"]
@@ -137,6 +138,8 @@ class Cluster:
             n.tracer.start(n.target)
 
     def window_begin(self, requests: bool = False, observe: bool = False) -> None:
+        if self.config_syncs is not None:
+            self.config_syncs.begin()
         for n in self.traced():
             if n.target.gone() is None:
                 n.tracer.window_begin(requests=requests, observe=observe)
@@ -151,6 +154,10 @@ class Cluster:
                 out.append(None)
         return out
 
+    def config_window(self) -> dict | None:
+        """runs[].config_fsync: the window's nodes.conf syncs (None without the probes)."""
+        return self.config_syncs.end() if self.config_syncs is not None else None
+
     def describe(self) -> dict:
         """The recording's `cluster`: shards (slots, nodes), each node's role, port, pid, node id."""
         nodes = [{"shard": n.shard, "role": n.role, "port": n.target.port, "pid": n.target.pid, "node_id": n.node_id,
@@ -161,6 +168,9 @@ class Cluster:
                 "nodes": nodes, "replicas": self.replicas, "node_timeout_ms": self.node_timeout_ms}
 
     def stop(self) -> None:
+        if self.config_syncs is not None:
+            self.config_syncs.close()
+            self.config_syncs = None
         for n in self.nodes[1:]:
             for x in (n.target, n.tracer):
                 try:

@@ -27,7 +27,6 @@ from valkeytrace.workload.keyspace import key_name
 
 POLL_S = 0.005
 PROMOTION_TIMEOUT_S = 30.0
-EXAMPLES_KEPT = 5
 
 
 def witness_key(first_slot: int, last_slot: int) -> bytes:
