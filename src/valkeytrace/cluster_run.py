@@ -5,6 +5,7 @@ on a primary its own virtual offload (--emulate-offload, its --offload-replicas 
 directory, removed with it)."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,60 +35,68 @@ def _env(tracer, extra: dict) -> dict:
     return env
 
 
-def launch(plan: RecordPlan, first, run_as, cut=None) -> ClusterParts:
-    """The rest of the cluster around first (shard 0's primary, launched with node_config), formed and synced;
-    stopped again, whatever it had started, when any of it fails. cut: --failover's power-cut record (its shim's
-    log goes to the failing shard's primary when that is not shard 0's)."""
+def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: str) -> tuple[Any, Any]:
+    """One more node (its target, its tracer) under the side's settings; nothing left running if it fails."""
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import offload as voff
     from valkeytrace.tracers.emulation import shim_library
     from valkeytrace.tracers.factory import make_tracer
-    from valkeytrace.workload.cluster_load import Shard
 
     s, e, t = plan.server, plan.emulation, plan.tracer
-    parts = ClusterParts(Cluster(s.cluster, s.replicas, s.cluster_node_timeout_ms))
-
-    def make_node(shard: int, role: str) -> tuple[Any, Any]:
-        tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay if role == "primary" else e.replicas_delay,
-                             t.aof_flush_probe, t.loop_sample, t.socket_writes)
-        extra: dict = {}
-        if cut is not None and role == "primary" and s.failover.startswith(f"{shard}@"):
-            extra = cut.environment({}, run_as)
-        offload = None
-        if role == "primary" and e.offload:
-            offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending,
-                                        overflow=e.overflow, replicas=e.offload_replicas)
-            parts.offloads.append(offload)
-            extra = {**extra, **offload.env(), "LD_PRELOAD": shim_library()}
-        if run_as:
-            tracer.chown_region(*run_as)
-            if offload is not None:
-                offload.chown(*run_as)
-        try:
-            target = EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads,
-                                    server_config=node_config(s.config, s.cluster_node_timeout_ms), binary=s.binary,
-                                    env=_env(tracer, extra), run_as=run_as, ready_timeout_s=s.timeout_s)
-        except BaseException:
-            tracer.stop()
-            raise
-        try:
-            if offload is not None:
-                offload.load_commands(target.client())
-                voff.check_engaged(target.pid or 0)
-        except BaseException:
-            target.stop()
-            tracer.stop()
-            raise
-        return target, tracer
-
+    tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay if role == "primary" else e.replicas_delay,
+                         t.aof_flush_probe, t.loop_sample, t.socket_writes)
+    extra: dict = {}
+    if cut is not None and role == "primary" and s.failover.startswith(f"{shard}@"):
+        extra = cut.environment({}, run_as)
+    offload = None
+    if role == "primary" and e.offload:
+        offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending,
+                                    overflow=e.overflow, replicas=e.offload_replicas)
+        parts.offloads.append(offload)
+        extra = {**extra, **offload.env(), "LD_PRELOAD": shim_library()}
+    if run_as:
+        tracer.chown_region(*run_as)
+        if offload is not None:
+            offload.chown(*run_as)
+    target = None
     try:
-        parts.cluster.launch(first, make_node)
-        if t.backend in ("ebpf", "both"):
-            from valkeytrace.tracers.config_fsync import ConfigSyncs
+        target = EmbeddedServer(appendfsync=s.appendfsync, io_threads=s.io_threads,
+                                server_config=node_config(s.config, s.cluster_node_timeout_ms), binary=s.binary,
+                                env=_env(tracer, extra), run_as=run_as, ready_timeout_s=s.timeout_s)
+        if offload is not None:
+            offload.load_commands(target.client())
+            voff.check_engaged(target.pid or 0)
+    except BaseException:
+        if target is not None:
+            target.stop()
+        tracer.stop()
+        raise
+    return target, tracer
 
-            aofdir = s.config.get("appenddirname") or "appendonlydir"
-            parts.cluster.config_syncs = ConfigSyncs([(n.target.port, n.target.pid, n.target.workdir, aofdir)
-                                                      for n in parts.cluster.nodes])
+
+def _config_syncs(cluster: Cluster) -> None:
+    """The nodes' nodes.conf syncs apart (tracers/config_fsync.py): each node's AOF directory as it says."""
+    from valkeytrace.tracers.config_fsync import ConfigSyncs
+
+    nodes = []
+    for n in cluster.nodes:
+        aofdir = next(iter(n.target.client().config_get("appenddirname").values()), "appendonlydir")
+        nodes.append((n.target.port, n.target.pid, n.target.workdir, aofdir))
+    cluster.config_syncs = ConfigSyncs(nodes)
+
+
+def launch(plan: RecordPlan, first, run_as, cut=None) -> ClusterParts:
+    """The rest of the cluster around first (shard 0's primary, launched with node_config), formed and synced;
+    stopped again, whatever it had started, when any of it fails. cut: --failover's power-cut record (its shim's
+    log goes to the failing shard's primary when that is not shard 0's)."""
+    from valkeytrace.workload.cluster_load import Shard
+
+    s = plan.server
+    parts = ClusterParts(Cluster(s.cluster, s.replicas, s.cluster_node_timeout_ms))
+    try:
+        parts.cluster.launch(first, functools.partial(_node, plan, parts, cut, run_as))
+        if plan.tracer.backend in ("ebpf", "both"):
+            _config_syncs(parts.cluster)
         owner = key_shards(plan.settings.keyspace, s.cluster)
         parts.shards = tuple(Shard(i, first.host, parts.cluster.primary(i).target.port,
                                    keys_file(first.workdir, (owner == i).nonzero()[0], i), int((owner == i).sum()))

@@ -226,9 +226,7 @@ class Recorder:
                 requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))
                 observe = workload == "none"  # a server's own load only: cheap to leave attached
                 self.tracer.window_begin(requests=requests, observe=observe)
-                for extra in (self.replicas, self.cluster):
-                    if extra is not None:
-                        extra.window_begin(requests=requests, observe=observe)
+                self._others_begin(requests, observe)
             if self.prober is not None:
                 self.prober.begin()
             loop[0] = view.eventloop()
@@ -253,11 +251,7 @@ class Recorder:
                 if gone:
                     metrics["server_exit"] = exit_record(gone, times[0], started)
                 run["server"] = metrics
-                if self.replicas is not None:
-                    run["replicas"] = self.replicas.window_end()
-                if self.cluster is not None:  # in the order of the recording's cluster.nodes, shard 0's primary left out
-                    run["node_windows"] = self.cluster.window_end()
-                    run["config_fsync"] = self.cluster.config_window()
+                self._others_end(run)
             seen = None
             if gone:
                 run["server_exit"] = exit_record(gone, times[0], started)
@@ -269,6 +263,19 @@ class Recorder:
             if loop[2] is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
                 run["memory"] = loop[2].stop()
         return begin, end
+
+    def _others_begin(self, requests: bool, observe: bool) -> None:
+        """The other servers' tracers' windows begin: the replicas', a cluster's other nodes'."""
+        for extra in (self.replicas, self.cluster):
+            if extra is not None:
+                extra.window_begin(requests=requests, observe=observe)
+
+    def _others_end(self, run: dict) -> None:
+        if self.replicas is not None:
+            run["replicas"] = self.replicas.window_end()
+        if self.cluster is not None:  # in the order of the recording's cluster.nodes, shard 0's primary left out
+            run["node_windows"] = self.cluster.window_end()
+            run["config_fsync"] = self.cluster.config_window()
 
     def _memory_sampler(self):
         """The window's memory sampler (tracers/memory.py), started; None without a server process to read."""

@@ -235,6 +235,17 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, ou
     return recorder
 
 
+def _others(plan: RecordPlan, p: "_Parts", target: Target, run_as) -> None:
+    """The launch's other servers: a cluster's nodes (--cluster) or the replicas (--replicas), synced."""
+    s = plan.server
+    if s.cluster:
+        from valkeytrace import cluster_run
+
+        p.cluster = cluster_run.launch(plan, target, run_as, p.cut)
+    elif s.replicas:
+        p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
+
+
 def _failover_cut(plan: RecordPlan, env: dict, run_as):
     """--failover: the power-cut machinery's record of the failing shard's primary's syncs (workload/powercut.py),
     and shard 0's primary's environment (with its shim's log when it is that primary)."""
@@ -370,6 +381,12 @@ class _Parts:
     cut: Any = None  # workload.powercut.PowerCut under --verify-durability power-cut
     cluster: Any = None  # cluster_run.ClusterParts under record --cluster
 
+    def stop_servers(self) -> None:
+        """Every server of the launch stopped (what was recorded stays)."""
+        for x in (self.replicas, self.cluster.cluster if self.cluster is not None else None, self.target):
+            if x is not None:
+                x.stop()
+
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()
@@ -402,20 +419,13 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
-        p.cut, env = _power_cut(plan, env, run_as)
-        if s.failover:
-            p.cut, env = _failover_cut(plan, env, run_as)
+        p.cut, env = _power_cut(plan, env, run_as) if not s.failover else _failover_cut(plan, env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
         if p.cut is not None and not s.failover:
             p.cut.attach(0, target.pid or 0, target.port or 0, info.config)
-        if s.cluster:
-            from valkeytrace import cluster_run
-
-            p.cluster = cluster_run.launch(plan, target, run_as, p.cut)
-        elif s.replicas:
-            p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
+        _others(plan, p, target, run_as)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
             target.drain_state = p.offload.state
@@ -432,11 +442,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
             _verify(target, info, recorder, echo, p.cut)
-        if p.replicas is not None:  # the server ends before the recording is written
-            p.replicas.stop()
-        if p.cluster is not None:
-            p.cluster.cluster.stop()
-        target.stop()
+        p.stop_servers()  # the server ends before the recording is written
         timing["ended"] = time.time()
         _ended(doc, p.offload, p.tracer, interrupted, t_start, t.backend)
         try:

@@ -38,7 +38,7 @@ def _windows(cluster: Cluster, runs: list[Run], shard: int, role: str) -> list[l
         if i == 0:
             out.append([r.server for r in runs if r.server is not None])
         else:
-            out.append([r.node_windows[i - 1] for r in runs if len(r.node_windows) >= i and r.node_windows[i - 1]])
+            out.append([w for r in runs if len(r.node_windows) >= i and (w := r.node_windows[i - 1]) is not None])
     return out
 
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import msgspec
 import numpy as np
 
 from valkeytrace.errors import VTError
@@ -49,6 +50,25 @@ def key_shards(keyspace: int, n: int) -> np.ndarray:
     firsts = np.array([a for a, _ in ranges])
     slots = np.fromiter((key_slot(b"key:%012d" % i) for i in range(keyspace)), dtype=np.int64, count=keyspace)
     return np.searchsorted(firsts, slots, side="right") - 1
+
+
+class _Known(msgspec.Struct):
+    """A CLUSTER NODES line as valkey-py parses it."""
+    node_id: str = ""
+    flags: str = ""
+
+
+class _State(msgspec.Struct):
+    """What forming the cluster waits on: CLUSTER INFO's and INFO replication's."""
+    cluster_state: str = ""
+    role: str = ""
+    master_link_status: str = ""
+    slave_repl_offset: int = -1
+    master_repl_offset: int = 0
+
+
+def node_state(*parts: dict) -> _State:
+    return msgspec.convert({k: v for p in parts for k, v in p.items()}, _State, strict=False)
 
 
 @dataclass
@@ -103,12 +123,13 @@ class Cluster:
 
     @staticmethod
     def _bus(target) -> int:
-        return int(target.client().config_get("cluster-port").get("cluster-port") or 0)
+        return int(next(iter(target.client().config_get("cluster-port").values()), 0))
 
     @staticmethod
     def _known(n: Node) -> list[str]:
         known = n.target.client().execute_command("CLUSTER NODES")  # valkey-py: {address: {node_id, flags, ...}}
-        return [v["node_id"] for v in known.values() if not {"handshake", "noaddr"} & set(v["flags"].split(","))]
+        lines = msgspec.convert(list(known.values()), list[_Known], strict=False)
+        return [v.node_id for v in lines if not {"handshake", "noaddr"} & set(v.flags.split(","))]
 
     def primary(self, shard: int) -> Node:
         return next(n for n in self.nodes if n.shard == shard and n.role == "primary")
@@ -116,12 +137,12 @@ class Cluster:
     def _ready(self) -> bool:
         for n in self.nodes:
             c = n.target.client()
-            if c.cluster("info").get("cluster_state") != "ok":
+            st = node_state(c.cluster("info"), c.info("replication") if n.role == "replica" else {})
+            if st.cluster_state != "ok":
                 return False
             if n.role == "replica":
-                r = c.info("replication")
-                off = int(self.primary(n.shard).target.client().info("replication").get("master_repl_offset", 0))
-                if r.get("master_link_status") != "up" or int(r.get("slave_repl_offset", -1)) < off:
+                off = node_state(self.primary(n.shard).target.client().info("replication")).master_repl_offset
+                if st.master_link_status != "up" or st.slave_repl_offset < off:
                     return False
         return True
 

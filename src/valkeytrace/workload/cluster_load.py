@@ -111,10 +111,8 @@ def record_ops(run: dict, op: str, shards: tuple[Shard, ...], results: list[Load
     """run's ops[op] (the system's) and shards[i].ops[op] (each shard's); the system's result."""
     from valkeytrace.recording import document
 
-    rows = run.setdefault("shards", [{"shard": s.shard, "port": s.port, "keys": s.nkeys, "ops": {}} for s in shards])
-    for row, r in zip(rows, results):
-        if r is not None:
-            row["ops"][op] = op_record(r)
+    run["shards"] = [{"shard": s.shard, "port": s.port, "keys": s.nkeys, "ops": {op: op_record(r)} if r is not None else {}}
+                     for s, r in zip(shards, results)]
     system = merged([r for r in results if r is not None])
     document.set_op(run, op, op_record(system))
     return system

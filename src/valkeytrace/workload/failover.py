@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from valkeytrace.workload.keyspace import key_name
+from valkeytrace.workload.failover_witness import sequences, witness
 
 POLL_S = 0.005
 PROMOTION_TIMEOUT_S = 30.0
@@ -36,23 +37,20 @@ def witness_key(first_slot: int, last_slot: int) -> bytes:
     return next(k for i in range(1 << 20) if first_slot <= key_slot(k := b"vt:failover:%d" % i) <= last_slot)
 
 
-def sequences(client, keys: np.ndarray, pipelined: bool) -> np.ndarray:
-    """Each key's value's sequence (0: absent or none): GETs pipelined (a cluster node refuses a multi-slot MGET),
-    else MGET."""
-    from valkeytrace.workload.durability_check import _sequence
+def _role(client) -> str:
+    """INFO replication's role of a node (valkey-py's client)."""
+    from valkeytrace.server.cluster import node_state
 
-    out = np.zeros(keys.size, dtype=np.uint64)
-    for i in range(0, keys.size, 1000):
-        chunk = keys[i:i + 1000]
-        if pipelined:
-            pipe = client.pipeline(transaction=False)
-            for k in chunk:
-                pipe.get(key_name(int(k)))
-            values = pipe.execute(raise_on_error=False)
-        else:
-            values = client.mget([key_name(int(k)) for k in chunk])
-        out[i:i + chunk.size] = [(_sequence(v) or 0) if isinstance(v, (bytes, type(None))) else 0 for v in values]
-    return out
+    return node_state(client.info("replication")).role
+
+
+@dataclass
+class Marks:
+    """The failover's moments, CLOCK_MONOTONIC ns (None: not reached)."""
+    window: int | None = None     # the load's window opened
+    kill: int | None = None       # SIGKILL sent
+    promoted: int | None = None   # a replica said role:master
+    first_ack: int | None = None  # the new primary acknowledged the witness SET
 
 
 class Failover:
@@ -63,7 +61,7 @@ class Failover:
         self.keys_path, self.slots = keys_path, slots
         self.epoch = time.time_ns() - time.monotonic_ns()  # the sequences' clock: its SETs' values carry it
         self.acked_path: str | None = None  # the shard's client's acknowledged floors (cluster_load sets it)
-        self.marks: dict[str, int] = {}     # CLOCK_MONOTONIC ns: window, kill, promoted, first_ack
+        self.marks = Marks()
         self.promoted_seq: np.ndarray | None = None
         self.new_port: int | None = None
         self.error: str | None = None
@@ -71,7 +69,7 @@ class Failover:
 
     def __call__(self) -> None:
         """The load's hook, called once its window opened: the kill and the promotion in a thread of their own."""
-        self.marks["window"] = time.monotonic_ns()
+        self.marks.window = time.monotonic_ns()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -79,7 +77,7 @@ class Failover:
         try:
             time.sleep(self.at_s)
             primary = self.cluster.primary(self.shard)
-            self.marks["kill"] = time.monotonic_ns()
+            self.marks.kill = time.monotonic_ns()
             primary.target.kill()
             self._promotion()
         except Exception as exc:  # the witness says why it is incomplete; the load goes on
@@ -96,13 +94,14 @@ class Failover:
         while time.monotonic() < deadline:
             for n, c in zip(reps, clients):
                 try:
-                    if "promoted" not in self.marks and c.info("replication").get("role") == "master":
-                        self.marks["promoted"] = time.monotonic_ns()
+                    if self.marks.promoted is None and _role(c) == "master":
+                        self.marks.promoted = time.monotonic_ns()
                     c.set(key, b"%016x" % (time.monotonic_ns() + self.epoch))
                 except valkey.exceptions.ValkeyError:
                     continue
-                self.marks["first_ack"] = time.monotonic_ns()
-                self.marks.setdefault("promoted", self.marks["first_ack"])
+                self.marks.first_ack = time.monotonic_ns()
+                if self.marks.promoted is None:
+                    self.marks.promoted = self.marks.first_ack
                 self.new_port = n.target.port
                 self.promoted_seq = sequences(c, self.keys(), pipelined=True)
                 return
@@ -116,6 +115,4 @@ class Failover:
         """runs[].failover, once the load ended (the shard's client wrote its acknowledged floors)."""
         if self._thread is not None:
             self._thread.join(PROMOTION_TIMEOUT_S + self.at_s + 5)
-        from valkeytrace.workload.failover_witness import witness
-
         return witness(self, keyspace)

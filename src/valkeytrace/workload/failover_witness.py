@@ -13,10 +13,28 @@ from valkeytrace.workload.keyspace import key_name
 EXAMPLES_EACH = 3
 
 
-def _s(fo, mark: str) -> float | None:
-    """A mark's seconds into the window."""
-    at, w = fo.marks.get(mark), fo.marks.get("window")
-    return None if at is None or w is None else round((at - w) / 1e9, 3)
+def sequences(client, keys: np.ndarray, pipelined: bool) -> np.ndarray:
+    """Each key's value's sequence (0: absent or none): GETs pipelined (a cluster node refuses a multi-slot MGET),
+    else MGET."""
+    from valkeytrace.workload.durability_check import _sequence
+
+    out = np.zeros(keys.size, dtype=np.uint64)
+    for i in range(0, keys.size, 1000):
+        chunk = keys[i:i + 1000]
+        if pipelined:
+            pipe = client.pipeline(transaction=False)
+            for k in chunk:
+                pipe.get(key_name(int(k)))
+            values = pipe.execute(raise_on_error=False)
+        else:
+            values = client.mget([key_name(int(k)) for k in chunk])
+        out[i:i + chunk.size] = [(_sequence(v) or 0) if isinstance(v, (bytes, type(None))) else 0 for v in values]
+    return out
+
+
+def _s(at: int | None, window: int | None) -> float | None:
+    """A moment's seconds into the window."""
+    return None if at is None or window is None else round((at - window) / 1e9, 3)
 
 
 def _floors(fo, keys: np.ndarray, keyspace: int) -> tuple[np.ndarray, str | None]:
@@ -35,7 +53,6 @@ def _durable(fo, keys: np.ndarray) -> tuple[np.ndarray | None, str | None]:
     from valkeytrace.workload import powercut
     from valkeytrace.workload.boundary import listing
     from valkeytrace.workload.durability_check import plain_server
-    from valkeytrace.workload.failover import sequences
 
     pc = fo.cut
     if pc is None:
@@ -44,7 +61,7 @@ def _durable(fo, keys: np.ndarray) -> tuple[np.ndarray | None, str | None]:
     work = tempfile.mkdtemp(prefix="valkeytrace-failover-")
     try:
         files = listing(node.where[0], (node.where[1],))
-        side, kept, _ = powercut._side(pc, node, files, fo.marks["kill"])
+        side, kept, _ = powercut._side(pc, node, files, fo.marks.kill)
         powercut.build(node.where[0], work, {k: v for k, v in kept[side].items() if v is not None})
         binary = fo.cluster.primary(fo.shard).target.binary
         with plain_server(binary, work, {**node.settings, "appenddirname": node.where[1]}) as client:
@@ -62,9 +79,11 @@ def _examples(keys: np.ndarray, mask: np.ndarray, what: str, **columns: np.ndarr
 
 def witness(fo, keyspace: int) -> dict:
     """runs[].failover (recording.model.Failover)."""
-    kill, ack = fo.marks.get("kill"), fo.marks.get("first_ack")
-    out: dict = {"shard": fo.shard, "killed_at_s": _s(fo, "kill"), "promoted": fo.promoted_seq is not None,
-                 "promoted_port": fo.new_port, "promoted_at_s": _s(fo, "promoted"), "first_ack_at_s": _s(fo, "first_ack"),
+    m = fo.marks
+    kill, ack = m.kill, m.first_ack
+    out: dict = {"shard": fo.shard, "killed_at_s": _s(kill, m.window), "promoted": fo.promoted_seq is not None,
+                 "promoted_port": fo.new_port, "promoted_at_s": _s(m.promoted, m.window),
+                 "first_ack_at_s": _s(ack, m.window),
                  "unavailable_ms": round((ack - kill) / 1e6, 1) if kill and ack else None,
                  "acked": 0, "acked_missing": 0, "promoted_dirty": 0, "examples": []}
     errors = [fo.error]
@@ -77,11 +96,10 @@ def witness(fo, keyspace: int) -> dict:
         errors.append(why)
         kill_seq = np.uint64(kill + fo.epoch)
         dirty = (promoted > durable) & (promoted <= kill_seq) if durable is not None else np.zeros(keys.size, bool)
-        out.update(acked=int((floors > 0).sum()), acked_missing=int(missing.sum()), promoted_dirty=int(dirty.sum()),
+        out.update(acked=int((floors > 0).sum()), acked_missing=int(missing.sum()),
+                   promoted_dirty=int(dirty.sum()) if durable is not None else None,
                    examples=_examples(keys, missing, "acked_missing", acked_floor=floors, promoted=promoted)
                    + _examples(keys, dirty, "promoted_dirty", promoted=promoted,
                                durable=durable if durable is not None else promoted))
-        if durable is None:
-            out["promoted_dirty"] = None
     error = "; ".join(e for e in errors if e)
     return {**out, **({"error": error} if error else {})}
