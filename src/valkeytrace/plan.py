@@ -37,6 +37,7 @@ class ServerPlan:
     cluster: int = 0                   # --cluster N: N primaries (each with `replicas` replicas), cluster-enabled
     cluster_node_timeout_ms: int = 15000  # --cluster-node-timeout
     failover: str = ""                 # --failover SHARD@T: that shard's primary killed T s into the window
+    cluster_seed: str = ""             # --cluster-seed HOST:PORT: a running cluster (attach_pid: its node traced first)
 
     @property
     def launched(self) -> bool:
@@ -318,6 +319,23 @@ class RecordOptions:
     cluster: int = 0
     cluster_node_timeout: int = 15000
     failover: str | None = None
+    cluster_seed: str | None = None
+
+
+def _seed_pid(o: RecordOptions) -> int:
+    """--cluster-seed: the pid of the first primary (in slot order) that runs on this host, the recording's server."""
+    from valkeytrace.server.cluster import discover
+
+    if o.cluster or o.attach_pid or o.server_command or o.failover:
+        raise VTUsageError("--cluster-seed records a running cluster: not with --cluster, --attach, a SERVER_COMMAND "
+                           "or --failover")
+    assert o.cluster_seed is not None
+    _, shards = discover(o.cluster_seed)
+    pid = next((pid for nodes in shards for _, _, role, pid in nodes if pid and role == "primary"), None)
+    if pid is None:
+        raise VTUsageError(f"--cluster-seed {o.cluster_seed}: no primary of the cluster runs on this host (valkeytrace "
+                           "traces the nodes here)")
+    return pid
 
 
 def parse_failover(spec: str, shards: int) -> tuple[int, float]:
@@ -370,6 +388,8 @@ def build(o: RecordOptions) -> RecordPlan:
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
 
+    if o.cluster_seed:
+        o = dataclasses.replace(o, attach_pid=_seed_pid(o))
     if (o.server_command or o.attach_pid) and o.embedded_only_given:
         given = ", ".join(f"--{p.replace('_', '-')}" for p in o.embedded_only_given)
         raise VTUsageError(f"{given} only shape the embedded server; with a SERVER_COMMAND or --attach, "
@@ -391,7 +411,8 @@ def build(o: RecordOptions) -> RecordPlan:
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=o.server_binary, command=tuple(o.server_command), attach_pid=o.attach_pid,
                         as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas, cluster=o.cluster,
-                        cluster_node_timeout_ms=o.cluster_node_timeout, failover=o.failover or "")
+                        cluster_node_timeout_ms=o.cluster_node_timeout, failover=o.failover or "",
+                        cluster_seed=o.cluster_seed or "")
     _check_load_options(o)
     replica_delay = None if o.replica_delay_spec is None else (
         {} if o.replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(o.replica_delay_spec))

@@ -238,10 +238,10 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, ou
 def _others(plan: RecordPlan, p: "_Parts", target: Target, run_as) -> None:
     """The launch's other servers: a cluster's nodes (--cluster) or the replicas (--replicas), synced."""
     s = plan.server
-    if s.cluster:
+    if s.cluster or s.cluster_seed:
         from valkeytrace import cluster_run
 
-        p.cluster = cluster_run.launch(plan, target, run_as, p.cut)
+        p.cluster = cluster_run.launch(plan, target, run_as, p.cut) if s.cluster else cluster_run.attach(plan, target)
     elif s.replicas:
         p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
 
@@ -255,13 +255,17 @@ def _failover_cut(plan: RecordPlan, env: dict, run_as):
     return cut, cut.environment(env, run_as) if plan.server.failover.startswith("0@") else env
 
 
-def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut) -> None:
+def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut, echo) -> None:
     """record --cluster: the recording's `cluster`, the other nodes traced beside, the load by slot, and under
     --failover the shard's primary killed inside the window (workload/failover.py)."""
     from valkeytrace.workload import placement
 
     recorder.doc["cluster"] = parts.cluster.describe()
-    if recorder.target.pid and recorder.client is not None and (moved := os.sched_getaffinity(recorder.target.pid)):
+    remote = [f"{n.target.host}:{n.target.port}" for n in parts.cluster.nodes if not n.target.pid]
+    if remote:
+        echo(f"note: --cluster-seed: not on this host, measured only from the clients: {', '.join(remote)}")
+    launched = plan.server.launched
+    if launched and recorder.target.pid and recorder.client is not None and (moved := os.sched_getaffinity(recorder.target.pid)):
         for n in parts.cluster.nodes[1:]:  # every node where _place put shard 0's primary: off the clients' CPUs
             placement.pin(n.target.pid or 0, sorted(moved))
     recorder.cluster, recorder.shards = parts.cluster, parts.shards
@@ -435,7 +439,7 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, info, output, echo)
         recorder.stalls, doc = p.stalls, recorder.doc
         if p.cluster is not None:
-            _clustered(plan, recorder, p.cluster, p.cut)
+            _clustered(plan, recorder, p.cluster, p.cut, echo)
         doc["timing"] = timing
         recorder.checkpoint()
         recorder.acked = p.acked = _acked_writes(plan, p.cut)

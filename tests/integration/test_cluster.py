@@ -53,3 +53,38 @@ def test_failover_without_a_cluster_or_replicas_is_one_line(tmp_path):
     res = vt("record", "--cluster", "3", "--failover", "0@2", "--workload", "write-only", "--rate", "1000",
              "-o", tmp_path / "x.vtrace")
     assert res.returncode != 0 and "--replicas" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_running_cluster_found_from_a_seed_is_loaded_by_slot_and_left_running(tmp_path):
+    """--cluster-seed: a cluster the test launched itself (server/cluster.py, 2 primaries) recorded from one node's
+    address: both found and traced, the keys written to the node owning their slot (the test reads them back from
+    each node), and both nodes still running after."""
+    from valkey.crc import key_slot
+
+    from valkeytrace.server.cluster import Cluster, node_config
+    from valkeytrace.server.process import EmbeddedServer
+
+    first = EmbeddedServer(io_threads=1, server_config=node_config({}, 5000))
+    cl = Cluster(2, 0, 5000)
+    try:
+        cl.launch(first, lambda shard, role: (EmbeddedServer(io_threads=1, server_config=node_config({}, 5000)), None))
+        out = tmp_path / "s.vtrace"
+        res = vt("record", "--cluster-seed", f"127.0.0.1:{cl.primary(1).target.port}", "--workload", "write-only",
+                 "--sizes", "64", "--repeat", "1", "--duration", "1", "--keyspace", "400", "--write-clients", "4",
+                 "--backend", "ebpf", "-o", out, timeout=300)
+        skip_unless_recorded(res)
+        doc = recfmt.read(out)
+        assert [n["traced"] for n in doc["cluster"]["nodes"]] == [True, True]
+        assert {n["pid"] for n in doc["cluster"]["nodes"]} == {first.pid, cl.primary(1).target.pid}
+        assert doc["server"]["pid"] == first.pid  # the first primary in slot order is the recording's server
+        run = doc["runs"][0]
+        assert run["status"] == "ok" and all(s["ops"]["SET"]["errors"] == 0 for s in run["shards"]), run.get("error")
+        assert run["node_windows"][0]["pid"] == cl.primary(1).target.pid
+        for shard in (0, 1):  # each node holds exactly the keyspace's keys of its slots that were written
+            c = cl.primary(shard).target.client()
+            keys = {k.decode() for k in c.scan_iter(count=1000)}
+            assert keys and all((key_slot(k.encode()) >= 8192) == bool(shard) for k in keys)
+        assert first.alive() and cl.primary(1).target.alive()
+    finally:
+        cl.stop()
+        first.stop()

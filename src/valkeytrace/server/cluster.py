@@ -42,14 +42,17 @@ def slot_ranges(n: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1] - 1) for i in range(n)]
 
 
-def key_shards(keyspace: int, n: int) -> np.ndarray:
-    """For key:000000000000 .. keyspace - 1, the shard whose slots hold it."""
+def key_shards(keyspace: int, ranges: list[list[tuple[int, int]]]) -> np.ndarray:
+    """For key:000000000000 .. keyspace - 1, the shard (its index in ranges: each shard's slot ranges) whose slots
+    hold it (-1: a slot no shard serves)."""
     from valkey.crc import key_slot
 
-    ranges = slot_ranges(n)
-    firsts = np.array([a for a, _ in ranges])
+    owner = np.full(SLOTS, -1, dtype=np.int64)
+    for shard, spans in enumerate(ranges):
+        for a, b in spans:
+            owner[a:b + 1] = shard
     slots = np.fromiter((key_slot(b"key:%012d" % i) for i in range(keyspace)), dtype=np.int64, count=keyspace)
-    return np.searchsorted(firsts, slots, side="right") - 1
+    return owner[slots]
 
 
 class _Known(msgspec.Struct):
@@ -87,6 +90,7 @@ class Cluster:
     replicas: int
     node_timeout_ms: int
     nodes: list[Node] = field(default_factory=list)
+    slots: list = field(default_factory=list)  # per shard its slot ranges [(first, last)]
     config_syncs: Any = None  # tracers.config_fsync.ConfigSyncs (a backend that loads eBPF)
 
     def primaries(self) -> list[Node]:
@@ -99,6 +103,7 @@ class Cluster:
     def launch(self, first, make_node: Callable[[int, str], tuple[Any, Any]]) -> None:
         """first: shard 0's primary, launched; make_node(shard, role) -> (target, tracer) launches one more node."""
         self.nodes.append(Node(0, "primary", first))
+        self.slots = [[r] for r in slot_ranges(self.shards)]
         for shard in range(self.shards):
             if shard:
                 self.nodes.append(Node(shard, "primary", *make_node(shard, "primary")))
@@ -110,7 +115,7 @@ class Cluster:
         for n in self.nodes:
             n.node_id = n.target.client().execute_command("CLUSTER MYID")
             n.node_id = n.node_id.decode() if isinstance(n.node_id, bytes) else n.node_id
-        for p, (a, b) in zip(self.primaries(), slot_ranges(self.shards)):
+        for p, ((a, b),) in zip(self.primaries(), self.slots):
             p.target.client().execute_command("CLUSTER ADDSLOTSRANGE", a, b)
         first = self.nodes[0].target
         for n in self.nodes[1:]:
@@ -183,12 +188,13 @@ class Cluster:
         """The recording's `cluster`: shards (slots, nodes), each node's role, port, pid, node id."""
         nodes = [{"shard": n.shard, "role": n.role, "port": n.target.port, "pid": n.target.pid, "node_id": n.node_id,
                   "traced": n.tracer is not None or n is self.nodes[0]} for n in self.nodes]
-        return {"shards": [{"shard": i, "slots": [list(r)], "primary_port": self.primary(i).target.port,
+        return {"shards": [{"shard": i, "slots": [list(r) for r in spans], "primary_port": self.primary(i).target.port,
                             "ports": [n.target.port for n in self.nodes if n.shard == i]}
-                           for i, r in enumerate(slot_ranges(self.shards))],
-                "nodes": nodes, "replicas": self.replicas, "node_timeout_ms": self.node_timeout_ms}
+                           for i, spans in enumerate(self.slots)],
+                "nodes": nodes, "replicas": self.replicas, "node_timeout_ms": self.node_timeout_ms or None}
 
     def stop(self) -> None:
+        """The launched nodes stopped (an attached cluster's are only observed: their stop() does nothing)."""
         if self.config_syncs is not None:
             self.config_syncs.close()
             self.config_syncs = None
@@ -206,3 +212,91 @@ def keys_file(directory: str, keys: np.ndarray, shard: int) -> str:
     path = os.path.join(directory, f"shard-{shard}.keys")
     keys.astype(np.uint32).tofile(path)
     return path
+
+
+# -- record --cluster-seed: a running cluster, found from one of its nodes ----------------------------------------
+class _ShardNode(msgspec.Struct):
+    """A node of a CLUSTER SHARDS entry."""
+    id: str = ""
+    port: int = 0
+    ip: str = ""
+    endpoint: str = ""
+    role: str = ""
+    health: str = ""
+
+
+def _pairs(x: list) -> dict:
+    """A RESP2 flat [key, value, ...] list as a dict, its keys decoded."""
+    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in zip(x[::2], x[1::2])}
+
+
+def shards_of(client) -> list[tuple[list[tuple[int, int]], list[_ShardNode]]]:
+    """CLUSTER SHARDS: each shard's slot ranges and its nodes (the primary first), shards in slot order."""
+    out = []
+    for raw in client.execute_command("CLUSTER SHARDS"):
+        entry = dict(zip([k.decode() if isinstance(k, bytes) else k for k in raw[::2]], raw[1::2]))
+        spans = [int(v) for v in next((v for k, v in entry.items() if k == "slots"), [])]
+        nodes = msgspec.convert([_pairs(n) for v in (v for k, v in entry.items() if k == "nodes") for n in v],
+                                list[_ShardNode], strict=False)
+        if spans:
+            nodes.sort(key=lambda n: n.role != "master")
+            out.append((list(zip(spans[::2], spans[1::2])), nodes))
+    return sorted(out, key=lambda s: s[0][0])
+
+
+def local_pid(host: str, port: int) -> int | None:
+    """The pid of the process listening on port when host is this host's, else None."""
+    import ipaddress
+    import psutil
+
+    try:
+        here = ipaddress.ip_address(host).is_loopback or host in {a.address for addrs in psutil.net_if_addrs().values()
+                                                                   for a in addrs}
+    except ValueError:
+        here = host == "localhost"
+    if not here:
+        return None
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return c.pid
+    return None
+
+
+class RemoteNode:
+    """A node on another host: measured only from the clients (no pid, nothing to trace or stop)."""
+    mode, pid, workdir, binary = "remote", None, None, None
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+
+    def client(self):
+        from valkeytrace.server.process import connect
+
+        return connect(self.host, self.port)
+
+    def gone(self):
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+def discover(seed: str) -> tuple[list, list]:
+    """--cluster-seed HOST:PORT: (per shard its slot ranges, per shard its nodes as (host, port, role, pid or None)),
+    shards in slot order; VTUsageError when the seed does not answer as a cluster node."""
+    from valkeytrace.errors import VTUsageError
+    from valkeytrace.server.process import connect
+
+    host, _, port = seed.rpartition(":")
+    try:
+        found = shards_of(connect(host or "127.0.0.1", int(port)))
+    except ValueError:
+        raise VTUsageError(f"--cluster-seed {seed!r}: expected HOST:PORT") from None
+    except Exception as exc:
+        raise VTUsageError(f"--cluster-seed {seed}: CLUSTER SHARDS did not answer: {exc}") from None
+    if not found:
+        raise VTUsageError(f"--cluster-seed {seed}: the cluster has no slots assigned")
+    return ([spans for spans, _ in found],
+            [[(n.endpoint or n.ip or host, n.port, "primary" if n.role == "master" else "replica",
+               local_pid(n.endpoint or n.ip or host, n.port)) for n in nodes if n.health != "fail"] for _, nodes in found])
