@@ -248,6 +248,8 @@ def _single(console, inp: ReportInput) -> None:
             if o.median.offered_rate:
                 notes.append(f"{cell.workload} {size} {op}: {open_note(o)}")
     console.print(t)
+    if run.failover is not None:
+        notes.append(failover_line(run.failover))
     for n in notes:
         console.print("  " + escape(n))
     for ct in client_tables(inp, short=True):
@@ -261,6 +263,18 @@ def _single(console, inp: ReportInput) -> None:
             console.print(f"[bold]{e.workload} {e.value_size} B {e.op} p50[/bold]"
                           + (f" [cyan]({tag})[/cyan]" if tag else ""))
             console.print("  " + escape(claim(e)))
+
+
+def failover_line(f) -> str:
+    """record --failover in one line: the timeline and the witness."""
+    if not f.promoted:
+        return f"failover of shard {f.shard}: killed at {f.killed_at_s} s, no replica promoted ({f.error or 'none took a write'})"
+    dirty = ("not built" if f.promoted_dirty is None else f"{f.promoted_dirty:,} keys the new primary holds at a write "
+             "sent before the kill that the dead primary's disk, cut at its last completed sync, lacks")
+    return (f"failover of shard {f.shard}: its primary killed {f.killed_at_s:.2f} s into the window, its replica (port "
+            f"{f.promoted_port}) promoted at {f.promoted_at_s:.2f} s, the first write acknowledged {f.unavailable_ms:,.0f} ms "
+            f"after the kill (the shard's clients could not write in between; its client ended at the kill); acknowledged "
+            f"writes lost: {f.acked_missing:,} of {f.acked:,} keys; promoted dirty: {dirty}")
 
 
 def _shards_note(cell, op: str, size: str) -> str:
