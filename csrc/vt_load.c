@@ -127,7 +127,7 @@ static struct lconn *pick(struct loader *l, int *pipelined)
     while (l->idle_n) {
         struct lconn *c = &l->c[l->idle[--l->idle_n]];
         c->idle = 0;
-        if (c->qt == c->qh)
+        if (c->qt == c->qh && c->fd >= 0)
             return c;
     }
     if (l->n < (uint32_t)l->cfg->max_conns && open_conn(l) == 0) {
@@ -431,7 +431,13 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
                 ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
                 if (r > 0)
                     parse(&l, c, buf, (size_t)r, now);
-                else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                else if (cfg->survive && (r == 0 || (errno != EAGAIN && errno != EINTR))) {
+                    epoll_ctl(l.ep, EPOLL_CTL_DEL, c->fd, NULL); /* its server is gone: never picked again */
+                    close(c->fd);
+                    c->fd = -1;
+                    res->errors += c->qt - c->qh;
+                    c->qh = c->qt;
+                } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
                     res->error = r == 0 ? ECONNRESET : errno;
                     snprintf(res->message, sizeof(res->message), "the server closed a connection (%s)",
                              strerror(res->error));

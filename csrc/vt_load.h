@@ -59,6 +59,8 @@ struct vt_load_config {
     const uint32_t *keys;   /* record --cluster: the key numbers drawn from (a shard's: their slots on its node); NULL:
                              * 0 .. keyspace - 1 */
     uint32_t nkeys;
+    int survive;            /* record --failover: a connection its server closes is dropped (what it had in flight
+                             * counted in errors) and the run goes on without it, not ended */
 };
 
 struct vt_load_result {

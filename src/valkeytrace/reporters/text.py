@@ -273,7 +273,7 @@ def failover_line(f) -> str:
              "sent before the kill that the dead primary's disk, cut at its last completed sync, lacks")
     return (f"failover of shard {f.shard}: its primary killed {f.killed_at_s:.2f} s into the window, its replica (port "
             f"{f.promoted_port}) promoted at {f.promoted_at_s:.2f} s, the first write acknowledged {f.unavailable_ms:,.0f} ms "
-            f"after the kill (the shard's clients could not write in between; its client ended at the kill); acknowledged "
+            f"after the kill (the shard's clients could not write in between: its client's connections closed at the kill, the rest of its requests unanswered, counted in its row); acknowledged "
             f"writes lost: {f.acked_missing:,} of {f.acked:,} keys; promoted dirty: {dirty}")
 
 

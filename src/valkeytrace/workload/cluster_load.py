@@ -57,7 +57,7 @@ def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_en
     if failover is not None:
         failover.acked_path = shards[failover.shard].keys_path + ".acked"
         specs[failover.shard] = dataclasses.replace(specs[failover.shard], acked_path=failover.acked_path,
-                                                    seq_epoch=failover.epoch)
+                                                    seq_epoch=failover.epoch, survive=True)
     clients = [OpenLoopClient(spec, cpus=cpus) for spec in specs]
     edges = _Edges(len(clients), on_start, on_end)
     if failover is not None:
