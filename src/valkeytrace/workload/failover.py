@@ -4,8 +4,9 @@ its replica promoted by the cluster, and the witness of what the promotion kept 
 Timeline: the kill; the promotion (a replica of the shard says role:master, polled every few ms); the first write
 the new primary acknowledged (a witness SET of a key of the shard's slots outside the keyspace, tried on each
 replica until one takes it: before the promotion they answer MOVED). unavailable_ms runs from the kill to that
-acknowledgment: the shard's clients could not write in between (their client, connected to the dead primary,
-ends at the kill; the other shards' go on).
+acknowledgment: the shard's clients could not write in between (their client's connections to the dead primary
+close at the kill: cluster_load's failover shard survives it, its later requests unanswered; the other shards' go
+on).
 
 The witness, once the new primary acknowledged: every key of the shard read from it (`promoted`), the values'
 sequences (the shard's client writes each SET's sequence, CLOCK_MONOTONIC plus an epoch, in its first 16 bytes,
