@@ -146,6 +146,18 @@ def _shard_rows(c, op: str, size: str) -> list:
              "shard") for s in c.shards if op in s.ops]
 
 
+def failover_line(f) -> str:
+    """record --failover in one line: the timeline and the witness."""
+    if not f.promoted:
+        return f"failover of shard {f.shard}: killed at {f.killed_at_s} s, no replica promoted ({f.error or 'none took a write'})"
+    dirty = ("not built" if f.promoted_dirty is None else f"{f.promoted_dirty:,} keys the new primary holds at a write "
+             "sent before the kill that the dead primary's disk, cut at its last completed sync, lacks")
+    return (f"failover of shard {f.shard}: its primary killed {f.killed_at_s:.2f} s into the window, its replica (port "
+            f"{f.promoted_port}) promoted at {f.promoted_at_s:.2f} s, the first write acknowledged {f.unavailable_ms:,.0f} ms "
+            f"after the kill (the shard's clients could not write in between: its client's connections closed at the kill, the rest of its requests unanswered, counted in its row); acknowledged "
+            f"writes lost: {f.acked_missing:,} of {f.acked:,} keys; promoted dirty: {dirty}")
+
+
 def _compare_rows(inp: ReportInput, workload: str, names: tuple, predicted_label: str) -> list:
     base, cmp = inp.baseline, inp.comparison
     assert cmp is not None  # client_tables: a compare's rows only

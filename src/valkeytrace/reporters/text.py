@@ -20,7 +20,7 @@ from valkeytrace.reporters.memory_words import MemoryTable, durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, client_note, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
-from valkeytrace.reporters.clients import ClientTable, client_tables, open_note, side_names
+from valkeytrace.reporters.clients import ClientTable, client_tables, failover_line, open_note, side_names
 from valkeytrace.reporters.claims import claim, gap_text, say
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
@@ -263,18 +263,6 @@ def _single(console, inp: ReportInput) -> None:
             console.print(f"[bold]{e.workload} {e.value_size} B {e.op} p50[/bold]"
                           + (f" [cyan]({tag})[/cyan]" if tag else ""))
             console.print("  " + escape(claim(e)))
-
-
-def failover_line(f) -> str:
-    """record --failover in one line: the timeline and the witness."""
-    if not f.promoted:
-        return f"failover of shard {f.shard}: killed at {f.killed_at_s} s, no replica promoted ({f.error or 'none took a write'})"
-    dirty = ("not built" if f.promoted_dirty is None else f"{f.promoted_dirty:,} keys the new primary holds at a write "
-             "sent before the kill that the dead primary's disk, cut at its last completed sync, lacks")
-    return (f"failover of shard {f.shard}: its primary killed {f.killed_at_s:.2f} s into the window, its replica (port "
-            f"{f.promoted_port}) promoted at {f.promoted_at_s:.2f} s, the first write acknowledged {f.unavailable_ms:,.0f} ms "
-            f"after the kill (the shard's clients could not write in between: its client's connections closed at the kill, the rest of its requests unanswered, counted in its row); acknowledged "
-            f"writes lost: {f.acked_missing:,} of {f.acked:,} keys; promoted dirty: {dirty}")
 
 
 def _shards_note(cell, op: str, size: str) -> str:
