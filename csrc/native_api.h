@@ -231,6 +231,9 @@ struct vt_load_config {
     uint64_t *reads;
     uint64_t reads_cap;
     uint64_t seq_epoch;
+    const uint32_t *keys;
+    uint32_t nkeys;
+    int survive;
 };
 
 struct vt_reader_stats {

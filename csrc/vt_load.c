@@ -127,7 +127,7 @@ static struct lconn *pick(struct loader *l, int *pipelined)
     while (l->idle_n) {
         struct lconn *c = &l->c[l->idle[--l->idle_n]];
         c->idle = 0;
-        if (c->qt == c->qh)
+        if (c->qt == c->qh && c->fd >= 0)
             return c;
     }
     if (l->n < (uint32_t)l->cfg->max_conns && open_conn(l) == 0) {
@@ -177,7 +177,8 @@ static void flush(struct loader *l, struct lconn *c, uint64_t now)
 static int send_on(struct loader *l, struct lconn *c, uint64_t due, uint64_t now, int pipelined)
 {
     char key[20];
-    uint32_t k = (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
+    uint32_t k = l->cfg->keys && l->cfg->nkeys ? l->cfg->keys[vt_rand(&l->rng) % l->cfg->nkeys]
+                                              : (uint32_t)(vt_rand(&l->rng) % (l->cfg->keyspace ? l->cfg->keyspace : 1));
     uint64_t seq = 0, floor = 0;
     uint32_t node = 0;
     snprintf(key, sizeof(key), "%012u", (unsigned)k);
@@ -430,7 +431,13 @@ int vt_load_run(const struct vt_load_config *cfg, struct vt_load_result *res)
                 ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
                 if (r > 0)
                     parse(&l, c, buf, (size_t)r, now);
-                else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                else if (cfg->survive && (r == 0 || (errno != EAGAIN && errno != EINTR))) {
+                    epoll_ctl(l.ep, EPOLL_CTL_DEL, c->fd, NULL); /* its server is gone: never picked again */
+                    close(c->fd);
+                    c->fd = -1;
+                    res->errors += c->qt - c->qh;
+                    c->qh = c->qt;
+                } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
                     res->error = r == 0 ? ECONNRESET : errno;
                     snprintf(res->message, sizeof(res->message), "the server closed a connection (%s)",
                              strerror(res->error));

@@ -56,6 +56,11 @@ struct vt_load_config {
     uint64_t reads_cap;
     uint64_t seq_epoch;     /* a SET's sequence: CLOCK_MONOTONIC's ns plus this (the launch's, one for all its runs:
                              * its wall clock minus its CLOCK_MONOTONIC, taken once), so a clock step never reorders */
+    const uint32_t *keys;   /* record --cluster: the key numbers drawn from (a shard's: their slots on its node); NULL:
+                             * 0 .. keyspace - 1 */
+    uint32_t nkeys;
+    int survive;            /* record --failover: a connection its server closes is dropped (what it had in flight
+                             * counted in errors) and the run goes on without it, not ended */
 };
 
 struct vt_load_result {

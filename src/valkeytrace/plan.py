@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from valkeytrace.errors import VTUsageError
 from valkeytrace.recorder import Settings
 
-EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary", "port", "replicas")
+EMBEDDED_ONLY = ("appendfsync", "io_threads", "server_config", "server_binary", "port", "replicas", "cluster")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,10 @@ class ServerPlan:
     as_root: bool = False
     timeout_s: float = 15.0
     replicas: int = 0                  # --replicas N: replicas of the embedded server, launched and traced
+    cluster: int = 0                   # --cluster N: N primaries (each with `replicas` replicas), cluster-enabled
+    cluster_node_timeout_ms: int = 15000  # --cluster-node-timeout
+    failover: str = ""                 # --failover SHARD@T: that shard's primary killed T s into the window
+    cluster_seed: str = ""             # --cluster-seed HOST:PORT: a running cluster (attach_pid: its node traced first)
 
     @property
     def launched(self) -> bool:
@@ -325,10 +329,57 @@ class RecordOptions:
     offload_design: str = "bio-write"
     verify_durability: str = ""
     torn: bool = False
+    cluster: int = 0
+    cluster_node_timeout: int = 15000
+    failover: str | None = None
+    cluster_seed: str | None = None
+
+
+def _seed_pid(o: RecordOptions) -> int:
+    """--cluster-seed: the pid of the first primary (in slot order) that runs on this host, the recording's server."""
+    from valkeytrace.server.cluster import discover
+
+    if o.cluster or o.attach_pid or o.server_command or o.failover:
+        raise VTUsageError("--cluster-seed records a running cluster: not with --cluster, --attach, a SERVER_COMMAND "
+                           "or --failover")
+    assert o.cluster_seed is not None
+    _, shards = discover(o.cluster_seed)
+    pid = next((pid for nodes in shards for _, _, role, pid in nodes if pid and role == "primary"), None)
+    if pid is None:
+        raise VTUsageError(f"--cluster-seed {o.cluster_seed}: no primary of the cluster runs on this host (valkeytrace "
+                           "traces the nodes here)")
+    return pid
+
+
+def parse_failover(spec: str, shards: int) -> tuple[int, float]:
+    """--failover SHARD@T: (shard, seconds into the window); VTUsageError when it does not parse or fit."""
+    shard, _, at = spec.partition("@")
+    try:
+        out = (int(shard), float(at))
+    except ValueError:
+        raise VTUsageError(f"--failover {spec!r}: expected SHARD@SECONDS, e.g. 0@2") from None
+    if not 0 <= out[0] < shards or out[1] < 0:
+        raise VTUsageError(f"--failover {spec}: the shard must be 0 to {shards - 1} (--cluster {shards}), T at least 0")
+    return out
+
+
+def _check_cluster(o: RecordOptions) -> None:
+    if o.failover and not o.cluster:
+        raise VTUsageError("--failover kills a shard's primary: it needs --cluster N")
+    if o.failover:
+        parse_failover(o.failover, o.cluster)
+        if not o.replicas:
+            raise VTUsageError("--failover promotes a replica: it needs --replicas 1 or more")
+        if tuple(o.workloads) != ("write-only",) or not o.rates:
+            raise VTUsageError("--failover runs in the open-loop write-only window: give --workload write-only --rate R")
+    if o.cluster and (o.verify_durability or o.replica_get_clients or o.set_rate or o.sensitivity_spec):
+        raise VTUsageError("--cluster does not combine with --verify-durability, --replica-get-clients, --set-rate "
+                           "or --fsync-sensitivity yet")
 
 
 def _check_load_options(o: RecordOptions) -> None:
     """The options that shape the load and the replicas, against each other (VTUsageError)."""
+    _check_cluster(o)
     if o.replica_get_clients and (not o.replicas or "write-only" not in o.workloads):
         raise VTUsageError("--replica-get-clients reads from a replica while the writers write: it needs --replicas N "
                            "and --workload write-only (or all)")
@@ -350,6 +401,8 @@ def build(o: RecordOptions) -> RecordPlan:
     from valkeytrace.tracers.factory import resolve_backend
     from valkeytrace.workload import placement
 
+    if o.cluster_seed:
+        o = dataclasses.replace(o, attach_pid=_seed_pid(o))
     if (o.server_command or o.attach_pid) and o.embedded_only_given:
         given = ", ".join(f"--{p.replace('_', '-')}" for p in o.embedded_only_given)
         raise VTUsageError(f"{given} only shape the embedded server; with a SERVER_COMMAND or --attach, "
@@ -370,7 +423,9 @@ def build(o: RecordOptions) -> RecordPlan:
         _refuse_daemonize(list(o.server_command))
     server = ServerPlan(appendfsync=appendfsync, io_threads=io_threads, config=config, port=port,
                         binary=o.server_binary, command=tuple(o.server_command), attach_pid=o.attach_pid,
-                        as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas)
+                        as_root=o.as_root, timeout_s=o.server_timeout, replicas=o.replicas, cluster=o.cluster,
+                        cluster_node_timeout_ms=o.cluster_node_timeout, failover=o.failover or "",
+                        cluster_seed=o.cluster_seed or "")
     _check_load_options(o)
     replica_delay = None if o.replica_delay_spec is None else (
         {} if o.replica_delay_spec.strip().lower() in ("none", "0") else parse_fsync_delay(o.replica_delay_spec))

@@ -174,6 +174,9 @@ class Recorder:
         self.offload: Any = None   # tracers.offload.OffloadStats under record --emulate-offload
         self.replicas: Any = None  # server.replicas.ReplicaSet under record --replicas
         self.prober: Any = None    # workload.durability_probe.Prober under record --replicas
+        self.cluster: Any = None   # server.cluster.Cluster under record --cluster (its other nodes' tracers)
+        self.shards: tuple = ()    # and its routes (workload.cluster_load.Shard)
+        self.failover: Any = None  # record --failover: workload.failover.Failover
         self.acked: Any = None     # workload.durability_check.AckedWrites under record --verify-durability
         self.stalls: Any = None    # tracers.stalls.StallLog under --inject-fsync-delay ...,stall:S/P
         self._cpu: list[system.CpuSnapshot] = []  # the window's CPU snapshots, at its edges
@@ -223,8 +226,7 @@ class Recorder:
                 requests = workload in REQUEST_WINDOWS or (workload == "none" and replicating(self.doc.get("server") or {}))
                 observe = workload == "none"  # a server's own load only: cheap to leave attached
                 self.tracer.window_begin(requests=requests, observe=observe)
-                if self.replicas is not None:
-                    self.replicas.window_begin(requests=requests, observe=observe)
+                self._others_begin(requests, observe)
             if self.prober is not None:
                 self.prober.begin()
             loop[0] = view.eventloop()
@@ -249,8 +251,7 @@ class Recorder:
                 if gone:
                     metrics["server_exit"] = exit_record(gone, times[0], started)
                 run["server"] = metrics
-                if self.replicas is not None:
-                    run["replicas"] = self.replicas.window_end()
+                self._others_end(run)
             seen = None
             if gone:
                 run["server_exit"] = exit_record(gone, times[0], started)
@@ -262,6 +263,19 @@ class Recorder:
             if loop[2] is not None:  # last: its INFO thread may wait on a stalled server; the window has ended
                 run["memory"] = loop[2].stop()
         return begin, end
+
+    def _others_begin(self, requests: bool, observe: bool) -> None:
+        """The other servers' tracers' windows begin: the replicas', a cluster's other nodes'."""
+        for extra in (self.replicas, self.cluster):
+            if extra is not None:
+                extra.window_begin(requests=requests, observe=observe)
+
+    def _others_end(self, run: dict) -> None:
+        if self.replicas is not None:
+            run["replicas"] = self.replicas.window_end()
+        if self.cluster is not None:  # in the order of the recording's cluster.nodes, shard 0's primary left out
+            run["node_windows"] = self.cluster.window_end()
+            run["config_fsync"] = self.cluster.config_window()
 
     def _memory_sampler(self):
         """The window's memory sampler (tracers/memory.py), started; None without a server process to read."""
@@ -291,7 +305,9 @@ class Recorder:
                                              arrival=s.arrival, set_rate=s.set_rate, pool=s.pool, acked=self.acked,
                                              stall_log=self.stalls.path if self.stalls is not None else None,
                                              replica_port=self.replicas.targets[0].port if self.replicas else None,
-                                             replica_readers=s.replica_get_clients, window_accept=s.window_accept)
+                                             replica_readers=s.replica_get_clients, window_accept=s.window_accept,
+                                             shards=self.shards,
+                                             failover=self.failover)
         sc = scenarios.scenario(workload, load)
         if isinstance(sc, scenarios.Observe):
             sc.wait = self.target.wait_exit
@@ -430,8 +446,9 @@ class Recorder:
                 self.checkpoint()
             else:
                 self.tracer.start(self.target)
-            if self.replicas is not None:
-                self.replicas.start()
+            for extra in (self.replicas, self.cluster):
+                if extra is not None:
+                    extra.start()
             timing = self.doc.get("timing")
             if isinstance(timing, dict):
                 timing["tracer_ready"] = time.time()

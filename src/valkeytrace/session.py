@@ -103,7 +103,11 @@ def _launch(plan: RecordPlan, env: dict, run_as) -> Target:
     if s.command:
         return srv.CommandServer(list(s.command), env=env, run_as=run_as, ready_timeout_s=s.timeout_s)
     config = s.config
-    if s.replicas and not any(k.startswith("repl-diskless-sync") for k in config):
+    if s.cluster:
+        from valkeytrace.server.cluster import node_config
+
+        config = node_config(config, s.cluster_node_timeout_ms)
+    elif s.replicas and not any(k.startswith("repl-diskless-sync") for k in config):
         # its replicas are ours and all start now: their full sync begins once all have connected, not after
         # repl-diskless-sync-delay (5 s by default, waiting for more; a replica synced in 6.1 s, 1.1 s with this)
         config = {**config, "repl-diskless-sync-max-replicas": str(s.replicas)}
@@ -232,6 +236,52 @@ def _recorder(plan: RecordPlan, parts: tuple, server: dict, info: ServerInfo, ou
     return recorder
 
 
+def _others(plan: RecordPlan, p: "_Parts", target: Target, run_as) -> None:
+    """The launch's other servers: a cluster's nodes (--cluster) or the replicas (--replicas), synced."""
+    s = plan.server
+    if s.cluster or s.cluster_seed:
+        from valkeytrace import cluster_run
+
+        p.cluster = cluster_run.launch(plan, target, run_as, p.cut) if s.cluster else cluster_run.attach(plan, target)
+    elif s.replicas:
+        p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
+
+
+def _failover_cut(plan: RecordPlan, env: dict, run_as):
+    """--failover: the power-cut machinery's record of the failing shard's primary's syncs (workload/powercut.py),
+    and shard 0's primary's environment (with its shim's log when it is that primary)."""
+    from valkeytrace.workload.powercut import PowerCut
+
+    cut = PowerCut(plan.tracer.backend, False, delayed=bool(plan.emulation.fsync_delay))
+    return cut, cut.environment(env, run_as) if plan.server.failover.startswith("0@") else env
+
+
+def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut, echo) -> None:
+    """record --cluster: the recording's `cluster`, the other nodes traced beside, the load by slot, and under
+    --failover the shard's primary killed inside the window (workload/failover.py)."""
+    from valkeytrace.workload import placement
+
+    recorder.doc["cluster"] = parts.cluster.describe()
+    remote = [f"{n.target.host}:{n.target.port}" for n in parts.cluster.nodes if not n.target.pid]
+    if remote:
+        echo(f"note: --cluster-seed: not on this host, measured only from the clients: {', '.join(remote)}")
+    launched = plan.server.launched
+    if launched and recorder.target.pid and recorder.client is not None and (moved := os.sched_getaffinity(recorder.target.pid)):
+        for n in parts.cluster.nodes[1:]:  # every node where _place put shard 0's primary: off the clients' CPUs
+            placement.pin(n.target.pid or 0, sorted(moved))
+    recorder.cluster, recorder.shards = parts.cluster, parts.shards
+    if plan.server.failover:
+        from valkeytrace.plan import parse_failover
+        from valkeytrace.server.cluster import slot_ranges
+        from valkeytrace.workload.failover import Failover
+
+        shard, at_s = parse_failover(plan.server.failover, plan.server.cluster)
+        node = parts.cluster.primary(shard).target
+        cut.attach(0, node.pid or 0, node.port or 0, decode_as(node.describe(), ServerInfo).config)
+        recorder.failover = Failover(parts.cluster, shard, at_s, parts.shards[shard].keys_path,
+                                     slot_ranges(plan.server.cluster)[shard], cut)
+
+
 def _measure(plan: RecordPlan, recorder: Recorder, progress: Callable | None) -> bool:
     """The matrix; whether it was interrupted (what was measured is kept)."""
     try:
@@ -334,8 +384,17 @@ class _Parts:
     stalls: Any = None
     acked: Any = None
     cut: Any = None  # workload.powercut.PowerCut under --verify-durability power-cut
+    cluster: Any = None  # cluster_run.ClusterParts under record --cluster
+
+    def stop_servers(self) -> None:
+        """Every server of the launch stopped (what was recorded stays)."""
+        for x in (self.replicas, self.cluster.cluster if self.cluster is not None else None, self.target):
+            if x is not None:
+                x.stop()
 
     def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
         if self.replicas is not None:
             self.replicas.stop()
         if self.target is not None:
@@ -365,14 +424,13 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
     try:
         run_as = None if s.as_root else srv.invoking_user()
         env, p.offload, p.stalls = _environment(plan, p.tracer, run_as)
-        p.cut, env = _power_cut(plan, env, run_as)
+        p.cut, env = _power_cut(plan, env, run_as) if not s.failover else _failover_cut(plan, env, run_as)
         p.target = target = _launch(plan, env, run_as)
         server = target.describe()
         info = decode_as(server, ServerInfo)
-        if p.cut is not None:
+        if p.cut is not None and not s.failover:
             p.cut.attach(0, target.pid or 0, target.port or 0, info.config)
-        if s.replicas:
-            p.replicas = _replicas(plan, target, run_as, p.offload, p.cut)
+        _others(plan, p, target, run_as)
         timing = {"began": began, "server_ready": time.time()}
         if p.offload is not None:
             target.drain_state = p.offload.state
@@ -381,15 +439,15 @@ def run(plan: RecordPlan, progress: Callable | None = None, echo: Callable[[str]
         output = plan.output or f"valkeytrace-{_label(plan, info)}-{time.strftime('%Y%m%d-%H%M%S')}.vtrace"
         recorder = _recorder(plan, (target, client, p.tracer, p.offload, p.replicas), server, info, output, echo)
         recorder.stalls, doc = p.stalls, recorder.doc
+        if p.cluster is not None:
+            _clustered(plan, recorder, p.cluster, p.cut, echo)
         doc["timing"] = timing
         recorder.checkpoint()
         recorder.acked = p.acked = _acked_writes(plan, p.cut)
         interrupted = _measure(plan, recorder, progress)
         if p.acked is not None and not interrupted:
             _verify(target, info, recorder, echo, p.cut)
-        if p.replicas is not None:  # the server ends before the recording is written
-            p.replicas.stop()
-        target.stop()
+        p.stop_servers()  # the server ends before the recording is written
         timing["ended"] = time.time()
         _ended(doc, p.offload, p.tracer, interrupted, t_start, t.backend)
         try:

@@ -106,6 +106,16 @@ class AnalysedRun:
         return self.doc.nodes
 
     @property
+    def cluster(self):
+        """record --cluster: its shards and nodes (recording.model.Cluster), or None."""
+        return self.doc.cluster
+
+    @property
+    def failover(self):
+        """record --failover: the last run's (recording.model.Failover), or None."""
+        return next((r.failover for r in reversed(self.doc.runs) if r.failover is not None), None)
+
+    @property
     def complete(self) -> bool:
         return self.doc.complete
 

@@ -36,6 +36,7 @@ from valkeytrace import workloads
 from valkeytrace.analysis import launches
 from valkeytrace.analysis.intervals import ALPHA
 from valkeytrace.workloads import SATURATED_SHARE
+from valkeytrace.analysis.cluster import ConfigFsyncSummary, config_fsync, shard_summaries
 from valkeytrace.analysis.replication import Replication, replica_summaries, replication
 from valkeytrace.analysis.server import server_steal_ns, summarize_server
 from valkeytrace.analysis.summary import Durability, ServerSummary
@@ -146,6 +147,8 @@ class CellSummary:
     rate: float | None = None    # open loop (record --rate): the measured op's requests due per second
     pool: str | None = None      # open loop: "fixed" (connections, one request in flight each) or "grow"
     connections: int | None = None  # the fixed pool's connections
+    shards: list = field(default_factory=list)  # record --cluster: analysis.cluster.ShardSummary each
+    config_fsync: "ConfigFsyncSummary | None" = None  # record --cluster: the nodes' nodes.conf syncs
 
     @property
     def key(self) -> tuple:
@@ -331,7 +334,9 @@ def summarize(doc, extra_delay_ns: int = 0) -> list[CellSummary]:
         cells.append(CellSummary(workload, size, len(groups[key]), failed[key], ops, server,
                                  _cell_cpu(doc, groups[key]), per_repeat, reps, replication(groups[key], reps), rate,
                                  pool=load.pool if load else None,
-                                 connections=load.connections if load else None))
+                                 connections=load.connections if load else None,
+                                 shards=shard_summaries(doc, groups[key], lambda rs, op: _op_summary(rs, op, size)),
+                                 config_fsync=config_fsync(groups[key])))
     return cells
 
 

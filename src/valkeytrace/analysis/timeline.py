@@ -64,6 +64,8 @@ def run_timelines(doc, t_from_s: float | None = None, t_to_s: float | None = Non
                 if w.start_mono_ns is not None and server.start_mono_ns is not None else 0.0
             _threads_and_slices(rtl, w, lo - shift, hi - shift, shift)
             out.append(rtl)
+        out += _cluster_nodes(doc, run, name, server, lo, hi)
+        _failover_marks(tl, run)
         for op, res in run.ops.items():
             started = res.started_at or run.window_start
             for sec, rps, _mean in res.progress:
@@ -72,6 +74,38 @@ def run_timelines(doc, t_from_s: float | None = None, t_to_s: float | None = Non
                     tl.counters.append((f"client {op} rps ({res.role or ''})", round(ts, 3), rps, "rps"))
         _memory_counters(tl, run, lo, hi)
     return out
+
+
+def _cluster_nodes(doc, run, name: str, server: ServerWindow, lo: float, hi: float) -> list[RunTimeline]:
+    """record --cluster: every other node a process of its own beside shard 0's primary, on one host's clock."""
+    out = []
+    nodes = doc.cluster.nodes[1:] if doc.cluster is not None else []
+    for node, w in zip(nodes, run.node_windows):
+        if w is None:
+            continue
+        rtl = RunTimeline(f"{name} · shard {node.shard} {node.role} (port {node.port})")
+        shift = ((w.start_mono_ns or 0) - (server.start_mono_ns or 0)) / 1e3 \
+            if w.start_mono_ns is not None and server.start_mono_ns is not None else 0.0
+        _threads_and_slices(rtl, w, lo - shift, hi - shift, shift)
+        out.append(rtl)
+    return out
+
+
+FAILOVER_TID = 1 << 30  # the failover's marks: a track of their own in the run's process
+
+
+def _failover_marks(tl: RunTimeline, run) -> None:
+    """record --failover: the kill to the new primary's first acknowledged write, and the promotion, marked."""
+    f = run.failover
+    if f is None or f.killed_at_s is None:
+        return
+    tl.threads.append((FAILOVER_TID, f"failover of shard {f.shard}", -1))
+    at = (f.killed_at_s or 0.0) * 1e6
+    if f.unavailable_ms is not None:
+        tl.slices.append(Slice(FAILOVER_TID, at, f.unavailable_ms * 1e3, "shard unavailable (kill -> first ack)",
+                               "failover", "call"))
+    if f.promoted_at_s is not None:
+        tl.slices.append(Slice(FAILOVER_TID, f.promoted_at_s * 1e6, 1.0, "replica promoted", "failover", "call"))
 
 
 # runs[].memory's columns as counter tracks (tracers/memory.py): (column, track, unit)

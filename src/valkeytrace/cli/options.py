@@ -88,6 +88,11 @@ COMMON = [
     click.option("--replicas", type=click.IntRange(0, 4), default=0, show_default=True,
                  help="Embedded server only: launch N replicas of it on loopback (same binary and settings), "
                       "synced before the matrix and traced beside it; a side client times SET + WAITAOF."),
+    click.option("--cluster", type=click.IntRange(0, 8), default=0, show_default=True,
+                 help="Embedded server only: launch a Valkey cluster of N primaries (each with --replicas R) on loopback, "
+                      "the slots spread evenly; the load goes by slot, each shard's latency apart (cells[].shards)."),
+    click.option("--cluster-node-timeout", type=click.IntRange(100, 600000), default=15000, show_default=True,
+                 metavar="MS", help="With --cluster: every node's cluster-node-timeout (how soon a failover starts)."),
     click.option("--server-config", multiple=True, callback=parse_server_config, metavar="KEY=VALUE",
                  help="Extra embedded-server config, repeatable (e.g. bio-aof-offload-enabled=yes)."),
     click.option("--workload", type=click.Choice(list(WORKLOAD_CHOICES)), default="all", show_default=True),

@@ -75,6 +75,14 @@ from valkeytrace.recording import document
 @click.option("--torn", is_flag=True,
               help="With --verify-durability power-cut: also load states with a file cut at random points between "
                    "its durable boundary and its end (a torn tail).")
+@click.option("--cluster-seed", "cluster_seed", metavar="HOST:PORT",
+              help="Record a running Valkey cluster: its nodes found from this one (CLUSTER SHARDS), every node whose "
+                   "process runs on this host traced, the whole cluster loaded by slot; the others measured only from "
+                   "the clients. Nothing of it is stopped.")
+@click.option("--failover", metavar="SHARD@T",
+              help="With --cluster and --replicas: SIGKILL that shard's primary T seconds into the open-loop write-only "
+                   "window; its replica is promoted. runs[].failover: the unavailable window, acknowledged writes the new "
+                   "primary lacks, and what it holds that the dead primary's AOF, cut as at a power cut, does not.")
 @click.option("--fsync-sensitivity", "sensitivity_spec", metavar="DELAYS",
               help="Causal test: also run each cell with each of these delays (e.g. 1ms,2ms,4ms) added to "
                    "every fsync/fdatasync (on top of --inject-fsync-delay); reports give the slope of each "
@@ -88,7 +96,8 @@ from valkeytrace.recording import document
 @click.option("--dry-run", is_flag=True, help="Print the plan (server, cells, runs) and its estimated time, and exit.")
 @click.pass_context
 def record(ctx, server_command, attach_pid, server_binary, label, output, force, offload_mode, offload_gather,
-           offload_design, offload_max_pending, offload_overflow, offload_replicas, verify_durability, torn, sensitivity_spec,
+           offload_design, offload_max_pending, offload_overflow, offload_replicas, verify_durability, torn, failover,
+           cluster_seed, sensitivity_spec,
            sensitivity_runs, plan_file, print_probes, dry_run, **common):
     """Run the valkey#4029 workloads against a server and record everything measured.
 
@@ -109,7 +118,8 @@ def record(ctx, server_command, attach_pid, server_binary, label, output, force,
                               label=label, output=output, force=force, offload_mode=offload_mode,
                               offload_gather=offload_gather, offload_max_pending=offload_max_pending or 0,
                               offload_overflow=offload_overflow or "none", verify_durability=verify_durability or "", torn=torn,
-                              offload_replicas=offload_replicas, offload_design=offload_design,
+                              offload_replicas=offload_replicas, offload_design=offload_design, failover=failover,
+                              cluster_seed=cluster_seed,
                               sensitivity_spec=sensitivity_spec,
                               sensitivity_runs=sensitivity_runs, embedded_only_given=given,
                                                               **build_kwargs(common)))

@@ -17,6 +17,7 @@ import msgspec
 
 from valkeytrace.recording.fields import U64, Bucket, Cpu, NonNeg, NonNegInt, Record, _d, _l, plain  # noqa: F401
 from valkeytrace.recording.durability import CutState, DurabilityCheck, DurableFile  # noqa: F401
+from valkeytrace.recording.cluster import Cluster, ClusterNode, ClusterShard, ConfigFsync, ConfigFsyncNode, Failover
 
 
 class WarningNote(Record):
@@ -259,6 +260,13 @@ class RunTracer(Record):
     cost: TracerCost | None = None  # the eBPF tracer's (tracers/bpf_cost.py)
 
 
+class RunShard(Record):
+    shard: NonNegInt = 0         # its index in cluster.shards
+    port: NonNegInt | None = None  # the primary its clients wrote to
+    keys: NonNegInt = 0          # the keyspace's keys in its slots
+    ops: dict[str, Op] = _d()    # as runs[].ops, its clients' alone
+
+
 class Run(Record):
     workload: str                # read-heavy, write-only or none
     value_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 31)]  # bytes per value
@@ -285,6 +293,10 @@ class Run(Record):
     durability_check: DurabilityCheck | None = None  # --verify-durability (the launch's last run): acked writes reloaded
     replica_reads: ReplicaReads | None = None  # --replica-get-clients: the replica readers' reads
     tracer: RunTracer | None = None  # what the tracer itself cost over the window
+    shards: list[RunShard] = _l()  # record --cluster: each shard's ops (its own clients')
+    node_windows: list[ServerWindow | None] = _l()  # record --cluster: cluster.nodes' tracer windows but shard 0's primary's
+    failover: Failover | None = None  # record --failover: the kill, the promotion, the witness
+    config_fsync: ConfigFsync | None = None  # record --cluster (eBPF): the nodes' nodes.conf syncs in the window
 
 
 class ServerInfo(Record):
@@ -448,13 +460,14 @@ class Document(Record):
     upgraded_from: int | None = None  # set on load: an older file's version
     launches: list[Launch] = _l()  # valkeytrace compare: one entry per server launch of this side
     nodes: list[Node] = _l()     # record --replicas, valkeytrace merge: the primary and its replicas
+    cluster: Cluster | None = None  # record --cluster: its shards, slots and nodes
     merged_from: list[str] = _l()  # valkeytrace merge: the recordings it joined, the primary's first
 
 
 TYPES = (Document, WarningNote, ServerInfo, Client, Placement, Settings, Emulation, FsyncDelay, EmulationOffload, AtExit, Run, Op,
          ServerView, CommandStat, Replication, Node, ServerWindow, ThreadRecord, Sched, Timeline, Requests, EventLoop,
          Histogram, Probe, ServerExit, HostCpu, CpuWait, Demand, Load, Overhead, Launch, Timing, ReplicaReads, TracerCost,
-         BpfProgram, RunTracer)
+         BpfProgram, RunTracer, RunShard, Cluster, ClusterShard, ClusterNode, Failover, ConfigFsync, ConfigFsyncNode)
 
 
 def fields(t: type) -> tuple[str, ...]:
@@ -478,8 +491,7 @@ def decode(doc: dict | Document) -> Document:
     """A loaded (or built) document as its declared types; one already decoded as it is."""
     if isinstance(doc, Document):
         return doc
-    # lax: a document built in memory may hold an integral float where a count is declared (a file
-    # was validated strictly on load: recording/schema.py)
+    # lax: a document built in memory may hold an integral float for a count (a file's was strict: schema.py)
     return msgspec.convert(_plain(doc), Document, strict=False)
 
 

@@ -131,8 +131,31 @@ def _single_tables(run: AnalysedRun, name: str) -> list[ClientTable]:
                 note += "; open loop: latency from each request's due moment"
             rows.append((_row(name, size, o.op, o.median, f"{note}{'; ' if note else ''}n={o.n}"
                               + (f"; {extra}" if extra else "")), ""))
+            rows += _shard_rows(c, o.op, size)
         out.append(ClientTable(w.title or w.name, COLUMNS, rows, memory=memory_table(w, [(name, run)]), names=(name,)))
     return out
+
+
+def _shard_rows(c, op: str, size: str) -> list:
+    """record --cluster: a row per shard under the system's (its own clients' figures), the slowest named."""
+    from valkeytrace.analysis.cluster import slowest
+
+    worst = slowest(c.shards, op)
+    return [(_row(f"  shard {s.shard}", size, op, s.ops[op].median,
+                  f"port {s.port}, {s.keys:,} keys" + ("; the slowest shard" if s is worst and len(c.shards) > 1 else "")),
+             "shard") for s in c.shards if op in s.ops]
+
+
+def failover_line(f) -> str:
+    """record --failover in one line: the timeline and the witness."""
+    if not f.promoted:
+        return f"failover of shard {f.shard}: killed at {f.killed_at_s} s, no replica promoted ({f.error or 'none took a write'})"
+    dirty = ("not built" if f.promoted_dirty is None else f"{f.promoted_dirty:,} keys the new primary holds at a write "
+             "sent before the kill that the dead primary's disk, cut at its last completed sync, lacks")
+    return (f"failover of shard {f.shard}: its primary killed {f.killed_at_s:.2f} s into the window, its replica (port "
+            f"{f.promoted_port}) promoted at {f.promoted_at_s:.2f} s, the first write acknowledged {f.unavailable_ms:,.0f} ms "
+            f"after the kill (the shard's clients could not write in between: its client's connections closed at the kill, the rest of its requests unanswered, counted in its row); acknowledged "
+            f"writes lost: {f.acked_missing:,} of {f.acked:,} keys; promoted dirty: {dirty}")
 
 
 def _compare_rows(inp: ReportInput, workload: str, names: tuple, predicted_label: str) -> list:

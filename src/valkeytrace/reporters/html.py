@@ -10,7 +10,7 @@ from valkeytrace.analysis.report import ReportInput
 from valkeytrace.reporters.sections import caveats_by_cell, finding_title, model_sections
 from valkeytrace.analysis import verdict as vd
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
-from valkeytrace.reporters.clients import DELTA_CONVENTION, client_tables
+from valkeytrace.reporters.clients import DELTA_CONVENTION, client_tables, failover_line
 from valkeytrace.reporters.base import (client_note, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
 from valkeytrace.reporters.claims import gap_text, say
@@ -65,6 +65,7 @@ def _client_tables(inp: ReportInput) -> list[str]:
             out.append(_table((t.memory.title, *t.memory.columns), [(r, "") for r in t.memory.rows], "memory",
                               "What the server held, the peaks over each cell's windows"))
             out += [_p(n) for n in t.memory.notes]
+    out += [_p(f"{run.label}: {failover_line(run.failover)}") for run in inp.runs if run.failover is not None]
     if inp.comparison is not None:
         out.append(_p(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label)))
     return out

@@ -9,7 +9,7 @@ from valkeytrace.reporters.memory_words import durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, client_note, explanation_entries, server_note,
                                        replication_tables, rule_line, server_tables, verdict_lines)
-from valkeytrace.reporters.clients import DELTA_CONVENTION, client_tables
+from valkeytrace.reporters.clients import DELTA_CONVENTION, client_tables, failover_line
 from valkeytrace.reporters.claims import gap_text, say
 
 
@@ -85,6 +85,9 @@ def _client_tables(inp: ReportInput, w):
             w("What the server held, the peaks over each cell's windows:\n\n")
             _pipe_table(w, (t.memory.title, *t.memory.columns), t.memory.rows)
             w("".join(f"- {n}\n" for n in t.memory.notes) + ("\n" if t.memory.notes else ""))
+    for run in inp.runs:
+        if run.failover is not None:  # record --failover
+            w(f"{run.label}: {failover_line(run.failover)}\n\n")
     if inp.comparison is not None:
         w(DELTA_CONVENTION.format(cand=inp.candidate.label, base=inp.baseline.label) + "\n\n")
 

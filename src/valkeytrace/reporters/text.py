@@ -20,7 +20,7 @@ from valkeytrace.reporters.memory_words import MemoryTable, durability_sentence
 from valkeytrace.reporters.sentences import exit_sentence, overhead_line, share_tag, warning_texts
 from valkeytrace.reporters.base import (ReplicationTable, ServerTable, client_note, replication_tables, rule_line, server_note,
                                        server_table, verdict_lines)
-from valkeytrace.reporters.clients import ClientTable, client_tables, open_note, side_names
+from valkeytrace.reporters.clients import ClientTable, client_tables, failover_line, open_note, side_names
 from valkeytrace.reporters.claims import claim, gap_text, say
 
 HEAD = {"tps": "TPS (K/s)", "mb_s": "MB/s", "p50_us": "P50 µs", "p95_us": "P95 µs", "p99_us": "P99 µs"}
@@ -238,10 +238,18 @@ def _single(console, inp: ReportInput) -> None:
         for op, o in cell.ops.items():
             size = f"{cell.value_size} B" + (f" @ {cell.rate:,.0f}/s" if cell.rate else "")
             who = f"{o.role} open" if o.median.offered_rate else f"{o.role} c={o.clients}"
-            t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=True)
+            shards = [s for s in cell.shards if op in s.ops]
+            t.add_row(cell.workload, size, op, who, str(o.n), *[_cell(o, m) for m in METRICS], end_section=not shards)
+            for i, s in enumerate(shards):  # record --cluster: each shard's own clients under the system's row
+                t.add_row("", "", "", f"  shard {s.shard}", str(s.ops[op].n), *[_cell(s.ops[op], m) for m in METRICS],
+                          end_section=i == len(shards) - 1)
+            if shards:
+                notes.append(_shards_note(cell, op, size))
             if o.median.offered_rate:
                 notes.append(f"{cell.workload} {size} {op}: {open_note(o)}")
     console.print(t)
+    if run.failover is not None:
+        notes.append(failover_line(run.failover))
     for n in notes:
         console.print("  " + escape(n))
     for ct in client_tables(inp, short=True):
@@ -255,6 +263,21 @@ def _single(console, inp: ReportInput) -> None:
             console.print(f"[bold]{e.workload} {e.value_size} B {e.op} p50[/bold]"
                           + (f" [cyan]({tag})[/cyan]" if tag else ""))
             console.print("  " + escape(claim(e)))
+
+
+def _shards_note(cell, op: str, size: str) -> str:
+    """The slowest shard of a cell, and the nodes.conf fsyncs counted apart."""
+    from valkeytrace.analysis.cluster import slowest
+
+    worst = slowest(cell.shards, op)
+    out = f"{cell.workload} {size} {op}: {len(cell.shards)} shards, each its own clients' figures"
+    if worst is not None and len(cell.shards) > 1:
+        out += f"; the slowest shard {worst.shard} (port {worst.port}), p50 {worst.ops[op].median.p50_us:,.0f} µs"
+    c = cell.config_fsync
+    if c is not None and c.count:
+        out += (f"; nodes.conf fsyncs on the nodes' main threads (apart from the AOF's): {c.count} on {len(c.nodes)} "
+                f"node(s), {c.total_ms:,.1f} ms in all, the longest {c.max_ms:,.1f} ms")
+    return out
 
 
 def _cell(o, metric) -> str:

@@ -29,3 +29,16 @@ def fill(conn, keyspace: int, value_size: int) -> int:
     if pending:
         pipe.execute()
     return keyspace
+
+
+def fill_keys(conn, keys, value_size: int) -> int:
+    """SET each key:%012d of keys (a cluster shard's: one node owns them all) to a random value of value_size
+    bytes, SETs pipelined (MSET would span slots)."""
+    value = os.urandom((value_size + 1) // 2).hex()[:value_size].encode()
+    pipe = conn.pipeline(transaction=False)
+    for n, i in enumerate(keys, start=1):
+        pipe.set(key_name(int(i)), value)
+        if n % BATCH_KEYS == 0:
+            pipe.execute()
+    pipe.execute()
+    return len(keys)

@@ -77,6 +77,8 @@ class Spec:
     # every run's sequences rise on one clock); None: this process's wall clock minus its CLOCK_MONOTONIC
     seq_epoch: int | None = None
     cut_at: float = 0.0            # --verify-durability power-cut: acks read after this share of the window not kept
+    keys_path: str | None = None   # record --cluster: the key numbers to draw from (uint32; a shard's), else all
+    survive: bool = False          # record --failover: a connection its server closes is dropped, the run goes on
 
     def argv(self) -> list[str]:
         """This run as the module's command line (main() below)."""
@@ -89,7 +91,8 @@ class Spec:
                     ["--replica-port", str(self.replica_port), "--readers", str(self.readers)]
                     if self.readers else []) + (["--seen-file", self.seen_path] if self.seen_path else []) + (
                     ["--seq-epoch", str(self.seq_epoch)] if self.seq_epoch is not None else []) + (
-                    ["--cut-at", repr(self.cut_at)] if self.cut_at else [])
+                    ["--cut-at", repr(self.cut_at)] if self.cut_at else []) + (
+                    ["--keys-file", self.keys_path] if self.keys_path else []) + (["--survive"] if self.survive else [])
 
 
 def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
@@ -113,6 +116,13 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
     if spec.rate == 0:  # closed loop: one request in flight on each connection, the next sent as it is answered
         cfg.conns = cfg.max_conns = spec.connections or 50
         cfg.hold = 1
+    if spec.keys_path:
+        import numpy as np
+
+        keys = np.fromfile(spec.keys_path, dtype=np.uint32)
+        keep.append(ffi.new("uint32_t[]", keys.tolist()))
+        cfg.keys, cfg.nkeys = keep[-1], len(keys)
+    cfg.survive = int(spec.survive)
     if spec.readers and spec.replica_port:
         keep.append(ffi.new("char[]", spec.host.encode()))
         cfg.replica_host, cfg.replica_port, cfg.readers = keep[-1], spec.replica_port, spec.readers
@@ -394,12 +404,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seen-file", default=None)
     ap.add_argument("--seq-epoch", type=int, default=None)
     ap.add_argument("--cut-at", type=float, default=0.0)
+    ap.add_argument("--keys-file", default=None)
+    ap.add_argument("--survive", action="store_true")
     a = ap.parse_args(argv)
     sys.stdout.flush()
     try:
         out = run(Spec(a.host, a.port, a.op, a.rate, a.duration, a.keyspace, a.value_size, a.arrival, a.seed,
                        a.connections, a.acked_file, a.stall_log, a.replica_port, a.readers, a.seen_file, a.seq_epoch,
-                       a.cut_at),
+                       a.cut_at, a.keys_file, a.survive),
                    marker_fd=sys.stdout.fileno())
     except OpenLoopError as exc:
         print(str(exc), file=sys.stderr)

@@ -66,6 +66,33 @@ class Load:
     replica_readers: int = 0
     # how far a closed-loop window may miss its duration and be kept (recorder.Settings.window_accept)
     window_accept: WindowAccept = field(default_factory=window_accept)
+    shards: tuple = ()  # record --cluster: cluster_load.Shard each; the measured op goes by slot, its latency per shard
+    failover: Any = field(default=None, compare=False)  # record --failover: workload.failover.Failover
+
+    def by_shard(self, run: dict, op: str, rate: float, size: int, duration_s: float, clients: int,
+                 on_start, on_end) -> MeasuredClient:
+        """The measured op by slot, every shard's client at once (workload/cluster_load.py): runs[].ops[op] the
+        system's, runs[].shards[i].ops[op] each shard's."""
+        from valkeytrace.workload import cluster_load
+
+        base = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
+                    connections=clients if self.pool == "clients" or not rate else None, stall_log=self.stall_log)
+        failover = self.failover if op == "SET" else None
+        results = cluster_load.run_shards(self.shards, base, self.client.cpus, on_start, on_end, failover)
+        if failover is not None:
+            run["failover"] = failover.finish(self.keyspace)
+        return MeasuredClient(cluster_load.record_ops(run, op, self.shards, results).cpu_s)
+
+    def fill(self, size: int) -> None:
+        """The keyspace filled with values of size: each shard's keys through its primary under --cluster."""
+        if not self.shards:
+            ks.fill(self.connect(), self.keyspace, size)
+            return
+        import numpy as np
+        import valkey
+
+        for s in self.shards:
+            ks.fill_keys(valkey.Valkey(host=s.host, port=s.port), np.fromfile(s.keys_path, dtype=np.uint32), size)
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
                   readers: bool = False) -> "OpenLoopClient":
@@ -88,7 +115,9 @@ class Load:
                    connect=server.client, **counts)
 
     def argv(self, test: str, clients: int, size: int, requests: int = ENDLESS_REQUESTS) -> list[str]:
-        return client_argv(self.client, self.host, self.port, test, clients, size, self.keyspace, requests)
+        """The benchmark client's command line (in its --cluster mode under record --cluster)."""
+        argv = client_argv(self.client, self.host, self.port, test, clients, size, self.keyspace, requests)
+        return argv + ["--cluster"] if self.shards else argv
 
     def memo(self, run: dict, test: str, size: int) -> RateMemo | None:
         """Where a run of this cell keeps its rate for the next (the recorder's store), or None."""
@@ -117,7 +146,7 @@ class ReadHeavy:
         state = self.load.keyspace_state
         if state is not None and state.get("size") == size:
             return  # filled with values of this size already, this launch
-        ks.fill(self.load.connect(), self.load.keyspace, size)
+        self.load.fill(size)
         if state is not None:
             state["size"] = size
 
@@ -202,7 +231,7 @@ class ReadHeavy:
         client's own CPU figures (benchmark.measured_client)."""
         ld = self.load
         self.prepare(size)
-        if with_demand:
+        if with_demand and not ld.shards:  # a cluster's demand pass: not yet
             try:
                 run["demand"] = self.demand(size)
             except (VTError, OSError) as exc:  # context for the what-if, never a reason to lose the run
@@ -234,6 +263,8 @@ class ReadHeavy:
         """The measured GETs: open-loop under record --rate (latency from each one's due moment), else the
         benchmark client sized to the window; the client's own CPU figures."""
         ld = self.load
+        if ld.shards:
+            return ld.by_shard(run, "GET", ld.rate or 0.0, size, duration_s, ld.get_clients, on_start, on_end)
         if ld.rate:
             result = ld.open_loop("GET", ld.rate, size, duration_s, ld.get_clients).run(on_start, on_end)
             document.set_op(run, "GET", op_record(result))
@@ -275,6 +306,8 @@ class WriteOnly:
         if ld.keyspace_state is not None and ld.keyspace_state.get("size") != size:
             ld.keyspace_state.clear()  # its SETs leave values of another size among the keys
         begin, end = window(())
+        if ld.shards:
+            return ld.by_shard(run, "SET", ld.rate or 0.0, size, duration_s, ld.write_clients, begin, end)
         # open loop (record --rate): latency from each SET's due moment; or valkeytrace's client in a closed loop
         # when values must carry their sequence (--verify-durability) or readers follow the writers on a replica
         if ld.rate or ld.acked is not None or ld.replica_readers:
