@@ -1,13 +1,10 @@
-"""The recording's declared model: every key a report, plot or export reads, with its type and
-range, declared once as msgspec Structs. A loaded document is validated against them
-(recording/schema.py: a wrong field is refused in one line naming its path) and decoded once into
-them (decode(): analysis/ and reporters/ read attributes from then on); recording/document.py
-builds the documents `record` writes, keyed by these fields; docs/recording-format.md describes
-every field (checked by tests/unit/test_document.py).
-
-A key not declared here is dropped on decode (older files' context no report reads); a null or an
-empty object reads as the field's default. Each field's comment is its description.
-"""
+"""The recording's declared model: every key a report, plot or export reads, with its type and range, declared
+once as msgspec Structs. A loaded document is validated against them (recording/schema.py: a wrong field is
+refused in one line naming its path) and decoded once into them (decode(): analysis/ and reporters/ read
+attributes from then on); recording/document.py builds the documents `record` writes, keyed by these fields;
+docs/recording-format.md describes every field (checked by tests/unit/test_document.py).
+A key not declared here is dropped on decode (older files' context no report reads); a null or an empty object
+reads as the field's default. Each field's comment is its description."""
 from __future__ import annotations
 
 import functools
