@@ -114,3 +114,24 @@ def test_the_model_knows_the_designs():
     assert run("main-write", [Group("SET", 1)]).ops["SET"].p50_us == pytest.approx(bio - A, abs=0.01)
     mixed = [Group("GET", 4), Group("SET", 4, measured=False)]
     assert run("bio-write-block", mixed).ops["GET"].p99_us > F / 2 > run("bio-write", mixed).ops["GET"].p99_us
+
+
+def test_compare_designs_refuses_what_it_would_ignore_or_mix(tmp_path):
+    """A per-side option or --launches is refused, not silently ignored; a directory holding recordings another
+    command made is refused, not mixed into the table; each in one line, before anything is recorded."""
+    from click.testing import CliRunner
+
+    from valkeytrace.cli import main as cli
+
+    runner = CliRunner()
+    for extra, said in ((["--launches", "2"], "--launches"), (["--candidate-label", "x"], "--candidate-label"),
+                        (["--baseline-offload-design", "main-write"], "--baseline-offload-design")):
+        res = runner.invoke(cli, ["compare", "--designs", "always,bio-write", *extra, "-o", str(tmp_path / "d")])
+        assert res.exit_code != 0 and f"{said} does not apply" in res.output, res.output
+        assert not (tmp_path / "d").exists()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "baseline.vtrace").write_bytes(b"")
+    res = runner.invoke(cli, ["compare", "--designs", "always,bio-write", "--sizes", "64", "--backend", "shim",
+                              "-o", str(tmp_path / "old")])
+    assert res.exit_code != 0 and "did not make" in res.output, res.output
+    assert (tmp_path / "old" / "baseline.vtrace").read_bytes() == b""

@@ -62,7 +62,7 @@ def change_between(base, cand) -> tuple[Change | None, str]:
     bs, cs = base.server, cand.server
     if (bs.version, bs.binary) != (cs.version, cs.binary) and bs.binary:
         return None, "another_build"
-    if (cs.io_threads or 1) > MODEL_IO_THREADS and (bs.io_threads or 1) != (cs.io_threads or 1):
+    if max(bs.io_threads or 1, cs.io_threads or 1) > MODEL_IO_THREADS and (bs.io_threads or 1) != (cs.io_threads or 1):
         return None, "io_threads_beyond_model"
     if bs.appendfsync not in (None, "always"):
         return None, "baseline_not_always"

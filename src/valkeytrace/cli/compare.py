@@ -103,8 +103,9 @@ def compare(ctx, launches, outdir, baseline_binary, candidate_binary, baseline_c
     DIR/baseline.vtrace and DIR/candidate.vtrace and prints the compare report.
     """
     if designs:
-        from valkeytrace.cli.designs import compare_designs
+        from valkeytrace.cli.designs import compare_designs, refuse_side_options
 
+        refuse_side_options(ctx)
         compare_designs(designs, outdir, common, dry_run)
         return
     sides = Sides(SideOptions(baseline_binary, baseline_config, baseline_label, baseline_inject_fsync_delay,

@@ -5,8 +5,9 @@ open loop under a disk that stalls 3 s in every 6 s and blocks writes during its
 keeps, the clients' p99 during the stalls, main-write's postponements, bio-write-block's waits), and a power cut
 (acknowledged writes lost). `always` is the stock server; the others the virtual offload (--emulate-offload
 durable --offload-design D). It ends with one table, a row per design (analysis/designs.py,
-reporters/designs_table.py), also written as DIR/designs.md and DIR/designs.json. A recording already in DIR
-is kept (an interrupted run resumes where it stopped).
+reporters/designs_table.py), also written as DIR/designs.md and DIR/designs.json (made anew from the recordings
+each run). A complete recording already in DIR, made with the same options (DIR/.designs.json), is kept: an
+interrupted run resumes where it stopped; other options or an incomplete recording are refused.
 """
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ def parse_designs(text: str) -> list[str]:
     if not names or any(x not in known for x in names):
         raise VTUsageError(f"--designs {text!r}: expected a comma-separated list of {', '.join(known)}")
     return list(dict.fromkeys(names))
+
+
+def refuse_side_options(ctx: click.Context) -> None:
+    """--designs records every design on the common options: a per-side option or --launches is refused, not ignored."""
+    given = sorted(k for k, v in ctx.params.items() if k.startswith(("baseline_", "candidate_")) and v)
+    if given or ctx.get_parameter_source("launches") != click.core.ParameterSource.DEFAULT:
+        what = "--" + given[0].replace("_", "-") if given else "--launches"
+        raise VTUsageError(f"compare --designs records each design on the common options: {what} does not apply")
 
 
 def design_plans(common: planning.RecordPlan, design: str) -> dict:
@@ -77,18 +86,44 @@ def compare_designs(text: str, outdir: str, common: dict, dry_run: bool) -> None
     if not os.path.isdir(parent):
         raise VTUsageError(f"-o {outdir}: directory {parent} does not exist")
     os.makedirs(outdir, exist_ok=True)
+    _same_options(outdir, plans)
     paths = _record_all(outdir, designs, plans)
     _table(outdir, designs, paths)
 
 
+def _same_options(outdir: str, plans: dict) -> None:
+    """A directory resumed holds recordings of these plans only (DIR/.designs.json, written on the first run):
+    one made with other options is refused, not mixed into the table."""
+    import json
+
+    stamp = os.path.join(outdir, ".designs.json")
+    mine = {f"{d}-{ph}": json.loads(dataclasses.replace(p, output=None, notes=()).as_json())
+            for d, by in plans.items() for ph, p in by.items()}
+    there: dict = {}
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            there = json.load(f)
+    elif any(n.endswith(".vtrace") for n in os.listdir(outdir)):
+        raise VTUsageError(f"-o {outdir} already holds recordings this command did not make: give a new directory")
+    clash = sorted(k for k in mine if k in there and there[k] != mine[k])
+    if clash:
+        raise VTUsageError(f"-o {outdir} holds {clash[0]} made with other options: run the same command to resume, or "
+                           "give a new directory")
+    with open(stamp, "w") as f:
+        json.dump({**there, **mine}, f, sort_keys=True)
+
+
 def _record_all(outdir: str, designs: list, plans: dict) -> dict:
     """{(design, phase): path} of every recording made (or kept from an earlier run)."""
+    from valkeytrace.cli.compare import _complete
     from valkeytrace.cli.launch import run_launch
 
     out = {}
     for d in designs:
         for ph in PHASES:
             path = os.path.join(outdir, f"{d}-{ph}.vtrace")
+            if os.path.exists(path) and not _complete(path):
+                raise VTUsageError(f"{path} is incomplete (an interrupted recording): remove it to record it again")
             if not os.path.exists(path):
                 click.echo(f"recording {d} ({ph})", err=True)
                 status, err, interrupted = run_launch(dataclasses.replace(plans[d][ph], output=path, notes=()))

@@ -55,7 +55,6 @@ def predict(recording, offload, gather, design, inject, offload_replicas, append
     """
     from valkeytrace.analysis import predict as model
     from valkeytrace.cli.options import parse_rates, parse_sizes
-    from valkeytrace.reporters.prediction import RENDER
     from valkeytrace.tracers.emulation import parse_fsync_delay, parse_gather
 
     if output:
@@ -99,6 +98,12 @@ def predict(recording, offload, gather, design, inject, offload_replicas, append
                                "(record --replicas N)")
     if not pred.cells:
         raise VTError(f"nothing predicted: {'; '.join(pred.errors)}")
+    _write(pred, fmt, output)
+
+
+def _write(pred, fmt: str, output: str | None) -> None:
+    from valkeytrace.reporters.prediction import RENDER
+
     buf = io.StringIO()
     RENDER[fmt](pred, buf)
     if output:
