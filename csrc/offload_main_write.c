@@ -143,7 +143,8 @@ static int flush(int force, int *err, int *kind)
 
 static int wait_ms(void) { return __atomic_load_n(&head, __ATOMIC_RELAXED) ? 1 : -1; }
 
-static int has_job(void) { return nfds && written > vt_off_durable() && vt_off.sync_wanted > vt_off_durable(); }
+/* no file recorded (those written were synced by the main thread): the job syncs none and marks durable */
+static int has_job(void) { return written > vt_off_durable() && vt_off.sync_wanted > vt_off_durable(); }
 
 static void *take(uint64_t *end)
 {
