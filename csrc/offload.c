@@ -118,15 +118,15 @@ static void fail_locked(int err, int kind)
 /* what the design keeps for the main thread to write (main-write), written: now (force), or when it is due */
 static int flush_design(int force)
 {
-    int err = 0;
+    int err = 0, kind = VT_OFFLOAD_FAIL_WRITE;
     if (design->flush == vt_design_no_flush) /* the main thread holds nothing to write: no lock taken */
         return 0;
     pthread_mutex_lock(&flush_mu);
-    int rc = design->flush(force, &err);
+    int rc = design->flush(force, &err, &kind);
     pthread_mutex_unlock(&flush_mu);
     if (rc != 0) {
         pthread_mutex_lock(&vt_off.mu);
-        fail_locked(err, VT_OFFLOAD_FAIL_WRITE);
+        fail_locked(err, kind);
         pthread_mutex_unlock(&vt_off.mu);
     }
     return rc;
@@ -212,7 +212,7 @@ static int take_aof(int fd, const struct iovec *iov, int iovcnt, ssize_t *ret)
     for (int i = 0; i < iovcnt; i++)
         vt_req_feed(&aof_parser, iov[i].iov_base, iov[i].iov_len, &AOF_CB, NULL);
     vt_flush_tick(end);
-    if (flush_design(0) != 0) { /* main-write: the main thread's own write failed */
+    if (flush_design(0) != 0 && vt_off.fail_kind == VT_OFFLOAD_FAIL_WRITE) { /* main-write's own write failed (a sync: met at the next fdatasync) */
         *ret = -1;
         errno = vt_off.fail_errno;
         return 1;

@@ -86,7 +86,7 @@ void vt_bio_drop(void)
 }
 
 int vt_bio_pending(void) { return aof_head != NULL; }
-int vt_design_no_flush(int force, int *err) { return 0; }
+int vt_design_no_flush(int force, int *err, int *kind) { return 0; }
 int vt_design_no_wait(void) { return -1; }
 void vt_design_no_end(void) {}
 

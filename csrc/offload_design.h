@@ -36,8 +36,8 @@ struct vt_design {
      * counting them; the chunk is the design's from now on */
     void (*handoff)(struct aof_chunk *c);
     /* main thread, mu not held: write what the design keeps for the main thread to write; force: now, whatever
-     * runs (a close, a drain, the exit). 0, or -1 with *err (a failed write) */
-    int (*flush)(int force, int *err);
+     * runs (a close, a drain, the exit). 0, or -1 with *err and *kind (VT_OFFLOAD_FAIL_WRITE unless it sets it) */
+    int (*flush)(int force, int *err, int *kind);
     /* main thread: the longest the event loop may sleep now, in ms (-1: no limit) */
     int (*wait_ms)(void);
     int (*has_job)(void);            /* vt_offload thread, mu held: a job to run now */
@@ -67,7 +67,7 @@ void *vt_bio_take(uint64_t *end);
 int vt_bio_run(void *job, int *err, int *kind);
 void vt_bio_drop(void);
 int vt_bio_pending(void);
-int vt_design_no_flush(int force, int *err);
+int vt_design_no_flush(int force, int *err, int *kind);
 int vt_design_no_wait(void);
 void vt_design_no_end(void);
 /* write every byte of len at fd (EINTR retried; a short write continued); 0, or -1 with *err */
