@@ -171,8 +171,13 @@ class Cluster:
                 n.tracer.window_begin(requests=requests, observe=observe)
 
     def window_end(self) -> list:
-        out = []
-        for n in self.traced():
+        """runs[].node_windows: one entry per node but the first (shard 0's primary, the recording's server), in
+        nodes' order; None for a node without a tracer of its own (--cluster-seed: on another host)."""
+        out: list = []
+        for n in self.nodes[1:]:
+            if n.tracer is None:
+                out.append(None)
+                continue
             gone = n.target.gone()
             try:
                 out.append(n.tracer.window_end(gone.mono_ns if gone else None))
