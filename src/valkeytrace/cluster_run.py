@@ -41,8 +41,9 @@ def _env(tracer, extra: dict) -> dict:
     return env
 
 
-def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: str) -> tuple[Any, Any]:
-    """One more node (its target, its tracer) under the side's settings; nothing left running if it fails."""
+def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: str) -> tuple[Any, Any, Any]:
+    """One more node (its target, its tracer, a primary's virtual offload) under the side's settings; nothing left
+    running if it fails."""
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import offload as voff
     from valkeytrace.tracers.emulation import shim_library
@@ -78,7 +79,7 @@ def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: 
             target.stop()
         tracer.stop()
         raise
-    return target, tracer
+    return target, tracer, offload
 
 
 def _config_syncs(cluster: Cluster) -> None:

@@ -86,17 +86,30 @@ def test_every_primary_runs_the_side_s_offload_design_and_the_failing_shard_is_k
     plan = _failover_plan(failover="01@2", offload_mode="durable", offload_design="main-write", inject_spec="4ms")
     cut = SimpleNamespace(environment=lambda env, run_as: {"VALKEYTRACE_CUT": "1"})
     parts = cluster_run.ClusterParts(Cluster(3, 1, 1000))
-    target, _ = cluster_run._node(plan, parts, cut, None, 1, "primary")
-    assert target.env["VALKEYTRACE_OFFLOAD_DESIGN"] == "main-write"
+    target, _, offload = cluster_run._node(plan, parts, cut, None, 1, "primary")
+    assert target.env["VALKEYTRACE_OFFLOAD_DESIGN"] == "main-write" and offload is parts.offloads[0]
     assert target.drain_state is not None and target.drain_state() == (0, 0)  # its stop waits for its drain
-    assert target.env.get("VALKEYTRACE_CUT") == "1"  # "01@2" is shard 1's failover
-    other, _ = cluster_run._node(plan, parts, cut, None, 2, "primary")
+
+
+def test_the_failing_shard_is_known_by_its_number_not_its_spelling(monkeypatch):
+    from valkeytrace.server import process
+
+    monkeypatch.setattr(process, "EmbeddedServer", _Server)
+    plan = _failover_plan(failover="01@2")
+    cut = SimpleNamespace(environment=lambda env, run_as: {"VALKEYTRACE_CUT": "1"})
+    parts = cluster_run.ClusterParts(Cluster(3, 1, 1000))
+    target, _, _ = cluster_run._node(plan, parts, cut, None, 1, "primary")
+    assert target.env.get("VALKEYTRACE_CUT") == "1"  # "01@2" is shard 1's failover: its primary logs its syncs
+    other, _, _ = cluster_run._node(plan, parts, cut, None, 2, "primary")
     assert "VALKEYTRACE_CUT" not in other.env
 
 
 class _Tracer:
     def __init__(self, window):
         self.window = window
+
+    def window_begin(self, requests=False, observe=False):
+        pass
 
     def window_end(self, gone_ns):
         return self.window
@@ -107,6 +120,18 @@ def test_node_windows_follow_cluster_nodes_an_untraced_node_a_null():
     c = Cluster(2, 1, 0, nodes=[Node(0, "primary", up), Node(0, "replica", RemoteNode("10.0.0.9", 7001)),
                                 Node(1, "primary", up, _Tracer("w1")), Node(1, "replica", up, _Tracer("w2"))])
     assert c.window_end() == [None, "w1", "w2"]
+
+
+def test_each_primary_s_offload_counters_go_in_its_node_window(monkeypatch):
+    from valkeytrace.tracers import offload as voff
+
+    monkeypatch.setattr(voff, "window", lambda a, b: {"jobs": b - a})
+    counter = iter([3, 10])
+    up = SimpleNamespace(gone=lambda: None)
+    off = SimpleNamespace(snapshot=lambda: next(counter))
+    c = Cluster(2, 0, 0, nodes=[Node(0, "primary", up), Node(1, "primary", up, _Tracer({"window_ns": 1}), off)])
+    c.window_begin()
+    assert c.window_end() == [{"window_ns": 1, "offload": {"jobs": 7}}]
 
 
 def test_a_seed_whose_first_node_is_not_found_is_refused(monkeypatch):
