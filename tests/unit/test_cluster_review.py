@@ -76,7 +76,7 @@ class _Server:
         pass
 
 
-def test_every_primary_runs_the_side_s_offload_design_and_the_failing_shard_is_known_by_number(monkeypatch):
+def test_every_primary_runs_the_side_s_offload_design_and_waits_for_its_drain(monkeypatch):
     from valkeytrace.server import process
     from valkeytrace.tracers import offload as voff
 
