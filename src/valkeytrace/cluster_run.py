@@ -12,7 +12,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from valkeytrace.plan import RecordPlan
+from valkeytrace.errors import VTUsageError
+from valkeytrace.plan import RecordPlan, parse_failover
 from valkeytrace.server.cluster import Cluster, key_shards, keys_file, node_config
 
 
@@ -40,8 +41,9 @@ def _env(tracer, extra: dict) -> dict:
     return env
 
 
-def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: str) -> tuple[Any, Any]:
-    """One more node (its target, its tracer) under the side's settings; nothing left running if it fails."""
+def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: str) -> tuple[Any, Any, Any]:
+    """One more node (its target, its tracer, a primary's virtual offload) under the side's settings; nothing left
+    running if it fails."""
     from valkeytrace.server.process import EmbeddedServer
     from valkeytrace.tracers import offload as voff
     from valkeytrace.tracers.emulation import shim_library
@@ -51,12 +53,12 @@ def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: 
     tracer = make_tracer(t.backend, t.block_threshold_us, e.fsync_delay if role == "primary" else e.replicas_delay,
                          t.aof_flush_probe, t.loop_sample, t.socket_writes)
     extra: dict = {}
-    if cut is not None and role == "primary" and s.failover.startswith(f"{shard}@"):
+    if cut is not None and role == "primary" and parse_failover(s.failover, s.cluster)[0] == shard:
         extra = cut.environment({}, run_as)
     offload = None
     if role == "primary" and e.offload:
         offload = voff.OffloadStats(e.offload, gather_ns=e.gather_ns, max_pending=e.max_pending,
-                                    overflow=e.overflow, replicas=e.offload_replicas)
+                                    overflow=e.overflow, replicas=e.offload_replicas, design=e.design)
         parts.offloads.append(offload)
         extra = {**extra, **offload.env(), "LD_PRELOAD": shim_library()}
     if run_as:
@@ -69,6 +71,7 @@ def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: 
                                 server_config=node_config(s.config, s.cluster_node_timeout_ms), binary=s.binary,
                                 env=_env(tracer, extra), run_as=run_as, ready_timeout_s=s.timeout_s)
         if offload is not None:
+            target.drain_state = offload.state  # its stop waits for the offload's drain, as shard 0's primary's
             offload.load_commands(target.client())
             voff.check_engaged(target.pid or 0)
     except BaseException:
@@ -76,7 +79,7 @@ def _node(plan: RecordPlan, parts: ClusterParts, cut, run_as, shard: int, role: 
             target.stop()
         tracer.stop()
         raise
-    return target, tracer
+    return target, tracer, offload
 
 
 def _config_syncs(cluster: Cluster) -> None:
@@ -143,6 +146,9 @@ def attach(plan: RecordPlan, first) -> ClusterParts:
                 tracer = make_tracer(t.backend, t.block_threshold_us, None, t.aof_flush_probe, t.loop_sample,
                                      t.socket_writes) if pid else None
                 parts.cluster.nodes.append(Node(shard, role, AttachedServer(pid) if pid else RemoteNode(host, port), tracer))
+        if not parts.cluster.nodes or parts.cluster.nodes[0].target is not first:
+            raise VTUsageError(f"--cluster-seed {plan.server.cluster_seed}: the node to trace first (pid {first.pid}) "
+                               "is not among the nodes CLUSTER SHARDS names")
         if t.backend in ("ebpf", "both"):
             _config_syncs(parts.cluster)
         _routes(plan, parts, parts.dir)

@@ -363,6 +363,19 @@ def parse_failover(spec: str, shards: int) -> tuple[int, float]:
     return out
 
 
+def _check_failover_window(o: RecordOptions) -> None:
+    """--failover kills once: one measured SET window (a second would find the shard failed over already), T inside
+    it, and a majority of primaries left to elect the replica."""
+    if o.repeat != 1 or len(o.sizes) != 1 or len(o.rates) != 1:
+        raise VTUsageError("--failover kills the primary once, in one measured window: give --repeat 1, one --sizes "
+                           "and one --rate")
+    if parse_failover(o.failover or "", o.cluster)[1] >= o.duration:
+        raise VTUsageError(f"--failover {o.failover}: T must fall inside the window (under --duration {o.duration:g})")
+    if o.cluster < 3:
+        raise VTUsageError(f"--failover needs a majority of primaries alive to promote a replica: give --cluster 3 "
+                           f"or more (not {o.cluster})")
+
+
 def _check_cluster(o: RecordOptions) -> None:
     if o.failover and not o.cluster:
         raise VTUsageError("--failover kills a shard's primary: it needs --cluster N")
@@ -372,6 +385,7 @@ def _check_cluster(o: RecordOptions) -> None:
             raise VTUsageError("--failover promotes a replica: it needs --replicas 1 or more")
         if tuple(o.workloads) != ("write-only",) or not o.rates:
             raise VTUsageError("--failover runs in the open-loop write-only window: give --workload write-only --rate R")
+        _check_failover_window(o)
     if o.cluster and (o.verify_durability or o.replica_get_clients or o.set_rate or o.sensitivity_spec):
         raise VTUsageError("--cluster does not combine with --verify-durability, --replica-get-clients, --set-rate "
                            "or --fsync-sensitivity yet")

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from valkeytrace import estimate, stopping, system
 from valkeytrace.analysis.note import Note
 from valkeytrace.errors import VTError, VTUsageError
-from valkeytrace.plan import RecordPlan
+from valkeytrace.plan import RecordPlan, parse_failover
 from valkeytrace.recorder import Recorder, SideMemo
 from valkeytrace.recording import document
 from valkeytrace.recording.model import DurabilityCheck, ServerInfo, decode_as
@@ -253,7 +253,8 @@ def _failover_cut(plan: RecordPlan, env: dict, run_as):
     from valkeytrace.workload.powercut import PowerCut
 
     cut = PowerCut(plan.tracer.backend, False, delayed=bool(plan.emulation.fsync_delay))
-    return cut, cut.environment(env, run_as) if plan.server.failover.startswith("0@") else env
+    s = plan.server
+    return cut, cut.environment(env, run_as) if parse_failover(s.failover, s.cluster)[0] == 0 else env
 
 
 def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut, echo) -> None:
@@ -271,7 +272,6 @@ def _clustered(plan: RecordPlan, recorder: Recorder, parts, cut, echo) -> None:
             placement.pin(n.target.pid or 0, sorted(moved))
     recorder.cluster, recorder.shards = parts.cluster, parts.shards
     if plan.server.failover:
-        from valkeytrace.plan import parse_failover
         from valkeytrace.server.cluster import slot_ranges
         from valkeytrace.workload.failover import Failover
 

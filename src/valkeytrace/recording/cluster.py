@@ -36,8 +36,7 @@ class Failover(Record):
     promoted_at_s: NonNeg | None = None  # seconds into the window when it said role:master
     first_ack_at_s: NonNeg | None = None  # the first write the new primary acknowledged (seconds into the window)
     unavailable_ms: NonNeg | None = None  # from the kill to that first acknowledged write: the shard's clients could not write
-    others_tps: NonNeg | None = None  # the other shards' acknowledged writes a second over the unavailable window
-    acked: NonNegInt = 0         # keys of the shard with a write acknowledged (by either primary)
+    acked: NonNegInt = 0         # keys of the shard with a write acknowledged by the dead primary (its client does not follow the promotion)
     acked_missing: NonNegInt = 0  # of which the new primary lacks that value and every later one
     promoted_dirty: NonNegInt | None = 0  # keys the new primary holds at a sequence the dead primary's AOF, cut at its last sync, lacks (null: not built)
     examples: list[dict] = _l()  # a few of each, key and sequences

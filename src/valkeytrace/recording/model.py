@@ -104,6 +104,7 @@ class ServerWindow(Record):
     shim: ServerWindow | None = None  # --backend both: the shim's window beside eBPF's
     start_mono_ns: int | None = None  # the window's start (CLOCK_MONOTONIC of its host): offsets count from it
     server_exit: ServerExit | None = None  # the server ended inside the window, which closes there
+    offload: dict[str, Any] | None = None  # record --cluster: a node's own virtual offload over the window (runs[].offload's)
 
 
 class Op(Record):

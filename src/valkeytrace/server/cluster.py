@@ -80,6 +80,7 @@ class Node:
     role: str                 # primary or replica
     target: Any               # a server.process.EmbeddedServer (shard 0's primary: the session's target)
     tracer: Any = None        # None for shard 0's primary (the main tracer traces it)
+    offload: Any = None       # a primary's tracers.offload.OffloadStats (--emulate-offload) but shard 0's (the session's)
     node_id: str = ""
 
 
@@ -92,6 +93,7 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
     slots: list = field(default_factory=list)  # per shard its slot ranges [(first, last)]
     config_syncs: Any = None  # tracers.config_fsync.ConfigSyncs (a backend that loads eBPF)
+    _offload_at: dict = field(default_factory=dict)  # node index -> its offload's counters at the window's start
 
     def primaries(self) -> list[Node]:
         return [n for n in self.nodes if n.role == "primary"]
@@ -100,8 +102,9 @@ class Cluster:
         """The nodes with tracers of their own (every node but shard 0's primary), in order."""
         return [n for n in self.nodes if n.tracer is not None]
 
-    def launch(self, first, make_node: Callable[[int, str], tuple[Any, Any]]) -> None:
-        """first: shard 0's primary, launched; make_node(shard, role) -> (target, tracer) launches one more node."""
+    def launch(self, first, make_node: Callable[[int, str], tuple[Any, Any, Any]]) -> None:
+        """first: shard 0's primary, launched; make_node(shard, role) -> (target, tracer, offload or None) launches one
+        more node."""
         self.nodes.append(Node(0, "primary", first))
         self.slots = [[r] for r in slot_ranges(self.shards)]
         for shard in range(self.shards):
@@ -169,15 +172,27 @@ class Cluster:
         for n in self.traced():
             if n.target.gone() is None:
                 n.tracer.window_begin(requests=requests, observe=observe)
+        self._offload_at = {i: n.offload.snapshot() for i, n in enumerate(self.nodes) if n.offload is not None}
 
     def window_end(self) -> list:
-        out = []
-        for n in self.traced():
+        """runs[].node_windows: one entry per node but the first (shard 0's primary, the recording's server), in
+        nodes' order; None for a node without a tracer of its own (--cluster-seed: on another host)."""
+        from valkeytrace.tracers.offload import window
+
+        out: list = []
+        for i, n in enumerate(self.nodes[1:], 1):
+            if n.tracer is None:
+                out.append(None)
+                continue
             gone = n.target.gone()
             try:
-                out.append(n.tracer.window_end(gone.mono_ns if gone else None))
+                w = n.tracer.window_end(gone.mono_ns if gone else None)
             except Exception:  # a node killed (--failover) may leave its tracer nothing to read
-                out.append(None)
+                w = None
+            figures = window(self._offload_at.get(i), n.offload.snapshot()) if n.offload is not None else None
+            if w is not None and figures is not None:  # (its counters' file outlives a killed node)
+                w["offload"] = figures
+            out.append(w)
         return out
 
     def config_window(self) -> dict | None:

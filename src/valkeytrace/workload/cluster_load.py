@@ -49,20 +49,26 @@ class _Edges:
 def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_end=None,
                failover=None) -> list[LoadResult | None]:
     """Every shard's client at once for the op of base (its rate and connections shared out); each one's
-    result in shard order (None where its client failed: the others' are kept). failover (workload/failover.py):
+    result in shard order (None where its client failed, the others' kept, or where the shard owns no key: no client
+    runs for it, as one with no key would draw from the whole keyspace, and a rate of 0 is a closed loop). failover (workload/failover.py):
     its shard's client keeps its acknowledged floors, and it is called once the window opened (the kill)."""
-    total = sum(s.nkeys for s in shards) or 1
-    conns = max(1, -(-(base.connections or 0) // len(shards))) if base.connections else None
-    specs = [_spec(base, s, total, conns) for s in shards]
+    loaded = [i for i, s in enumerate(shards) if s.nkeys]  # a shard owning no key of the keyspace: no client
+    if not loaded:
+        raise OpenLoopError("no shard owns a key of the keyspace")
+    if failover is not None and failover.shard not in loaded:
+        raise OpenLoopError(f"--failover: shard {failover.shard} owns no key of the keyspace (a larger --keyspace)")
+    total = sum(s.nkeys for s in shards)
+    conns = max(1, -(-(base.connections or 0) // len(loaded))) if base.connections else None
+    specs = {i: _spec(base, shards[i], total, conns) for i in loaded}
     if failover is not None:
         failover.acked_path = shards[failover.shard].keys_path + ".acked"
         specs[failover.shard] = dataclasses.replace(specs[failover.shard], acked_path=failover.acked_path,
                                                     seq_epoch=failover.epoch, survive=True)
-    clients = [OpenLoopClient(spec, cpus=cpus) for spec in specs]
+    clients = {i: OpenLoopClient(spec, cpus=cpus) for i, spec in specs.items()}
     edges = _Edges(len(clients), on_start, on_end)
     if failover is not None:
         edges.on_start = lambda: (on_start() if on_start else None, failover())
-    results: list[LoadResult | None] = [None] * len(clients)
+    results: list[LoadResult | None] = [None] * len(shards)
     errors: list[str] = []
 
     def one(i: int) -> None:
@@ -72,7 +78,7 @@ def run_shards(shards: tuple[Shard, ...], base: Spec, cpus, on_start=None, on_en
             errors.append(f"shard {shards[i].shard}: {exc}")
             edges.end()
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(clients))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in clients]
     for t in threads:
         t.start()
     for t in threads:
@@ -89,7 +95,7 @@ def _spec(base: Spec, s: Shard, total: int, conns: int | None) -> Spec:
                                stall_log=base.stall_log if s.shard == 0 else None)
 
 
-COUNTS = ("due", "sent", "answered", "answered_in_window", "answered_drained", "late", "errors", "unanswered",
+LOAD_COUNTS = ("due", "sent", "answered", "answered_in_window", "answered_drained", "late", "errors", "unanswered",
           "rejected", "acked", "conns", "pipelined", "held")
 
 
@@ -104,7 +110,7 @@ def merged(results: list[LoadResult]) -> LoadResult:
         first, rate=sum(r.rate for r in results), window_s=max(r.window_s for r in results),
         answered_span_s=max(r.answered_span_s for r in results), cpu_s=sum(r.cpu_s for r in results),
         held_max=max(r.held_max for r in results), in_stall=None, outside=None, replica=None, cut=None,
-        **{k: sum(getattr(r, k) for r in results) for k in COUNTS}, **hist)
+        **{k: sum(getattr(r, k) for r in results) for k in LOAD_COUNTS}, **hist)
 
 
 def record_ops(run: dict, op: str, shards: tuple[Shard, ...], results: list[LoadResult | None]) -> LoadResult:

@@ -68,8 +68,17 @@ class Failover:
         self.error: str | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def fired(self) -> bool:
+        """Whether a window has had its kill already: a failover happens once (a second window's would kill
+        nothing, its marks then before its own start)."""
+        return self.marks.window is not None
+
     def __call__(self) -> None:
-        """The load's hook, called once its window opened: the kill and the promotion in a thread of their own."""
+        """The load's hook, called once its window opened: the kill and the promotion in a thread of their own;
+        once only (later calls do nothing)."""
+        if self.fired:
+            return
         self.marks.window = time.monotonic_ns()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -91,6 +100,15 @@ class Failover:
         key = witness_key(*self.slots)
         reps = [n for n in self.cluster.nodes if n.shard == self.shard and n.role == "replica"]
         clients = [valkey.Valkey(host=n.target.host, port=n.target.port, socket_timeout=2.0) for n in reps]
+        try:
+            self._first_ack(key, reps, clients)
+        finally:
+            for c in clients:
+                c.close()
+
+    def _first_ack(self, key: bytes, reps: list, clients: list) -> None:
+        import valkey
+
         deadline = time.monotonic() + PROMOTION_TIMEOUT_S
         while time.monotonic() < deadline:
             for n, c in zip(reps, clients):

@@ -120,6 +120,8 @@ def _config(ffi, lib, spec: Spec, marker_fd: int, keep: list):
         import numpy as np
 
         keys = np.fromfile(spec.keys_path, dtype=np.uint32)
+        if not len(keys):  # vt_load would draw from the whole keyspace instead
+            raise OpenLoopError(f"{spec.keys_path}: no keys to draw from")
         keep.append(ffi.new("uint32_t[]", keys.tolist()))
         cfg.keys, cfg.nkeys = keep[-1], len(keys)
     cfg.survive = int(spec.survive)

@@ -77,7 +77,7 @@ class Load:
 
         base = Spec(self.host, self.port, op, rate, duration_s, self.keyspace, size, self.arrival,
                     connections=clients if self.pool == "clients" or not rate else None, stall_log=self.stall_log)
-        failover = self.failover if op == "SET" else None
+        failover = self.failover if op == "SET" and self.failover is not None and not self.failover.fired else None
         results = cluster_load.run_shards(self.shards, base, self.client.cpus, on_start, on_end, failover)
         if failover is not None:
             run["failover"] = failover.finish(self.keyspace)
@@ -92,7 +92,8 @@ class Load:
         import valkey
 
         for s in self.shards:
-            ks.fill_keys(valkey.Valkey(host=s.host, port=s.port), np.fromfile(s.keys_path, dtype=np.uint32), size)
+            with valkey.Valkey(host=s.host, port=s.port) as client:
+                ks.fill_keys(client, np.fromfile(s.keys_path, dtype=np.uint32), size)
 
     def open_loop(self, op: str, rate: float, size: int, duration_s: float, clients: int,
                   readers: bool = False) -> "OpenLoopClient":
