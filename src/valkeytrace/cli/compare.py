@@ -27,7 +27,7 @@ import msgspec
 
 from valkeytrace import plan as planning
 from valkeytrace import stopping
-from valkeytrace.cli.launch import run_launch
+from valkeytrace.cli.launch import complete, run_launch
 from valkeytrace.cli.options import build_kwargs, common_options, existing_binary, parse_server_config
 from valkeytrace.errors import VTError, VTUsageError
 from valkeytrace.recording import document
@@ -310,7 +310,7 @@ def _launch_loop(ls: Launches, done: Sides, console) -> tuple[Sides, bool]:
         left = total_s
         for i, (side, k) in enumerate(order):
             path = os.path.join(ls.work, f"{side}-{k}.vtrace")
-            if ls.resuming and _complete(path):
+            if ls.resuming and complete(path):
                 done[side].append((k, path))
                 left -= per[side]
                 continue
@@ -329,7 +329,7 @@ def _launch_loop(ls: Launches, done: Sides, console) -> tuple[Sides, bool]:
             per[side] = 0.5 * per[side] + 0.5 * (time.monotonic() - t0)  # this host's, for the launches to come
             left = sum(per[s] for s, _ in order[i + 1:])
             interrupted = interrupted or stopping.requested.is_set()  # a signal whose exception a fork handler dropped
-            if _complete(path) or (os.path.exists(path) and not interrupted):
+            if complete(path) or (os.path.exists(path) and not interrupted):
                 done[side].append((k, path))
             if interrupted:
                 break
@@ -422,14 +422,6 @@ class AutoGather(msgspec.Struct):
     launch: int
     size: int
     clients: int
-
-
-def _complete(path: str) -> bool:
-    """A launch's recording that holds its whole matrix (a resumed compare keeps it)."""
-    try:
-        return os.path.exists(path) and bool(recfmt.read(path).get("complete"))
-    except VTError:
-        return False
 
 
 def _clock(seconds: float) -> str:

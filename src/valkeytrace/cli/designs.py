@@ -115,14 +115,13 @@ def _same_options(outdir: str, plans: dict) -> None:
 
 def _record_all(outdir: str, designs: list, plans: dict) -> dict:
     """{(design, phase): path} of every recording made (or kept from an earlier run)."""
-    from valkeytrace.cli.compare import _complete
-    from valkeytrace.cli.launch import run_launch
+    from valkeytrace.cli.launch import complete, run_launch
 
     out = {}
     for d in designs:
         for ph in PHASES:
             path = os.path.join(outdir, f"{d}-{ph}.vtrace")
-            if os.path.exists(path) and not _complete(path):
+            if os.path.exists(path) and not complete(path):
                 raise VTUsageError(f"{path} is incomplete (an interrupted recording): remove it to record it again")
             if not os.path.exists(path):
                 click.echo(f"recording {d} ({ph})", err=True)

@@ -34,3 +34,15 @@ def run_launch(plan, tick=None) -> tuple[int, str, bool]:
         return 130, "", True
     problem = outcome_problem(out)
     return (1, f"valkeytrace: error: {problem}", False) if problem else (0, "", False)
+
+
+def complete(path: str) -> bool:
+    """A launch's recording that holds its whole matrix (a resumed compare, or compare --designs, keeps it)."""
+    import os
+
+    from valkeytrace.recording import format as recfmt
+
+    try:
+        return os.path.exists(path) and bool(recfmt.read(path).get("complete"))
+    except VTError:
+        return False
